@@ -1,0 +1,110 @@
+//! The documented exit codes of `ralph` (SPEC §3), each expected failure mapped by an exhaustive
+//! match: adding an outcome or reason without deciding its code does not compile.
+
+use ralph_runner::job::{FinishReason, JobResult, Outcome};
+
+/// An exit code of `ralph run`, `ralph wait` and the other commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: the job completed.
+    Complete,
+    /// 1: a round reported blocked.
+    Blocked,
+    /// 2: rounds, tokens or the job deadline ran out.
+    BudgetLimited,
+    /// 3: a round produced no valid report after its retries.
+    RoundFailed,
+    /// 4: a task job's command failed.
+    TaskFailed,
+    /// 64: usage or configuration error.
+    Usage,
+    /// 69: the requested isolation cannot be enforced on this host.
+    SandboxUnavailable,
+    /// 70: internal error.
+    Internal,
+    /// 75: the runner died mid-round (set on recovery).
+    Interrupted,
+    /// 124: `ralph sandbox exec` timed out.
+    Timeout,
+    /// 130: cancelled.
+    Cancelled,
+    /// The sandboxed command's own exit status (`ralph sandbox exec`).
+    Raw(u8),
+}
+
+impl Exit {
+    /// The numeric code.
+    pub const fn code(self) -> u8 {
+        match self {
+            Exit::Complete => 0,
+            Exit::Blocked => 1,
+            Exit::BudgetLimited => 2,
+            Exit::RoundFailed => 3,
+            Exit::TaskFailed => 4,
+            Exit::Usage => 64,
+            Exit::SandboxUnavailable => 69,
+            Exit::Internal => 70,
+            Exit::Interrupted => 75,
+            Exit::Timeout => 124,
+            Exit::Cancelled => 130,
+            Exit::Raw(code) => code,
+        }
+    }
+
+    /// The exit code for a finished job.
+    pub fn for_result(r: &JobResult) -> Exit {
+        match r.outcome {
+            Outcome::Complete => Exit::Complete,
+            Outcome::Blocked => Exit::Blocked,
+            Outcome::BudgetLimited => Exit::BudgetLimited,
+            Outcome::RoundFailed => Exit::RoundFailed,
+            Outcome::Failed => Exit::TaskFailed,
+            Outcome::Cancelled => Exit::Cancelled,
+            Outcome::Interrupted => Exit::Interrupted,
+            Outcome::Error => match r.reason {
+                FinishReason::SandboxUnavailable => Exit::SandboxUnavailable,
+                FinishReason::Reported
+                | FinishReason::Verified
+                | FinishReason::MaxRounds
+                | FinishReason::MaxTokens
+                | FinishReason::JobTimeout
+                | FinishReason::RoundFailed
+                | FinishReason::TaskExit
+                | FinishReason::CancelRequested
+                | FinishReason::RunnerDied
+                | FinishReason::InternalError => Exit::Internal,
+            },
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(e: Exit) -> Self {
+        std::process::ExitCode::from(e.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_the_spec() {
+        let table = [
+            (Exit::Complete, 0),
+            (Exit::Blocked, 1),
+            (Exit::BudgetLimited, 2),
+            (Exit::RoundFailed, 3),
+            (Exit::TaskFailed, 4),
+            (Exit::Usage, 64),
+            (Exit::SandboxUnavailable, 69),
+            (Exit::Internal, 70),
+            (Exit::Interrupted, 75),
+            (Exit::Timeout, 124),
+            (Exit::Cancelled, 130),
+        ];
+        for (e, c) in table {
+            assert_eq!(e.code(), c, "{e:?}");
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The command line: argument structs and dispatch. Each subcommand lives in its own file and
+//! calls into the library; nothing here decides how a job runs.
+
+pub mod exit;
+pub mod progress;
+pub mod run;
+pub mod sandbox_args;
+pub mod sandbox_exec;
+pub mod state_dir;
+
+use clap::{Parser, Subcommand};
+
+use exit::Exit;
+
+/// ralph runs AI coding-agent work as fresh sandboxed processes on a shared workspace.
+#[derive(Parser, Debug)]
+#[command(
+    name = "ralph",
+    version,
+    about,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one job in the foreground (for CI): rounds until complete, blocked or out of budget.
+    Run(Box<run::RunArgs>),
+    /// Sandbox tools.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+/// `ralph sandbox ...`
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// Run one command the way a round would; exits with its status (69: no sandbox, 124: timeout).
+    Exec(Box<sandbox_exec::ExecArgs>),
+}
+
+/// A failure reported by a command, with its exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub exit: Exit,
+    /// The message (printed after `ralph: `).
+    pub message: String,
+}
+
+impl CliError {
+    /// A usage or configuration error (64).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            exit: Exit::Usage,
+            message: message.into(),
+        }
+    }
+
+    /// An internal error (70).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            exit: Exit::Internal,
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    Exit::Complete
+                }
+                _ => Exit::Usage,
+            };
+            let _ = e.print();
+            return code.into();
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::execute(*args),
+        Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
+    };
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            eprintln!("ralph: {}", e.message);
+            e.exit.into()
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Progress of a foreground job on stderr: a live line on a terminal (indicatif), plain lines
+//! otherwise. It is an observer of the journal, so it shows exactly what was recorded.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use ralph_runner::report::Report;
+use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
+use ralph_runner::util::text::bounded;
+
+/// Prints journal events as progress.
+pub struct Progress {
+    live: Option<ProgressBar>,
+    started: Instant,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("live", &self.live.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    round_started: Option<Instant>,
+    last_summary: String,
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+impl Progress {
+    /// A live display when `tty`, plain lines otherwise.
+    pub fn new(tty: bool) -> Self {
+        let live = tty.then(|| {
+            let pb = ProgressBar::new_spinner();
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            pb.enable_steady_tick(Duration::from_millis(120));
+            pb
+        });
+        Self {
+            live,
+            started: Instant::now(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn line(&self, text: &str) {
+        match &self.live {
+            Some(pb) => pb.println(format!("ralph: {text}")),
+            None => {
+                let _ = writeln!(std::io::stderr(), "ralph: {text}");
+            }
+        }
+    }
+
+    fn status(&self, text: String) {
+        if let Some(pb) = &self.live {
+            pb.set_message(text);
+        }
+    }
+
+    /// Removes the live line (before the final summary).
+    pub fn finish(&self) {
+        if let Some(pb) = &self.live {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+fn summary_of(r: &Report) -> String {
+    bounded(&r.summary.replace('\n', " "), 200)
+}
+
+impl Observer for Progress {
+    fn on_event(&self, view: &JobView, ev: &Event) {
+        let Ok(mut st) = self.state.lock() else {
+            return;
+        };
+        let n = view.spec.max_rounds;
+        match &ev.kind {
+            EventKind::JobStarted { .. } => {
+                let s = &view.spec;
+                self.line(&format!(
+                    "job {} started: {} job, up to {} round(s), workspace {}, sandbox {}/{}",
+                    view.id,
+                    s.kind.as_str(),
+                    n,
+                    s.workspace.display(),
+                    s.sandbox.backend,
+                    s.sandbox.mode
+                ));
+            }
+            EventKind::RoundStarted { round, attempt, .. } => {
+                st.round_started = Some(Instant::now());
+                let a = if *attempt > 1 {
+                    format!(" (attempt {attempt})")
+                } else {
+                    String::new()
+                };
+                if self.live.is_none() {
+                    self.line(&format!("round {round}/{n}{a} started"));
+                }
+                let last = if st.last_summary.is_empty() {
+                    String::new()
+                } else {
+                    format!(" · last: {}", st.last_summary)
+                };
+                self.status(format!(
+                    "round {round}/{n}{a} · {} elapsed{last}",
+                    secs(self.started.elapsed())
+                ));
+            }
+            EventKind::RoundFinished {
+                round,
+                attempt,
+                result,
+                duration_ms,
+                ..
+            } => {
+                let took = secs(Duration::from_millis(*duration_ms));
+                let text = match result {
+                    AttemptResult::Reported { .. } => match &view.last_report {
+                        Some(r) => {
+                            st.last_summary = summary_of(r);
+                            format!(
+                                "round {round}/{n} {} ({took}): {}",
+                                r.status, st.last_summary
+                            )
+                        }
+                        None => format!("round {round}/{n} reported ({took})"),
+                    },
+                    AttemptResult::Failed { reason, message } => {
+                        format!(
+                            "round {round}/{n} attempt {attempt} failed ({took}): {reason}: {}",
+                            bounded(message, 400)
+                        )
+                    }
+                    AttemptResult::Exited => format!("round {round}/{n} ended ({took})"),
+                    AttemptResult::SandboxFailed { message } => {
+                        format!("round {round}/{n}: sandbox failed: {message}")
+                    }
+                    AttemptResult::Cancelled => format!("round {round}/{n} cancelled ({took})"),
+                    AttemptResult::DeadlineReached => {
+                        format!("round {round}/{n} stopped by the job timeout ({took})")
+                    }
+                    AttemptResult::Interrupted => format!("round {round}/{n} interrupted"),
+                };
+                self.line(&text);
+            }
+            EventKind::RoundRetried {
+                round, backoff_ms, ..
+            } => {
+                self.line(&format!(
+                    "retrying round {round} in {}",
+                    secs(Duration::from_millis(*backoff_ms))
+                ));
+            }
+            EventKind::UsageSkipped {
+                round,
+                line,
+                message,
+                ..
+            } => {
+                self.line(&format!(
+                    "warning: round {round}: usage line {line} skipped: {message}"
+                ));
+            }
+            EventKind::VerifyStarted { .. } => {
+                let cmd = view.spec.verify.as_deref().unwrap_or("");
+                if self.live.is_none() {
+                    self.line(&format!("verify: running `{cmd}`"));
+                }
+                self.status(format!(
+                    "verify `{cmd}` · {} elapsed",
+                    secs(self.started.elapsed())
+                ));
+            }
+            EventKind::VerifyFinished {
+                passed,
+                exit,
+                duration_ms,
+                ..
+            } => {
+                let took = secs(Duration::from_millis(*duration_ms));
+                if *passed {
+                    self.line(&format!("verify passed ({took})"));
+                } else {
+                    let how = exit.map_or_else(|| "did not finish".to_owned(), |e| e.to_string());
+                    self.line(&format!("verify failed ({took}): {how}; the loop goes on"));
+                }
+            }
+            EventKind::CancelRequested { by } => self.line(&format!(
+                "cancelling ({by}): stopping the round's process tree"
+            )),
+            EventKind::JobSubmitted { .. }
+            | EventKind::RoundSpawned { .. }
+            | EventKind::Interrupted { .. }
+            | EventKind::Resumed { .. }
+            | EventKind::JobFinished { .. } => {}
+        }
+    }
+}

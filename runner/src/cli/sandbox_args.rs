@@ -1,0 +1,76 @@
+//! The sandbox flags shared by `ralph run` and `ralph sandbox exec` (SPEC §5).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use ralph_runner::util::units::ByteSize;
+use ralph_sandbox::{BackendKind, Mode, Network};
+
+use super::CliError;
+
+/// Sandbox flags.
+#[derive(Args, Debug, Clone)]
+pub struct SandboxArgs {
+    /// Isolation backend: native (Landlock, seccomp, namespaces) or docker.
+    #[arg(long, default_value = "native", value_parser = parse_word::<BackendKind>)]
+    pub backend: BackendKind,
+    /// Sandbox mode: read-only, workspace-write or full-access.
+    #[arg(long, default_value = "workspace-write", value_parser = parse_word::<Mode>)]
+    pub mode: Mode,
+    /// Keep PATH (relative to the workspace) read-only; repeatable.
+    #[arg(long = "protect", value_name = "PATH")]
+    pub protect: Vec<PathBuf>,
+    /// Make PATH readable; repeatable.
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// Make directory PATH writable (workspace-write); repeatable.
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Network access: none or full.
+    #[arg(long, default_value = "none", value_parser = parse_word::<Network>)]
+    pub network: Network,
+    /// Memory limit of the process tree, e.g. 2G.
+    #[arg(long, value_name = "BYTES")]
+    pub memory: Option<ByteSize>,
+    /// Process limit of the process tree.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Container image (docker backend).
+    #[arg(long, value_name = "IMG")]
+    pub image: Option<String>,
+}
+
+fn parse_word<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse::<T>().map_err(|e| e.to_string())
+}
+
+/// Makes `path` absolute (relative to `cwd`) and resolves it; it must exist.
+pub fn resolve_existing(flag: &str, path: &Path, cwd: &Path) -> Result<PathBuf, CliError> {
+    let abs = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        cwd.join(path)
+    };
+    std::fs::canonicalize(&abs)
+        .map_err(|e| CliError::usage(format!("{flag} `{}`: {e}", path.display())))
+}
+
+impl SandboxArgs {
+    /// `--read` and `--write` paths, absolute and resolved.
+    pub fn resolved_paths(&self, cwd: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>), CliError> {
+        let read = self
+            .read
+            .iter()
+            .map(|p| resolve_existing("--read", p, cwd))
+            .collect::<Result<_, _>>()?;
+        let write = self
+            .write
+            .iter()
+            .map(|p| resolve_existing("--write", p, cwd))
+            .collect::<Result<_, _>>()?;
+        Ok((read, write))
+    }
+}

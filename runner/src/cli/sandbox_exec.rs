@@ -1,0 +1,126 @@
+//! `ralph sandbox exec`: one command run the way a round would, in this process (no runtime,
+//! no threads), with its exit status passed through (69: no sandbox, 124: timeout, 130: cancel).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use ralph_runner::engine::{RunnerEnv, env};
+use ralph_runner::util::units::HumanDuration;
+use ralph_sandbox::native::{NativeBackend, exec_inline};
+use ralph_sandbox::outcome::EndedBy;
+use ralph_sandbox::{
+    BackendKind, ErrorClass, ExecSpec, Limits, PrivateDirs, SandboxRequest, StderrMode, StdinMode,
+};
+
+use super::CliError;
+use super::exit::Exit;
+use super::sandbox_args::{SandboxArgs, resolve_existing};
+
+/// `ralph sandbox exec` flags.
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// The workspace (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Wall-clock limit; the whole tree is killed when it passes (exit 124).
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<HumanDuration>,
+    /// Time between SIGTERM and SIGKILL when the tree is stopped.
+    #[arg(long, value_name = "DUR", default_value = "2s")]
+    pub kill_grace: HumanDuration,
+    /// Pass this variable of the environment to the command; repeatable.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Runs `ralph sandbox exec`.
+pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
+    let workspace = resolve_existing(
+        "--workspace",
+        args.workspace.as_deref().unwrap_or(&cwd),
+        &cwd,
+    )?;
+    let (read, write) = args.sandbox.resolved_paths(&cwd)?;
+    if args.sandbox.backend != BackendKind::Native {
+        return Err(CliError {
+            exit: Exit::SandboxUnavailable,
+            message: "sandbox unavailable: this build does not include the docker backend yet"
+                .into(),
+        });
+    }
+    let private = tempfile::Builder::new()
+        .prefix("ralph-sandbox-")
+        .tempdir()
+        .map_err(|e| CliError::internal(format!("failed to create a private directory: {e}")))?;
+    let (home, tmp) = (private.path().join("home"), private.path().join("tmp"));
+    for d in [&home, &tmp] {
+        std::fs::create_dir(d)
+            .map_err(|e| CliError::internal(format!("failed to create `{}`: {e}", d.display())))?;
+    }
+    let vars = [("RALPH_WORKSPACE", workspace.display().to_string())];
+    let env = env::build(&RunnerEnv::capture(), &home, &tmp, &args.env, &vars)
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let cwd = if cwd.starts_with(&workspace) {
+        cwd
+    } else {
+        workspace.clone()
+    };
+    let spec = ExecSpec {
+        argv: args.command,
+        cwd,
+        env,
+        stdin: StdinMode::Inherit,
+        stderr: StderrMode::Separate,
+        timeout: args.timeout.map(|t| t.0),
+        kill_grace: args.kill_grace.0,
+        sandbox: SandboxRequest {
+            mode: args.sandbox.mode,
+            network: args.sandbox.network,
+            workspace,
+            protect: args.sandbox.protect,
+            read,
+            write,
+            private: PrivateDirs {
+                home,
+                tmp,
+                readable: Vec::new(),
+                writable: Vec::new(),
+            },
+            limits: Limits {
+                memory_bytes: args.sandbox.memory.map(|m| m.0),
+                pids: args.sandbox.pids,
+                open_files: None,
+                file_size_bytes: None,
+            },
+            image: args.sandbox.image,
+        },
+        control_dir: private.path().to_owned(),
+    };
+    let backend = NativeBackend::new("/proc/self/exe");
+    match exec_inline(&backend, &spec) {
+        Ok(outcome) => Ok(match outcome.ended_by {
+            EndedBy::Timeout => Exit::Timeout,
+            EndedBy::Cancel | EndedBy::RunnerGone => Exit::Cancelled,
+            EndedBy::Exit | EndedBy::MemoryLimit => {
+                return Ok(Exit::Raw(
+                    u8::try_from(outcome.termination.shell_code()).unwrap_or(255),
+                ));
+            }
+        }),
+        Err(e) => Err(CliError {
+            exit: match e.class() {
+                ErrorClass::Unavailable => Exit::SandboxUnavailable,
+                ErrorClass::Usage => Exit::Usage,
+                ErrorClass::Internal => Exit::Internal,
+            },
+            message: e.to_string(),
+        }),
+    }
+}

@@ -1,0 +1,53 @@
+//! Cancellation of a job, with who asked (journalled as `cancel_requested`).
+
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+/// A cancel switch shared between whoever may cancel (signals, the API) and the running job.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel {
+    token: CancellationToken,
+    by: Arc<Mutex<Option<String>>>,
+}
+
+impl Cancel {
+    /// A fresh, untriggered switch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels; the first caller's name is kept.
+    pub fn cancel(&self, by: &str) {
+        if let Ok(mut slot) = self.by.lock() {
+            if slot.is_none() {
+                *slot = Some(by.to_owned());
+            }
+        }
+        self.token.cancel();
+    }
+
+    /// True once cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Who cancelled.
+    pub fn by(&self) -> String {
+        self.by
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    /// The underlying token (handed to sandbox runs).
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Resolves when cancelled.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+}

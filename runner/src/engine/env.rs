@@ -1,0 +1,132 @@
+//! The agent's environment (SPEC §4): the round variables, a minimal allowlist, and the
+//! variables named with `--env`. Nothing else of the runner's environment passes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `PATH` when the runner has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A variable named with `--env` that the runner does not have.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`--env {name}`: the variable `{name}` is not set in the runner's environment")]
+pub struct MissingEnv {
+    /// The variable.
+    pub name: String,
+}
+
+/// A snapshot of the runner's environment (taken once, so rounds see a stable view).
+#[derive(Clone, Debug, Default)]
+pub struct RunnerEnv {
+    vars: BTreeMap<String, String>,
+}
+
+impl RunnerEnv {
+    /// The current process environment (non-UTF-8 variables are skipped).
+    pub fn capture() -> Self {
+        Self {
+            vars: std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        }
+    }
+
+    /// An explicit environment (tests).
+    pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
+        Self {
+            vars: pairs.into_iter().collect(),
+        }
+    }
+
+    /// One variable.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+}
+
+/// Builds a command's environment: allowlist, private dirs, `--env` names, then `ralph` vars.
+pub fn build(
+    runner: &RunnerEnv,
+    home: &Path,
+    tmp: &Path,
+    passthrough: &[String],
+    ralph_vars: &[(&str, String)],
+) -> Result<Vec<(String, String)>, MissingEnv> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert(
+        "PATH".into(),
+        runner.get("PATH").unwrap_or(DEFAULT_PATH).to_owned(),
+    );
+    env.insert("HOME".into(), home.display().to_string());
+    env.insert("TMPDIR".into(), tmp.display().to_string());
+    env.insert(
+        "LANG".into(),
+        runner.get("LANG").unwrap_or("C.UTF-8").to_owned(),
+    );
+    env.insert(
+        "TERM".into(),
+        runner.get("TERM").unwrap_or("dumb").to_owned(),
+    );
+    for name in passthrough {
+        let value = runner
+            .get(name)
+            .ok_or_else(|| MissingEnv { name: name.clone() })?;
+        env.insert(name.clone(), value.to_owned());
+    }
+    for (k, v) in ralph_vars {
+        env.insert((*k).to_owned(), v.clone());
+    }
+    Ok(env.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_allowlist_and_named_variables_pass() {
+        let runner = RunnerEnv::from_pairs([
+            ("PATH".into(), "/bin".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "hunter2".into()),
+            ("OPENAI_API_KEY".into(), "sk-x".into()),
+            ("HOME".into(), "/root".into()),
+        ]);
+        let env = build(
+            &runner,
+            Path::new("/r/home"),
+            Path::new("/r/tmp"),
+            &["OPENAI_API_KEY".into()],
+            &[("RALPH_ROUND", "1".into())],
+        )
+        .unwrap();
+        let map: BTreeMap<_, _> = env.into_iter().collect();
+        assert_eq!(map.get("HOME").map(String::as_str), Some("/r/home"));
+        assert_eq!(map.get("OPENAI_API_KEY").map(String::as_str), Some("sk-x"));
+        assert!(!map.contains_key("AWS_SECRET_ACCESS_KEY"));
+        assert_eq!(
+            map.keys().map(String::as_str).collect::<Vec<_>>(),
+            vec![
+                "HOME",
+                "LANG",
+                "OPENAI_API_KEY",
+                "PATH",
+                "RALPH_ROUND",
+                "TERM",
+                "TMPDIR"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_named_variable_is_an_error() {
+        let e = build(
+            &RunnerEnv::default(),
+            Path::new("/h"),
+            Path::new("/t"),
+            &["NOPE".into()],
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("`NOPE`"));
+    }
+}

@@ -1,0 +1,453 @@
+//! The fixed orchestration of one job (SPEC §3): the Ralph loop for loop jobs, a single run
+//! for task jobs, and the one place where a job's outcome is decided and journalled.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ralph_sandbox::ErrorClass;
+
+use super::Engine;
+use super::EngineError;
+use super::cancel::Cancel;
+use super::round::{AttemptEnd, ReportPolicy};
+use super::verify::VerifyEnd;
+use crate::agent::Agent;
+use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
+use crate::report::Status;
+use crate::store::{EventKind, JobState, Journal};
+use crate::util::text::{RESULT_TEXT_BOUND, bounded};
+
+/// Longest pause between retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// A job being run by this process.
+pub(super) struct JobRun<'e> {
+    pub(super) engine: &'e Engine,
+    pub(super) journal: Journal,
+    pub(super) spec: JobSpec,
+    pub(super) agent: Agent,
+    pub(super) job_dir: PathBuf,
+    pub(super) cancel: Cancel,
+    pub(super) deadline: Option<Instant>,
+    pub(super) started: Instant,
+}
+
+/// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
+pub fn backoff(base: Duration, attempt: u32) -> Duration {
+    let factor = 1u32
+        .checked_shl(attempt.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    base.checked_mul(factor)
+        .unwrap_or(MAX_BACKOFF)
+        .min(MAX_BACKOFF)
+}
+
+impl<'e> JobRun<'e> {
+    pub(super) fn new(engine: &'e Engine, journal: Journal, agent: Agent, cancel: Cancel) -> Self {
+        let spec = journal.view().spec.clone();
+        let job_dir = super::artifacts::job_dir(&engine.state_dir, &journal.view().id);
+        let started = Instant::now();
+        let deadline = spec.job_timeout.map(|t| started + t.0);
+        Self {
+            engine,
+            journal,
+            spec,
+            agent,
+            job_dir,
+            cancel,
+            deadline,
+            started,
+        }
+    }
+
+    /// The timeout of the next process, and whether the job deadline (rather than the round
+    /// timeout) is what bounds it.
+    pub(super) fn attempt_timeout(&self) -> (Option<Duration>, bool) {
+        let round = self.spec.round_timeout.map(|t| t.0);
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        match (round, left) {
+            (None, None) => (None, false),
+            (Some(r), None) => (Some(r), false),
+            (None, Some(l)) => (Some(l), true),
+            (Some(r), Some(l)) => (Some(r.min(l)), l <= r),
+        }
+    }
+
+    fn deadline_passed(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Journals the cancel request once.
+    pub(super) fn note_cancel(&mut self) -> Result<(), EngineError> {
+        if !self.journal.view().cancel_requested {
+            self.journal.record(EventKind::CancelRequested {
+                by: self.cancel.by(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Runs the job to its end.
+    pub(super) async fn run(mut self) -> Result<JobResult, EngineError> {
+        if self.journal.view().state != JobState::Running {
+            self.journal.record(EventKind::JobStarted {
+                runner: self.engine.runner.clone(),
+            })?;
+        }
+        match self.preflight() {
+            Ok(()) => match self.spec.kind {
+                JobKind::Loop => self.run_loop().await?,
+                JobKind::Task => self.run_task().await?,
+            },
+            Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None)?,
+        }
+        self.result()
+    }
+
+    /// Fails closed before any round when the sandbox or workspace cannot work.
+    fn preflight(&self) -> Result<(), (FinishReason, String)> {
+        if !self.spec.workspace.is_dir() {
+            return Err((
+                FinishReason::InternalError,
+                format!(
+                    "the workspace `{}` is not a directory",
+                    self.spec.workspace.display()
+                ),
+            ));
+        }
+        let dirs = super::artifacts::AttemptDirs::new(&self.job_dir, 0, 0);
+        let req = self.sandbox_request(&dirs, Vec::new(), Vec::new());
+        self.engine
+            .backends
+            .preflight(self.spec.sandbox.backend, &req)
+            .map_err(|e| {
+                let reason = match e.class() {
+                    ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
+                    ErrorClass::Usage | ErrorClass::Internal => FinishReason::InternalError,
+                };
+                (reason, e.to_string())
+            })
+    }
+
+    async fn run_loop(&mut self) -> Result<(), EngineError> {
+        loop {
+            let view = self.journal.view();
+            if self.cancel.is_cancelled() {
+                self.note_cancel()?;
+                return self.finish(
+                    Outcome::Cancelled,
+                    FinishReason::CancelRequested,
+                    &format!("cancelled by {}", self.cancel.by()),
+                    None,
+                );
+            }
+            if let Some(max) = self.spec.max_tokens {
+                let used = view.usage.budget_tokens();
+                if used >= max {
+                    let msg = format!(
+                        "token budget exhausted: {used} of {max} tokens used after round {}",
+                        view.rounds_started
+                    );
+                    return self.finish(
+                        Outcome::BudgetLimited,
+                        FinishReason::MaxTokens,
+                        &msg,
+                        None,
+                    );
+                }
+            }
+            if view.rounds_started >= self.spec.max_rounds {
+                let msg = match view.verified {
+                    Some(false) => format!(
+                        "all {} rounds used; the last round reported completion but the verify command failed",
+                        self.spec.max_rounds
+                    ),
+                    _ => format!(
+                        "all {} rounds used without completion",
+                        self.spec.max_rounds
+                    ),
+                };
+                return self.finish(Outcome::BudgetLimited, FinishReason::MaxRounds, &msg, None);
+            }
+            if self.deadline_passed() {
+                return self.finish_deadline();
+            }
+            let round = view.rounds_started + 1;
+            let mut attempt = 1;
+            let mut retry_note: Option<String> = None;
+            let report = loop {
+                let a = self
+                    .attempt(
+                        round,
+                        attempt,
+                        retry_note.as_deref(),
+                        ReportPolicy::Required,
+                    )
+                    .await?;
+                match a.end {
+                    AttemptEnd::Reported(r) => break r,
+                    AttemptEnd::Exited => {
+                        return Err(EngineError::Internal {
+                            message: "a loop round ended without its required report".into(),
+                        });
+                    }
+                    AttemptEnd::Failed(reason, message) => {
+                        if attempt > self.spec.round_retries {
+                            let msg = format!(
+                                "round {round} failed after {attempt} attempt(s): {reason}: {message}"
+                            );
+                            return self.finish(
+                                Outcome::RoundFailed,
+                                FinishReason::RoundFailed,
+                                &msg,
+                                None,
+                            );
+                        }
+                        let pause = backoff(self.spec.retry_backoff.0, attempt);
+                        self.journal.record(EventKind::RoundRetried {
+                            round,
+                            attempt,
+                            reason,
+                            backoff_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                        })?;
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            () = self.cancel.cancelled() => {}
+                        }
+                        if self.cancel.is_cancelled() {
+                            self.note_cancel()?;
+                            return self.finish(
+                                Outcome::Cancelled,
+                                FinishReason::CancelRequested,
+                                &format!("cancelled by {}", self.cancel.by()),
+                                None,
+                            );
+                        }
+                        if self.deadline_passed() {
+                            return self.finish_deadline();
+                        }
+                        retry_note = Some(format!("{reason}: {message}"));
+                        attempt += 1;
+                    }
+                    AttemptEnd::Cancelled => {
+                        return self.finish(
+                            Outcome::Cancelled,
+                            FinishReason::CancelRequested,
+                            &format!("cancelled by {}", self.cancel.by()),
+                            None,
+                        );
+                    }
+                    AttemptEnd::Deadline => return self.finish_deadline(),
+                    AttemptEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
+                }
+            };
+            match report.status {
+                Status::Continue => {}
+                Status::Blocked => {
+                    let msg = format!("worker reported blocked: {}", report.blocker);
+                    return self.finish(Outcome::Blocked, FinishReason::Reported, &msg, None);
+                }
+                Status::Complete => {
+                    let Some(command) = self.spec.verify.clone() else {
+                        let msg = "worker reported completion (not verified: no verify command)";
+                        return self.finish(Outcome::Complete, FinishReason::Reported, msg, None);
+                    };
+                    match self.verify(round, &command).await? {
+                        VerifyEnd::Passed => {
+                            let msg =
+                                format!("worker reported completion; verified by `{command}`");
+                            return self.finish(
+                                Outcome::Complete,
+                                FinishReason::Verified,
+                                &msg,
+                                None,
+                            );
+                        }
+                        VerifyEnd::Failed => {}
+                        VerifyEnd::Cancelled => {
+                            return self.finish(
+                                Outcome::Cancelled,
+                                FinishReason::CancelRequested,
+                                &format!("cancelled by {}", self.cancel.by()),
+                                None,
+                            );
+                        }
+                        VerifyEnd::Deadline => return self.finish_deadline(),
+                        VerifyEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn run_task(&mut self) -> Result<(), EngineError> {
+        if self.cancel.is_cancelled() {
+            self.note_cancel()?;
+            return self.finish(
+                Outcome::Cancelled,
+                FinishReason::CancelRequested,
+                &format!("cancelled by {}", self.cancel.by()),
+                None,
+            );
+        }
+        let a = self.attempt(1, 1, None, ReportPolicy::OptionalFile).await?;
+        let code = a.exit.map(|t| t.shell_code());
+        match a.end {
+            AttemptEnd::Cancelled => self.finish(
+                Outcome::Cancelled,
+                FinishReason::CancelRequested,
+                &format!("cancelled by {}", self.cancel.by()),
+                code,
+            ),
+            AttemptEnd::Deadline => self.finish(
+                Outcome::Failed,
+                FinishReason::JobTimeout,
+                "the job timeout passed; the task was killed",
+                code,
+            ),
+            AttemptEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+            AttemptEnd::Failed(reason, message) => self.finish(
+                Outcome::Failed,
+                FinishReason::TaskExit,
+                &format!("{reason}: {message}"),
+                code,
+            ),
+            AttemptEnd::Reported(_) | AttemptEnd::Exited => {
+                let exit = a
+                    .exit
+                    .map_or_else(|| "did not run".to_owned(), |t| t.to_string());
+                if code != Some(0) {
+                    return self.finish(
+                        Outcome::Failed,
+                        FinishReason::TaskExit,
+                        &format!("the task ended with {exit}"),
+                        code,
+                    );
+                }
+                let Some(command) = self.spec.verify.clone() else {
+                    return self.finish(
+                        Outcome::Complete,
+                        FinishReason::TaskExit,
+                        "the task exited 0",
+                        code,
+                    );
+                };
+                if !matches!(a.end, AttemptEnd::Reported(_)) {
+                    return self.finish(
+                        Outcome::Complete,
+                        FinishReason::TaskExit,
+                        "the task exited 0 (no report to verify)",
+                        code,
+                    );
+                }
+                match self.verify(1, &command).await? {
+                    VerifyEnd::Passed => self.finish(
+                        Outcome::Complete,
+                        FinishReason::Verified,
+                        &format!("the task exited 0; verified by `{command}`"),
+                        code,
+                    ),
+                    VerifyEnd::Failed => self.finish(
+                        Outcome::Failed,
+                        FinishReason::TaskExit,
+                        &format!("the task exited 0 but `{command}` failed"),
+                        code,
+                    ),
+                    VerifyEnd::Cancelled => self.finish(
+                        Outcome::Cancelled,
+                        FinishReason::CancelRequested,
+                        &format!("cancelled by {}", self.cancel.by()),
+                        code,
+                    ),
+                    VerifyEnd::Deadline => self.finish(
+                        Outcome::Failed,
+                        FinishReason::JobTimeout,
+                        "the job timeout passed during verify",
+                        code,
+                    ),
+                    VerifyEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+                }
+            }
+        }
+    }
+
+    fn finish_deadline(&mut self) -> Result<(), EngineError> {
+        let t = self
+            .spec
+            .job_timeout
+            .map_or_else(String::new, |t| format!(" of {t}"));
+        self.finish(
+            Outcome::BudgetLimited,
+            FinishReason::JobTimeout,
+            &format!("the job timeout{t} passed"),
+            None,
+        )
+    }
+
+    fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {
+        let reason = match e.class() {
+            ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
+            ErrorClass::Usage | ErrorClass::Internal => FinishReason::InternalError,
+        };
+        self.finish(Outcome::Error, reason, &e.to_string(), None)
+    }
+
+    fn finish(
+        &mut self,
+        outcome: Outcome,
+        reason: FinishReason,
+        message: &str,
+        exit_code: Option<i32>,
+    ) -> Result<(), EngineError> {
+        self.journal.record(EventKind::JobFinished {
+            outcome,
+            reason,
+            message: bounded(message, RESULT_TEXT_BOUND),
+            exit_code,
+        })?;
+        Ok(())
+    }
+
+    /// The result object of the finished job; its invariants are checked here.
+    fn result(&self) -> Result<JobResult, EngineError> {
+        let v = self.journal.view();
+        let finish = v.finish.as_ref().ok_or_else(|| EngineError::Internal {
+            message: "the job did not finish".into(),
+        })?;
+        let result = JobResult {
+            job_id: v.id.clone(),
+            kind: v.spec.kind,
+            outcome: finish.outcome,
+            reason: finish.reason,
+            message: finish.message.clone(),
+            rounds: v.rounds_started,
+            max_rounds: v.spec.max_rounds,
+            retries: v.retries,
+            verified: v.verified,
+            report: v.last_report.clone(),
+            usage: v.usage,
+            exit_code: finish.exit_code,
+            artifacts: self.job_dir.clone(),
+            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        result.check()?;
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let b = Duration::from_secs(2);
+        assert_eq!(backoff(b, 1), Duration::from_secs(2));
+        assert_eq!(backoff(b, 2), Duration::from_secs(4));
+        assert_eq!(backoff(b, 3), Duration::from_secs(8));
+        assert_eq!(backoff(b, 40), MAX_BACKOFF);
+        assert_eq!(backoff(Duration::ZERO, 5), Duration::ZERO);
+    }
+}

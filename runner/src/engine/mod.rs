@@ -1,0 +1,174 @@
+//! The engine runs jobs: it owns the state store, the sandbox backends and the runner's view of
+//! its environment, and drives each job through [`job_run`]'s fixed orchestration.
+//!
+//! One round, end to end:
+//!
+//! ```text
+//! write in/prompt.md, in/handoff.json ─▶ journal round_started ─▶ spawn (sandbox helper)
+//!   ─▶ journal round_spawned ─▶ wait (timeout / cancel kill the tree)
+//!   ─▶ read out/report.json or the last JSON line of stdout ─▶ validate (SPEC §2)
+//!   ─▶ read out/usage.jsonl ─▶ journal round_finished ─▶ next round / retry / verify / finish
+//! ```
+
+mod artifacts;
+mod backends;
+mod cancel;
+pub mod env;
+mod job_run;
+pub mod prompt;
+mod round;
+pub mod stdout_report;
+mod verify;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use artifacts::{AttemptDirs, job_dir};
+pub use backends::{Backends, Run};
+pub use cancel::Cancel;
+pub use env::RunnerEnv;
+pub use job_run::backoff;
+
+use crate::agent::Agent;
+use crate::job::{Ceilings, JobId, JobResult, JobSpec};
+use crate::store::{JobState, Journal, Observer, RunnerInfo, Store, StoreError};
+
+/// A failure of the engine itself (not of the job, which has an outcome for that).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The job request is invalid.
+    #[error(transparent)]
+    Spec(#[from] crate::job::SpecError),
+    /// The job cannot run with this configuration.
+    #[error("{message}")]
+    Config {
+        /// What is wrong.
+        message: String,
+    },
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A filesystem operation failed.
+    #[error("failed to {action} `{path}`: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A result broke an outcome invariant.
+    #[error(transparent)]
+    Invariant(#[from] crate::job::outcome::InvariantViolation),
+    /// The job is not in a state this call can handle.
+    #[error("job `{id}` is {state}, not queued or running")]
+    NotRunnable {
+        /// Job id.
+        id: String,
+        /// Its state.
+        state: &'static str,
+    },
+    /// Anything else that should not happen.
+    #[error("internal error: {message}")]
+    Internal {
+        /// What happened.
+        message: String,
+    },
+}
+
+impl EngineError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        EngineError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Runs jobs.
+#[derive(Debug)]
+pub struct Engine {
+    store: Arc<Store>,
+    backends: Backends,
+    state_dir: PathBuf,
+    runner: RunnerInfo,
+    env: RunnerEnv,
+    ceilings: Ceilings,
+}
+
+impl Engine {
+    /// An engine over `store` (in `state_dir`), running rounds on `backends`.
+    pub fn new(
+        store: Arc<Store>,
+        backends: Backends,
+        state_dir: PathBuf,
+        runner: RunnerInfo,
+        env: RunnerEnv,
+    ) -> Self {
+        Self {
+            store,
+            backends,
+            state_dir,
+            runner,
+            env,
+            ceilings: Ceilings::default(),
+        }
+    }
+
+    /// Replaces the deployment ceilings.
+    pub fn with_ceilings(mut self, ceilings: Ceilings) -> Self {
+        self.ceilings = ceilings;
+        self
+    }
+
+    /// The state store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Validates and journals a new job.
+    pub fn submit(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
+        spec.validate(&self.ceilings)?;
+        Agent::resolve(&spec.agent).map_err(|e| EngineError::Config {
+            message: e.to_string(),
+        })?;
+        for name in &spec.env {
+            if self.env.get(name).is_none() {
+                return Err(EngineError::Config {
+                    message: env::MissingEnv { name: name.clone() }.to_string(),
+                });
+            }
+        }
+        Ok(self.store.submit(spec)?)
+    }
+
+    /// Runs a queued job to its end. `cancel` stops it (the round's tree is killed).
+    pub async fn run(
+        &self,
+        job_id: &str,
+        cancel: Cancel,
+        observers: Vec<Arc<dyn Observer>>,
+    ) -> Result<JobResult, EngineError> {
+        let journal = Journal::open(self.store.clone(), job_id, observers)?;
+        let view = journal.view();
+        if view.state == JobState::Finished {
+            return Err(EngineError::NotRunnable {
+                id: job_id.to_owned(),
+                state: view.state.as_str(),
+            });
+        }
+        let agent = Agent::resolve(&view.spec.agent).map_err(|e| EngineError::Config {
+            message: e.to_string(),
+        })?;
+        job_run::JobRun::new(self, journal, agent, cancel)
+            .run()
+            .await
+    }
+
+    /// Where a job's artifacts are.
+    pub fn job_dir(&self, job_id: &str) -> PathBuf {
+        artifacts::job_dir(&self.state_dir, job_id)
+    }
+}

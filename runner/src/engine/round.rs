@@ -1,0 +1,432 @@
+//! One round attempt: prepare its directory, journal its start, run the agent in the sandbox,
+//! read back the report and usage, journal how it ended.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ralph_sandbox::capture::CappedFile;
+use ralph_sandbox::outcome::EndedBy;
+use ralph_sandbox::{
+    ExecIo, ExecReport, ExecSpec, Limits, PrivateDirs, SandboxError, SandboxRequest, StderrMode,
+    StdinMode, Termination,
+};
+
+use super::artifacts::AttemptDirs;
+use super::job_run::JobRun;
+use super::prompt::{self, PromptInput};
+use super::stdout_report::{ReportLineSink, Slot, StdoutReport};
+use super::{EngineError, env};
+use crate::agent::RoundFiles;
+use crate::job::RoundFailure;
+use crate::report::{self, Report, ReportError};
+use crate::store::{AttemptResult, EventKind};
+use crate::usage::{self, RoundUsage};
+use crate::util::text::{bounded, bounded_tail};
+
+/// Where a round's report may come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportPolicy {
+    /// Loop rounds: the report file, else the last JSON-object line of stdout; required.
+    Required,
+    /// Task jobs: the report file only, validated if present.
+    OptionalFile,
+}
+
+/// How an attempt ended, for the loop to decide what comes next.
+#[derive(Debug)]
+pub enum AttemptEnd {
+    /// A valid report.
+    Reported(Report),
+    /// No report and none required (task jobs).
+    Exited,
+    /// No valid report.
+    Failed(RoundFailure, String),
+    /// A cancel stopped it.
+    Cancelled,
+    /// The job deadline stopped it.
+    Deadline,
+    /// The sandbox could not be set up; the agent never ran.
+    SandboxFailed(SandboxError),
+}
+
+/// An attempt's end plus how the process terminated.
+#[derive(Debug)]
+pub struct Attempt {
+    /// The end.
+    pub end: AttemptEnd,
+    /// The agent's termination, when it ran.
+    pub exit: Option<Termination>,
+}
+
+/// Bytes of stderr quoted in a failure message.
+const STDERR_QUOTE: usize = 1024;
+
+impl JobRun<'_> {
+    /// Runs round `round`, attempt `attempt`.
+    pub(super) async fn attempt(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        retry_note: Option<&str>,
+        policy: ReportPolicy,
+    ) -> Result<Attempt, EngineError> {
+        let dirs = AttemptDirs::new(&self.job_dir, round, attempt);
+        dirs.create()
+            .map_err(|e| EngineError::io("create", &dirs.root, e))?;
+        let view = self.journal.view();
+        let handoff = view.last_report.as_ref().map(Report::to_compact_json);
+        if let Some(h) = &handoff {
+            write_file(&dirs.handoff_file(), h.as_bytes())?;
+        }
+        let prompt = prompt::render(&PromptInput {
+            objective: &self.spec.objective,
+            round,
+            max_rounds: self.spec.max_rounds,
+            attempt,
+            workspace: &self.spec.workspace,
+            handoff: handoff.as_deref(),
+            report_file: &dirs.report_file(),
+            usage_file: &dirs.usage_file(),
+            cap: self.spec.handoff_cap,
+            verify: self.spec.verify.as_deref(),
+            verify_note: view.verify_note.as_ref(),
+            retry_note,
+        });
+        write_file(&dirs.prompt_file(), prompt.as_bytes())?;
+
+        let ralph_vars = [
+            ("RALPH_JOB_ID", self.journal.view().id.clone()),
+            ("RALPH_ROUND", round.to_string()),
+            ("RALPH_ATTEMPT", attempt.to_string()),
+            ("RALPH_MAX_ROUNDS", self.spec.max_rounds.to_string()),
+            ("RALPH_WORKSPACE", self.spec.workspace.display().to_string()),
+            (
+                "RALPH_PROMPT_FILE",
+                dirs.prompt_file().display().to_string(),
+            ),
+            (
+                "RALPH_HANDOFF_FILE",
+                dirs.handoff_file().display().to_string(),
+            ),
+            (
+                "RALPH_REPORT_FILE",
+                dirs.report_file().display().to_string(),
+            ),
+            ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
+        ];
+        let env = env::build(
+            &self.engine.env,
+            &dirs.home,
+            &dirs.tmp,
+            &self.spec.env,
+            &ralph_vars,
+        )
+        .map_err(|e| EngineError::Config {
+            message: e.to_string(),
+        })?;
+        let (report_file, usage_file, prompt_file) =
+            (dirs.report_file(), dirs.usage_file(), dirs.prompt_file());
+        let argv = self.agent.argv(&RoundFiles {
+            prompt: &prompt_file,
+            report: &report_file,
+            usage: &usage_file,
+            workspace: &self.spec.workspace,
+        });
+        let (timeout, deadline_bound) = self.attempt_timeout();
+        let spec = ExecSpec {
+            argv,
+            cwd: self.spec.workspace.clone(),
+            env,
+            stdin: StdinMode::Piped,
+            stderr: StderrMode::Separate,
+            timeout,
+            kill_grace: self.spec.kill_grace.0,
+            sandbox: self.sandbox_request(
+                &dirs,
+                vec![dirs.input.clone()],
+                vec![dirs.output.clone()],
+            ),
+            control_dir: dirs.root.clone(),
+        };
+        let cap = self.spec.sandbox.output_cap.0;
+        let slot: Slot = Arc::default();
+        let stdout = CappedFile::create(&dirs.stdout_log(), cap)
+            .map_err(|e| EngineError::io("create", &dirs.stdout_log(), e))?;
+        let stderr = CappedFile::create(&dirs.stderr_log(), cap)
+            .map_err(|e| EngineError::io("create", &dirs.stderr_log(), e))?;
+        let max_line = report::decode::raw_limit(self.spec.handoff_cap);
+        let io = ExecIo {
+            stdin: Some(prompt.into_bytes()),
+            stdout: Box::new(ReportLineSink::new(
+                Box::new(stdout),
+                max_line,
+                slot.clone(),
+            )),
+            stderr: Box::new(stderr),
+        };
+
+        // The start is durable before the process exists.
+        self.journal.record(EventKind::RoundStarted {
+            round,
+            attempt,
+            dir: dirs.root.clone(),
+        })?;
+        let started = Instant::now();
+        let outcome = match self
+            .engine
+            .backends
+            .spawn(self.spec.sandbox.backend, &spec, io)
+            .await
+        {
+            Ok(run) => {
+                self.journal.record(EventKind::RoundSpawned {
+                    round,
+                    attempt,
+                    pid: run.pid(),
+                })?;
+                run.wait(self.cancel.token()).await
+            }
+            Err(e) => Err(e),
+        };
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+
+        let (end, exec) = match outcome {
+            Err(e) => (AttemptEnd::SandboxFailed(e), None),
+            Ok(exec) => (
+                self.judge(&exec, &dirs, &slot, policy, deadline_bound),
+                Some(exec),
+            ),
+        };
+        if matches!(end, AttemptEnd::Cancelled) {
+            self.note_cancel()?;
+        }
+        let usage = self.read_usage(&dirs, round, attempt)?;
+        let result = match &end {
+            AttemptEnd::Reported(r) => AttemptResult::Reported {
+                report: serde_json::to_value(r).map_err(|e| EngineError::Internal {
+                    message: e.to_string(),
+                })?,
+            },
+            AttemptEnd::Exited => AttemptResult::Exited,
+            AttemptEnd::Failed(reason, message) => AttemptResult::Failed {
+                reason: *reason,
+                message: message.clone(),
+            },
+            AttemptEnd::Cancelled => AttemptResult::Cancelled,
+            AttemptEnd::Deadline => AttemptResult::DeadlineReached,
+            AttemptEnd::SandboxFailed(e) => AttemptResult::SandboxFailed {
+                message: bounded(&e.to_string(), 2048),
+            },
+        };
+        let exit = exec.as_ref().map(|e| e.outcome.termination);
+        self.journal.record(EventKind::RoundFinished {
+            round,
+            attempt,
+            result,
+            exit,
+            ended_by: exec.as_ref().map(|e| e.outcome.ended_by),
+            duration_ms,
+            usage,
+            resources: exec.as_ref().map(|e| e.outcome.resources),
+        })?;
+        // HOME and TMPDIR are scratch space, not artifacts.
+        let _ = dirs.remove_private();
+        Ok(Attempt { end, exit })
+    }
+
+    /// The sandbox request shared by rounds and verify.
+    pub(super) fn sandbox_request(
+        &self,
+        dirs: &AttemptDirs,
+        readable: Vec<std::path::PathBuf>,
+        writable: Vec<std::path::PathBuf>,
+    ) -> SandboxRequest {
+        let s = &self.spec.sandbox;
+        SandboxRequest {
+            mode: s.mode,
+            network: s.network,
+            workspace: self.spec.workspace.clone(),
+            protect: s.protect.clone(),
+            read: s.read.clone(),
+            write: s.write.clone(),
+            private: PrivateDirs {
+                home: dirs.home.clone(),
+                tmp: dirs.tmp.clone(),
+                readable,
+                writable,
+            },
+            limits: Limits {
+                memory_bytes: s.memory.map(|m| m.0),
+                pids: s.pids,
+                open_files: None,
+                file_size_bytes: None,
+            },
+            image: s.image.clone(),
+        }
+    }
+
+    /// Decides how the attempt ended from what the sandbox reported and what the agent left.
+    fn judge(
+        &self,
+        exec: &ExecReport,
+        dirs: &AttemptDirs,
+        slot: &Slot,
+        policy: ReportPolicy,
+        deadline_bound: bool,
+    ) -> AttemptEnd {
+        let o = &exec.outcome;
+        match o.ended_by {
+            EndedBy::Cancel | EndedBy::RunnerGone => return AttemptEnd::Cancelled,
+            EndedBy::Timeout if deadline_bound => return AttemptEnd::Deadline,
+            EndedBy::Timeout => {
+                let t = self
+                    .spec
+                    .round_timeout
+                    .map_or_else(String::new, |t| format!(" of {t}"));
+                return AttemptEnd::Failed(
+                    RoundFailure::Timeout,
+                    format!("the round timeout{t} passed; the process tree was killed"),
+                );
+            }
+            EndedBy::Exit | EndedBy::MemoryLimit => {}
+        }
+        if let Some(msg) = &o.exec_error {
+            return AttemptEnd::Failed(RoundFailure::ExecFailed, bounded(msg, 2048));
+        }
+        let cap = self.spec.handoff_cap;
+        let from_file = read_report_file(&dirs.report_file(), cap);
+        let decoded = match (from_file, policy) {
+            (Some(r), _) => Some(r),
+            (None, ReportPolicy::OptionalFile) => None,
+            (None, ReportPolicy::Required) => match slot.lock().ok().and_then(|s| s.clone()) {
+                Some(StdoutReport::Line(bytes)) => Some(report::decode(&bytes, cap)),
+                Some(StdoutReport::Overlong(len)) => {
+                    Some(Err(ReportError::InputTooLarge { size: len, cap }))
+                }
+                None => None,
+            },
+        };
+        match decoded {
+            Some(Ok(r)) => AttemptEnd::Reported(r),
+            Some(Err(e)) => {
+                AttemptEnd::Failed(RoundFailure::InvalidReport, bounded(&e.to_string(), 2048))
+            }
+            None if policy == ReportPolicy::OptionalFile => AttemptEnd::Exited,
+            None => {
+                let stderr = tail_of(&dirs.stderr_log(), STDERR_QUOTE);
+                let missing = ReportError::Missing {
+                    file: dirs.report_file().display().to_string(),
+                };
+                let why = match (o.ended_by, o.termination) {
+                    (EndedBy::MemoryLimit, _) => "the memory limit was hit".to_owned(),
+                    (_, t) => format!("the agent ended with {t}"),
+                };
+                let detail = if stderr.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!("; stderr ends with: {}", stderr.trim())
+                };
+                let reason = if matches!(o.termination, Termination::Signaled { .. }) {
+                    RoundFailure::Crashed
+                } else {
+                    RoundFailure::NoReport
+                };
+                AttemptEnd::Failed(reason, bounded(&format!("{missing}; {why}{detail}"), 2048))
+            }
+        }
+    }
+
+    fn read_usage(
+        &mut self,
+        dirs: &AttemptDirs,
+        round: u32,
+        attempt: u32,
+    ) -> Result<RoundUsage, EngineError> {
+        let Some(bytes) = read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1)
+        else {
+            return Ok(RoundUsage::default());
+        };
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(message) => {
+                self.journal.record(EventKind::UsageSkipped {
+                    round,
+                    attempt,
+                    line: 0,
+                    message,
+                })?;
+                return Ok(RoundUsage::default());
+            }
+        };
+        let (usage, problems) = usage::parse(&bytes);
+        for p in problems {
+            self.journal.record(EventKind::UsageSkipped {
+                round,
+                attempt,
+                line: p.line,
+                message: p.message,
+            })?;
+        }
+        Ok(usage)
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
+    std::fs::write(path, bytes).map_err(|e| EngineError::io("write", path, e))
+}
+
+/// Reads a file the agent controls, refusing symlinks, FIFOs and anything but a regular file,
+/// and at most `limit` bytes. `None` when it does not exist.
+fn read_agent_file(path: &Path, limit: usize) -> Option<Result<Vec<u8>, String>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            return Some(Err(format!(
+                "cannot open `{}`: {e} (symlinks are refused)",
+                path.display()
+            )));
+        }
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Some(Err(format!("`{}` is not a regular file", path.display()))),
+        Err(e) => return Some(Err(format!("cannot inspect `{}`: {e}", path.display()))),
+    }
+    let mut buf = Vec::new();
+    match file.take(limit as u64).read_to_end(&mut buf) {
+        Ok(_) => Some(Ok(buf)),
+        Err(e) => Some(Err(format!("cannot read `{}`: {e}", path.display()))),
+    }
+}
+
+fn read_report_file(path: &Path, cap: usize) -> Option<Result<Report, ReportError>> {
+    let limit = report::decode::raw_limit(cap) + 1;
+    match read_agent_file(path, limit)? {
+        Ok(bytes) => Some(report::decode(&bytes, cap)),
+        Err(message) => Some(Err(ReportError::NotJson { message })),
+    }
+}
+
+/// The last `bytes` bytes of a file, as text.
+pub(super) fn tail_of(path: &Path, bytes: usize) -> String {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(bytes as u64 * 2);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(bytes as u64 * 2).read_to_end(&mut buf);
+    bounded_tail(&String::from_utf8_lossy(&buf), bytes)
+}

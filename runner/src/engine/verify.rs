@@ -1,0 +1,137 @@
+//! The runner's own check of a `complete` claim: the `--verify` command, run in the same sandbox
+//! as the rounds, in the workspace. Its exit status decides; the agent has no say.
+
+use std::time::Instant;
+
+use ralph_sandbox::capture::{CappedFile, Discard};
+use ralph_sandbox::outcome::EndedBy;
+use ralph_sandbox::{ExecIo, ExecSpec, SandboxError, StderrMode, StdinMode};
+
+use super::artifacts::AttemptDirs;
+use super::job_run::JobRun;
+use super::round::tail_of;
+use super::{EngineError, env};
+use crate::store::EventKind;
+
+/// Bytes of verify output kept for the next round's note.
+pub const VERIFY_TAIL_BYTES: usize = 4096;
+
+/// How a verify run ended.
+#[derive(Debug)]
+pub enum VerifyEnd {
+    /// Exit status 0.
+    Passed,
+    /// Anything else.
+    Failed,
+    /// A cancel stopped it.
+    Cancelled,
+    /// The job deadline stopped it.
+    Deadline,
+    /// The sandbox could not be set up.
+    SandboxFailed(SandboxError),
+}
+
+impl JobRun<'_> {
+    /// Runs the verify command after round `round` reported complete.
+    pub(super) async fn verify(
+        &mut self,
+        round: u32,
+        command: &str,
+    ) -> Result<VerifyEnd, EngineError> {
+        let dirs = AttemptDirs::verify(&self.job_dir, round);
+        dirs.create()
+            .map_err(|e| EngineError::io("create", &dirs.root, e))?;
+        let vars = [
+            ("RALPH_JOB_ID", self.journal.view().id.clone()),
+            ("RALPH_ROUND", round.to_string()),
+            ("RALPH_WORKSPACE", self.spec.workspace.display().to_string()),
+        ];
+        let env = env::build(
+            &self.engine.env,
+            &dirs.home,
+            &dirs.tmp,
+            &self.spec.env,
+            &vars,
+        )
+        .map_err(|e| EngineError::Config {
+            message: e.to_string(),
+        })?;
+        let (timeout, deadline_bound) = self.attempt_timeout();
+        let spec = ExecSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), command.to_owned()],
+            cwd: self.spec.workspace.clone(),
+            env,
+            stdin: StdinMode::Null,
+            stderr: StderrMode::MergedIntoStdout,
+            timeout,
+            kill_grace: self.spec.kill_grace.0,
+            sandbox: self.sandbox_request(&dirs, Vec::new(), Vec::new()),
+            control_dir: dirs.root.clone(),
+        };
+        let log = dirs.output_log();
+        let out = CappedFile::create(&log, self.spec.sandbox.output_cap.0)
+            .map_err(|e| EngineError::io("create", &log, e))?;
+        let io = ExecIo {
+            stdin: None,
+            stdout: Box::new(out),
+            stderr: Box::new(Discard::default()),
+        };
+
+        self.journal.record(EventKind::VerifyStarted { round })?;
+        let started = Instant::now();
+        let outcome = match self
+            .engine
+            .backends
+            .spawn(self.spec.sandbox.backend, &spec, io)
+            .await
+        {
+            Ok(run) => run.wait(self.cancel.token()).await,
+            Err(e) => Err(e),
+        };
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let _ = dirs.remove_private();
+        let (end, exit, ended_by) = match outcome {
+            Err(e) => {
+                let message = e.to_string();
+                self.journal.record(EventKind::VerifyFinished {
+                    round,
+                    passed: false,
+                    command: command.to_owned(),
+                    exit: None,
+                    ended_by: None,
+                    output_tail: message,
+                    duration_ms,
+                })?;
+                return Ok(VerifyEnd::SandboxFailed(e));
+            }
+            Ok(r) => {
+                let o = r.outcome;
+                let end = match o.ended_by {
+                    EndedBy::Cancel | EndedBy::RunnerGone => VerifyEnd::Cancelled,
+                    EndedBy::Timeout if deadline_bound => VerifyEnd::Deadline,
+                    EndedBy::Timeout | EndedBy::MemoryLimit => VerifyEnd::Failed,
+                    EndedBy::Exit if o.termination.success() => VerifyEnd::Passed,
+                    EndedBy::Exit => VerifyEnd::Failed,
+                };
+                (end, Some(o.termination), Some(o.ended_by))
+            }
+        };
+        if matches!(end, VerifyEnd::Cancelled) {
+            self.note_cancel()?;
+        }
+        let mut tail = tail_of(&log, VERIFY_TAIL_BYTES);
+        if ended_by == Some(EndedBy::Timeout) {
+            tail.push_str("\n[ralph: the verify command timed out and was killed]");
+        }
+        self.journal.record(EventKind::VerifyFinished {
+            round,
+            passed: matches!(end, VerifyEnd::Passed),
+            command: command.to_owned(),
+            exit,
+            ended_by,
+            output_tail: tail,
+            duration_ms,
+        })?;
+        Ok(end)
+    }
+}

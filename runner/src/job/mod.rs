@@ -1,0 +1,15 @@
+//! Jobs: the immutable request ([`spec`]) and how a job ends ([`outcome`]).
+
+pub mod outcome;
+pub mod spec;
+
+pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
+pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SpecError};
+
+/// A job's identifier (a UUIDv7: sortable by creation time).
+pub type JobId = String;
+
+/// A new job id.
+pub fn new_job_id() -> JobId {
+    uuid::Uuid::now_v7().to_string()
+}

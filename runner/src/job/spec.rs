@@ -1,0 +1,411 @@
+//! The job request: objective, workspace, agent, sandbox and limits. It is journalled once when
+//! the job is submitted and never changes afterwards; nothing an agent does can alter it.
+
+use std::path::{Component, PathBuf};
+
+use ralph_sandbox::{BackendKind, Mode, Network};
+use serde::{Deserialize, Serialize};
+
+use crate::report::{DEFAULT_HANDOFF_CAP, MAX_HANDOFF_CAP};
+use crate::util::units::{ByteSize, HumanDuration};
+
+/// Default `max_rounds` (SPEC §3).
+pub const DEFAULT_MAX_ROUNDS: u32 = 20;
+/// Default deployment ceiling for `max_rounds` (SPEC §3).
+pub const DEFAULT_ROUNDS_CEILING: u32 = 256;
+/// Default number of retries of a failed round (SPEC §3).
+pub const DEFAULT_ROUND_RETRIES: u32 = 1;
+/// Highest number of retries a job may ask for.
+pub const MAX_ROUND_RETRIES: u32 = 10;
+/// Smallest handoff cap: room for a minimal valid report.
+pub const MIN_HANDOFF_CAP: usize = 128;
+/// Largest objective, in bytes.
+pub const MAX_OBJECTIVE_BYTES: usize = 64 * 1024;
+/// Default per-stream output cap of a round.
+pub const DEFAULT_OUTPUT_CAP: u64 = 8 << 20;
+
+/// Loop or one-shot task (SPEC §1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// The Ralph loop: fresh rounds until complete, blocked or out of budget.
+    #[default]
+    Loop,
+    /// One process, once; its exit status is the outcome.
+    Task,
+}
+
+impl JobKind {
+    /// The kind's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Loop => "loop",
+            JobKind::Task => "task",
+        }
+    }
+}
+
+/// Which agent runs each round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum AgentSpec {
+    /// A command line run with `/bin/sh -c` in the workspace.
+    Command {
+        /// The command line.
+        command: String,
+    },
+    /// A named preset for a known agent CLI.
+    Preset {
+        /// The preset's name.
+        name: String,
+    },
+}
+
+/// Sandbox settings of a job (SPEC §5).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// Backend.
+    pub backend: BackendKind,
+    /// Mode.
+    pub mode: Mode,
+    /// Network.
+    pub network: Network,
+    /// Protected paths, relative to the workspace.
+    pub protect: Vec<PathBuf>,
+    /// Extra readable paths.
+    pub read: Vec<PathBuf>,
+    /// Extra writable directories.
+    pub write: Vec<PathBuf>,
+    /// Memory limit of a round's tree.
+    pub memory: Option<ByteSize>,
+    /// Process limit of a round's tree.
+    pub pids: Option<u64>,
+    /// Container image (docker backend).
+    pub image: Option<String>,
+    /// Per-stream output cap of a round.
+    pub output_cap: ByteSize,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            backend: BackendKind::Native,
+            mode: Mode::WorkspaceWrite,
+            network: Network::None,
+            protect: Vec::new(),
+            read: Vec::new(),
+            write: Vec::new(),
+            memory: None,
+            pids: None,
+            image: None,
+            output_cap: ByteSize(DEFAULT_OUTPUT_CAP),
+        }
+    }
+}
+
+/// The full, immutable job request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Loop or task.
+    pub kind: JobKind,
+    /// The immutable objective.
+    pub objective: String,
+    /// The shared workspace (absolute).
+    pub workspace: PathBuf,
+    /// The agent.
+    pub agent: AgentSpec,
+    /// Round budget.
+    pub max_rounds: u32,
+    /// Handoff cap in bytes of compact JSON.
+    pub handoff_cap: usize,
+    /// Retries of a failed round.
+    pub round_retries: u32,
+    /// Base of the exponential backoff between retries.
+    pub retry_backoff: HumanDuration,
+    /// Wall-clock limit of one round.
+    pub round_timeout: Option<HumanDuration>,
+    /// Wall-clock limit of the whole job.
+    pub job_timeout: Option<HumanDuration>,
+    /// Grace between SIGTERM and SIGKILL when a round is stopped.
+    pub kill_grace: HumanDuration,
+    /// Token budget (input + output tokens).
+    pub max_tokens: Option<u64>,
+    /// Verification command run by the runner after a `complete` report.
+    pub verify: Option<String>,
+    /// Sandbox.
+    pub sandbox: SandboxSettings,
+    /// Names of runner environment variables passed to the agent.
+    pub env: Vec<String>,
+}
+
+impl JobSpec {
+    /// A loop job with the documented defaults.
+    pub fn new(
+        objective: impl Into<String>,
+        workspace: impl Into<PathBuf>,
+        agent: AgentSpec,
+    ) -> Self {
+        Self {
+            kind: JobKind::Loop,
+            objective: objective.into(),
+            workspace: workspace.into(),
+            agent,
+            max_rounds: DEFAULT_MAX_ROUNDS,
+            handoff_cap: DEFAULT_HANDOFF_CAP,
+            round_retries: DEFAULT_ROUND_RETRIES,
+            retry_backoff: HumanDuration(std::time::Duration::from_secs(2)),
+            round_timeout: Some(HumanDuration(std::time::Duration::from_secs(3600))),
+            job_timeout: None,
+            kill_grace: HumanDuration(std::time::Duration::from_secs(5)),
+            max_tokens: None,
+            verify: None,
+            sandbox: SandboxSettings::default(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Deployment bounds a job must stay within.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ceilings {
+    /// Highest `max_rounds`.
+    pub max_rounds: u32,
+    /// Highest `handoff_cap`.
+    pub handoff_cap: usize,
+}
+
+impl Default for Ceilings {
+    fn default() -> Self {
+        Self {
+            max_rounds: DEFAULT_ROUNDS_CEILING,
+            handoff_cap: MAX_HANDOFF_CAP,
+        }
+    }
+}
+
+/// A job request that breaks a rule; `field` is the job-file key (the flag is `--` + the key with
+/// `-` for `_`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid `{field}`: {message}")]
+pub struct SpecError {
+    /// The offending key.
+    pub field: &'static str,
+    /// What was expected.
+    pub message: String,
+}
+
+fn err(field: &'static str, message: impl Into<String>) -> SpecError {
+    SpecError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Environment variables the runner sets itself; `--env` may not override them.
+pub const RESERVED_ENV: [&str; 5] = ["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl JobSpec {
+    /// Checks every rule; a request over a ceiling is rejected, never clamped.
+    pub fn validate(&self, ceilings: &Ceilings) -> Result<(), SpecError> {
+        if self.objective.trim().is_empty() {
+            return Err(err("objective", "must not be empty"));
+        }
+        if self.objective.len() > MAX_OBJECTIVE_BYTES {
+            return Err(err(
+                "objective",
+                format!(
+                    "is {} bytes, over the limit of {MAX_OBJECTIVE_BYTES}",
+                    self.objective.len()
+                ),
+            ));
+        }
+        if !self.workspace.is_absolute() {
+            return Err(err(
+                "workspace",
+                format!("`{}` must be an absolute path", self.workspace.display()),
+            ));
+        }
+        match &self.agent {
+            AgentSpec::Command { command } if command.trim().is_empty() => {
+                return Err(err("agent_cmd", "must not be empty"));
+            }
+            AgentSpec::Preset { name } if name.trim().is_empty() => {
+                return Err(err("agent", "must not be empty"));
+            }
+            _ => {}
+        }
+        if self.max_rounds == 0 || self.max_rounds > ceilings.max_rounds {
+            return Err(err(
+                "max_rounds",
+                format!(
+                    "{} is outside 1..={} (the deployment ceiling)",
+                    self.max_rounds, ceilings.max_rounds
+                ),
+            ));
+        }
+        if self.handoff_cap < MIN_HANDOFF_CAP || self.handoff_cap > ceilings.handoff_cap {
+            return Err(err(
+                "handoff_cap",
+                format!(
+                    "{} is outside {MIN_HANDOFF_CAP}..={} bytes",
+                    self.handoff_cap, ceilings.handoff_cap
+                ),
+            ));
+        }
+        if self.round_retries > MAX_ROUND_RETRIES {
+            return Err(err(
+                "round_retries",
+                format!(
+                    "{} is over the limit of {MAX_ROUND_RETRIES}",
+                    self.round_retries
+                ),
+            ));
+        }
+        for (field, d) in [
+            ("round_timeout", self.round_timeout),
+            ("job_timeout", self.job_timeout),
+        ] {
+            if d.is_some_and(|d| d.0.is_zero()) {
+                return Err(err(field, "must be longer than 0s"));
+            }
+        }
+        if self.max_tokens == Some(0) {
+            return Err(err("max_tokens", "must be at least 1"));
+        }
+        if self.verify.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(err("verify", "must not be empty"));
+        }
+        for name in &self.env {
+            if !valid_env_name(name) {
+                return Err(err("env", format!("`{name}` is not a valid variable name")));
+            }
+            if RESERVED_ENV.contains(&name.as_str()) || name.starts_with("RALPH_") {
+                return Err(err(
+                    "env",
+                    format!("`{name}` is set by the runner and cannot be passed through"),
+                ));
+            }
+        }
+        for p in &self.sandbox.protect {
+            let escapes = p
+                .components()
+                .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+            if escapes || p.as_os_str().is_empty() {
+                return Err(err(
+                    "protect",
+                    format!(
+                        "`{}` must be a relative path inside the workspace, without `..`",
+                        p.display()
+                    ),
+                ));
+            }
+        }
+        for (field, paths) in [("read", &self.sandbox.read), ("write", &self.sandbox.write)] {
+            if let Some(p) = paths.iter().find(|p| !p.is_absolute()) {
+                return Err(err(
+                    field,
+                    format!("`{}` must be an absolute path", p.display()),
+                ));
+            }
+        }
+        if self.sandbox.output_cap.0 < 1024 {
+            return Err(err("output_cap", "must be at least 1K"));
+        }
+        if self.sandbox.pids == Some(0) {
+            return Err(err("pids", "must be at least 1"));
+        }
+        if self.sandbox.memory.is_some_and(|m| m.0 < (1 << 20)) {
+            return Err(err("memory", "must be at least 1M"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec::new(
+            "fix it",
+            "/tmp/ws",
+            AgentSpec::Command {
+                command: "true".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        spec().validate(&Ceilings::default()).unwrap();
+    }
+
+    #[test]
+    fn max_rounds_over_the_ceiling_is_rejected_not_clamped() {
+        let mut s = spec();
+        s.max_rounds = 257;
+        let e = s.validate(&Ceilings::default()).unwrap_err();
+        assert_eq!(e.field, "max_rounds");
+        assert!(e.message.contains("1..=256"), "{e}");
+        s.max_rounds = 256;
+        s.validate(&Ceilings::default()).unwrap();
+        s.max_rounds = 0;
+        assert_eq!(
+            s.validate(&Ceilings::default()).unwrap_err().field,
+            "max_rounds"
+        );
+    }
+
+    #[test]
+    fn env_names_are_checked() {
+        for (name, ok) in [
+            ("OPENAI_API_KEY", true),
+            ("1X", false),
+            ("HOME", false),
+            ("RALPH_ROUND", false),
+            ("A-B", false),
+        ] {
+            let mut s = spec();
+            s.env = vec![name.into()];
+            assert_eq!(s.validate(&Ceilings::default()).is_ok(), ok, "{name}");
+        }
+    }
+
+    #[test]
+    fn protected_paths_stay_inside_the_workspace() {
+        for (p, ok) in [
+            ("tests", true),
+            (".git/hooks", true),
+            ("../x", false),
+            ("/etc", false),
+            ("a/../../b", false),
+        ] {
+            let mut s = spec();
+            s.sandbox.protect = vec![p.into()];
+            assert_eq!(s.validate(&Ceilings::default()).is_ok(), ok, "{p}");
+        }
+    }
+
+    #[test]
+    fn spec_round_trips_through_json_and_rejects_unknown_keys() {
+        let s = spec();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(serde_json::from_value::<JobSpec>(v.clone()).unwrap(), s);
+        let mut bad = v;
+        bad["surprise"] = serde_json::json!(1);
+        let e = serde_json::from_value::<JobSpec>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("surprise"), "{e}");
+    }
+}

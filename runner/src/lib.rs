@@ -1,0 +1,24 @@
+//! The ralph runner library: the Ralph loop and task jobs, the report contract, the journal,
+//! and the agents. The `ralph` binary (`src/main.rs`, `src/cli/`) is a thin layer over it; this
+//! library knows nothing of the command line.
+//!
+//! - [`report`]: the handoff contract (SPEC §2).
+//! - [`job`]: the immutable job request and its outcomes (SPEC §3).
+//! - [`engine`]: the fixed orchestration of rounds, retries, verify and budgets (SPEC §3–4).
+//! - [`store`]: append-only journals and their projections (SPEC §8).
+//! - [`agent`]: what runs in a round.
+//! - [`usage`]: token usage lines (SPEC §4).
+//!
+//! # Test strategy
+//!
+//! Pure rules (report validation, units, projections, prompt, environment) are unit-tested
+//! beside the code. Everything that spawns processes is tested end to end in the repository's
+//! `tests/` by driving the real `ralph` binary with scripted agents.
+
+pub mod agent;
+pub mod engine;
+pub mod job;
+pub mod report;
+pub mod store;
+pub mod usage;
+pub mod util;

@@ -1,0 +1,14 @@
+//! The `ralph` binary: dispatches to the sandbox helper (before anything else, while the
+//! process is single-threaded) or to the command line.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == ralph_sandbox::native::HELPER_ARG)
+    {
+        ralph_sandbox::native::helper_main();
+    }
+    cli::main()
+}

@@ -1,0 +1,214 @@
+//! Journal events (SPEC §8). Each job has an append-only sequence of these; its state is a
+//! projection of them ([`super::projection`]).
+
+use std::path::PathBuf;
+
+use ralph_sandbox::Termination;
+use ralph_sandbox::outcome::{EndedBy, ResourceUsage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
+use crate::usage::RoundUsage;
+
+/// Who ran (or is running) a job: enough to tell whether that process still lives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerInfo {
+    /// Host name.
+    pub host: String,
+    /// Process id of the runner.
+    pub pid: u32,
+    /// `ralph` version.
+    pub version: String,
+    /// `ralph run` or `ralph serve`.
+    pub role: String,
+}
+
+/// How one round attempt ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AttemptResult {
+    /// A valid report (stored as JSON; re-validated on every read).
+    Reported {
+        /// The report.
+        report: Value,
+    },
+    /// No valid report.
+    Failed {
+        /// Why.
+        reason: RoundFailure,
+        /// Bounded details.
+        message: String,
+    },
+    /// The process ended without a report, and none was required (task jobs).
+    Exited,
+    /// The sandbox could not be set up: the agent never ran.
+    SandboxFailed {
+        /// Bounded details.
+        message: String,
+    },
+    /// Stopped by a cancel.
+    Cancelled,
+    /// Stopped because the job deadline passed.
+    DeadlineReached,
+    /// The runner died while it ran (written on recovery).
+    Interrupted,
+}
+
+/// One event of a job's journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The job was accepted with this immutable request.
+    JobSubmitted {
+        /// The request.
+        spec: Box<JobSpec>,
+    },
+    /// A runner took the job.
+    JobStarted {
+        /// Who.
+        runner: RunnerInfo,
+    },
+    /// A round attempt is about to spawn its process (journalled before the spawn).
+    RoundStarted {
+        /// 1-based round.
+        round: u32,
+        /// 1-based attempt within the round.
+        attempt: u32,
+        /// The attempt's artifact directory.
+        dir: PathBuf,
+    },
+    /// The attempt's process exists.
+    RoundSpawned {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// Host pid of the process supervising the round.
+        pid: Option<u32>,
+    },
+    /// The attempt ended.
+    RoundFinished {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// How.
+        result: AttemptResult,
+        /// The agent process's termination, when it ran.
+        exit: Option<Termination>,
+        /// Why the process ended.
+        ended_by: Option<EndedBy>,
+        /// Wall-clock time.
+        duration_ms: u64,
+        /// Tokens used.
+        usage: RoundUsage,
+        /// Resources used.
+        resources: Option<ResourceUsage>,
+    },
+    /// A usage line was malformed and skipped.
+    UsageSkipped {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// Line number (0 = the whole file).
+        line: u32,
+        /// Why.
+        message: String,
+    },
+    /// A failed attempt will be retried.
+    RoundRetried {
+        /// Round.
+        round: u32,
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why it failed.
+        reason: RoundFailure,
+        /// Delay before the next attempt.
+        backoff_ms: u64,
+    },
+    /// The runner started its verify command.
+    VerifyStarted {
+        /// After this round's complete report.
+        round: u32,
+    },
+    /// The verify command ended.
+    VerifyFinished {
+        /// Round.
+        round: u32,
+        /// True when it exited 0.
+        passed: bool,
+        /// The command.
+        command: String,
+        /// How it ended.
+        exit: Option<Termination>,
+        /// Why it ended (timeout, cancel...).
+        ended_by: Option<EndedBy>,
+        /// Bounded tail of its output.
+        output_tail: String,
+        /// Wall-clock time.
+        duration_ms: u64,
+    },
+    /// A user or signal asked to cancel.
+    CancelRequested {
+        /// Who ("SIGINT", "api", ...).
+        by: String,
+    },
+    /// Recovery closed an open round whose runner died.
+    Interrupted {
+        /// Bounded explanation.
+        message: String,
+    },
+    /// The job was re-armed to run again with its remaining budget.
+    Resumed {
+        /// Bounded explanation.
+        message: String,
+    },
+    /// The job ended.
+    JobFinished {
+        /// Outcome.
+        outcome: Outcome,
+        /// Why.
+        reason: FinishReason,
+        /// Bounded explanation.
+        message: String,
+        /// A task's exit code.
+        exit_code: Option<i32>,
+    },
+}
+
+impl EventKind {
+    /// The event's type name as stored.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::JobSubmitted { .. } => "job_submitted",
+            EventKind::JobStarted { .. } => "job_started",
+            EventKind::RoundStarted { .. } => "round_started",
+            EventKind::RoundSpawned { .. } => "round_spawned",
+            EventKind::RoundFinished { .. } => "round_finished",
+            EventKind::UsageSkipped { .. } => "usage_skipped",
+            EventKind::RoundRetried { .. } => "round_retried",
+            EventKind::VerifyStarted { .. } => "verify_started",
+            EventKind::VerifyFinished { .. } => "verify_finished",
+            EventKind::CancelRequested { .. } => "cancel_requested",
+            EventKind::Interrupted { .. } => "interrupted",
+            EventKind::Resumed { .. } => "resumed",
+            EventKind::JobFinished { .. } => "job_finished",
+        }
+    }
+}
+
+/// A journalled event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The job.
+    pub job_id: String,
+    /// 1-based position in the job's journal.
+    pub seq: u64,
+    /// RFC 3339 UTC timestamp with milliseconds.
+    pub at: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}

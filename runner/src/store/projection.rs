@@ -1,0 +1,348 @@
+//! A job's state as a fold over its journal. [`JobView::apply`] is the only place that decides
+//! what an event means; it also refuses events that make no sense in the current state, so a
+//! corrupt or hand-edited journal is detected rather than believed.
+
+use ralph_sandbox::Termination;
+use serde::Serialize;
+
+use super::event::{AttemptResult, Event, EventKind, RunnerInfo};
+use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
+use crate::report::{self, Report};
+use crate::usage::UsageTotals;
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Accepted, not yet taken by a runner.
+    Queued,
+    /// A runner is working on it.
+    Running,
+    /// It has an outcome.
+    Finished,
+}
+
+impl JobState {
+    /// The state's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Finished => "finished",
+        }
+    }
+}
+
+/// The runner's note about a failed verify, carried into the next round's prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VerifyNote {
+    /// The round whose complete report was not verified.
+    pub round: u32,
+    /// The verify command.
+    pub command: String,
+    /// How it ended.
+    pub exit: Option<Termination>,
+    /// Bounded tail of its output.
+    pub output_tail: String,
+}
+
+/// How a finished job ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finish {
+    /// Outcome.
+    pub outcome: Outcome,
+    /// Why.
+    pub reason: FinishReason,
+    /// Bounded explanation.
+    pub message: String,
+    /// A task's exit code.
+    pub exit_code: Option<i32>,
+}
+
+/// The projection of a job's journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobView {
+    /// Job id.
+    pub id: String,
+    /// Sequence number of the last applied event.
+    pub seq: u64,
+    /// The immutable request.
+    pub spec: JobSpec,
+    /// When it was submitted.
+    pub submitted_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// Life-cycle state.
+    pub state: JobState,
+    /// The runner that took it last.
+    pub runner: Option<RunnerInfo>,
+    /// Rounds started (attempts of one round count once).
+    pub rounds_started: u32,
+    /// Attempts started in all.
+    pub attempts: u32,
+    /// Attempts that were retried.
+    pub retries: u32,
+    /// The attempt started and not yet finished, as (round, attempt).
+    pub open_attempt: Option<(u32, u32)>,
+    /// The last valid report.
+    pub last_report: Option<Report>,
+    /// The round that produced it.
+    pub last_report_round: Option<u32>,
+    /// Token totals.
+    pub usage: UsageTotals,
+    /// Result of the verify of the last report, if one ran.
+    pub verified: Option<bool>,
+    /// A failed verify still to be told to the next round.
+    pub verify_note: Option<VerifyNote>,
+    /// The last attempt's failure, if it failed.
+    pub last_failure: Option<(RoundFailure, String)>,
+    /// Set once a cancel was requested.
+    pub cancel_requested: bool,
+    /// How it ended.
+    pub finish: Option<Finish>,
+}
+
+/// An event that cannot follow the job's current state.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("journal of job `{job}` is inconsistent at event {seq} ({event}): {problem}")]
+pub struct ProjectionError {
+    /// Job id.
+    pub job: String,
+    /// The event's sequence number.
+    pub seq: u64,
+    /// The event's type.
+    pub event: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl JobView {
+    /// Folds a whole journal.
+    pub fn project(events: &[Event]) -> Result<JobView, ProjectionError> {
+        let first = events.first().ok_or_else(|| ProjectionError {
+            job: String::new(),
+            seq: 0,
+            event: "none",
+            problem: "the journal is empty".into(),
+        })?;
+        let mut view = JobView::submitted(first)?;
+        for ev in &events[1..] {
+            view.apply(ev)?;
+        }
+        Ok(view)
+    }
+
+    /// The view right after the `job_submitted` event.
+    pub fn submitted(ev: &Event) -> Result<JobView, ProjectionError> {
+        let EventKind::JobSubmitted { spec } = &ev.kind else {
+            return Err(problem(ev, "the first event must be job_submitted"));
+        };
+        if ev.seq != 1 {
+            return Err(problem(ev, "job_submitted must have sequence number 1"));
+        }
+        Ok(JobView {
+            id: ev.job_id.clone(),
+            seq: 1,
+            spec: (**spec).clone(),
+            submitted_at: ev.at.clone(),
+            updated_at: ev.at.clone(),
+            state: JobState::Queued,
+            runner: None,
+            rounds_started: 0,
+            attempts: 0,
+            retries: 0,
+            open_attempt: None,
+            last_report: None,
+            last_report_round: None,
+            usage: UsageTotals::default(),
+            verified: None,
+            verify_note: None,
+            last_failure: None,
+            cancel_requested: false,
+            finish: None,
+        })
+    }
+
+    /// Applies the next event.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), ProjectionError> {
+        if ev.job_id != self.id {
+            return Err(problem(ev, "event of another job"));
+        }
+        if ev.seq != self.seq + 1 {
+            return Err(problem(
+                ev,
+                &format!("expected sequence number {}", self.seq + 1),
+            ));
+        }
+        let running = |v: &JobView| -> Result<(), ProjectionError> {
+            if v.state == JobState::Running {
+                Ok(())
+            } else {
+                Err(problem(ev, "the job is not running"))
+            }
+        };
+        match &ev.kind {
+            EventKind::JobSubmitted { .. } => {
+                return Err(problem(ev, "job_submitted can only come first"));
+            }
+            EventKind::JobStarted { runner } => {
+                if self.state != JobState::Queued {
+                    return Err(problem(ev, "the job is not queued"));
+                }
+                self.state = JobState::Running;
+                self.runner = Some(runner.clone());
+            }
+            EventKind::RoundStarted { round, attempt, .. } => {
+                running(self)?;
+                if self.open_attempt.is_some() {
+                    return Err(problem(ev, "another attempt is still open"));
+                }
+                let fresh_round = *round == self.rounds_started + 1 && *attempt == 1;
+                let retry = *round == self.rounds_started && *attempt > 1;
+                if !(fresh_round || retry) {
+                    return Err(problem(
+                        ev,
+                        &format!("round {round} attempt {attempt} is out of order"),
+                    ));
+                }
+                if *round > self.spec.max_rounds {
+                    return Err(problem(ev, "round beyond max_rounds"));
+                }
+                self.rounds_started = self.rounds_started.max(*round);
+                self.attempts += 1;
+                self.open_attempt = Some((*round, *attempt));
+            }
+            EventKind::RoundSpawned { round, attempt, .. } => {
+                if self.open_attempt != Some((*round, *attempt)) {
+                    return Err(problem(ev, "no such open attempt"));
+                }
+            }
+            EventKind::RoundFinished {
+                round,
+                attempt,
+                result,
+                usage,
+                ..
+            } => {
+                if self.open_attempt != Some((*round, *attempt)) {
+                    return Err(problem(ev, "no such open attempt"));
+                }
+                self.open_attempt = None;
+                self.usage.add(&usage.total());
+                self.last_failure = None;
+                match result {
+                    AttemptResult::Reported { report } => {
+                        let r = report::decode_value(report, self.spec.handoff_cap)
+                            .map_err(|e| problem(ev, &format!("stored report is invalid: {e}")))?;
+                        self.last_report = Some(r);
+                        self.last_report_round = Some(*round);
+                        self.verified = None;
+                        if self.verify_note.as_ref().is_some_and(|n| n.round < *round) {
+                            self.verify_note = None;
+                        }
+                    }
+                    AttemptResult::Failed { reason, message } => {
+                        self.last_failure = Some((*reason, message.clone()));
+                    }
+                    AttemptResult::Exited
+                    | AttemptResult::SandboxFailed { .. }
+                    | AttemptResult::Cancelled
+                    | AttemptResult::DeadlineReached
+                    | AttemptResult::Interrupted => {}
+                }
+            }
+            EventKind::UsageSkipped { .. } => {}
+            EventKind::RoundRetried { round, attempt, .. } => {
+                if self.open_attempt.is_some()
+                    || self.rounds_started != *round
+                    || self.last_failure.is_none()
+                {
+                    return Err(problem(
+                        ev,
+                        &format!("round {round} attempt {attempt} did not just fail"),
+                    ));
+                }
+                self.retries += 1;
+            }
+            EventKind::VerifyStarted { round } => {
+                running(self)?;
+                if self.last_report_round != Some(*round) {
+                    return Err(problem(ev, "verify of a round without a report"));
+                }
+            }
+            EventKind::VerifyFinished {
+                round,
+                passed,
+                command,
+                exit,
+                output_tail,
+                ..
+            } => {
+                if self.last_report_round != Some(*round) {
+                    return Err(problem(ev, "verify of a round without a report"));
+                }
+                self.verified = Some(*passed);
+                self.verify_note = if *passed {
+                    None
+                } else {
+                    Some(VerifyNote {
+                        round: *round,
+                        command: command.clone(),
+                        exit: *exit,
+                        output_tail: output_tail.clone(),
+                    })
+                };
+            }
+            EventKind::CancelRequested { .. } => {
+                self.cancel_requested = true;
+            }
+            EventKind::Interrupted { .. } => {}
+            EventKind::Resumed { .. } => {
+                if self.state != JobState::Finished {
+                    return Err(problem(ev, "only a finished job can be resumed"));
+                }
+                self.state = JobState::Queued;
+                self.finish = None;
+                self.cancel_requested = false;
+                self.runner = None;
+            }
+            EventKind::JobFinished {
+                outcome,
+                reason,
+                message,
+                exit_code,
+            } => {
+                if self.state == JobState::Finished {
+                    return Err(problem(ev, "the job already finished"));
+                }
+                if self.open_attempt.is_some() {
+                    return Err(problem(ev, "an attempt is still open"));
+                }
+                self.state = JobState::Finished;
+                self.finish = Some(Finish {
+                    outcome: *outcome,
+                    reason: *reason,
+                    message: message.clone(),
+                    exit_code: *exit_code,
+                });
+            }
+        }
+        self.seq = ev.seq;
+        self.updated_at = ev.at.clone();
+        Ok(())
+    }
+
+    /// The outcome, once finished.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.finish.as_ref().map(|f| f.outcome)
+    }
+}
+
+fn problem(ev: &Event, what: &str) -> ProjectionError {
+    ProjectionError {
+        job: ev.job_id.clone(),
+        seq: ev.seq,
+        event: ev.kind.name(),
+        problem: what.to_owned(),
+    }
+}

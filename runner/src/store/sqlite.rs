@@ -1,0 +1,244 @@
+//! The embedded SQLite state store: `ralph.db` in the state directory.
+//!
+//! Events are append-only (triggers refuse UPDATE and DELETE); the `jobs` table holds the
+//! immutable spec plus a few columns of the projection for listing, written in the same
+//! transaction as the event. Every commit is durable (`synchronous=FULL` in WAL mode): a round's
+//! start is on disk before its process exists.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::StoreError;
+use super::event::{Event, EventKind};
+use super::projection::JobView;
+
+/// Database file name inside the state directory.
+pub const DB_FILE: &str = "ralph.db";
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS jobs (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    outcome     TEXT,
+    rounds      INTEGER NOT NULL DEFAULT 0,
+    priority    INTEGER NOT NULL DEFAULT 0,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    spec        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, priority DESC, created_at);
+CREATE TABLE IF NOT EXISTS events (
+    job_id  TEXT NOT NULL REFERENCES jobs(id),
+    seq     INTEGER NOT NULL,
+    at      TEXT NOT NULL,
+    type    TEXT NOT NULL,
+    data    TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"#;
+
+/// The SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn db_err<'a>(path: &'a Path, action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+    move |source| StoreError::Sqlite {
+        action,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `state_dir`.
+    pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
+        create_private_dir(state_dir)?;
+        let path = state_dir.join(DB_FILE);
+        let conn = Connection::open(&path).map_err(db_err(&path, "open"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(db_err(&path, "configure"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(db_err(&path, "configure"))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(db_err(&path, "configure"))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(db_err(&path, "configure"))?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(db_err(&path, "read the schema of"))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        conn.execute_batch(SCHEMA)
+            .map_err(db_err(&path, "create the schema of"))?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(db_err(&path, "configure"))?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+        self.conn.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Records a new job: its `jobs` row and its first event, in one transaction.
+    pub fn insert_job(&self, first: &Event, view: &JobView) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let err = db_err(&self.path, "insert a job into");
+        let tx = conn.transaction().map_err(&err)?;
+        let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
+        tx.execute(
+            "INSERT INTO jobs (id, kind, state, outcome, rounds, created_at, updated_at, last_seq, spec)
+             VALUES (?1, ?2, ?3, NULL, 0, ?4, ?4, ?5, ?6)",
+            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, first.seq, spec],
+        )
+        .map_err(&err)?;
+        insert_event(&tx, first).map_err(&err)?;
+        tx.commit().map_err(&err)
+    }
+
+    /// Appends `event` (whose seq must be the next one) and stores the projection columns of
+    /// `after`, in one transaction. A concurrent writer makes this fail with a conflict.
+    pub fn append(&self, event: &Event, after: &JobView) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let err = db_err(&self.path, "append an event to");
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let last: Option<i64> = tx
+            .query_row(
+                "SELECT last_seq FROM jobs WHERE id = ?1",
+                params![event.job_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&err)?;
+        let last = last.ok_or_else(|| StoreError::NoSuchJob {
+            id: event.job_id.clone(),
+        })?;
+        if u64::try_from(last).ok() != event.seq.checked_sub(1) {
+            return Err(StoreError::Conflict {
+                id: event.job_id.clone(),
+                expected: event.seq - 1,
+                found: last,
+            });
+        }
+        insert_event(&tx, event).map_err(&err)?;
+        tx.execute(
+            "UPDATE jobs SET state = ?2, outcome = ?3, rounds = ?4, updated_at = ?5, last_seq = ?6 WHERE id = ?1",
+            params![
+                event.job_id,
+                after.state.as_str(),
+                after.outcome().map(|o| o.as_str()),
+                after.rounds_started,
+                event.at,
+                event.seq
+            ],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)
+    }
+
+    /// The whole journal of a job, in order.
+    pub fn events(&self, job_id: &str) -> Result<Vec<Event>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "read events from");
+        let mut stmt = conn
+            .prepare_cached("SELECT seq, at, data FROM events WHERE job_id = ?1 ORDER BY seq")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map(params![job_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(&err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, at, data) = row.map_err(&err)?;
+            let kind: EventKind = serde_json::from_str(&data).map_err(|e| StoreError::Decode {
+                id: job_id.to_owned(),
+                seq: u64::try_from(seq).unwrap_or(0),
+                message: e.to_string(),
+            })?;
+            out.push(Event {
+                job_id: job_id.to_owned(),
+                seq: u64::try_from(seq).unwrap_or(0),
+                at,
+                kind,
+            });
+        }
+        if out.is_empty() {
+            return Err(StoreError::NoSuchJob {
+                id: job_id.to_owned(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Ids of jobs in `state`, oldest first.
+    pub fn job_ids_in_state(&self, state: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "list jobs in");
+        let mut stmt = conn
+            .prepare_cached("SELECT id FROM jobs WHERE state = ?1 ORDER BY created_at, id")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map(params![state], |r| r.get::<_, String>(0))
+            .map_err(&err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&err)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn insert_event(tx: &rusqlite::Transaction<'_>, event: &Event) -> rusqlite::Result<()> {
+    let data = serde_json::to_string(&event.kind)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    tx.execute(
+        "INSERT INTO events (job_id, seq, at, type, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![event.job_id, event.seq, event.at, event.kind.name(), data],
+    )?;
+    Ok(())
+}
+
+/// Creates `dir` (and parents) with mode 0700 for the last component.
+pub fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => Ok(()),
+        Err(source) => Err(StoreError::Io {
+            action: "create",
+            path: dir.to_owned(),
+            source,
+        }),
+    }
+}

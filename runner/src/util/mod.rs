@@ -1,0 +1,4 @@
+//! Small shared helpers: units and bounded text.
+
+pub mod text;
+pub mod units;

@@ -1,0 +1,59 @@
+//! The interface every backend implements: spawn a command from an [`ExecSpec`] with its
+//! stdin and output sinks, then wait for it (or cancel it) and get an [`ExecReport`].
+
+use std::future::Future;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::capture::OutputSink;
+use crate::error::SandboxError;
+use crate::mode::BackendKind;
+use crate::outcome::ExecReport;
+use crate::spec::ExecSpec;
+
+/// The caller's side of a run's standard streams.
+pub struct ExecIo {
+    /// Bytes written to the command's stdin (then closed); used with `StdinMode::Piped`.
+    pub stdin: Option<Vec<u8>>,
+    /// Receives standard output.
+    pub stdout: Box<dyn OutputSink>,
+    /// Receives standard error (unused when stderr is merged into stdout).
+    pub stderr: Box<dyn OutputSink>,
+}
+
+impl std::fmt::Debug for ExecIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecIo")
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A way of running commands in isolation.
+pub trait Backend: Send + Sync {
+    /// The run in progress.
+    type Running: Running;
+
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Starts `spec`. Fails closed: if any requested restriction cannot be enforced, nothing runs
+    /// and the error is [`SandboxError::Unavailable`].
+    fn spawn(
+        &self,
+        spec: &ExecSpec,
+        io: ExecIo,
+    ) -> impl Future<Output = Result<Self::Running, SandboxError>> + Send;
+}
+
+/// A command running under a backend.
+pub trait Running: Send {
+    /// The host pid of the process that supervises the run, when there is one.
+    fn pid(&self) -> Option<u32>;
+
+    /// Waits for the end. Cancelling `cancel` stops the whole tree (TERM, grace, KILL).
+    fn wait(
+        self,
+        cancel: CancellationToken,
+    ) -> impl Future<Output = Result<ExecReport, SandboxError>> + Send;
+}

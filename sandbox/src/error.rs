@@ -1,0 +1,105 @@
+//! Errors of the sandbox crate, one enum, classified so callers can map them to exit codes.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Which kind of failure an error is, for exit-code mapping by callers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The requested isolation cannot be enforced on this host (SPEC exit 69).
+    Unavailable,
+    /// The request itself is wrong (SPEC exit 64).
+    Usage,
+    /// Something broke in the runner or the host (SPEC exit 70).
+    Internal,
+}
+
+/// A failure to run a command in the sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A requested restriction cannot be enforced; nothing ran.
+    #[error("sandbox unavailable: cannot enforce {restriction}: {reason}")]
+    Unavailable {
+        /// The restriction that cannot be enforced.
+        restriction: String,
+        /// Why, in the host's terms.
+        reason: String,
+    },
+    /// The request is invalid.
+    #[error("invalid sandbox request: {field}: {message}")]
+    InvalidRequest {
+        /// The offending field or flag.
+        field: String,
+        /// What was expected.
+        message: String,
+    },
+    /// The helper process could not be started.
+    #[error("failed to start the sandbox helper `{exe}`: {source}")]
+    SpawnHelper {
+        /// The helper executable.
+        exe: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The helper ended without writing its result.
+    #[error("the sandbox helper ended without a result ({status})")]
+    HelperLost {
+        /// The helper's own exit status.
+        status: String,
+    },
+    /// The helper's result could not be read.
+    #[error("failed to read the sandbox result `{path}`: {message}")]
+    BadResult {
+        /// Where the result was expected.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The helper reported an internal failure.
+    #[error("the sandbox helper failed: {message}")]
+    Helper {
+        /// The helper's message.
+        message: String,
+    },
+    /// An I/O operation around the run failed.
+    #[error("failed to {action} `{path}`: {source}")]
+    Io {
+        /// What was being done ("create", "read", ...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl SandboxError {
+    /// The failure's class, for exit codes.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            SandboxError::Unavailable { .. } => ErrorClass::Unavailable,
+            SandboxError::InvalidRequest { .. } => ErrorClass::Usage,
+            SandboxError::SpawnHelper { .. }
+            | SandboxError::HelperLost { .. }
+            | SandboxError::BadResult { .. }
+            | SandboxError::Helper { .. }
+            | SandboxError::Io { .. } => ErrorClass::Internal,
+        }
+    }
+
+    /// Shorthand for [`SandboxError::Unavailable`].
+    pub fn unavailable(restriction: impl Into<String>, reason: impl Into<String>) -> Self {
+        SandboxError::Unavailable {
+            restriction: restriction.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`SandboxError::InvalidRequest`].
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SandboxError::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

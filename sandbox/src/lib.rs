@@ -1,0 +1,29 @@
+//! `ralph-sandbox` runs one command the way a ralph round runs: in a fresh process tree, with a
+//! cleared environment, capped output, a timeout, and a kill of the whole tree at the end.
+//!
+//! - [`spec`]: what to run and under which restrictions (plain data).
+//! - [`backend`]: the interface every backend implements ([`Backend`], [`Running`]).
+//! - [`native`]: the native backend (a helper process supervises the command).
+//! - [`capture`]: bounded output capture.
+//! - [`outcome`]: how a run ended, what it used, and how much isolation was enforced.
+//!
+//! # Test strategy
+//!
+//! Pure pieces (capture, words, spec validation) have unit tests here. Anything that changes a
+//! process irreversibly runs in a throwaway process: the end-to-end tests in the repository's
+//! `tests/` drive the `ralph` binary, which hosts the helper.
+
+pub mod backend;
+pub mod capture;
+pub mod error;
+pub mod mode;
+pub mod native;
+pub mod outcome;
+pub mod spec;
+pub mod sys;
+
+pub use backend::{Backend, ExecIo, Running};
+pub use error::{ErrorClass, SandboxError};
+pub use mode::{BackendKind, Mode, Network};
+pub use outcome::{EndedBy, Enforcement, ExecOutcome, ExecReport, Termination};
+pub use spec::{ExecSpec, Limits, PrivateDirs, SandboxRequest, StderrMode, StdinMode};

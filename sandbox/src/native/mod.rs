@@ -1,0 +1,382 @@
+//! The native backend: the runner starts a helper (its own executable with [`HELPER_ARG`]) that
+//! sets the process up and supervises it; the runner streams output and waits.
+//!
+//! ```text
+//! runner (tokio) ──spawn──▶ helper (single-threaded supervisor, child subreaper)
+//!    │  stdin: prompt            │ fork
+//!    │  stdout/stderr ◀──────────┤──▶ command (setsid, rlimits, no_new_privs, execve)
+//!    │  SIGTERM = cancel         │      └─ its descendants (all re-parented to the helper)
+//!    └─ reads result.json ◀──────┘ writes result.json, exits
+//! ```
+
+pub mod child;
+pub mod protocol;
+pub mod supervisor;
+pub mod tree;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{Backend, ExecIo, Running};
+use crate::capture::OutputSink;
+use crate::error::SandboxError;
+use crate::mode::{BackendKind, Mode};
+use crate::outcome::{CaptureSummary, ExecReport};
+use crate::spec::{ExecSpec, SandboxRequest, StdinMode};
+pub use protocol::{HELPER_ARG, HelperResult, HelperSpec, SPEC_ENV};
+
+/// Extra time the runner gives the helper beyond timeout + grace before killing it outright.
+const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
+
+/// How long output readers may run on after the helper exited (the tree is dead by then).
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Runs commands through the native helper.
+#[derive(Clone, Debug)]
+pub struct NativeBackend {
+    helper_exe: PathBuf,
+}
+
+impl NativeBackend {
+    /// A backend that starts `helper_exe __sandbox-helper` for each run. Pass the `ralph`
+    /// executable (`/proc/self/exe` keeps working even if the file is replaced on disk).
+    pub fn new(helper_exe: impl Into<PathBuf>) -> Self {
+        Self {
+            helper_exe: helper_exe.into(),
+        }
+    }
+
+    /// Checks up front that `req` can be enforced by this build and host; fails closed.
+    pub fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
+        match req.mode {
+            Mode::FullAccess => {}
+            Mode::ReadOnly | Mode::WorkspaceWrite => {
+                return Err(SandboxError::unavailable(
+                    format!("filesystem isolation for mode `{}`", req.mode),
+                    "this build's native backend implements only `full-access`",
+                ));
+            }
+        }
+        if req.limits.memory_bytes.is_some() {
+            return Err(SandboxError::unavailable(
+                "the memory limit",
+                "cgroup limits are not implemented in this build",
+            ));
+        }
+        if req.limits.pids.is_some() {
+            return Err(SandboxError::unavailable(
+                "the pids limit",
+                "cgroup limits are not implemented in this build",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Shape checks every backend applies.
+pub fn validate(spec: &ExecSpec) -> Result<(), SandboxError> {
+    if spec.argv.is_empty() {
+        return Err(SandboxError::invalid("argv", "the command is empty"));
+    }
+    if !spec.cwd.is_absolute() {
+        return Err(SandboxError::invalid(
+            "cwd",
+            format!("`{}` is not an absolute path", spec.cwd.display()),
+        ));
+    }
+    if !spec.sandbox.workspace.is_absolute() {
+        return Err(SandboxError::invalid(
+            "workspace",
+            format!(
+                "`{}` is not an absolute path",
+                spec.sandbox.workspace.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A run of the native backend in progress.
+#[derive(Debug)]
+pub struct NativeRun {
+    child: tokio::process::Child,
+    pid: u32,
+    result_path: PathBuf,
+    timeout: Option<Duration>,
+    grace: Duration,
+    readers: Vec<JoinHandle<std::io::Result<CaptureSummary>>>,
+    stdin_writer: Option<JoinHandle<()>>,
+    merged: bool,
+}
+
+impl Backend for NativeBackend {
+    type Running = NativeRun;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
+    }
+
+    async fn spawn(&self, spec: &ExecSpec, io: ExecIo) -> Result<NativeRun, SandboxError> {
+        validate(spec)?;
+        self.preflight(&spec.sandbox)?;
+        std::fs::create_dir_all(&spec.control_dir).map_err(|source| SandboxError::Io {
+            action: "create",
+            path: spec.control_dir.clone(),
+            source,
+        })?;
+        let result_path = spec.control_dir.join(protocol::RESULT_FILE);
+        match std::fs::remove_file(&result_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(SandboxError::Io {
+                    action: "remove",
+                    path: result_path,
+                    source,
+                });
+            }
+        }
+        let helper = HelperSpec {
+            exec: spec.clone(),
+            result_path: result_path.clone(),
+            parent_pid: Some(i32::try_from(std::process::id()).unwrap_or(i32::MAX)),
+        };
+        let encoded = serde_json::to_string(&helper).map_err(|e| SandboxError::Helper {
+            message: format!("failed to encode the spec: {e}"),
+        })?;
+        if encoded.len() > protocol::MAX_SPEC_BYTES {
+            return Err(SandboxError::invalid(
+                "argv/env",
+                format!(
+                    "the request is {} bytes encoded, over the limit of {}",
+                    encoded.len(),
+                    protocol::MAX_SPEC_BYTES
+                ),
+            ));
+        }
+        let mut cmd = tokio::process::Command::new(&self.helper_exe);
+        cmd.arg(HELPER_ARG)
+            .env_clear()
+            .env(SPEC_ENV, encoded)
+            .stdin(match spec.stdin {
+                StdinMode::Null => Stdio::null(),
+                StdinMode::Piped => Stdio::piped(),
+                StdinMode::Inherit => Stdio::inherit(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| SandboxError::SpawnHelper {
+            exe: self.helper_exe.clone(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stdin_writer = match (child.stdin.take(), io.stdin) {
+            (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
+                // A command that does not read its stdin closes the pipe: that is fine.
+                let _ = pipe.write_all(&bytes).await;
+                let _ = pipe.shutdown().await;
+            })),
+            (Some(pipe), None) => {
+                drop(pipe);
+                None
+            }
+            (None, _) => None,
+        };
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(tokio::spawn(pump(out, io.stdout)));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(tokio::spawn(pump(err, io.stderr)));
+        }
+        Ok(NativeRun {
+            child,
+            pid,
+            result_path,
+            timeout: spec.timeout,
+            grace: spec.kill_grace,
+            readers,
+            stdin_writer,
+            merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
+        })
+    }
+}
+
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut sink: Box<dyn OutputSink>,
+) -> std::io::Result<CaptureSummary> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        sink.write(&buf[..n])?;
+    }
+    sink.finish()
+}
+
+impl Running for NativeRun {
+    fn pid(&self) -> Option<u32> {
+        Some(self.pid)
+    }
+
+    async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid).unwrap_or(0));
+        let mut backstop = self
+            .timeout
+            .map(|t| tokio::time::Instant::now() + t + self.grace + HELPER_BACKSTOP);
+        let mut cancel_sent = false;
+        let status = loop {
+            let sleep = async {
+                match backstop {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                status = self.child.wait() => {
+                    break status.map_err(|e| SandboxError::Helper { message: format!("failed to wait for the helper: {e}") })?;
+                }
+                () = cancel.cancelled(), if !cancel_sent => {
+                    cancel_sent = true;
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                    backstop = Some(tokio::time::Instant::now() + self.grace + HELPER_BACKSTOP);
+                }
+                () = sleep => {
+                    // The helper did not finish in time: kill it (its tree dies with it when it
+                    // holds a pid namespace; otherwise its watchdog children see it gone).
+                    let _ = self.child.start_kill();
+                    backstop = None;
+                }
+            }
+        };
+        if let Some(w) = self.stdin_writer.take() {
+            w.abort();
+        }
+        let mut captures = Vec::new();
+        for r in self.readers.drain(..) {
+            let summary = match tokio::time::timeout(DRAIN_LIMIT, r).await {
+                Ok(Ok(Ok(s))) => s,
+                Ok(Ok(Err(e))) => {
+                    return Err(SandboxError::Helper {
+                        message: format!("failed to capture output: {e}"),
+                    });
+                }
+                Ok(Err(e)) => {
+                    return Err(SandboxError::Helper {
+                        message: format!("output capture task failed: {e}"),
+                    });
+                }
+                Err(_) => CaptureSummary::default(),
+            };
+            captures.push(summary);
+        }
+        let mut captures = captures.into_iter();
+        let stdout = captures.next().unwrap_or_default();
+        let stderr = if self.merged {
+            CaptureSummary::default()
+        } else {
+            captures.next().unwrap_or_default()
+        };
+        let result = read_result(&self.result_path, &status)?;
+        match result {
+            HelperResult::Ran { outcome } => Ok(ExecReport {
+                outcome,
+                stdout,
+                stderr,
+            }),
+            HelperResult::SetupFailed { failure } => Err(SandboxError::Unavailable {
+                restriction: failure.restriction,
+                reason: format!("{} ({})", failure.reason, failure.step),
+            }),
+            HelperResult::Internal { message } => Err(SandboxError::Helper { message }),
+        }
+    }
+}
+
+fn read_result(
+    path: &Path,
+    status: &std::process::ExitStatus,
+) -> Result<HelperResult, SandboxError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SandboxError::HelperLost {
+                status: status.to_string(),
+            });
+        }
+        Err(e) => {
+            return Err(SandboxError::BadResult {
+                path: path.to_owned(),
+                message: e.to_string(),
+            });
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| SandboxError::BadResult {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Entry point of the helper process (`ralph __sandbox-helper`). Call it first thing in `main`,
+/// before any thread exists. Never returns.
+pub fn helper_main() -> ! {
+    let spec: Result<HelperSpec, String> = std::env::var(SPEC_ENV)
+        .map_err(|_| format!("{SPEC_ENV} is not set"))
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| format!("invalid {SPEC_ENV}: {e}")));
+    let spec = match spec {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("ralph sandbox helper: {message}");
+            std::process::exit(70);
+        }
+    };
+    let enforcement = supervisor::base_enforcement(&spec.exec);
+    let result = supervisor::supervise(&spec.exec, spec.parent_pid, enforcement);
+    let code = match write_result(&spec.result_path, &result) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!(
+                "ralph sandbox helper: failed to write `{}`: {e}",
+                spec.result_path.display()
+            );
+            70
+        }
+    };
+    std::process::exit(code)
+}
+
+fn write_result(path: &Path, result: &HelperResult) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec(result).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Runs `spec` in this process (for `ralph sandbox exec`): output goes straight to this
+/// process's stdout/stderr. Call only while the process is single-threaded.
+pub fn exec_inline(
+    backend: &NativeBackend,
+    spec: &ExecSpec,
+) -> Result<crate::outcome::ExecOutcome, SandboxError> {
+    validate(spec)?;
+    backend.preflight(&spec.sandbox)?;
+    let enforcement = supervisor::base_enforcement(spec);
+    match supervisor::supervise(spec, None, enforcement) {
+        HelperResult::Ran { outcome } => Ok(outcome),
+        HelperResult::SetupFailed { failure } => Err(SandboxError::Unavailable {
+            restriction: failure.restriction,
+            reason: format!("{} ({})", failure.reason, failure.step),
+        }),
+        HelperResult::Internal { message } => Err(SandboxError::Helper { message }),
+    }
+}

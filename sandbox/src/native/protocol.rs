@@ -1,0 +1,70 @@
+//! The contract between the runner and its native helper process: how the request travels in,
+//! and how the result comes back.
+//!
+//! The runner starts its own executable with [`HELPER_ARG`] and a cleared environment holding only
+//! [`SPEC_ENV`] (a JSON [`HelperSpec`]). The environment is used rather than `argv` because
+//! `/proc/PID/cmdline` is world-readable while `/proc/PID/environ` is not. The helper writes a
+//! JSON [`HelperResult`] to `result_path` (atomically) before it exits.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::ExecOutcome;
+use crate::spec::ExecSpec;
+
+/// `argv[1]` that turns the `ralph` binary into the sandbox helper.
+pub const HELPER_ARG: &str = "__sandbox-helper";
+
+/// The environment variable carrying the [`HelperSpec`].
+pub const SPEC_ENV: &str = "RALPH_SANDBOX_SPEC";
+
+/// Largest encoded spec accepted (an environment string may not exceed 128 KiB on Linux).
+pub const MAX_SPEC_BYTES: usize = 120 * 1024;
+
+/// Name of the result file inside the spec's control directory.
+pub const RESULT_FILE: &str = "sandbox-result.json";
+
+/// Everything the helper needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelperSpec {
+    /// The command and its sandbox.
+    pub exec: ExecSpec,
+    /// Where to write the [`HelperResult`].
+    pub result_path: PathBuf,
+    /// The runner's pid; when it dies, the helper kills the tree and exits.
+    pub parent_pid: Option<i32>,
+}
+
+/// A restriction that could not be put in place; nothing ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupFailure {
+    /// The restriction (e.g. "filesystem isolation (landlock)").
+    pub restriction: String,
+    /// The failing step, naming the syscall where there is one.
+    pub step: String,
+    /// Why, in the kernel's or host's terms.
+    pub reason: String,
+}
+
+/// The helper's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum HelperResult {
+    /// The command ran (it may have failed on its own).
+    Ran {
+        /// What happened.
+        outcome: ExecOutcome,
+    },
+    /// The sandbox could not be set up; the command never ran.
+    SetupFailed {
+        /// What could not be enforced.
+        failure: SetupFailure,
+    },
+    /// The helper itself failed.
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,224 @@
+//! What a backend reports back about one run: how it ended, what it used, and how much of the
+//! requested isolation was actually enforced.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::mode::{BackendKind, Mode};
+
+/// How the command's main process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Termination {
+    /// It called `exit` with this code.
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// A signal killed it.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+}
+
+impl Termination {
+    /// True for `exit(0)`.
+    pub const fn success(self) -> bool {
+        matches!(self, Termination::Exited { code: 0 })
+    }
+
+    /// The status a shell would show: the exit code, or 128 + the signal number.
+    pub const fn shell_code(self) -> i32 {
+        match self {
+            Termination::Exited { code } => code,
+            Termination::Signaled { signal } => 128 + signal,
+        }
+    }
+}
+
+impl std::fmt::Display for Termination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Termination::Exited { code } => write!(f, "exit status {code}"),
+            Termination::Signaled { signal } => {
+                let name = nix::sys::signal::Signal::try_from(signal)
+                    .map(|s| s.as_str())
+                    .unwrap_or("unknown signal");
+                write!(f, "killed by signal {signal} ({name})")
+            }
+        }
+    }
+}
+
+/// Why the run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedBy {
+    /// The main process exited on its own.
+    Exit,
+    /// The wall-clock limit passed and the tree was killed.
+    Timeout,
+    /// The caller cancelled and the tree was killed.
+    Cancel,
+    /// The runner that started the run went away and the tree was killed.
+    RunnerGone,
+    /// The memory limit was hit and the kernel's OOM killer ended a process.
+    MemoryLimit,
+}
+
+/// Resources used by the whole process tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUsage {
+    /// User CPU time, in milliseconds.
+    pub user_cpu_ms: u64,
+    /// System CPU time, in milliseconds.
+    pub system_cpu_ms: u64,
+    /// Largest resident set of any single process, in KiB.
+    pub max_rss_kib: u64,
+}
+
+/// One restriction the sandbox is responsible for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Restriction {
+    /// Which paths may be read and written.
+    Filesystem,
+    /// Protected paths inside the workspace kept read-only.
+    ProtectedPaths,
+    /// Secrets under readable directories hidden.
+    HiddenSecrets,
+    /// Network access.
+    Network,
+    /// The syscall deny list.
+    Syscalls,
+    /// Capabilities dropped.
+    Capabilities,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs,
+    /// Environment scrubbed to an allowlist.
+    Environment,
+    /// Inherited descriptors closed.
+    Descriptors,
+    /// The whole process tree killed at the end.
+    ProcessTree,
+    /// Memory limit of the tree.
+    Memory,
+    /// Process-count limit of the tree.
+    Pids,
+    /// `RLIMIT_CORE` = 0.
+    CoreDumps,
+    /// `RLIMIT_FSIZE`.
+    FileSize,
+    /// `RLIMIT_NOFILE`.
+    OpenFiles,
+    /// Signals and abstract unix sockets scoped to the sandbox.
+    Scoping,
+}
+
+/// How much of one restriction was enforced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Enforced completely.
+    Full,
+    /// Enforced in part; the detail says what is missing.
+    Partial,
+    /// Not requested by this mode or these flags.
+    NotRequested,
+}
+
+/// One line of the enforcement report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforced {
+    /// Which restriction.
+    pub restriction: Restriction,
+    /// How much of it.
+    pub level: Level,
+    /// How, in a few words (e.g. "landlock abi 7", "cgroup v1 memory").
+    pub detail: String,
+}
+
+/// How much of the requested isolation was enforced for one run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// The backend that ran the command.
+    pub backend: BackendKind,
+    /// The mode it ran under.
+    pub mode: Mode,
+    /// One line per restriction.
+    pub restrictions: Vec<Enforced>,
+}
+
+impl Enforcement {
+    /// An empty report for `backend` and `mode`.
+    pub fn new(backend: BackendKind, mode: Mode) -> Self {
+        Self {
+            backend,
+            mode,
+            restrictions: Vec::new(),
+        }
+    }
+
+    /// Records one restriction.
+    pub fn record(&mut self, restriction: Restriction, level: Level, detail: impl Into<String>) {
+        self.restrictions.push(Enforced {
+            restriction,
+            level,
+            detail: detail.into(),
+        });
+    }
+
+    /// The level recorded for `restriction`, if any.
+    pub fn level_of(&self, restriction: Restriction) -> Option<Level> {
+        self.restrictions
+            .iter()
+            .find(|e| e.restriction == restriction)
+            .map(|e| e.level)
+    }
+}
+
+/// What the supervisor learned about one run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutcome {
+    /// How the main process ended.
+    pub termination: Termination,
+    /// Why the run ended.
+    pub ended_by: EndedBy,
+    /// Wall-clock time from spawn to the end of the main process.
+    pub wall: Duration,
+    /// Resources of the whole tree.
+    pub resources: ResourceUsage,
+    /// Processes still alive after the main process ended, which the supervisor killed.
+    pub leftovers_killed: u32,
+    /// Set when the command could not be executed at all (not found, not executable).
+    pub exec_error: Option<String>,
+    /// How much isolation was enforced.
+    pub enforcement: Enforcement,
+}
+
+/// What a capture sink kept of one output stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureSummary {
+    /// Where the kept bytes are, if they went to a file.
+    pub path: Option<PathBuf>,
+    /// Bytes the command wrote.
+    pub bytes_seen: u64,
+    /// Bytes kept (including the truncation marker).
+    pub bytes_kept: u64,
+    /// True when output was cut at the cap.
+    pub truncated: bool,
+}
+
+/// Everything known about one finished run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecReport {
+    /// The supervisor's account.
+    pub outcome: ExecOutcome,
+    /// Standard output capture.
+    pub stdout: CaptureSummary,
+    /// Standard error capture (empty when merged into stdout).
+    pub stderr: CaptureSummary,
+}

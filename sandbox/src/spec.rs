@@ -1,0 +1,110 @@
+//! What to run and under which restrictions: the request a caller hands to a backend.
+//!
+//! These types are plain data. They travel to the native helper process as JSON, so every
+//! decision about *what* is allowed is made before any process is created.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::mode::{Mode, Network};
+
+/// One command to run in a sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSpec {
+    /// The program and its arguments. `argv[0]` is looked up in the `PATH` of [`ExecSpec::env`]
+    /// when it has no `/`.
+    pub argv: Vec<String>,
+    /// Working directory of the command.
+    pub cwd: PathBuf,
+    /// The command's complete environment. Nothing else is inherited.
+    pub env: Vec<(String, String)>,
+    /// Where the command's standard input comes from.
+    pub stdin: StdinMode,
+    /// Whether standard error is kept apart from standard output.
+    pub stderr: StderrMode,
+    /// Wall-clock limit; the whole process tree is killed when it passes.
+    pub timeout: Option<Duration>,
+    /// Time between the polite SIGTERM and the SIGKILL when a tree is stopped.
+    pub kill_grace: Duration,
+    /// The isolation the command runs under.
+    pub sandbox: SandboxRequest,
+    /// A runner-owned directory (never visible to the command) for the backend's control files.
+    pub control_dir: PathBuf,
+}
+
+/// Standard input of the sandboxed command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StdinMode {
+    /// `/dev/null`.
+    Null,
+    /// Bytes supplied by the caller through [`crate::ExecIo::stdin`].
+    Piped,
+    /// The caller's own stdin (in-process runs such as `ralph sandbox exec`).
+    Inherit,
+}
+
+/// Standard error of the sandboxed command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StderrMode {
+    /// Captured by its own sink.
+    Separate,
+    /// Sent into standard output (interleaved as written).
+    MergedIntoStdout,
+}
+
+/// The isolation requested for one command (SPEC §5).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxRequest {
+    /// Filesystem and network mode.
+    pub mode: Mode,
+    /// Network access; `read-only` always runs without network.
+    pub network: Network,
+    /// The shared workspace (absolute, canonical).
+    pub workspace: PathBuf,
+    /// Paths kept read-only inside the workspace, relative to it.
+    pub protect: Vec<PathBuf>,
+    /// Extra readable paths (absolute).
+    pub read: Vec<PathBuf>,
+    /// Extra writable directories (absolute), honoured in `workspace-write`.
+    pub write: Vec<PathBuf>,
+    /// The run's private directories.
+    pub private: PrivateDirs,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Container image (docker backend only).
+    pub image: Option<String>,
+}
+
+/// Directories that belong to one run and nobody else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateDirs {
+    /// The private `HOME` (writable).
+    pub home: PathBuf,
+    /// The private `TMPDIR` (writable).
+    pub tmp: PathBuf,
+    /// Further run-owned paths the command may read (e.g. the prompt and handoff files).
+    pub readable: Vec<PathBuf>,
+    /// Further run-owned directories the command may write (e.g. where the report goes).
+    pub writable: Vec<PathBuf>,
+}
+
+/// Resource limits of one run. `None` means "no limit requested".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Memory of the whole tree, in bytes (cgroup).
+    pub memory_bytes: Option<u64>,
+    /// Number of processes/threads of the whole tree (cgroup).
+    pub pids: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+    /// `RLIMIT_FSIZE`, in bytes.
+    pub file_size_bytes: Option<u64>,
+}
