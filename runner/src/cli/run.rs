@@ -20,6 +20,7 @@ use super::{CliError, state_dir};
 
 /// `ralph run` flags (SPEC §6).
 #[derive(Args, Debug)]
+#[command(args_override_self = true)]
 #[command(group = clap::ArgGroup::new("objective_src").required(true).args(["objective", "objective_file"]))]
 #[command(group = clap::ArgGroup::new("agent_src").required(true).args(["agent", "agent_cmd"]))]
 pub struct RunArgs {

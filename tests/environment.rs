@@ -1,0 +1,77 @@
+//! Nothing of the runner's environment reaches the agent except the allowlist, the round
+//! variables and what `--env` names (SPEC §4).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+#[test]
+fn only_the_allowlist_reaches_the_agent() {
+    let f = Fixture::new();
+    // In the `sh -c` of --agent-cmd, /proc/$$/environ is exactly the environment the runner
+    // passed to execve, before the shell adds anything of its own (such as PWD).
+    let report = f.data("r.json", complete_report("env dumped").as_bytes());
+    let cmd = format!("tr '\\0' '\\n' < /proc/$$/environ > env.txt; cp '{}' \"$RALPH_REPORT_FILE\"", report.display());
+    let out = f
+        .run_cmd(&cmd)
+        .args(["--env", "MY_PASSED_TOKEN"])
+        .env("AWS_SECRET_ACCESS_KEY", "AKIA-super-secret")
+        .env("GITHUB_TOKEN", "ghp_secret")
+        .env("MY_PASSED_TOKEN", "passed-value")
+        .env("LANG", "C.UTF-8")
+        .output();
+    out.expect_code(0);
+    let env: BTreeMap<String, String> = f
+        .read_ws("env.txt")
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect();
+    let names: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "HOME",
+            "LANG",
+            "MY_PASSED_TOKEN",
+            "PATH",
+            "RALPH_ATTEMPT",
+            "RALPH_HANDOFF_FILE",
+            "RALPH_JOB_ID",
+            "RALPH_MAX_ROUNDS",
+            "RALPH_PROMPT_FILE",
+            "RALPH_REPORT_FILE",
+            "RALPH_ROUND",
+            "RALPH_USAGE_FILE",
+            "RALPH_WORKSPACE",
+            "TERM",
+            "TMPDIR"
+        ]
+    );
+    let raw = f.read_ws("env.txt");
+    assert!(!raw.contains("AKIA-super-secret") && !raw.contains("ghp_secret"));
+    assert_eq!(env["MY_PASSED_TOKEN"], "passed-value");
+    assert_eq!(env["RALPH_ROUND"], "1");
+    assert_eq!(env["RALPH_MAX_ROUNDS"], "20");
+    assert_eq!(env["RALPH_WORKSPACE"], f.ws.display().to_string());
+    let job_dir = out.json()["artifacts"].as_str().unwrap().to_owned();
+    assert!(env["HOME"].starts_with(&job_dir), "private HOME per round: {}", env["HOME"]);
+    assert!(env["TMPDIR"].starts_with(&job_dir));
+    assert!(!env["RALPH_REPORT_FILE"].starts_with(&f.ws.display().to_string()), "round files live outside the workspace");
+}
+
+#[test]
+fn the_prompt_is_on_stdin_and_in_the_prompt_file() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "prompt.sh",
+        &format!("cat > stdin.txt\ncp \"$RALPH_PROMPT_FILE\" file.txt\necho '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")),
+    );
+    f.run(&agent).output().expect_code(0);
+    let stdin = f.read_ws("stdin.txt");
+    assert!(stdin.contains("test objective"));
+    assert!(stdin.contains("round 1 of at most 20"));
+    assert_eq!(stdin, f.read_ws("file.txt"));
+}

@@ -1,0 +1,356 @@
+//! Every terminal outcome of a loop job, driven through `ralph run` with scripted agents, with
+//! the exit code, the result object and the journal checked for each path.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// An agent that counts its rounds in the workspace and completes at round `k`.
+fn counting_agent(f: &Fixture, k: u32) -> std::path::PathBuf {
+    f.agent(
+        "count.sh",
+        &format!(
+            r#"n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
+echo $$ >> pids
+if [ $n -ge {k} ]; then
+  printf '%s' '{}' > "$RALPH_REPORT_FILE"
+else
+  printf '%s' '{}' > "$RALPH_REPORT_FILE"
+fi"#,
+            complete_report("all done"),
+            continue_report("one more step")
+        ),
+    )
+}
+
+#[test]
+fn complete_at_round_k_with_verify() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 3);
+    let out = f.run(&agent).args(["--verify", "test \"$(cat count)\" = 3"]).output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["outcome"], "complete");
+    assert_eq!(j["reason"], "verified");
+    assert_eq!(j["verified"], true);
+    assert_eq!(j["rounds"], 3);
+    assert_eq!(j["report"]["summary"], "all done");
+    assert!(out.stderr.contains("complete (verified) after 3 round(s)"), "{}", out.stderr);
+    let events = f.event_types(&out.job_id());
+    let round = ["round_started", "round_spawned", "round_finished"];
+    let mut expected = vec!["job_submitted", "job_started"];
+    for _ in 0..3 {
+        expected.extend(round);
+    }
+    expected.extend(["verify_started", "verify_finished", "job_finished"]);
+    assert_eq!(events, expected);
+}
+
+#[test]
+fn completion_without_verify_is_only_the_workers_claim() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let out = f.run(&agent).output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["reason"], "reported");
+    assert_eq!(j["verified"], Value::Null);
+    assert!(out.stderr.contains("worker reported completion; not verified"), "{}", out.stderr);
+}
+
+#[test]
+fn each_round_is_a_fresh_process() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 4);
+    f.run(&agent).output().expect_code(0);
+    let pids: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
+    assert_eq!(pids.len(), 4);
+    let mut unique = pids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 4, "pids repeated: {pids:?}");
+}
+
+#[test]
+fn blocked() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "blocked.sh",
+        r#"echo '{"status":"blocked","summary":"cannot reach the database","evidence":["connection refused"],"nextSteps":[],"blocker":"no database credentials"}' > "$RALPH_REPORT_FILE""#,
+    );
+    let out = f.run(&agent).output();
+    out.expect_code(1);
+    let j = out.json();
+    assert_eq!(j["outcome"], "blocked");
+    assert_eq!(j["report"]["blocker"], "no database credentials");
+    assert_eq!(j["rounds"], 1);
+    let events = f.events(&out.job_id());
+    let (_, last) = events.last().unwrap();
+    assert_eq!(last["type"], "job_finished");
+    assert_eq!(last["outcome"], "blocked");
+}
+
+#[test]
+fn budget_limited_by_rounds_starts_exactly_max_rounds() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1000);
+    let out = f.run(&agent).args(["--max-rounds", "3"]).output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited");
+    assert_eq!(j["reason"], "max_rounds");
+    assert_eq!(j["rounds"], 3);
+    assert_eq!(j["max_rounds"], 3);
+    assert_eq!(j["report"]["status"], "continue");
+    assert_eq!(f.read_ws("count").trim(), "3");
+    let events = f.event_types(&out.job_id());
+    assert_eq!(events.iter().filter(|t| *t == "round_started").count(), 3);
+}
+
+#[test]
+fn round_failed_in_round_one_has_no_report() {
+    let f = Fixture::new();
+    let agent = f.agent("silent.sh", "echo working; echo oops >&2; exit 1");
+    let out = f.run(&agent).output();
+    out.expect_code(3);
+    let j = out.json();
+    assert_eq!(j["outcome"], "round-failed");
+    assert_eq!(j["rounds"], 1);
+    assert_eq!(j["report"], Value::Null);
+    assert_eq!(j["retries"], 1, "the default is one retry");
+    let msg = j["message"].as_str().unwrap();
+    assert!(msg.contains("no_report"), "{msg}");
+    assert!(msg.contains("exit status 1") && msg.contains("oops"), "{msg}");
+    let events = f.event_types(&out.job_id());
+    assert_eq!(
+        events,
+        [
+            "job_submitted",
+            "job_started",
+            "round_started",
+            "round_spawned",
+            "round_finished",
+            "round_retried",
+            "round_started",
+            "round_spawned",
+            "round_finished",
+            "job_finished"
+        ]
+    );
+}
+
+#[test]
+fn round_failed_in_a_later_round_carries_the_last_valid_report() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "fails_later.sh",
+        &format!(
+            r#"if [ "$RALPH_ROUND" = 1 ]; then echo '{}'; else exit 2; fi"#,
+            continue_report("round one work")
+        ),
+    );
+    let out = f.run(&agent).output();
+    out.expect_code(3);
+    let j = out.json();
+    assert_eq!(j["outcome"], "round-failed");
+    assert_eq!(j["rounds"], 2);
+    assert_eq!(j["report"]["summary"], "round one work");
+}
+
+#[test]
+fn a_retry_recovers_a_failed_attempt_and_is_counted() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "flaky.sh",
+        &format!(
+            r#"if [ "$RALPH_ATTEMPT" = 1 ]; then echo 'not json' > "$RALPH_REPORT_FILE"; exit 0; fi
+grep -q 'previous attempt of this round failed' "$RALPH_PROMPT_FILE" && touch saw_retry_note
+echo '{}' > "$RALPH_REPORT_FILE""#,
+            complete_report("second try")
+        ),
+    );
+    let out = f.run(&agent).args(["--round-retries", "2", "--retry-backoff", "100ms"]).output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["retries"], 1);
+    assert_eq!(j["rounds"], 1);
+    assert!(f.ws.join("saw_retry_note").exists(), "the retry's prompt must say why the attempt failed");
+    let events = f.events(&out.job_id());
+    let retried = events.iter().find(|(t, _)| t == "round_retried").unwrap();
+    assert_eq!(retried.1["reason"], "invalid_report");
+    assert_eq!(retried.1["backoff_ms"], 100);
+}
+
+#[test]
+fn a_failed_verify_note_reaches_the_next_round() {
+    let f = Fixture::new();
+    // The agent claims completion; only once its prompt carries the runner's verify note does
+    // it actually fix things. (The sentinel is computed by the verify command, so it appears in
+    // its output but not in its command line, which the prompt also quotes.)
+    let agent = f.agent(
+        "claims.sh",
+        &format!(
+            r#"prompt=$(cat)
+case "$prompt" in *VERIFY-42-SENTINEL*) touch fixed ;; esac
+echo '{}' > "$RALPH_REPORT_FILE""#,
+            complete_report("claimed done")
+        ),
+    );
+    let out = f.run(&agent).args(["--verify", "test -f fixed || { echo VERIFY-$((40+2))-SENTINEL; exit 7; }"]).output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["rounds"], 2);
+    assert_eq!(j["verified"], true);
+    let events = f.events(&out.job_id());
+    let verifies: Vec<&Value> = events.iter().filter(|(t, _)| t == "verify_finished").map(|(_, v)| v).collect();
+    assert_eq!(verifies.len(), 2);
+    assert_eq!(verifies[0]["passed"], false);
+    assert_eq!(verifies[0]["exit"]["code"], 7);
+    assert!(verifies[0]["output_tail"].as_str().unwrap().contains("VERIFY-42-SENTINEL"));
+    assert_eq!(verifies[1]["passed"], true);
+    let dir = j["artifacts"].as_str().unwrap();
+    let prompt2 = std::fs::read_to_string(format!("{dir}/rounds/2/1/in/prompt.md")).unwrap();
+    assert!(prompt2.contains("verify command failed"), "{prompt2}");
+    assert!(prompt2.contains("exit status 7"), "{prompt2}");
+    assert!(prompt2.contains("test -f fixed"), "{prompt2}");
+}
+
+#[test]
+fn verify_failing_on_the_last_round_is_budget_limited_and_unverified() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let out = f.run(&agent).args(["--max-rounds", "2", "--verify", "exit 1"]).output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited");
+    assert_eq!(j["reason"], "max_rounds");
+    assert_eq!(j["verified"], false);
+    assert!(j["message"].as_str().unwrap().contains("verify command failed"));
+}
+
+#[test]
+fn the_token_budget_runs_out() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "spender.sh",
+        &format!(
+            r#"echo '{{"model":"m1","input_tokens":400,"cached_input_tokens":100,"output_tokens":200,"reasoning_tokens":50}}' >> "$RALPH_USAGE_FILE"
+echo 'garbage line' >> "$RALPH_USAGE_FILE"
+echo '{}' > "$RALPH_REPORT_FILE""#,
+            continue_report("spent some")
+        ),
+    );
+    let out = f.run(&agent).args(["--max-tokens", "1000"]).output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited");
+    assert_eq!(j["reason"], "max_tokens");
+    assert_eq!(j["rounds"], 2, "600 tokens after round 1, 1200 after round 2");
+    assert_eq!(j["usage"]["input_tokens"], 800);
+    assert_eq!(j["usage"]["cached_input_tokens"], 200);
+    assert_eq!(j["usage"]["output_tokens"], 400);
+    assert_eq!(j["usage"]["reasoning_tokens"], 100);
+    let events = f.events(&out.job_id());
+    let skipped: Vec<_> = events.iter().filter(|(t, _)| t == "usage_skipped").collect();
+    assert_eq!(skipped.len(), 2, "one malformed line per round, journalled and skipped");
+    let finished: Vec<_> = events.iter().filter(|(t, _)| t == "round_finished").collect();
+    assert_eq!(finished[0].1["usage"]["by_model"]["m1"]["input_tokens"], 400);
+}
+
+#[test]
+fn the_report_of_round_k_arrives_in_round_k_plus_one() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "handoff.sh",
+        &format!(
+            r#"if [ "$RALPH_ROUND" = 1 ]; then
+  test -e "$RALPH_HANDOFF_FILE" && touch handoff_in_round_1
+  echo '{}' > "$RALPH_REPORT_FILE"
+else
+  cp "$RALPH_HANDOFF_FILE" handoff_seen.json
+  grep -c 'HANDOFF-MARK-7' "$RALPH_PROMPT_FILE" > prompt_mentions
+  echo '{}' > "$RALPH_REPORT_FILE"
+fi"#,
+            r#"{"status":"continue","summary":"HANDOFF-MARK-7","evidence":["e1"],"nextSteps":["finish it"],"blocker":""}"#,
+            complete_report("finished")
+        ),
+    );
+    let out = f.run(&agent).output();
+    out.expect_code(0);
+    assert!(!f.ws.join("handoff_in_round_1").exists(), "no handoff file in round 1");
+    let seen: Value = serde_json::from_str(&f.read_ws("handoff_seen.json")).unwrap();
+    assert_eq!(seen["summary"], "HANDOFF-MARK-7");
+    assert_eq!(seen["nextSteps"][0], "finish it");
+    assert_eq!(f.read_ws("prompt_mentions").trim(), "1", "the prompt carries the handoff");
+}
+
+#[test]
+fn the_report_may_come_from_the_last_json_line_of_stdout() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "stdout.sh",
+        &format!("echo '{{\"event\":\"log\"}}'\necho '{}'\necho 'trailing words'", complete_report("via stdout")),
+    );
+    let out = f.run(&agent).output();
+    out.expect_code(0);
+    assert_eq!(out.json()["report"]["summary"], "via stdout");
+}
+
+#[test]
+fn max_rounds_over_the_ceiling_is_refused_with_64_and_no_job() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let out = f.run(&agent).args(["--max-rounds", "257"]).output();
+    out.expect_code(64);
+    assert!(out.stderr.contains("--max-rounds: 257 is outside 1..=256"), "{}", out.stderr);
+    assert!(out.stdout.is_empty());
+    assert!(!f.ws.join("count").exists());
+    f.run(&agent).args(["--max-rounds", "0"]).output().expect_code(64);
+}
+
+#[test]
+fn usage_errors_exit_64_and_name_the_flag() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let cases: &[(&[&str], &str)] = &[
+        (&["--round-timeout", "soon"], "soon"),
+        (&["--handoff-cap", "12Q"], "12Q"),
+        (&["--mode", "rw"], "invalid mode `rw`"),
+        (&["--env", "NOT_SET_ANYWHERE_42"], "NOT_SET_ANYWHERE_42"),
+        (&["--read", "/does/not/exist"], "--read `/does/not/exist`"),
+    ];
+    for (args, needle) in cases {
+        let out = f.run(&agent).args(*args).output();
+        out.expect_code(64);
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    }
+    let out = Ralph::new().args(["run", "--agent-cmd", "true"]).output();
+    out.expect_code(64);
+}
+
+#[test]
+fn a_state_dir_inside_the_workspace_is_refused() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let out = f.run(&agent).arg("--state-dir").arg(f.ws.join(".state")).output();
+    out.expect_code(64);
+    assert!(out.stderr.contains("overlap"), "{}", out.stderr);
+}
+
+#[test]
+fn a_missing_agent_command_fails_the_round_as_exec_failed() {
+    let f = Fixture::new();
+    let out = Ralph::new()
+        .args(["run", "--objective", "x", "--json", "--round-retries", "0", "--mode", TEST_MODE])
+        .arg("--workspace")
+        .arg(&f.ws)
+        .arg("--state-dir")
+        .arg(&f.state)
+        .args(["--agent-cmd", "/nonexistent/agent-binary"])
+        .output();
+    out.expect_code(3);
+    let msg = out.json()["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("no_report") && msg.contains("exit status 127"), "{msg}");
+}

@@ -1,0 +1,55 @@
+//! Task jobs: one process, once; the exit status is the outcome (SPEC §1, §3).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+
+#[test]
+fn a_task_that_exits_zero_completes() {
+    let f = Fixture::new();
+    let agent = f.agent("ok.sh", "echo hello > out.txt");
+    let out = f.run(&agent).args(["--kind", "task"]).output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["kind"], "task");
+    assert_eq!(j["outcome"], "complete");
+    assert_eq!(j["exit_code"], 0);
+    assert_eq!(j["rounds"], 1);
+    assert_eq!(f.read_ws("out.txt"), "hello\n");
+}
+
+#[test]
+fn a_task_that_fails_exits_4_and_runs_once() {
+    let f = Fixture::new();
+    let agent = f.agent("bad.sh", "echo x >> runs; exit 3");
+    let out = f.run(&agent).args(["--kind", "task"]).output();
+    out.expect_code(4);
+    let j = out.json();
+    assert_eq!(j["outcome"], "failed");
+    assert_eq!(j["exit_code"], 3);
+    assert_eq!(f.read_ws("runs"), "x\n", "a task is never retried");
+}
+
+#[test]
+fn a_task_report_is_optional_but_validated_when_present() {
+    let f = Fixture::new();
+    let agent = f.agent("report.sh", "echo '{\"status\":\"complete\"}' > \"$RALPH_REPORT_FILE\"");
+    let out = f.run(&agent).args(["--kind", "task"]).output();
+    out.expect_code(4);
+    assert!(out.json()["message"].as_str().unwrap().contains("missing the key"));
+    // JSON on stdout is not a report for a task.
+    let agent = f.agent("stdout.sh", "echo '{\"any\":\"json\"}'");
+    f.run(&agent).args(["--kind", "task"]).output().expect_code(0);
+}
+
+#[test]
+fn a_task_verify_decides_after_exit_zero() {
+    let f = Fixture::new();
+    let agent = f.agent("claim.sh", &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("did it")));
+    let out = f.run(&agent).args(["--kind", "task", "--verify", "false"]).output();
+    out.expect_code(4);
+    let out = f.run(&agent).args(["--kind", "task", "--verify", "true"]).output();
+    out.expect_code(0);
+    assert_eq!(out.json()["reason"], "verified");
+}
