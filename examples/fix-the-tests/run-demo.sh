@@ -5,7 +5,7 @@
 # Extra arguments go to `ralph run` (e.g. --json).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-ralph=${RALPH:-$here/../../target/release/ralph}
+ralph=${RALPH:-$here/../../target/x86_64-unknown-linux-gnu/release/ralph}
 ws=$(mktemp -d "${TMPDIR:-/tmp}/ralph-demo-XXXXXX")
 cp -R "$here/project/." "$ws/"
 echo "demo workspace: $ws" >&2

@@ -114,6 +114,10 @@ impl AttemptDirs {
     /// Removes the private HOME and TMPDIR (their content is not an artifact).
     pub fn remove_private(&self) -> std::io::Result<()> {
         for d in [&self.home, &self.tmp] {
+            // Usually empty: one rmdir instead of a directory walk.
+            if std::fs::remove_dir(d).is_ok() {
+                continue;
+            }
             match std::fs::remove_dir_all(d) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

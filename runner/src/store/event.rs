@@ -178,7 +178,37 @@ pub enum EventKind {
     },
 }
 
+/// How soon an event must be on stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Flushed (fsync) before `append` returns: the event must survive a power loss, because
+    /// something irreversible follows it (a process spawn) or a caller relies on it (the outcome).
+    Immediate,
+    /// Committed (a process crash cannot lose it) and flushed with the next immediate event.
+    /// Only for events whose loss on power failure is harmless or repaired by recovery.
+    Deferred,
+}
+
 impl EventKind {
+    /// How durable this event must be before the runner moves on.
+    pub fn durability(&self) -> Durability {
+        match self {
+            EventKind::JobSubmitted { .. }
+            | EventKind::RoundStarted { .. }
+            | EventKind::CancelRequested { .. }
+            | EventKind::Interrupted { .. }
+            | EventKind::Resumed { .. }
+            | EventKind::JobFinished { .. } => Durability::Immediate,
+            EventKind::JobStarted { .. }
+            | EventKind::RoundSpawned { .. }
+            | EventKind::RoundFinished { .. }
+            | EventKind::UsageSkipped { .. }
+            | EventKind::RoundRetried { .. }
+            | EventKind::VerifyStarted { .. }
+            | EventKind::VerifyFinished { .. } => Durability::Deferred,
+        }
+    }
+
     /// The event's type name as stored.
     pub fn name(&self) -> &'static str {
         match self {

@@ -2,8 +2,10 @@
 //!
 //! Events are append-only (triggers refuse UPDATE and DELETE); the `jobs` table holds the
 //! immutable spec plus a few columns of the projection for listing, written in the same
-//! transaction as the event. Every commit is durable (`synchronous=FULL` in WAL mode): a round's
-//! start is on disk before its process exists.
+//! transaction as the event. The database runs in WAL mode; each event's
+//! [`Durability`](super::event::Durability) picks `synchronous=FULL` (the WAL is fsynced at commit:
+//! a round's start is on disk before its process exists) or `NORMAL` (committed, and flushed by the
+//! next FULL commit). A process crash loses no committed event either way.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -11,7 +13,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::StoreError;
-use super::event::{Event, EventKind};
+use super::event::{Durability, Event, EventKind};
 use super::projection::JobView;
 
 /// Database file name inside the state directory.
@@ -50,8 +52,29 @@ BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    conn: Mutex<Conn>,
     path: PathBuf,
+}
+
+#[derive(Debug)]
+struct Conn {
+    db: Connection,
+    /// The `synchronous` setting in force.
+    sync: Durability,
+}
+
+impl Conn {
+    fn set_durability(&mut self, d: Durability) -> rusqlite::Result<()> {
+        if self.sync != d {
+            let level = match d {
+                Durability::Immediate => "FULL",
+                Durability::Deferred => "NORMAL",
+            };
+            self.db.pragma_update(None, "synchronous", level)?;
+            self.sync = d;
+        }
+        Ok(())
+    }
 }
 
 fn db_err<'a>(path: &'a Path, action: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
@@ -91,12 +114,15 @@ impl SqliteStore {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(db_err(&path, "configure"))?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn: Mutex::new(Conn {
+                db: conn,
+                sync: Durability::Immediate,
+            }),
             path,
         })
     }
 
-    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Connection>, StoreError> {
+    fn conn(&self) -> Result<std::sync::MutexGuard<'_, Conn>, StoreError> {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
 
@@ -104,7 +130,8 @@ impl SqliteStore {
     pub fn insert_job(&self, first: &Event, view: &JobView) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "insert a job into");
-        let tx = conn.transaction().map_err(&err)?;
+        conn.set_durability(first.kind.durability()).map_err(&err)?;
+        let tx = conn.db.transaction().map_err(&err)?;
         let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
         tx.execute(
             "INSERT INTO jobs (id, kind, state, outcome, rounds, created_at, updated_at, last_seq, spec)
@@ -121,7 +148,9 @@ impl SqliteStore {
     pub fn append(&self, event: &Event, after: &JobView) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "append an event to");
+        conn.set_durability(event.kind.durability()).map_err(&err)?;
         let tx = conn
+            .db
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(&err)?;
         let last: Option<i64> = tx
@@ -163,6 +192,7 @@ impl SqliteStore {
         let conn = self.conn()?;
         let err = db_err(&self.path, "read events from");
         let mut stmt = conn
+            .db
             .prepare_cached("SELECT seq, at, data FROM events WHERE job_id = ?1 ORDER BY seq")
             .map_err(&err)?;
         let rows = stmt
@@ -202,6 +232,7 @@ impl SqliteStore {
         let conn = self.conn()?;
         let err = db_err(&self.path, "list jobs in");
         let mut stmt = conn
+            .db
             .prepare_cached("SELECT id FROM jobs WHERE state = ?1 ORDER BY created_at, id")
             .map_err(&err)?;
         let rows = stmt

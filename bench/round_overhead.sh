@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runner overhead per round: `ralph run` with an agent that only writes a report, against
+# spawning that same agent directly, both measured in this run with hyperfine.
+#
+# Per-round cost is the slope between a short and a long job (so the fixed start-up of
+# `ralph run` — opening the store, creating the job — is not counted as per-round cost):
+#   per_round = (T(long) - T(short)) / (long - short)
+# and the same slope for a shell loop that spawns the agent directly.
+#
+# Usage: bench/round_overhead.sh [MODE]   (MODE defaults to full-access: the runner's own cost;
+#        pass workspace-write to include the native sandbox set-up)
+# STATE_ROOT puts the state dirs elsewhere (e.g. /dev/shm, to take the disk's fsync latency out).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-full-access}
+short=${SHORT:-10}
+long=${LONG:-110}
+runs=${RUNS:-10}
+cargo build --release --quiet
+ralph=$PWD/target/x86_64-unknown-linux-gnu/release/ralph
+work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-bench-XXXXXX")
+trap 'rm -rf "$work" "${STATE_ROOT:-$work}"/state-*' EXIT
+state_root=${STATE_ROOT:-$work}
+mkdir -p "$work/ws" "$work/direct" "$state_root"
+# The agent: one printf into the report file. Both sides run it as `/bin/sh -c '. agent.sh'`.
+cat > "$work/agent.sh" <<'SH'
+printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"
+SH
+ralph_cmd() { # rounds
+    echo "$ralph run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work --mode $mode --max-rounds $1 --agent-cmd '. $work/agent.sh' >/dev/null 2>&1; test \$? = 2"
+}
+direct_cmd() { # rounds
+    echo "for i in \$(seq $1); do RALPH_REPORT_FILE=$work/direct/report.json /bin/sh -c '. $work/agent.sh'; done"
+}
+hyperfine --style basic --warmup 1 --runs "$runs" --export-json "$work/h.json" \
+    --prepare "rm -rf $state_root/state-*; sync" \
+    -n "ralph-$short" "$(ralph_cmd "$short")" \
+    -n "ralph-$long" "$(ralph_cmd "$long")" \
+    -n "direct-$short" "$(direct_cmd "$short")" \
+    -n "direct-$long" "$(direct_cmd "$long")" >&2
+python3 - "$work/h.json" "$short" "$long" "$mode" <<'PY'
+import json, sys
+data = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
+short, long, mode = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def slope(name):
+    a, b = data[f"{name}-{short}"]["median"], data[f"{name}-{long}"]["median"]
+    return (b - a) / (long - short)
+r, d = slope("ralph"), slope("direct")
+print(f"| mode | ralph per round | direct spawn per round | runner overhead per round | ratio |")
+print(f"|---|---|---|---|---|")
+print(f"| {mode} | {r*1e3:.2f} ms | {d*1e3:.2f} ms | {(r-d)*1e3:.2f} ms | {r/d:.1f}x |")
+print(f"\nstart-up of `ralph run` ({short}-round job minus {short} rounds): {(data[f'ralph-{short}']['median'] - short*r)*1e3:.1f} ms")
+PY
