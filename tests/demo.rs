@@ -25,12 +25,29 @@ fn the_demo_fixes_the_tests_and_the_runner_verifies_it() {
     assert_eq!(j["outcome"], "complete");
     assert_eq!(j["reason"], "verified");
     assert_eq!(j["rounds"], 3, "one bug fixed per round: {stderr}");
-    assert!(j["report"]["evidence"].as_array().unwrap().iter().any(|e| e == "3 passed, 0 failed"));
+    assert!(
+        j["report"]["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "3 passed, 0 failed")
+    );
     assert!(stderr.contains("round 1/6 continue"), "{stderr}");
-    assert_eq!(std::fs::read(example.join("project/text.sh")).unwrap(), before, "the checkout stays clean");
+    assert_eq!(
+        std::fs::read(example.join("project/text.sh")).unwrap(),
+        before,
+        "the checkout stays clean"
+    );
     // The workspace copy really was fixed.
-    let ws = stderr.lines().find_map(|l| l.strip_prefix("demo workspace: ")).unwrap();
-    let status = Command::new("sh").arg("test.sh").current_dir(ws).status().unwrap();
+    let ws = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("demo workspace: "))
+        .unwrap();
+    let status = Command::new("sh")
+        .arg("test.sh")
+        .current_dir(ws)
+        .status()
+        .unwrap();
     assert!(status.success());
     std::fs::remove_dir_all(ws).unwrap();
 }

@@ -14,7 +14,10 @@ fn only_the_allowlist_reaches_the_agent() {
     // In the `sh -c` of --agent-cmd, /proc/$$/environ is exactly the environment the runner
     // passed to execve, before the shell adds anything of its own (such as PWD).
     let report = f.data("r.json", complete_report("env dumped").as_bytes());
-    let cmd = format!("tr '\\0' '\\n' < /proc/$$/environ > env.txt; cp '{}' \"$RALPH_REPORT_FILE\"", report.display());
+    let cmd = format!(
+        "tr '\\0' '\\n' < /proc/$$/environ > env.txt; cp '{}' \"$RALPH_REPORT_FILE\"",
+        report.display()
+    );
     let out = f
         .run_cmd(&cmd)
         .args(["--env", "MY_PASSED_TOKEN"])
@@ -57,9 +60,16 @@ fn only_the_allowlist_reaches_the_agent() {
     assert_eq!(env["RALPH_MAX_ROUNDS"], "20");
     assert_eq!(env["RALPH_WORKSPACE"], f.ws.display().to_string());
     let job_dir = out.json()["artifacts"].as_str().unwrap().to_owned();
-    assert!(env["HOME"].starts_with(&job_dir), "private HOME per round: {}", env["HOME"]);
+    assert!(
+        env["HOME"].starts_with(&job_dir),
+        "private HOME per round: {}",
+        env["HOME"]
+    );
     assert!(env["TMPDIR"].starts_with(&job_dir));
-    assert!(!env["RALPH_REPORT_FILE"].starts_with(&f.ws.display().to_string()), "round files live outside the workspace");
+    assert!(
+        !env["RALPH_REPORT_FILE"].starts_with(&f.ws.display().to_string()),
+        "round files live outside the workspace"
+    );
 }
 
 #[test]

@@ -29,7 +29,10 @@ fi"#,
 fn complete_at_round_k_with_verify() {
     let f = Fixture::new();
     let agent = counting_agent(&f, 3);
-    let out = f.run(&agent).args(["--verify", "test \"$(cat count)\" = 3"]).output();
+    let out = f
+        .run(&agent)
+        .args(["--verify", "test \"$(cat count)\" = 3"])
+        .output();
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["outcome"], "complete");
@@ -37,7 +40,11 @@ fn complete_at_round_k_with_verify() {
     assert_eq!(j["verified"], true);
     assert_eq!(j["rounds"], 3);
     assert_eq!(j["report"]["summary"], "all done");
-    assert!(out.stderr.contains("complete (verified) after 3 round(s)"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("complete (verified) after 3 round(s)"),
+        "{}",
+        out.stderr
+    );
     let events = f.event_types(&out.job_id());
     let round = ["round_started", "round_spawned", "round_finished"];
     let mut expected = vec!["job_submitted", "job_started"];
@@ -57,7 +64,12 @@ fn completion_without_verify_is_only_the_workers_claim() {
     let j = out.json();
     assert_eq!(j["reason"], "reported");
     assert_eq!(j["verified"], Value::Null);
-    assert!(out.stderr.contains("worker reported completion; not verified"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("worker reported completion; not verified"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -122,7 +134,10 @@ fn round_failed_in_round_one_has_no_report() {
     assert_eq!(j["retries"], 1, "the default is one retry");
     let msg = j["message"].as_str().unwrap();
     assert!(msg.contains("no_report"), "{msg}");
-    assert!(msg.contains("exit status 1") && msg.contains("oops"), "{msg}");
+    assert!(
+        msg.contains("exit status 1") && msg.contains("oops"),
+        "{msg}"
+    );
     let events = f.event_types(&out.job_id());
     assert_eq!(
         events,
@@ -171,12 +186,18 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
             complete_report("second try")
         ),
     );
-    let out = f.run(&agent).args(["--round-retries", "2", "--retry-backoff", "100ms"]).output();
+    let out = f
+        .run(&agent)
+        .args(["--round-retries", "2", "--retry-backoff", "100ms"])
+        .output();
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["retries"], 1);
     assert_eq!(j["rounds"], 1);
-    assert!(f.ws.join("saw_retry_note").exists(), "the retry's prompt must say why the attempt failed");
+    assert!(
+        f.ws.join("saw_retry_note").exists(),
+        "the retry's prompt must say why the attempt failed"
+    );
     let events = f.events(&out.job_id());
     let retried = events.iter().find(|(t, _)| t == "round_retried").unwrap();
     assert_eq!(retried.1["reason"], "invalid_report");
@@ -198,17 +219,32 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
             complete_report("claimed done")
         ),
     );
-    let out = f.run(&agent).args(["--verify", "test -f fixed || { echo VERIFY-$((40+2))-SENTINEL; exit 7; }"]).output();
+    let out = f
+        .run(&agent)
+        .args([
+            "--verify",
+            "test -f fixed || { echo VERIFY-$((40+2))-SENTINEL; exit 7; }",
+        ])
+        .output();
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["rounds"], 2);
     assert_eq!(j["verified"], true);
     let events = f.events(&out.job_id());
-    let verifies: Vec<&Value> = events.iter().filter(|(t, _)| t == "verify_finished").map(|(_, v)| v).collect();
+    let verifies: Vec<&Value> = events
+        .iter()
+        .filter(|(t, _)| t == "verify_finished")
+        .map(|(_, v)| v)
+        .collect();
     assert_eq!(verifies.len(), 2);
     assert_eq!(verifies[0]["passed"], false);
     assert_eq!(verifies[0]["exit"]["code"], 7);
-    assert!(verifies[0]["output_tail"].as_str().unwrap().contains("VERIFY-42-SENTINEL"));
+    assert!(
+        verifies[0]["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("VERIFY-42-SENTINEL")
+    );
     assert_eq!(verifies[1]["passed"], true);
     let dir = j["artifacts"].as_str().unwrap();
     let prompt2 = std::fs::read_to_string(format!("{dir}/rounds/2/1/in/prompt.md")).unwrap();
@@ -221,13 +257,21 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
 fn verify_failing_on_the_last_round_is_budget_limited_and_unverified() {
     let f = Fixture::new();
     let agent = counting_agent(&f, 1);
-    let out = f.run(&agent).args(["--max-rounds", "2", "--verify", "exit 1"]).output();
+    let out = f
+        .run(&agent)
+        .args(["--max-rounds", "2", "--verify", "exit 1"])
+        .output();
     out.expect_code(2);
     let j = out.json();
     assert_eq!(j["outcome"], "budget-limited");
     assert_eq!(j["reason"], "max_rounds");
     assert_eq!(j["verified"], false);
-    assert!(j["message"].as_str().unwrap().contains("verify command failed"));
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("verify command failed")
+    );
 }
 
 #[test]
@@ -247,16 +291,32 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     let j = out.json();
     assert_eq!(j["outcome"], "budget-limited");
     assert_eq!(j["reason"], "max_tokens");
-    assert_eq!(j["rounds"], 2, "600 tokens after round 1, 1200 after round 2");
+    assert_eq!(
+        j["rounds"], 2,
+        "600 tokens after round 1, 1200 after round 2"
+    );
     assert_eq!(j["usage"]["input_tokens"], 800);
     assert_eq!(j["usage"]["cached_input_tokens"], 200);
     assert_eq!(j["usage"]["output_tokens"], 400);
     assert_eq!(j["usage"]["reasoning_tokens"], 100);
     let events = f.events(&out.job_id());
-    let skipped: Vec<_> = events.iter().filter(|(t, _)| t == "usage_skipped").collect();
-    assert_eq!(skipped.len(), 2, "one malformed line per round, journalled and skipped");
-    let finished: Vec<_> = events.iter().filter(|(t, _)| t == "round_finished").collect();
-    assert_eq!(finished[0].1["usage"]["by_model"]["m1"]["input_tokens"], 400);
+    let skipped: Vec<_> = events
+        .iter()
+        .filter(|(t, _)| t == "usage_skipped")
+        .collect();
+    assert_eq!(
+        skipped.len(),
+        2,
+        "one malformed line per round, journalled and skipped"
+    );
+    let finished: Vec<_> = events
+        .iter()
+        .filter(|(t, _)| t == "round_finished")
+        .collect();
+    assert_eq!(
+        finished[0].1["usage"]["by_model"]["m1"]["input_tokens"],
+        400
+    );
 }
 
 #[test]
@@ -279,11 +339,18 @@ fi"#,
     );
     let out = f.run(&agent).output();
     out.expect_code(0);
-    assert!(!f.ws.join("handoff_in_round_1").exists(), "no handoff file in round 1");
+    assert!(
+        !f.ws.join("handoff_in_round_1").exists(),
+        "no handoff file in round 1"
+    );
     let seen: Value = serde_json::from_str(&f.read_ws("handoff_seen.json")).unwrap();
     assert_eq!(seen["summary"], "HANDOFF-MARK-7");
     assert_eq!(seen["nextSteps"][0], "finish it");
-    assert_eq!(f.read_ws("prompt_mentions").trim(), "1", "the prompt carries the handoff");
+    assert_eq!(
+        f.read_ws("prompt_mentions").trim(),
+        "1",
+        "the prompt carries the handoff"
+    );
 }
 
 #[test]
@@ -291,7 +358,10 @@ fn the_report_may_come_from_the_last_json_line_of_stdout() {
     let f = Fixture::new();
     let agent = f.agent(
         "stdout.sh",
-        &format!("echo '{{\"event\":\"log\"}}'\necho '{}'\necho 'trailing words'", complete_report("via stdout")),
+        &format!(
+            "echo '{{\"event\":\"log\"}}'\necho '{}'\necho 'trailing words'",
+            complete_report("via stdout")
+        ),
     );
     let out = f.run(&agent).output();
     out.expect_code(0);
@@ -304,10 +374,17 @@ fn max_rounds_over_the_ceiling_is_refused_with_64_and_no_job() {
     let agent = counting_agent(&f, 1);
     let out = f.run(&agent).args(["--max-rounds", "257"]).output();
     out.expect_code(64);
-    assert!(out.stderr.contains("--max-rounds: 257 is outside 1..=256"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--max-rounds: 257 is outside 1..=256"),
+        "{}",
+        out.stderr
+    );
     assert!(out.stdout.is_empty());
     assert!(!f.ws.join("count").exists());
-    f.run(&agent).args(["--max-rounds", "0"]).output().expect_code(64);
+    f.run(&agent)
+        .args(["--max-rounds", "0"])
+        .output()
+        .expect_code(64);
 }
 
 #[test]
@@ -334,7 +411,11 @@ fn usage_errors_exit_64_and_name_the_flag() {
 fn a_state_dir_inside_the_workspace_is_refused() {
     let f = Fixture::new();
     let agent = counting_agent(&f, 1);
-    let out = f.run(&agent).arg("--state-dir").arg(f.ws.join(".state")).output();
+    let out = f
+        .run(&agent)
+        .arg("--state-dir")
+        .arg(f.ws.join(".state"))
+        .output();
     out.expect_code(64);
     assert!(out.stderr.contains("overlap"), "{}", out.stderr);
 }
@@ -343,7 +424,16 @@ fn a_state_dir_inside_the_workspace_is_refused() {
 fn a_missing_agent_command_fails_the_round_as_exec_failed() {
     let f = Fixture::new();
     let out = Ralph::new()
-        .args(["run", "--objective", "x", "--json", "--round-retries", "0", "--mode", TEST_MODE])
+        .args([
+            "run",
+            "--objective",
+            "x",
+            "--json",
+            "--round-retries",
+            "0",
+            "--mode",
+            TEST_MODE,
+        ])
         .arg("--workspace")
         .arg(&f.ws)
         .arg("--state-dir")
@@ -352,5 +442,8 @@ fn a_missing_agent_command_fails_the_round_as_exec_failed() {
         .output();
     out.expect_code(3);
     let msg = out.json()["message"].as_str().unwrap().to_owned();
-    assert!(msg.contains("no_report") && msg.contains("exit status 127"), "{msg}");
+    assert!(
+        msg.contains("no_report") && msg.contains("exit status 127"),
+        "{msg}"
+    );
 }

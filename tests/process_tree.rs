@@ -35,7 +35,10 @@ fn assert_gone(marker: &str) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("processes of the round survived: {:?}", processes_with(marker));
+    panic!(
+        "processes of the round survived: {:?}",
+        processes_with(marker)
+    );
 }
 
 #[test]
@@ -43,12 +46,22 @@ fn a_round_timeout_kills_the_whole_tree() {
     let f = Fixture::new();
     let marker = "93100";
     let agent = stubborn_tree(&f, marker);
-    let out = f.run(&agent).args(["--round-timeout", "1s", "--round-retries", "0"]).output();
+    let out = f
+        .run(&agent)
+        .args(["--round-timeout", "1s", "--round-retries", "0"])
+        .output();
     out.expect_code(3);
     let j = out.json();
     assert_eq!(j["outcome"], "round-failed");
-    assert!(j["message"].as_str().unwrap().contains("timeout"), "{}", j["message"]);
-    assert!(f.ws.join("grandchild.pid").exists(), "the double fork happened");
+    assert!(
+        j["message"].as_str().unwrap().contains("timeout"),
+        "{}",
+        j["message"]
+    );
+    assert!(
+        f.ws.join("grandchild.pid").exists(),
+        "the double fork happened"
+    );
     assert_gone(marker);
     let events = f.events(&out.job_id());
     let fin = events.iter().find(|(t, _)| t == "round_finished").unwrap();
@@ -66,13 +79,21 @@ fn sigint_cancels_with_130_and_leaves_no_orphan() {
     assert!(!processes_with(marker).is_empty());
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_gone(marker);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["outcome"], "cancelled");
     let events = f.events(j["job_id"].as_str().unwrap());
     let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
-    assert_eq!(&types[types.len() - 3..], ["cancel_requested", "round_finished", "job_finished"]);
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["cancel_requested", "round_finished", "job_finished"]
+    );
     assert_eq!(events[types.len() - 3].1["by"], "SIGINT");
     assert_eq!(events[types.len() - 2].1["result"]["kind"], "cancelled");
 }
@@ -107,7 +128,10 @@ fn killing_the_runner_outright_still_kills_the_round() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("round processes outlived the killed runner: {:?}", processes_with(marker));
+    panic!(
+        "round processes outlived the killed runner: {:?}",
+        processes_with(marker)
+    );
 }
 
 #[test]

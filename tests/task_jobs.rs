@@ -34,22 +34,45 @@ fn a_task_that_fails_exits_4_and_runs_once() {
 #[test]
 fn a_task_report_is_optional_but_validated_when_present() {
     let f = Fixture::new();
-    let agent = f.agent("report.sh", "echo '{\"status\":\"complete\"}' > \"$RALPH_REPORT_FILE\"");
+    let agent = f.agent(
+        "report.sh",
+        "echo '{\"status\":\"complete\"}' > \"$RALPH_REPORT_FILE\"",
+    );
     let out = f.run(&agent).args(["--kind", "task"]).output();
     out.expect_code(4);
-    assert!(out.json()["message"].as_str().unwrap().contains("missing the key"));
+    assert!(
+        out.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing the key")
+    );
     // JSON on stdout is not a report for a task.
     let agent = f.agent("stdout.sh", "echo '{\"any\":\"json\"}'");
-    f.run(&agent).args(["--kind", "task"]).output().expect_code(0);
+    f.run(&agent)
+        .args(["--kind", "task"])
+        .output()
+        .expect_code(0);
 }
 
 #[test]
 fn a_task_verify_decides_after_exit_zero() {
     let f = Fixture::new();
-    let agent = f.agent("claim.sh", &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("did it")));
-    let out = f.run(&agent).args(["--kind", "task", "--verify", "false"]).output();
+    let agent = f.agent(
+        "claim.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("did it")
+        ),
+    );
+    let out = f
+        .run(&agent)
+        .args(["--kind", "task", "--verify", "false"])
+        .output();
     out.expect_code(4);
-    let out = f.run(&agent).args(["--kind", "task", "--verify", "true"]).output();
+    let out = f
+        .run(&agent)
+        .args(["--kind", "task", "--verify", "true"])
+        .output();
     out.expect_code(0);
     assert_eq!(out.json()["reason"], "verified");
 }

@@ -28,7 +28,10 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Self {
-        let root = tempfile::Builder::new().prefix("ralph-test-").tempdir().unwrap();
+        let root = tempfile::Builder::new()
+            .prefix("ralph-test-")
+            .tempdir()
+            .unwrap();
         let ws = root.path().join("ws");
         let state = root.path().join("state");
         let agents = root.path().join("agents");
@@ -38,7 +41,12 @@ impl Fixture {
         // Resolve symlinks (e.g. /tmp) so paths compare equal to what ralph records.
         let ws = ws.canonicalize().unwrap();
         let agents = agents.canonicalize().unwrap();
-        Self { root, ws, state, agents }
+        Self {
+            root,
+            ws,
+            state,
+            agents,
+        }
     }
 
     /// Writes an executable `/bin/sh` script and returns its path.
@@ -64,7 +72,16 @@ impl Fixture {
     /// Like [`Fixture::run`] with an inline `--agent-cmd` command line.
     pub fn run_cmd(&self, agent_cmd: &str) -> Ralph {
         Ralph::new()
-            .args(["run", "--objective", "test objective", "--json", "--retry-backoff", "10ms", "--kill-grace", "1s"])
+            .args([
+                "run",
+                "--objective",
+                "test objective",
+                "--json",
+                "--retry-backoff",
+                "10ms",
+                "--kill-grace",
+                "1s",
+            ])
             .arg("--workspace")
             .arg(&self.ws)
             .arg("--state-dir")
@@ -116,7 +133,12 @@ pub struct Output {
 
 impl Output {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
     }
 
     pub fn job_id(&self) -> String {
@@ -125,14 +147,21 @@ impl Output {
 
     /// Asserts the exit code, showing stderr when it differs.
     pub fn expect_code(&self, code: i32) -> &Self {
-        assert_eq!(self.code, code, "unexpected exit code; stderr:\n{}\nstdout:\n{}", self.stderr, self.stdout);
+        assert_eq!(
+            self.code, code,
+            "unexpected exit code; stderr:\n{}\nstdout:\n{}",
+            self.stderr, self.stdout
+        );
         self
     }
 }
 
 impl Ralph {
     pub fn new() -> Self {
-        Self { args: Vec::new(), env: Vec::new() }
+        Self {
+            args: Vec::new(),
+            env: Vec::new(),
+        }
     }
 
     pub fn arg(mut self, a: impl Into<OsString>) -> Self {
@@ -169,23 +198,38 @@ impl Ralph {
     }
 
     pub fn spawn(self) -> std::process::Child {
-        self.command().stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+        self.command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 }
 
 /// Pids of live (non-zombie) processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         if !cmd.contains(marker) {
             continue;
         }
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()).unwrap_or("");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("");
         if state != "Z" {
             out.push(pid);
         }
@@ -197,17 +241,25 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 pub fn wait_for_file(path: &Path, limit: Duration) {
     let start = Instant::now();
     while !path.exists() {
-        assert!(start.elapsed() < limit, "timed out waiting for {}", path.display());
+        assert!(
+            start.elapsed() < limit,
+            "timed out waiting for {}",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// A valid continue report.
 pub fn continue_report(summary: &str) -> String {
-    format!(r#"{{"status":"continue","summary":"{summary}","evidence":[],"nextSteps":["keep going"],"blocker":""}}"#)
+    format!(
+        r#"{{"status":"continue","summary":"{summary}","evidence":[],"nextSteps":["keep going"],"blocker":""}}"#
+    )
 }
 
 /// A valid complete report.
 pub fn complete_report(summary: &str) -> String {
-    format!(r#"{{"status":"complete","summary":"{summary}","evidence":["checked"],"nextSteps":[],"blocker":""}}"#)
+    format!(
+        r#"{{"status":"complete","summary":"{summary}","evidence":["checked"],"nextSteps":[],"blocker":""}}"#
+    )
 }
