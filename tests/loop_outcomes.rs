@@ -13,7 +13,7 @@ fn counting_agent(f: &Fixture, k: u32) -> std::path::PathBuf {
         "count.sh",
         &format!(
             r#"n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
-echo $$ >> pids
+echo "$$ $(readlink /proc/self/ns/pid)" >> pids
 if [ $n -ge {k} ]; then
   printf '%s' '{}' > "$RALPH_REPORT_FILE"
 else
@@ -76,13 +76,29 @@ fn completion_without_verify_is_only_the_workers_claim() {
 fn each_round_is_a_fresh_process() {
     let f = Fixture::new();
     let agent = counting_agent(&f, 4);
-    f.run(&agent).output().expect_code(0);
-    let pids: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
-    assert_eq!(pids.len(), 4);
-    let mut unique = pids.clone();
-    unique.sort();
-    unique.dedup();
-    assert_eq!(unique.len(), 4, "pids repeated: {pids:?}");
+    let out = f.run(&agent).output();
+    out.expect_code(0);
+    // Inside, each round is the first process of its own, new pid namespace…
+    let lines: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 4);
+    let mut namespaces: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    assert_eq!(namespaces.len(), 4, "pid namespaces repeated: {lines:?}");
+    // …and on the host each round was supervised by a different process.
+    let mut host_pids: Vec<u64> = f
+        .events(&out.job_id())
+        .iter()
+        .filter(|(t, _)| t == "round_spawned")
+        .map(|(_, v)| v["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(host_pids.len(), 4);
+    host_pids.sort_unstable();
+    host_pids.dedup();
+    assert_eq!(host_pids.len(), 4);
 }
 
 #[test]

@@ -17,5 +17,4 @@ exec "$ralph" run \
     --protect test.sh \
     --verify "sh test.sh" \
     --max-rounds 6 \
-    --mode full-access \
     "$@"

@@ -16,11 +16,15 @@
 pub mod backend;
 pub mod capture;
 pub mod error;
+pub mod host;
 pub mod mode;
 pub mod native;
 pub mod outcome;
+pub mod plan;
+pub mod policy;
 pub mod spec;
 pub mod sys;
+pub mod units;
 
 pub use backend::{Backend, ExecIo, Running};
 pub use error::{ErrorClass, SandboxError};

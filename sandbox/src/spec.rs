@@ -63,8 +63,8 @@ pub enum StderrMode {
 pub struct SandboxRequest {
     /// Filesystem and network mode.
     pub mode: Mode,
-    /// Network access; `read-only` always runs without network.
-    pub network: Network,
+    /// Network access; `None` takes the mode's default. `read-only` always runs without network.
+    pub network: Option<Network>,
     /// The shared workspace (absolute, canonical).
     pub workspace: PathBuf,
     /// Paths kept read-only inside the workspace, relative to it.
@@ -79,6 +79,9 @@ pub struct SandboxRequest {
     pub limits: Limits,
     /// Container image (docker backend only).
     pub image: Option<String>,
+    /// Paths that must stay unreadable whatever the policy says (the runner's own state). The
+    /// private directories may lie inside them.
+    pub forbidden: Vec<PathBuf>,
 }
 
 /// Directories that belong to one run and nobody else.

@@ -16,7 +16,7 @@ pub fn ralph_bin() -> PathBuf {
 }
 
 /// The sandbox mode most tests run in.
-pub const TEST_MODE: &str = "full-access";
+pub const TEST_MODE: &str = "workspace-write";
 
 /// A temporary world for one test.
 pub struct Fixture {

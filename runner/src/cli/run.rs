@@ -188,7 +188,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     };
     let engine = Engine::new(
         store,
-        Backends::new("/proc/self/exe"),
+        Backends::new("/proc/self/exe", super::sandbox_args::load_policies()?),
         state_dir,
         runner,
         RunnerEnv::capture(),

@@ -26,9 +26,9 @@ pub struct SandboxArgs {
     /// Make directory PATH writable (workspace-write); repeatable.
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
-    /// Network access: none or full.
-    #[arg(long, default_value = "none", value_parser = parse_word::<Network>)]
-    pub network: Network,
+    /// Network access: none or full (default: the mode's; none except in full-access).
+    #[arg(long, value_parser = parse_word::<Network>)]
+    pub network: Option<Network>,
     /// Memory limit of the process tree, e.g. 2G.
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<ByteSize>,
@@ -38,6 +38,13 @@ pub struct SandboxArgs {
     /// Container image (docker backend).
     #[arg(long, value_name = "IMG")]
     pub image: Option<String>,
+}
+
+/// The policies: embedded, overridden by `$RALPH_CONFIG_DIR/policies/` (default `/etc/ralph`).
+pub fn load_policies() -> Result<ralph_sandbox::policy::PolicySet, CliError> {
+    let dir = std::env::var_os("RALPH_CONFIG_DIR")
+        .map_or_else(|| PathBuf::from("/etc/ralph"), PathBuf::from);
+    ralph_sandbox::policy::PolicySet::load(Some(&dir)).map_err(|e| CliError::usage(e.to_string()))
 }
 
 fn parse_word<T: std::str::FromStr>(s: &str) -> Result<T, String>

@@ -100,10 +100,11 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 file_size_bytes: None,
             },
             image: args.sandbox.image,
+            forbidden: Vec::new(),
         },
         control_dir: private.path().to_owned(),
     };
-    let backend = NativeBackend::new("/proc/self/exe");
+    let backend = NativeBackend::new("/proc/self/exe", super::sandbox_args::load_policies()?);
     match exec_inline(&backend, &spec) {
         Ok(outcome) => Ok(match outcome.ended_by {
             EndedBy::Timeout => Exit::Timeout,

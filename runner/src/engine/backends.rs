@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use ralph_sandbox::native::{NativeBackend, NativeRun};
+use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
     Backend, BackendKind, ExecIo, ExecReport, ExecSpec, Running, SandboxError, SandboxRequest,
 };
@@ -22,11 +23,16 @@ pub enum Run {
 }
 
 impl Backends {
-    /// Backends whose native helper is `helper_exe` (the `ralph` binary).
-    pub fn new(helper_exe: impl Into<PathBuf>) -> Self {
+    /// Backends whose native helper is `helper_exe` (the `ralph` binary), enforcing `policies`.
+    pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
         Self {
-            native: NativeBackend::new(helper_exe),
+            native: NativeBackend::new(helper_exe, policies),
         }
+    }
+
+    /// The native backend.
+    pub fn native(&self) -> &NativeBackend {
+        &self.native
     }
 
     /// Fails closed when `kind` cannot enforce `req` on this host.

@@ -264,6 +264,8 @@ impl JobRun<'_> {
                 file_size_bytes: None,
             },
             image: s.image.clone(),
+            // The journal and other jobs' artifacts stay out of the agent's reach.
+            forbidden: vec![self.engine.state_dir.clone()],
         }
     }
 

@@ -69,8 +69,8 @@ pub struct SandboxSettings {
     pub backend: BackendKind,
     /// Mode.
     pub mode: Mode,
-    /// Network.
-    pub network: Network,
+    /// Network (`None`: the mode's default).
+    pub network: Option<Network>,
     /// Protected paths, relative to the workspace.
     pub protect: Vec<PathBuf>,
     /// Extra readable paths.
@@ -92,7 +92,7 @@ impl Default for SandboxSettings {
         Self {
             backend: BackendKind::Native,
             mode: Mode::WorkspaceWrite,
-            network: Network::None,
+            network: None,
             protect: Vec::new(),
             read: Vec::new(),
             write: Vec::new(),

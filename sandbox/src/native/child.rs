@@ -1,6 +1,7 @@
-//! The forked child's last steps before `execve`: everything here runs in a fresh,
-//! single-threaded process, and any failure is sent back to the supervisor on a close-on-exec
-//! pipe (empty pipe at EOF = `execve` succeeded).
+//! The command's last steps before `execve`, in a fresh single-threaded process: clean signal
+//! state, its own session, stdio, rlimits, working directory, then the irreversible part —
+//! capabilities dropped, `no_new_privs`, Landlock, seccomp — and descriptors closed on exec. Any
+//! failure goes back to the supervisor on a close-on-exec pipe (EOF = `execve` succeeded).
 
 use std::ffi::CString;
 use std::io::Write;
@@ -9,8 +10,12 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::sys::resource::{Resource, setrlimit};
+use seccompiler::BpfProgram;
 use serde::{Deserialize, Serialize};
 
+use super::step::{StepFailure, restriction};
+use super::{caps, landlock, seccomp};
+use crate::plan::SandboxPlan;
 use crate::spec::{ExecSpec, StderrMode, StdinMode};
 use crate::sys;
 
@@ -23,46 +28,40 @@ pub struct ChildFailure {
     pub errno: Option<i32>,
     /// A readable explanation.
     pub detail: String,
+    /// The restriction that could not be enforced.
+    pub restriction: Option<String>,
 }
 
-/// The command, prepared before `fork` so the child only runs syscalls.
+/// The command, prepared before `fork` so the child only makes syscalls.
 #[derive(Debug)]
 pub struct ExecPlan {
     candidates: Vec<CString>,
     argv: Vec<CString>,
     envp: Vec<CString>,
     display: String,
+    seccomp: Vec<BpfProgram>,
 }
 
 /// Default search path when the environment has no `PATH`.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 impl ExecPlan {
-    /// Prepares `spec`'s command: C strings and the `PATH` candidates for `argv[0]`.
-    pub fn new(spec: &ExecSpec) -> Result<Self, ChildFailure> {
-        let bad = |what: &str| ChildFailure {
-            step: "prepare".into(),
-            errno: None,
-            detail: format!("{what} contains a NUL byte"),
-        };
-        let Some(program) = spec.argv.first() else {
-            return Err(ChildFailure {
-                step: "prepare".into(),
-                errno: None,
-                detail: "empty argv".into(),
-            });
+    /// Prepares `spec`'s command: C strings, the `PATH` candidates for `argv[0]`, and the
+    /// seccomp programs of `plan`.
+    pub fn new(spec: &ExecSpec, plan: Option<&SandboxPlan>) -> Result<Self, String> {
+        let program = spec.argv.first().ok_or("empty argv")?;
+        let cstr = |what: &str, s: &[u8]| {
+            CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
         };
         let argv = spec
             .argv
             .iter()
-            .map(|a| CString::new(a.as_bytes()).map_err(|_| bad("an argument")))
+            .map(|a| cstr("an argument", a.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         let envp = spec
             .env
             .iter()
-            .map(|(k, v)| {
-                CString::new(format!("{k}={v}")).map_err(|_| bad("an environment variable"))
-            })
+            .map(|(k, v)| cstr("an environment variable", format!("{k}={v}").as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         let candidates: Vec<PathBuf> = if program.contains('/') {
             vec![PathBuf::from(program)]
@@ -85,59 +84,74 @@ impl ExecPlan {
         };
         let candidates = candidates
             .iter()
-            .map(|c| CString::new(c.as_os_str().as_bytes()).map_err(|_| bad("the program path")))
+            .map(|c| cstr("the program path", c.as_os_str().as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
+        let seccomp = match plan {
+            Some(p) => seccomp::build(&p.seccomp)?,
+            None => Vec::new(),
+        };
         Ok(Self {
             candidates,
             argv,
             envp,
             display: program.clone(),
+            seccomp,
         })
     }
 }
 
-fn fail(err_w: &OwnedFd, step: &str, errno: Option<i32>, detail: String) -> ! {
-    let failure = ChildFailure {
-        step: step.to_owned(),
-        errno,
-        detail,
-    };
-    if let Ok(bytes) = serde_json::to_vec(&failure) {
-        let mut f = std::fs::File::from(
-            err_w
-                .try_clone()
-                .unwrap_or_else(|_| std::process::exit(127)),
-        );
-        let _ = f.write_all(&bytes);
+/// Sends `failure` to the supervisor and exits with `code`.
+pub fn report_and_exit(err_w: &OwnedFd, failure: &ChildFailure, code: i32) -> ! {
+    if let Ok(bytes) = serde_json::to_vec(failure) {
+        // SAFETY: writing a byte buffer we own to a descriptor we own.
+        unsafe { libc::write(err_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
     }
-    // SAFETY: _exit ends the process without running atexit handlers or flushing stdio that
-    // belongs to the parent's copy of the address space.
-    unsafe { libc::_exit(127) }
+    // SAFETY: _exit ends this forked child without running the parent's atexit handlers.
+    unsafe { libc::_exit(code) }
 }
 
-fn errno_detail(what: &str, err: &std::io::Error) -> String {
-    format!("failed to {what}: {err}")
-}
-
-/// Runs in the forked child: sets up the process and executes the command. Never returns.
-pub fn exec(spec: &ExecSpec, plan: &ExecPlan, err_w: &OwnedFd) -> ! {
-    let io_fail = |step: &str, what: &str, err: std::io::Error| -> ! {
-        fail(err_w, step, err.raw_os_error(), errno_detail(what, &err))
+fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
+    let failure = ChildFailure {
+        step: f.step,
+        errno: f.errno,
+        detail: f.reason,
+        restriction: Some(f.restriction),
     };
-    let nix_fail = |step: &str, what: &str, err: nix::Error| -> ! {
-        fail(
+    report_and_exit(err_w, &failure, 127)
+}
+
+fn rlimit(err_w: &OwnedFd, r: Resource, name: &str, v: u64) {
+    if let Err(e) = setrlimit(r, v, v) {
+        die(
             err_w,
-            step,
-            Some(err as i32),
-            format!("failed to {what}: {}", err.desc()),
-        )
-    };
+            StepFailure::nix(
+                restriction::RLIMITS,
+                "setrlimit",
+                &format!("set {name} to {v}"),
+                e,
+            ),
+        );
+    }
+}
 
+/// Runs in the forked command process: sets it up and executes the command. Never returns.
+pub fn exec(spec: &ExecSpec, plan: Option<&SandboxPlan>, exec: &ExecPlan, err_w: &OwnedFd) -> ! {
     if let Err(e) = sys::reset_signals() {
-        io_fail("sigprocmask", "reset the signal mask", e);
+        die(
+            err_w,
+            StepFailure::io(
+                restriction::PROCESS,
+                "sigprocmask",
+                "reset the signal mask",
+                &e,
+            ),
+        );
     }
     if let Err(e) = nix::unistd::setsid() {
-        nix_fail("setsid", "start a new session (setsid)", e);
+        die(
+            err_w,
+            StepFailure::nix(restriction::PROCESS, "setsid", "start a new session", e),
+        );
     }
     if spec.stdin == StdinMode::Null {
         match nix::fcntl::open(
@@ -150,55 +164,87 @@ pub fn exec(spec: &ExecSpec, plan: &ExecPlan, err_w: &OwnedFd) -> ! {
                 libc::dup2(fd, 0);
                 libc::close(fd);
             },
-            Err(e) => nix_fail("open", "open /dev/null for stdin", e),
+            Err(e) => die(
+                err_w,
+                StepFailure::nix(restriction::PROCESS, "open", "open /dev/null for stdin", e),
+            ),
         }
     }
-    if spec.stderr == StderrMode::MergedIntoStdout {
-        // SAFETY: dup2 on the standard descriptors of this single-threaded child.
-        if unsafe { libc::dup2(1, 2) } < 0 {
-            io_fail(
-                "dup2",
-                "merge stderr into stdout (dup2)",
-                std::io::Error::last_os_error(),
-            );
-        }
-    }
-    if let Err(e) = setrlimit(Resource::RLIMIT_CORE, 0, 0) {
-        nix_fail("setrlimit", "disable core dumps (setrlimit RLIMIT_CORE)", e);
-    }
-    if let Some(n) = spec.sandbox.limits.open_files {
-        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, n, n) {
-            nix_fail("setrlimit", "limit open files (setrlimit RLIMIT_NOFILE)", e);
-        }
-    }
-    if let Some(n) = spec.sandbox.limits.file_size_bytes {
-        if let Err(e) = setrlimit(Resource::RLIMIT_FSIZE, n, n) {
-            nix_fail("setrlimit", "limit file size (setrlimit RLIMIT_FSIZE)", e);
-        }
-    }
-    if let Err(e) = nix::unistd::chdir(&spec.cwd) {
-        fail(
+    // SAFETY: dup2 on the standard descriptors of this single-threaded child.
+    if spec.stderr == StderrMode::MergedIntoStdout && unsafe { libc::dup2(1, 2) } < 0 {
+        die(
             err_w,
-            "chdir",
-            Some(e as i32),
-            format!(
-                "failed to enter the working directory `{}`: {}",
-                spec.cwd.display(),
-                e.desc()
+            StepFailure::io(
+                restriction::PROCESS,
+                "dup2",
+                "merge stderr into stdout",
+                &std::io::Error::last_os_error(),
             ),
         );
     }
-    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
-        nix_fail("prctl", "set no_new_privs (prctl PR_SET_NO_NEW_PRIVS)", e);
+    rlimit(err_w, Resource::RLIMIT_CORE, "RLIMIT_CORE", 0);
+    let open_files = plan
+        .and_then(|p| p.open_files)
+        .or(spec.sandbox.limits.open_files);
+    let file_size = plan
+        .and_then(|p| p.file_size)
+        .or(spec.sandbox.limits.file_size_bytes);
+    if let Some(n) = open_files {
+        rlimit(err_w, Resource::RLIMIT_NOFILE, "RLIMIT_NOFILE", n);
     }
-    if let Err(e) = sys::cloexec_from(3) {
-        io_fail(
-            "close_range",
-            "close inherited descriptors (close_range)",
-            e,
+    if let Some(n) = file_size {
+        rlimit(err_w, Resource::RLIMIT_FSIZE, "RLIMIT_FSIZE", n);
+    }
+    if let Some(n) = plan.and_then(|p| p.nproc) {
+        rlimit(err_w, Resource::RLIMIT_NPROC, "RLIMIT_NPROC", n);
+    }
+    if let Err(e) = nix::unistd::chdir(&spec.cwd) {
+        die(
+            err_w,
+            StepFailure::nix(
+                restriction::PROCESS,
+                "chdir",
+                &format!("enter the working directory `{}`", spec.cwd.display()),
+                e,
+            ),
         );
     }
-    exec_command(plan, err_w)
+    if plan.is_some_and(|p| p.drop_capabilities) {
+        if let Err(f) = caps::drop_all() {
+            die(err_w, f);
+        }
+    }
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        die(
+            err_w,
+            StepFailure::nix(
+                restriction::PROCESS,
+                "prctl(PR_SET_NO_NEW_PRIVS)",
+                "set no_new_privs",
+                e,
+            ),
+        );
+    }
+    if let Some(ll) = plan.and_then(|p| p.landlock.as_ref()) {
+        if let Err(f) = landlock::restrict(ll) {
+            die(err_w, f);
+        }
+    }
+    if let Err(f) = seccomp::install(&exec.seccomp) {
+        die(err_w, f);
+    }
+    if let Err(e) = sys::cloexec_from(3) {
+        die(
+            err_w,
+            StepFailure::io(
+                restriction::PROCESS,
+                "close_range",
+                "close inherited descriptors",
+                &e,
+            ),
+        );
+    }
+    exec_command(exec, err_w)
 }
 
 /// The final `execve`, trying each `PATH` candidate like `execvp` does.
@@ -216,9 +262,7 @@ pub fn exec_command(plan: &ExecPlan, err_w: &OwnedFd) -> ! {
         last = std::io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::ENOENT);
-        if last == libc::EACCES {
-            saw_eacces = true;
-        }
+        saw_eacces |= last == libc::EACCES;
         if !matches!(last, libc::ENOENT | libc::ENOTDIR | libc::EACCES) {
             break;
         }
@@ -231,15 +275,14 @@ pub fn exec_command(plan: &ExecPlan, err_w: &OwnedFd) -> ! {
     // Tell the command's own stderr too, like a shell would.
     let _ = writeln!(std::io::stderr(), "ralph-sandbox: {detail}");
     let code = if last == libc::ENOENT { 127 } else { 126 };
-    let failure = ChildFailure {
-        step: "exec".into(),
-        errno: Some(last),
-        detail,
-    };
-    if let Ok(bytes) = serde_json::to_vec(&failure) {
-        // SAFETY: writing a byte buffer to the error pipe descriptor we own.
-        unsafe { libc::write(err_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-    }
-    // SAFETY: see `fail`.
-    unsafe { libc::_exit(code) }
+    report_and_exit(
+        err_w,
+        &ChildFailure {
+            step: "exec".into(),
+            errno: Some(last),
+            detail,
+            restriction: None,
+        },
+        code,
+    )
 }

@@ -2,15 +2,26 @@
 //! sets the process up and supervises it; the runner streams output and waits.
 //!
 //! ```text
-//! runner (tokio) ──spawn──▶ helper (single-threaded supervisor, child subreaper)
+//! runner (tokio) ──spawn──▶ helper = supervisor (single-threaded; user ns, cgroups, CLONE_NEWPID)
 //!    │  stdin: prompt            │ fork
-//!    │  stdout/stderr ◀──────────┤──▶ command (setsid, rlimits, no_new_privs, execve)
-//!    │  SIGTERM = cancel         │      └─ its descendants (all re-parented to the helper)
+//!    │  stdout/stderr ◀──────────┤──▶ init, pid 1 (mount/net/ipc ns, mounts, loopback; reaps)
+//!    │  SIGTERM = cancel         │      │ fork
+//!    │                           │      └─▶ command (setsid, rlimits, caps dropped, no_new_privs,
+//!    │                           │             Landlock, seccomp, close fds, execve) + its tree
 //!    └─ reads result.json ◀──────┘ writes result.json, exits
 //! ```
 
+pub mod caps;
+pub mod cgroup;
 pub mod child;
+pub mod init;
+pub mod landlock;
+pub mod mounts;
+pub mod net;
+pub mod ns;
 pub mod protocol;
+pub mod seccomp;
+pub mod step;
 pub mod supervisor;
 pub mod tree;
 
@@ -25,10 +36,14 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Backend, ExecIo, Running};
 use crate::capture::OutputSink;
 use crate::error::SandboxError;
-use crate::mode::{BackendKind, Mode};
+use crate::host::Host;
+use crate::mode::BackendKind;
 use crate::outcome::{CaptureSummary, ExecReport};
+use crate::plan::SandboxPlan;
+use crate::policy::PolicySet;
 use crate::spec::{ExecSpec, SandboxRequest, StdinMode};
 pub use protocol::{HELPER_ARG, HelperResult, HelperSpec, SPEC_ENV};
+use std::sync::{Arc, OnceLock};
 
 /// Extra time the runner gives the helper beyond timeout + grace before killing it outright.
 const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
@@ -40,41 +55,39 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub struct NativeBackend {
     helper_exe: PathBuf,
+    policies: Arc<PolicySet>,
+    host: Arc<OnceLock<Host>>,
 }
 
 impl NativeBackend {
-    /// A backend that starts `helper_exe __sandbox-helper` for each run. Pass the `ralph`
-    /// executable (`/proc/self/exe` keeps working even if the file is replaced on disk).
-    pub fn new(helper_exe: impl Into<PathBuf>) -> Self {
+    /// A backend that starts `helper_exe __sandbox-helper` for each run and enforces `policies`.
+    /// Pass the `ralph` executable (`/proc/self/exe` keeps working even if the file is replaced).
+    pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
         Self {
             helper_exe: helper_exe.into(),
+            policies: Arc::new(policies),
+            host: Arc::new(OnceLock::new()),
         }
     }
 
-    /// Checks up front that `req` can be enforced by this build and host; fails closed.
+    /// What this host can enforce (probed once).
+    pub fn host(&self) -> &Host {
+        self.host.get_or_init(crate::host::probe)
+    }
+
+    /// The policies in force.
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    /// Resolves the plan for `req`, failing closed when it cannot be enforced here.
+    pub fn plan(&self, req: &SandboxRequest) -> Result<SandboxPlan, SandboxError> {
+        crate::plan::resolve(self.policies.get(req.mode), req, self.host())
+    }
+
+    /// Checks up front that `req` can be enforced by this host; fails closed.
     pub fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
-        match req.mode {
-            Mode::FullAccess => {}
-            Mode::ReadOnly | Mode::WorkspaceWrite => {
-                return Err(SandboxError::unavailable(
-                    format!("filesystem isolation for mode `{}`", req.mode),
-                    "this build's native backend implements only `full-access`",
-                ));
-            }
-        }
-        if req.limits.memory_bytes.is_some() {
-            return Err(SandboxError::unavailable(
-                "the memory limit",
-                "cgroup limits are not implemented in this build",
-            ));
-        }
-        if req.limits.pids.is_some() {
-            return Err(SandboxError::unavailable(
-                "the pids limit",
-                "cgroup limits are not implemented in this build",
-            ));
-        }
-        Ok(())
+        self.plan(req).map(|_| ())
     }
 }
 
@@ -123,7 +136,7 @@ impl Backend for NativeBackend {
 
     async fn spawn(&self, spec: &ExecSpec, io: ExecIo) -> Result<NativeRun, SandboxError> {
         validate(spec)?;
-        self.preflight(&spec.sandbox)?;
+        let plan = self.plan(&spec.sandbox)?;
         std::fs::create_dir_all(&spec.control_dir).map_err(|source| SandboxError::Io {
             action: "create",
             path: spec.control_dir.clone(),
@@ -143,6 +156,7 @@ impl Backend for NativeBackend {
         }
         let helper = HelperSpec {
             exec: spec.clone(),
+            plan,
             result_path: result_path.clone(),
             parent_pid: Some(i32::try_from(std::process::id()).unwrap_or(i32::MAX)),
         };
@@ -340,8 +354,7 @@ pub fn helper_main() -> ! {
             std::process::exit(70);
         }
     };
-    let enforcement = supervisor::base_enforcement(&spec.exec);
-    let result = supervisor::supervise(&spec.exec, spec.parent_pid, enforcement);
+    let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid);
     let code = match write_result(&spec.result_path, &result) {
         Ok(()) => 0,
         Err(e) => {
@@ -369,9 +382,13 @@ pub fn exec_inline(
     spec: &ExecSpec,
 ) -> Result<crate::outcome::ExecOutcome, SandboxError> {
     validate(spec)?;
-    backend.preflight(&spec.sandbox)?;
-    let enforcement = supervisor::base_enforcement(spec);
-    match supervisor::supervise(spec, None, enforcement) {
+    let plan = backend.plan(&spec.sandbox)?;
+    std::fs::create_dir_all(&spec.control_dir).map_err(|source| SandboxError::Io {
+        action: "create",
+        path: spec.control_dir.clone(),
+        source,
+    })?;
+    match supervisor::supervise(spec, &plan, None) {
         HelperResult::Ran { outcome } => Ok(outcome),
         HelperResult::SetupFailed { failure } => Err(SandboxError::Unavailable {
             restriction: failure.restriction,

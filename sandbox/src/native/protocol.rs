@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::outcome::ExecOutcome;
+use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
 
 /// `argv[1]` that turns the `ralph` binary into the sandbox helper.
@@ -29,8 +30,10 @@ pub const RESULT_FILE: &str = "sandbox-result.json";
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelperSpec {
-    /// The command and its sandbox.
+    /// The command and its sandbox request.
     pub exec: ExecSpec,
+    /// What the helper must set up (resolved by the runner).
+    pub plan: SandboxPlan,
     /// Where to write the [`HelperResult`].
     pub result_path: PathBuf,
     /// The runner's pid; when it dies, the helper kills the tree and exits.

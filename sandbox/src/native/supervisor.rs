@@ -1,28 +1,35 @@
-//! The supervisor: a single-threaded process that forks the command, reaps everything, enforces
-//! the timeout, stops the whole tree on cancel or when the runner dies, and measures what the
-//! tree used.
+//! The supervisor: a single-threaded process that sets up what must be done outside the sandbox
+//! (user namespace, cgroups, placeholders), starts the sandbox's init in a new pid namespace (or,
+//! without one, the command itself as a child subreaper), enforces the timeout, stops the whole
+//! tree on cancel or when the runner dies, and measures what the tree used.
 //!
 //! It runs either as the helper process spawned by the runner (rounds) or in the `ralph` process
-//! itself (`ralph sandbox exec`). Either way it never runs inside a multithreaded runtime, so
-//! the work between `fork` and `execve` is safe.
+//! itself (`ralph sandbox exec`). Either way no other thread exists, so everything between
+//! `fork` and `execve` is safe.
 
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::{ForkResult, Pid, fork, pipe2};
 
+use super::cgroup::RunCgroups;
 use super::child::{self, ChildFailure, ExecPlan};
+use super::init::{self, InitPipes};
 use super::protocol::{HelperResult, SetupFailure};
-use super::tree;
+use super::step::StepFailure;
+use super::{ns, tree};
 use crate::mode::BackendKind;
 use crate::outcome::{
     EndedBy, Enforcement, ExecOutcome, Level, ResourceUsage, Restriction, Termination,
 };
+use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
 use crate::sys::{self, WaitAny};
 
@@ -35,7 +42,9 @@ const HANDLED: [Signal; 5] = [
     Signal::SIGQUIT,
 ];
 
-/// What stops the tree.
+/// Name of the empty mode-000 file mounted over secret files.
+const HIDDEN_FILE: &str = "hidden-000";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Running,
@@ -45,39 +54,37 @@ enum Phase {
     },
 }
 
-/// How the supervisor reacts to runner-initiated signals.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SignalPolicy {
-    /// Helper process: SIGTERM/SIGINT/SIGHUP from the runner mean "cancel".
-    Cancel,
-}
-
-/// Runs `spec` to the end. `parent_pid`, when set, is watched: if that process dies the tree is
-/// stopped (the runner was killed).
-pub fn supervise(
-    spec: &ExecSpec,
-    parent_pid: Option<i32>,
-    enforcement: Enforcement,
-) -> HelperResult {
-    match Supervisor::start(spec, parent_pid, enforcement) {
+/// Runs `spec` under `plan` to the end. `parent_pid`, when set, is watched: if that process
+/// dies the tree is stopped (the runner was killed).
+pub fn supervise(spec: &ExecSpec, plan: &SandboxPlan, parent_pid: Option<i32>) -> HelperResult {
+    match Supervisor::start(spec, plan, parent_pid) {
         Ok(Started::Running(s)) => s.run(),
-        Ok(Started::Failed(failure)) => HelperResult::SetupFailed { failure },
+        Ok(Started::Failed(f)) => HelperResult::SetupFailed {
+            failure: SetupFailure {
+                restriction: f.restriction,
+                step: f.step,
+                reason: f.reason,
+            },
+        },
         Err(message) => HelperResult::Internal { message },
     }
 }
 
 enum Started {
-    Running(Supervisor),
-    Failed(SetupFailure),
+    Running(Box<Supervisor>),
+    Failed(StepFailure),
 }
 
 struct Supervisor {
     main: Pid,
+    /// `main` is the init of a pid namespace (stop it and the namespace dies).
+    ns_init: bool,
     started: Instant,
     deadline: Option<Instant>,
     grace: Duration,
     sigfd: SignalFd,
     parent: Option<OwnedFd>,
+    status_r: Option<OwnedFd>,
     phase: Phase,
     ended_by: EndedBy,
     main_status: Option<i32>,
@@ -85,28 +92,51 @@ struct Supervisor {
     leftovers_killed: u32,
     exec_error: Option<String>,
     enforcement: Enforcement,
+    cleanup: Cleanup,
 }
 
-fn restriction_of_step(step: &str) -> &'static str {
-    match step {
-        "setrlimit" => "resource limits (rlimits)",
-        "prctl" => "no_new_privs",
-        "close_range" => "descriptor hygiene",
-        "chdir" => "the working directory",
-        _ => "process setup",
+/// What the supervisor created outside the sandbox and removes at the end.
+#[derive(Debug, Default)]
+struct Cleanup {
+    cgroups: RunCgroups,
+    placeholders: Vec<PathBuf>,
+}
+
+impl Cleanup {
+    fn run(&mut self) {
+        self.cgroups.remove();
+        // Placeholders are removed only while still empty (the agent could not write in them).
+        for p in self.placeholders.drain(..).rev() {
+            let _ = std::fs::remove_dir(&p);
+        }
     }
+}
+
+fn base_enforcement(spec: &ExecSpec, plan: &SandboxPlan) -> Enforcement {
+    let mut e = Enforcement::new(BackendKind::Native, spec.sandbox.mode);
+    e.record(
+        Restriction::Environment,
+        Level::Full,
+        format!("cleared; {} variables set", spec.env.len()),
+    );
+    e.record(
+        Restriction::Descriptors,
+        Level::Full,
+        "inherited descriptors closed on exec (close_range)",
+    );
+    e.restrictions
+        .extend(plan.enforcement.restrictions.iter().cloned());
+    e
 }
 
 impl Supervisor {
     fn start(
         spec: &ExecSpec,
+        plan: &SandboxPlan,
         parent_pid: Option<i32>,
-        mut enforcement: Enforcement,
     ) -> Result<Started, String> {
-        let plan = match ExecPlan::new(spec) {
-            Ok(p) => p,
-            Err(f) => return Err(f.detail),
-        };
+        let exec_plan =
+            ExecPlan::new(spec, Some(plan)).map_err(|e| format!("invalid command: {e}"))?;
         nix::sys::prctl::set_child_subreaper(true)
             .map_err(|e| format!("failed to become a child subreaper (prctl): {}", e.desc()))?;
         let mut mask = SigSet::empty();
@@ -129,59 +159,137 @@ impl Supervisor {
                 )
             }
         };
-        let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC)
-            .map_err(|e| format!("failed to create a pipe: {}", e.desc()))?;
+        if let Some(map) = plan.user_namespace {
+            if let Err(f) = ns::enter_user_namespace(map) {
+                return Ok(Started::Failed(f));
+            }
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let run_id = format!("{}-{nanos}", std::process::id());
+        let mut cleanup = Cleanup::default();
+        match RunCgroups::create(plan.memory.as_ref(), plan.pids.as_ref(), &run_id) {
+            Ok(cg) => cleanup.cgroups = cg,
+            Err(f) => return Ok(Started::Failed(f)),
+        }
+        for p in &plan.placeholders {
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new().mode(0o555).create(p) {
+                Ok(()) => cleanup.placeholders.push(p.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    cleanup.run();
+                    return Ok(Started::Failed(StepFailure::io(
+                        super::step::restriction::MOUNTS,
+                        "mkdir",
+                        &format!("create the protected placeholder `{}`", p.display()),
+                        &e,
+                    )));
+                }
+            }
+        }
+        let hidden_file = spec.control_dir.join(HIDDEN_FILE);
+        if let Err(e) = create_hidden_file(&hidden_file) {
+            cleanup.run();
+            return Err(format!("failed to create `{}`: {e}", hidden_file.display()));
+        }
+        if plan.pid_namespace {
+            if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
+                cleanup.run();
+                return Ok(Started::Failed(f));
+            }
+        }
+        let pipe = || {
+            pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create a pipe: {}", e.desc()))
+        };
+        let (err_r, err_w) = pipe()?;
+        let (status_r, status_w) = pipe()?;
+        let (go_r, go_w) = pipe()?;
         let started = Instant::now();
         // SAFETY: this process is single-threaded (the helper never starts a runtime, and
         // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
         // code until `execve`.
-        let fork = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
-        let main = match fork {
+        let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
+        let main = match forked {
             ForkResult::Child => {
-                drop(err_r);
-                child::exec(spec, &plan, &err_w)
+                drop((err_r, status_r, go_w, sigfd));
+                if plan.pid_namespace {
+                    init::run(
+                        spec,
+                        plan,
+                        &exec_plan,
+                        &hidden_file,
+                        InitPipes {
+                            err_w,
+                            status_w,
+                            go_r,
+                        },
+                    )
+                }
+                drop((status_w, go_r));
+                child::exec(spec, Some(plan), &exec_plan, &err_w)
             }
             ForkResult::Parent { child } => child,
         };
-        drop(err_w);
+        drop((err_w, status_w, go_r));
+        if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
+            let _ = kill(main, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(main, None);
+            cleanup.run();
+            return Ok(Started::Failed(f));
+        }
+        let _ = nix::unistd::write(&go_w, b"g");
+        drop(go_w);
         let mut buf = Vec::new();
         let _ = std::fs::File::from(err_r).read_to_end(&mut buf);
         let mut exec_error = None;
         if !buf.is_empty() {
-            let failure: ChildFailure = serde_json::from_slice(&buf)
-                .map_err(|e| format!("unreadable report from the sandboxed child: {e}"))?;
+            let failure: ChildFailure = match serde_json::from_slice(&buf) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = kill(main, Signal::SIGKILL);
+                    let _ = nix::sys::wait::waitpid(main, None);
+                    cleanup.run();
+                    return Err(format!("unreadable report from the sandbox: {e}"));
+                }
+            };
             if failure.step == "exec" {
                 exec_error = Some(failure.detail);
             } else {
-                // Setup failed: nothing of the command ran. Reap the child before answering.
+                // Set-up failed: nothing of the command ran.
+                let _ = kill(main, Signal::SIGKILL);
                 let _ = nix::sys::wait::waitpid(main, None);
-                return Ok(Started::Failed(SetupFailure {
-                    restriction: restriction_of_step(&failure.step).to_owned(),
+                cleanup.run();
+                return Ok(Started::Failed(StepFailure {
+                    restriction: failure
+                        .restriction
+                        .unwrap_or_else(|| super::step::restriction::PROCESS.to_owned()),
                     step: failure.step,
                     reason: failure.detail,
+                    errno: failure.errno,
                 }));
             }
         }
-        enforcement.record(
-            Restriction::ProcessTree,
-            Level::Full,
-            "child subreaper; the whole tree is killed at the end",
-        );
-        Ok(Started::Running(Supervisor {
+        Ok(Started::Running(Box::new(Supervisor {
             main,
+            ns_init: plan.pid_namespace,
             started,
             deadline: spec.timeout.map(|t| started + t),
             grace: spec.kill_grace,
             sigfd,
             parent,
+            status_r: Some(status_r),
             phase: Phase::Running,
             ended_by: EndedBy::Exit,
             main_status: None,
             main_wall: None,
             leftovers_killed: 0,
             exec_error,
-            enforcement,
-        }))
+            enforcement: base_enforcement(spec, plan),
+            cleanup,
+        })))
     }
 
     fn me() -> i32 {
@@ -197,14 +305,24 @@ impl Supervisor {
             return;
         }
         self.ended_by = why;
-        let _ = tree::signal_descendants(Self::me(), libc::SIGTERM);
+        if self.ns_init {
+            // The init forwards it to every process of the namespace.
+            let _ = kill(self.main, Signal::SIGTERM);
+        } else {
+            let _ = tree::signal_descendants(Self::me(), libc::SIGTERM);
+        }
         self.phase = Phase::Stopping {
             kill_at: Instant::now() + self.grace,
         };
     }
 
     fn kill_everything(&mut self) {
-        let _ = tree::signal_descendants(Self::me(), libc::SIGKILL);
+        if self.ns_init {
+            // The namespace dies with its init.
+            let _ = kill(self.main, Signal::SIGKILL);
+        } else {
+            let _ = tree::signal_descendants(Self::me(), libc::SIGKILL);
+        }
     }
 
     fn reap(&mut self) -> Result<bool, String> {
@@ -231,13 +349,16 @@ impl Supervisor {
         }
     }
 
-    fn run(mut self) -> HelperResult {
-        match self.run_inner() {
+    fn run(mut self: Box<Self>) -> HelperResult {
+        let result = self.run_inner();
+        if result.is_err() {
+            self.kill_everything();
+            let _ = nix::sys::wait::waitpid(self.main, None);
+        }
+        self.cleanup.run();
+        match result {
             Ok(outcome) => HelperResult::Ran { outcome },
-            Err(message) => {
-                self.kill_everything();
-                HelperResult::Internal { message }
-            }
+            Err(message) => HelperResult::Internal { message },
         }
     }
 
@@ -254,7 +375,7 @@ impl Supervisor {
                 self.leftovers_killed = self
                     .leftovers_killed
                     .max(u32::try_from(pids.len()).unwrap_or(u32::MAX));
-                self.kill_everything();
+                let _ = tree::signal_descendants(Self::me(), libc::SIGKILL);
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             }
@@ -277,8 +398,10 @@ impl Supervisor {
                     let ms = at
                         .saturating_duration_since(now)
                         .as_millis()
-                        .saturating_add(1);
-                    PollTimeout::try_from(ms.min(60_000) as i32).unwrap_or(PollTimeout::MAX)
+                        .saturating_add(1)
+                        .min(60_000);
+                    PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000))
+                        .unwrap_or(PollTimeout::MAX)
                 }
             };
             let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
@@ -307,7 +430,19 @@ impl Supervisor {
         }
         let usage = sys::rusage_children()
             .map_err(|e| format!("failed to read resource usage (getrusage): {e}"))?;
-        let raw = self.main_status.unwrap_or(0);
+        // In a pid namespace the init reports the command's own status and its leftovers.
+        let mut raw = self.main_status.unwrap_or(0);
+        if let Some(r) = self.status_r.take() {
+            let mut text = String::new();
+            let _ = std::fs::File::from(r).read_to_string(&mut text);
+            let mut it = text
+                .split_whitespace()
+                .filter_map(|w| w.parse::<i64>().ok());
+            if let (Some(status), Some(left)) = (it.next(), it.next()) {
+                raw = i32::try_from(status).unwrap_or(raw);
+                self.leftovers_killed = u32::try_from(left).unwrap_or(0);
+            }
+        }
         let termination = if libc::WIFSIGNALED(raw) {
             Termination::Signaled {
                 signal: libc::WTERMSIG(raw),
@@ -317,6 +452,9 @@ impl Supervisor {
                 code: libc::WEXITSTATUS(raw),
             }
         };
+        if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
+            self.ended_by = EndedBy::MemoryLimit;
+        }
         let ms = |tv: libc::timeval| (tv.tv_sec as u64) * 1000 + (tv.tv_usec as u64) / 1000;
         Ok(ExecOutcome {
             termination,
@@ -334,40 +472,14 @@ impl Supervisor {
     }
 }
 
-/// The enforcement lines every native run starts with.
-pub fn base_enforcement(spec: &ExecSpec) -> Enforcement {
-    let mut e = Enforcement::new(BackendKind::Native, spec.sandbox.mode);
-    e.record(
-        Restriction::Environment,
-        Level::Full,
-        format!("cleared; {} variables set", spec.env.len()),
-    );
-    e.record(
-        Restriction::Descriptors,
-        Level::Full,
-        "inherited descriptors closed on exec (close_range)",
-    );
-    e.record(
-        Restriction::NoNewPrivs,
-        Level::Full,
-        "prctl PR_SET_NO_NEW_PRIVS",
-    );
-    e.record(Restriction::CoreDumps, Level::Full, "RLIMIT_CORE 0");
-    let rl = |e: &mut Enforcement, r, v: Option<u64>, name: &str| match v {
-        Some(n) => e.record(r, Level::Full, format!("{name} {n}")),
-        None => e.record(r, Level::NotRequested, "no limit requested"),
-    };
-    rl(
-        &mut e,
-        Restriction::OpenFiles,
-        spec.sandbox.limits.open_files,
-        "RLIMIT_NOFILE",
-    );
-    rl(
-        &mut e,
-        Restriction::FileSize,
-        spec.sandbox.limits.file_size_bytes,
-        "RLIMIT_FSIZE",
-    );
-    e
+/// An empty file nobody can read (mode 000), mounted over secret files.
+fn create_hidden_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o000)
+        .open(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o000))
 }

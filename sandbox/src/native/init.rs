@@ -1,0 +1,193 @@
+//! The sandbox's init: pid 1 of the run's pid namespace. It finishes the namespace set-up
+//! (mounts, network) that must happen inside, forks the command, reaps every process, forwards
+//! the supervisor's stop request to the whole namespace, and reports the command's status.
+//! When it exits, the kernel kills whatever is left in the namespace; when the supervisor dies,
+//! it dies too (`PR_SET_PDEATHSIG`), taking the namespace with it.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::{ForkResult, Pid, fork};
+
+use super::child::{self, ChildFailure, ExecPlan};
+use super::step::StepFailure;
+use super::{mounts, net, ns};
+use crate::plan::SandboxPlan;
+use crate::spec::ExecSpec;
+use crate::sys::{self, WaitAny};
+
+/// The pipes the init shares with the supervisor.
+#[derive(Debug)]
+pub struct InitPipes {
+    /// Set-up failures (close-on-exec; EOF once the command runs).
+    pub err_w: OwnedFd,
+    /// The command's wait status and the count of leftover processes, written once.
+    pub status_w: OwnedFd,
+    /// One byte from the supervisor once the init is in its cgroups.
+    pub go_r: OwnedFd,
+}
+
+fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
+    let failure = ChildFailure {
+        step: f.step,
+        errno: f.errno,
+        detail: f.reason,
+        restriction: Some(f.restriction),
+    };
+    child::report_and_exit(err_w, &failure, 127)
+}
+
+/// Runs as pid 1 of the new pid namespace. Never returns.
+pub fn run(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    exec: &ExecPlan,
+    hidden_file: &Path,
+    pipes: InitPipes,
+) -> ! {
+    let InitPipes {
+        err_w,
+        status_w,
+        go_r,
+    } = pipes;
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
+    // parent-death signal fires exactly when it dies.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let mut go = [0u8; 1];
+    if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
+        // The supervisor is gone.
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(1) }
+    }
+    let mut flags = CloneFlags::empty();
+    let mut names = Vec::new();
+    if plan.mount_namespace {
+        flags |= CloneFlags::CLONE_NEWNS;
+        names.push("CLONE_NEWNS");
+    }
+    if plan.net_namespace {
+        flags |= CloneFlags::CLONE_NEWNET;
+        names.push("CLONE_NEWNET");
+    }
+    if plan.ipc_namespace {
+        flags |= CloneFlags::CLONE_NEWIPC;
+        names.push("CLONE_NEWIPC");
+    }
+    if !flags.is_empty() {
+        if let Err(f) = ns::enter(flags, &names.join("|")) {
+            die(&err_w, f);
+        }
+    }
+    if plan.mount_namespace {
+        if let Err(f) = mounts::apply(&plan.mounts, hidden_file) {
+            die(&err_w, f);
+        }
+    }
+    if plan.net_namespace {
+        if let Err(f) = net::loopback_up() {
+            die(&err_w, f);
+        }
+    }
+    let mut mask = nix::sys::signal::SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        mask.add(s);
+    }
+    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) {
+        Ok(fd) => fd,
+        Err(e) => die(
+            &err_w,
+            StepFailure::nix(
+                super::step::restriction::PROCESS,
+                "signalfd",
+                "watch signals in the sandbox init",
+                e,
+            ),
+        ),
+    };
+    // SAFETY: this process is single-threaded (a fork of the single-threaded supervisor).
+    let command = match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            drop(sigfd);
+            child::exec(spec, Some(plan), exec, &err_w)
+        }
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => die(
+            &err_w,
+            StepFailure::nix(
+                super::step::restriction::PROCESS,
+                "fork",
+                "start the command",
+                e,
+            ),
+        ),
+    };
+    drop(err_w);
+    let mut status: Option<i32> = None;
+    while status.is_none() {
+        if let Ok(Some(info)) = sigfd.read_signal() {
+            if !matches!(Signal::try_from(info.ssi_signo as i32), Ok(Signal::SIGCHLD) | Err(_)) {
+                // Stop request from the supervisor: everyone in the namespace.
+                let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
+                let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
+            }
+        }
+        loop {
+            match sys::wait_any_nohang() {
+                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
+                Ok(WaitAny::Reaped(_)) => {}
+                Ok(WaitAny::StillRunning) | Ok(WaitAny::NoChildren) | Err(_) => break,
+            }
+        }
+    }
+    // The command is done: whatever it left behind goes now.
+    let leftovers = if plan.mount_namespace {
+        count_processes()
+    } else {
+        0
+    };
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    let mut reaped = 0u32;
+    loop {
+        match sys::wait_any_nohang() {
+            Ok(WaitAny::Reaped(_)) => reaped += 1,
+            Ok(WaitAny::StillRunning) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Ok(WaitAny::NoChildren) | Err(_) => break,
+        }
+    }
+    let leftovers = if plan.mount_namespace {
+        leftovers
+    } else {
+        reaped
+    };
+    let _ = std::fs::File::from(status_w)
+        .write_all(format!("{} {}\n", status.unwrap_or(0), leftovers).as_bytes());
+    let _ = sigfd.as_fd();
+    // SAFETY: _exit in a forked child.
+    unsafe { libc::_exit(0) }
+}
+
+/// Processes in this pid namespace other than the init (its own /proc is mounted).
+fn count_processes() -> u32 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let n = dir
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|s| s.parse::<u32>().is_ok())
+        })
+        .count();
+    u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX)
+}

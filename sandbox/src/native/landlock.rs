@@ -1,0 +1,100 @@
+//! Applying the Landlock ruleset of a plan. Every access right of the running ABI is handled
+//! (so anything not granted is denied), rules are built path by path — a path that cannot be
+//! opened fails the setup instead of being dropped — and anything short of full enforcement
+//! is a failure: the plan already decided what this kernel must enforce.
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use super::step::{StepFailure, restriction};
+use crate::plan::LandlockPlan;
+
+fn fail(step: &str, what: &str, err: impl std::fmt::Display) -> StepFailure {
+    StepFailure::new(
+        restriction::LANDLOCK,
+        step,
+        format!("failed to {what}: {err}"),
+    )
+}
+
+fn rights_for(path: &std::path::Path, rights: BitFlags<AccessFs>, abi: ABI) -> BitFlags<AccessFs> {
+    // Rules on a non-directory may only carry file rights.
+    if path.is_dir() {
+        rights
+    } else {
+        rights & AccessFs::from_file(abi)
+    }
+}
+
+fn add(
+    mut ruleset: RulesetCreated,
+    paths: &[std::path::PathBuf],
+    rights: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Result<RulesetCreated, StepFailure> {
+    for p in paths {
+        let fd = PathFd::new(p).map_err(|e| {
+            fail(
+                "open(O_PATH)",
+                &format!("open `{}` for a rule", p.display()),
+                e,
+            )
+        })?;
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(fd, rights_for(p, rights, abi)))
+            .map_err(|e| fail("landlock_add_rule", &format!("allow `{}`", p.display()), e))?;
+    }
+    Ok(ruleset)
+}
+
+/// Restricts the calling thread (and its future children) to the plan's rules.
+pub fn restrict(plan: &LandlockPlan) -> Result<(), StepFailure> {
+    let abi = ABI::from(plan.abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(|e| fail("landlock_create_ruleset", "handle filesystem access", e))?;
+    if plan.deny_tcp {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(|e| fail("landlock_create_ruleset", "handle network access", e))?;
+    }
+    if plan.scope {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| {
+            fail(
+                "landlock_create_ruleset",
+                "scope signals and abstract sockets",
+                e,
+            )
+        })?;
+    }
+    let created = ruleset
+        .create()
+        .map_err(|e| fail("landlock_create_ruleset", "create the ruleset", e))?;
+    let created = add(created, &plan.read, AccessFs::from_read(abi), abi)?;
+    let created = add(created, &plan.write, AccessFs::from_all(abi), abi)?;
+    let device_rights =
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev;
+    let created = add(
+        created,
+        &plan.devices,
+        device_rights & AccessFs::from_all(abi),
+        abi,
+    )?;
+    let status = created
+        .restrict_self()
+        .map_err(|e| fail("landlock_restrict_self", "enforce the ruleset", e))?;
+    match status.ruleset {
+        RulesetStatus::FullyEnforced => Ok(()),
+        RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => Err(StepFailure::new(
+            restriction::LANDLOCK,
+            "landlock_restrict_self",
+            format!(
+                "the kernel enforced the ruleset only as {:?} for landlock abi {}",
+                status.ruleset, plan.abi
+            ),
+        )),
+    }
+}

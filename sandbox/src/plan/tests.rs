@@ -1,0 +1,318 @@
+//! Plan resolution against fake hosts: every refusal, and what each mode ends up enforcing.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::host::{CgroupSite, LandlockSupport};
+use crate::policy::PolicySet;
+use crate::spec::{Limits, PrivateDirs};
+
+fn host() -> Host {
+    Host {
+        euid: 0,
+        egid: 0,
+        landlock: LandlockSupport::Available { abi: 7 },
+        seccomp: Ok(()),
+        user_namespaces: Ok(()),
+        memory: Ok(CgroupSite {
+            version: 1,
+            dir: PathBuf::from("/sys/fs/cgroup/memory"),
+        }),
+        pids: Ok(CgroupSite {
+            version: 1,
+            dir: PathBuf::from("/sys/fs/cgroup/pids"),
+        }),
+        nofile_hard: 1 << 20,
+        fsize_hard: u64::MAX,
+    }
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    state: PathBuf,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let state = dir.path().join("state");
+    for d in [
+        &ws,
+        &state.join("home"),
+        &state.join("tmp"),
+        &state.join("out"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    World {
+        ws,
+        state,
+        _dir: dir,
+    }
+}
+
+fn req(w: &World, mode: Mode) -> SandboxRequest {
+    SandboxRequest {
+        mode,
+        network: None,
+        workspace: w.ws.clone(),
+        protect: Vec::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        private: PrivateDirs {
+            home: w.state.join("home"),
+            tmp: w.state.join("tmp"),
+            readable: Vec::new(),
+            writable: vec![w.state.join("out")],
+        },
+        limits: Limits::default(),
+        image: None,
+        forbidden: Vec::new(),
+    }
+}
+
+fn plan(r: &SandboxRequest, h: &Host) -> Result<SandboxPlan, SandboxError> {
+    let set = PolicySet::embedded().unwrap();
+    resolve(set.get(r.mode), r, h)
+}
+
+fn unavailable_text(r: Result<SandboxPlan, SandboxError>) -> String {
+    match r {
+        Err(e @ SandboxError::Unavailable { .. }) => e.to_string(),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn workspace_write_as_root() {
+    let w = world();
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
+    assert!(p.user_namespace.is_none(), "root needs no user namespace");
+    assert!(p.pid_namespace && p.mount_namespace && p.net_namespace);
+    let ll = p.landlock.as_ref().unwrap();
+    assert!(ll.write.contains(&w.ws));
+    assert!(ll.read.contains(&PathBuf::from("/usr")));
+    assert!(ll.deny_tcp && ll.scope);
+    assert!(p.seccomp.deny_inet_sockets);
+    assert!(p.seccomp.deny.iter().any(|(n, _)| n == "ptrace"));
+    assert!(
+        p.mounts
+            .iter()
+            .any(|m| matches!(m, MountStep::HideFile { path } if path == Path::new("/etc/shadow")))
+    );
+    assert_eq!(
+        p.pids.as_ref().map(|c| c.value),
+        Some(4096),
+        "policy default pids via cgroup"
+    );
+    assert!(p.memory.is_none());
+    for r in [
+        Restriction::Filesystem,
+        Restriction::Network,
+        Restriction::Syscalls,
+        Restriction::Capabilities,
+        Restriction::Pids,
+    ] {
+        assert_eq!(p.enforcement.level_of(r), Some(Level::Full), "{r:?}");
+    }
+}
+
+#[test]
+fn read_only_keeps_the_workspace_read_only_and_refuses_network() {
+    let w = world();
+    let p = plan(&req(&w, Mode::ReadOnly), &host()).unwrap();
+    let ll = p.landlock.unwrap();
+    assert!(ll.read.contains(&w.ws) && !ll.write.contains(&w.ws));
+    let mut r = req(&w, Mode::ReadOnly);
+    r.network = Some(Network::Full);
+    assert!(
+        matches!(plan(&r, &host()), Err(SandboxError::InvalidRequest { field, .. }) if field == "network")
+    );
+    let mut r = req(&w, Mode::ReadOnly);
+    r.write = vec![w.state.clone()];
+    assert!(
+        matches!(plan(&r, &host()), Err(SandboxError::InvalidRequest { field, .. }) if field == "write")
+    );
+}
+
+#[test]
+fn full_access_has_no_filesystem_rules_but_keeps_the_rest() {
+    let w = world();
+    let p = plan(&req(&w, Mode::FullAccess), &host()).unwrap();
+    assert!(p.landlock.is_none() && !p.mount_namespace && !p.net_namespace);
+    assert!(p.pid_namespace && p.drop_capabilities);
+    assert!(p.seccomp.deny.iter().any(|(n, _)| n == "bpf"));
+    assert!(!p.seccomp.deny.iter().any(|(n, _)| n == "ptrace"));
+    let mut r = req(&w, Mode::FullAccess);
+    r.protect = vec![PathBuf::from("tests")];
+    assert!(
+        matches!(plan(&r, &host()), Err(SandboxError::InvalidRequest { field, .. }) if field == "protect")
+    );
+}
+
+#[test]
+fn no_landlock_fails_closed_with_the_reason() {
+    let w = world();
+    let mut h = host();
+    h.landlock = LandlockSupport::NotImplemented;
+    let text = unavailable_text(plan(&req(&w, Mode::WorkspaceWrite), &h));
+    assert!(
+        text.contains("filesystem isolation (landlock)") && text.contains("ENOSYS"),
+        "{text}"
+    );
+    h.landlock = LandlockSupport::Available { abi: 2 };
+    let text = unavailable_text(plan(&req(&w, Mode::ReadOnly), &h));
+    assert!(
+        text.contains("abi 2") && text.contains("truncate"),
+        "{text}"
+    );
+    // full-access does not need Landlock.
+    assert!(plan(&req(&w, Mode::FullAccess), &h).is_ok());
+}
+
+#[test]
+fn old_landlock_abis_are_reported_as_partial() {
+    let w = world();
+    let mut h = host();
+    h.landlock = LandlockSupport::Available { abi: 3 };
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &h).unwrap();
+    let ll = p.landlock.unwrap();
+    assert!(!ll.deny_tcp && !ll.scope);
+    assert_eq!(
+        p.enforcement.level_of(Restriction::Scoping),
+        Some(Level::Partial)
+    );
+}
+
+#[test]
+fn no_seccomp_fails_closed() {
+    let w = world();
+    let mut h = host();
+    h.seccomp = Err("no seccomp here".into());
+    assert!(unavailable_text(plan(&req(&w, Mode::FullAccess), &h)).contains("seccomp"));
+}
+
+#[test]
+fn a_non_root_runner_needs_a_user_namespace() {
+    let w = world();
+    let mut h = host();
+    h.euid = 1000;
+    h.egid = 1000;
+    h.memory = Err("not writable".into());
+    h.pids = Err("not writable".into());
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &h).unwrap();
+    assert_eq!(
+        p.user_namespace,
+        Some(IdMap {
+            uid: 1000,
+            gid: 1000
+        })
+    );
+    assert_eq!(
+        p.nproc,
+        Some(4096),
+        "pids fall back to RLIMIT_NPROC in the private user namespace"
+    );
+    h.user_namespaces = Err("AppArmor restricts unprivileged user namespaces".into());
+    let text = unavailable_text(plan(&req(&w, Mode::WorkspaceWrite), &h));
+    assert!(text.contains("AppArmor"), "{text}");
+}
+
+#[test]
+fn explicit_limits_must_be_enforceable() {
+    let w = world();
+    let mut h = host();
+    h.memory = Err("no cgroup memory controller".into());
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.limits.memory_bytes = Some(64 << 20);
+    let text = unavailable_text(plan(&r, &h));
+    assert!(
+        text.contains("--memory") && text.contains("no cgroup memory controller"),
+        "{text}"
+    );
+    // Root has no RLIMIT_NPROC fallback (uid 0 is exempt from it).
+    h.pids = Err("no cgroup pids controller".into());
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.limits.pids = Some(10);
+    assert!(unavailable_text(plan(&r, &h)).contains("--pids"));
+    // Policy defaults that cannot be enforced are reported, not fatal.
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &h).unwrap();
+    assert_eq!(
+        p.enforcement.level_of(Restriction::Pids),
+        Some(Level::Partial)
+    );
+}
+
+#[test]
+fn the_runners_state_may_not_be_visible() {
+    let w = world();
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.forbidden = vec![w.state.clone()];
+    // The private dirs inside the state dir are fine…
+    assert!(plan(&r, &host()).is_ok());
+    // …but a readable ancestor of the state dir is not.
+    r.read = vec![w.state.parent().unwrap().to_path_buf()];
+    assert!(
+        matches!(plan(&r, &host()), Err(SandboxError::InvalidRequest { field, .. }) if field == "state-dir")
+    );
+}
+
+#[test]
+fn protected_paths_bind_or_get_a_placeholder() {
+    let w = world();
+    std::fs::create_dir_all(w.ws.join(".git/hooks")).unwrap();
+    std::fs::write(w.ws.join(".git/config"), "").unwrap();
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.protect = vec![PathBuf::from("tests/unit"), PathBuf::from("README.md")];
+    std::fs::write(w.ws.join("README.md"), "").unwrap();
+    let p = plan(&r, &host()).unwrap();
+    let protected: Vec<&Path> = p
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::ProtectReadOnly { path } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    assert!(protected.contains(&w.ws.join(".git/hooks").as_path()));
+    assert!(protected.contains(&w.ws.join(".git/config").as_path()));
+    assert!(protected.contains(&w.ws.join("README.md").as_path()));
+    // `.ralph` (policy) does not exist: its placeholder; `tests/unit` (explicit): `tests`.
+    assert_eq!(
+        p.placeholders,
+        vec![w.ws.join(".ralph"), w.ws.join("tests")]
+    );
+}
+
+#[test]
+fn default_git_paths_are_skipped_without_a_repository() {
+    let w = world();
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
+    assert!(
+        !p.placeholders.iter().any(|x| x.ends_with(".git")),
+        "`git init` must stay possible"
+    );
+}
+
+#[test]
+fn paths_under_tmp_are_kept_visible() {
+    let w = world();
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
+    let keep = p
+        .mounts
+        .iter()
+        .find_map(|m| match m {
+            MountStep::BindPrivate { keep, .. } => Some(keep.clone()),
+            _ => None,
+        })
+        .unwrap();
+    if w.ws.starts_with("/tmp") {
+        assert!(keep.iter().any(|k| w.ws.starts_with(k)), "{keep:?}");
+    }
+    assert!(
+        keep.iter()
+            .all(|k| !keep.iter().any(|o| o != k && k.starts_with(o))),
+        "no nested keeps: {keep:?}"
+    );
+}

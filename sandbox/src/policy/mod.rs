@@ -1,0 +1,329 @@
+//! Mode policies as data (`policies/*.toml` at the repository root): what each mode may read and
+//! write, which paths stay protected or hidden, the network default, the syscall deny list and
+//! default limits. The three files are embedded; a config directory can replace any of them.
+
+pub mod syscalls;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::mode::{Mode, Network};
+use crate::units::ByteSize;
+
+const READ_ONLY: &str = include_str!("../../../policies/read-only.toml");
+const WORKSPACE_WRITE: &str = include_str!("../../../policies/workspace-write.toml");
+const FULL_ACCESS: &str = include_str!("../../../policies/full-access.toml");
+
+/// One mode's policy.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Filesystem view.
+    pub filesystem: FilesystemPolicy,
+    /// Read-only paths inside the workspace.
+    pub protect: ProtectPolicy,
+    /// Network.
+    pub network: NetworkPolicy,
+    /// Syscall filter.
+    pub syscalls: SyscallPolicy,
+    /// Default limits.
+    pub limits: LimitDefaults,
+}
+
+/// Whether the workspace is writable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceAccess {
+    /// Read and execute only.
+    Read,
+    /// Read and write.
+    Write,
+}
+
+/// `[filesystem]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesystemPolicy {
+    /// No filesystem restriction at all (full-access).
+    #[serde(default)]
+    pub unrestricted: bool,
+    /// Readable trees (skipped when absent on the host).
+    pub read: Vec<PathBuf>,
+    /// Paths under readable trees that stay unreadable.
+    pub hidden: Vec<PathBuf>,
+    /// Device files readable and writable.
+    pub devices: Vec<PathBuf>,
+    /// Workspace access.
+    pub workspace: WorkspaceAccess,
+    /// Whether `--write` is honoured.
+    pub extra_write: bool,
+}
+
+/// `[protect]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectPolicy {
+    /// Paths relative to the workspace.
+    pub paths: Vec<PathBuf>,
+}
+
+/// `[network]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// The network when the job does not choose.
+    pub default: Network,
+    /// Whether `--network full` is allowed.
+    pub allow_full: bool,
+}
+
+/// `[syscalls]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyscallPolicy {
+    /// Syscalls refused with EPERM.
+    pub deny: Vec<String>,
+    /// personality(2) limited to querying/setting PER_LINUX.
+    pub restrict_personality: bool,
+    /// clone(2) with namespace flags refused; clone3(2) answers ENOSYS.
+    pub deny_namespace_clone: bool,
+}
+
+/// `[limits]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitDefaults {
+    /// Default process limit.
+    pub pids: Option<u64>,
+    /// Default memory limit.
+    pub memory: Option<ByteSize>,
+    /// `RLIMIT_NOFILE` (capped at the host's hard limit).
+    pub open_files: Option<u64>,
+    /// `RLIMIT_FSIZE`.
+    pub file_size: Option<ByteSize>,
+}
+
+/// A policy file that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid sandbox policy `{source_name}`: {message}")]
+pub struct PolicyError {
+    /// The file (or "embedded read-only.toml").
+    pub source_name: String,
+    /// What is wrong, naming the key.
+    pub message: String,
+}
+
+impl Policy {
+    /// Parses and validates a policy file's text.
+    pub fn parse(text: &str, source_name: &str) -> Result<Self, PolicyError> {
+        let err = |message: String| PolicyError {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        let policy: Policy =
+            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().replace('\n', " ")))?;
+        policy.validate().map_err(err)?;
+        Ok(policy)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let fs = &self.filesystem;
+        for (key, paths) in [
+            ("filesystem.read", &fs.read),
+            ("filesystem.hidden", &fs.hidden),
+            ("filesystem.devices", &fs.devices),
+        ] {
+            if let Some(p) = paths.iter().find(|p| !p.is_absolute()) {
+                return Err(format!(
+                    "`{key}`: `{}` is not an absolute path",
+                    p.display()
+                ));
+            }
+        }
+        if let Some(p) = self.protect.paths.iter().find(|p| {
+            p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+        }) {
+            return Err(format!(
+                "`protect.paths`: `{}` must be relative to the workspace, without `..`",
+                p.display()
+            ));
+        }
+        if fs.unrestricted && !self.protect.paths.is_empty() {
+            return Err(
+                "`protect.paths` must be empty when `filesystem.unrestricted` is true".into(),
+            );
+        }
+        if let Some(name) = self
+            .syscalls
+            .deny
+            .iter()
+            .find(|n| syscalls::number(n).is_none())
+        {
+            let known: Vec<&str> = syscalls::SYSCALLS.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "`syscalls.deny`: unknown syscall `{name}` (known: {})",
+                known.join(", ")
+            ));
+        }
+        if self.network.default == Network::Full && !self.network.allow_full {
+            return Err("`network.default` is \"full\" but `network.allow_full` is false".into());
+        }
+        if self.limits.pids == Some(0) {
+            return Err("`limits.pids` must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The policies of the three modes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySet {
+    read_only: Policy,
+    workspace_write: Policy,
+    full_access: Policy,
+    /// Where each came from, for `ralph doctor`.
+    pub sources: Vec<(Mode, String)>,
+}
+
+/// The file name of a mode's policy.
+pub fn file_name(mode: Mode) -> String {
+    format!("{}.toml", mode.as_str())
+}
+
+fn embedded(mode: Mode) -> &'static str {
+    match mode {
+        Mode::ReadOnly => READ_ONLY,
+        Mode::WorkspaceWrite => WORKSPACE_WRITE,
+        Mode::FullAccess => FULL_ACCESS,
+    }
+}
+
+impl PolicySet {
+    /// The embedded defaults.
+    pub fn embedded() -> Result<Self, PolicyError> {
+        Self::load(None)
+    }
+
+    /// The embedded defaults, each replaced by `<config_dir>/policies/<mode>.toml` if that file
+    /// exists.
+    pub fn load(config_dir: Option<&Path>) -> Result<Self, PolicyError> {
+        let mut sources = Vec::new();
+        let mut get = |mode: Mode| -> Result<Policy, PolicyError> {
+            let name = file_name(mode);
+            if let Some(dir) = config_dir {
+                let path = dir.join("policies").join(&name);
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => {
+                        let label = path.display().to_string();
+                        sources.push((mode, label.clone()));
+                        return Policy::parse(&text, &label);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(PolicyError {
+                            source_name: path.display().to_string(),
+                            message: format!("failed to read: {e}"),
+                        });
+                    }
+                }
+            }
+            let label = format!("embedded {name}");
+            sources.push((mode, label.clone()));
+            Policy::parse(embedded(mode), &label)
+        };
+        let read_only = get(Mode::ReadOnly)?;
+        let workspace_write = get(Mode::WorkspaceWrite)?;
+        let full_access = get(Mode::FullAccess)?;
+        Ok(Self {
+            read_only,
+            workspace_write,
+            full_access,
+            sources,
+        })
+    }
+
+    /// The policy of `mode`.
+    pub fn get(&self, mode: Mode) -> &Policy {
+        match mode {
+            Mode::ReadOnly => &self.read_only,
+            Mode::WorkspaceWrite => &self.workspace_write,
+            Mode::FullAccess => &self.full_access,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_policies_parse() {
+        let set = PolicySet::embedded().unwrap();
+        assert_eq!(
+            set.get(Mode::ReadOnly).filesystem.workspace,
+            WorkspaceAccess::Read
+        );
+        assert_eq!(
+            set.get(Mode::WorkspaceWrite).filesystem.workspace,
+            WorkspaceAccess::Write
+        );
+        assert!(set.get(Mode::FullAccess).filesystem.unrestricted);
+        assert!(!set.get(Mode::ReadOnly).network.allow_full);
+        assert!(
+            set.get(Mode::WorkspaceWrite)
+                .syscalls
+                .deny
+                .iter()
+                .any(|s| s == "io_uring_setup")
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let text = WORKSPACE_WRITE.replace("[network]", "[network]\nproxy = \"x\"");
+        let e = Policy::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("unknown field `proxy`"), "{e}");
+        assert!(e.contains("t.toml"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_syscall_is_named() {
+        let text = WORKSPACE_WRITE.replace("\"ptrace\",", "\"ptrace\", \"frobnicate\",");
+        let e = Policy::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("unknown syscall `frobnicate`"), "{e}");
+    }
+
+    #[test]
+    fn relative_read_paths_are_refused() {
+        let text = WORKSPACE_WRITE.replace("\"/opt\",", "\"opt\",");
+        let e = Policy::parse(&text, "t.toml").unwrap_err().to_string();
+        assert!(
+            e.contains("`filesystem.read`: `opt` is not an absolute path"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_config_dir_replaces_one_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        let custom = WORKSPACE_WRITE.replace("pids = 4096", "pids = 77");
+        std::fs::write(dir.path().join("policies/workspace-write.toml"), custom).unwrap();
+        let set = PolicySet::load(Some(dir.path())).unwrap();
+        assert_eq!(set.get(Mode::WorkspaceWrite).limits.pids, Some(77));
+        assert_eq!(set.get(Mode::ReadOnly).limits.pids, Some(4096));
+        assert!(set.sources.iter().any(|(m, s)| *m == Mode::WorkspaceWrite
+            && s.ends_with("workspace-write.toml")
+            && !s.starts_with("embedded")));
+        std::fs::write(
+            dir.path().join("policies/read-only.toml"),
+            "[filesystem]\nbogus = 1\n",
+        )
+        .unwrap();
+        let e = PolicySet::load(Some(dir.path())).unwrap_err().to_string();
+        assert!(e.contains("read-only.toml") && e.contains("bogus"), "{e}");
+    }
+}
