@@ -13,7 +13,9 @@ fn counting_agent(f: &Fixture, k: u32) -> std::path::PathBuf {
         "count.sh",
         &format!(
             r#"n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
-echo "$$ $(readlink /proc/self/ns/pid)" >> pids
+echo $$ >> pids
+for d in "$HOME" "$TMPDIR" /tmp; do [ -e "$d/previous-round" ] && echo "$d" >> leaks; done
+touch "$HOME/previous-round" "$TMPDIR/previous-round" /tmp/previous-round
 if [ $n -ge {k} ]; then
   printf '%s' '{}' > "$RALPH_REPORT_FILE"
 else
@@ -78,16 +80,12 @@ fn each_round_is_a_fresh_process() {
     let agent = counting_agent(&f, 4);
     let out = f.run(&agent).output();
     out.expect_code(0);
-    // Inside, each round is the first process of its own, new pid namespace…
-    let lines: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
-    assert_eq!(lines.len(), 4);
-    let mut namespaces: Vec<&str> = lines
-        .iter()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .collect();
-    namespaces.sort_unstable();
-    namespaces.dedup();
-    assert_eq!(namespaces.len(), 4, "pid namespaces repeated: {lines:?}");
+    // Inside, each round is the first process of a new pid namespace and finds a fresh, empty
+    // HOME, TMPDIR and /tmp: nothing of the previous round's process survives.
+    let pids: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
+    assert_eq!(pids.len(), 4);
+    assert!(pids.iter().all(|p| p == "3"), "the agent is an early pid of its own namespace: {pids:?}");
+    assert_eq!(f.read_ws("leaks"), "", "private directories carried over between rounds");
     // …and on the host each round was supervised by a different process.
     let mut host_pids: Vec<u64> = f
         .events(&out.job_id())

@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod capture;
+pub mod doctor;
 pub mod error;
 pub mod host;
 pub mod mode;

@@ -60,6 +60,17 @@ pub enum MountStep {
     },
 }
 
+/// An empty directory created where a protected path does not exist yet, so the agent cannot
+/// create it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placeholder {
+    /// Where.
+    pub path: PathBuf,
+    /// Removed after the run (explicit `--protect`); the policy's own defaults (such as
+    /// `.ralph/`) stay, empty, so they are not recreated every round.
+    pub remove_after: bool,
+}
+
 /// The Landlock ruleset.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LandlockPlan {
@@ -118,8 +129,8 @@ pub struct SandboxPlan {
     pub ipc_namespace: bool,
     /// Mount steps.
     pub mounts: Vec<MountStep>,
-    /// Missing protected paths to create as empty read-only placeholders (removed after).
-    pub placeholders: Vec<PathBuf>,
+    /// Missing protected paths to create as empty read-only placeholders.
+    pub placeholders: Vec<Placeholder>,
     /// Landlock, unless unrestricted.
     pub landlock: Option<LandlockPlan>,
     /// Seccomp.
@@ -329,7 +340,10 @@ pub fn resolve(
                         protected += 1;
                     }
                     Protect::Placeholder(path) => {
-                        placeholders.push(path.clone());
+                        placeholders.push(Placeholder {
+                            path: path.clone(),
+                            remove_after: explicit,
+                        });
                         mounts.push(MountStep::ProtectReadOnly { path });
                         protected += 1;
                     }

@@ -1,6 +1,7 @@
 //! The command line: argument structs and dispatch. Each subcommand lives in its own file and
 //! calls into the library; nothing here decides how a job runs.
 
+pub mod doctor;
 pub mod exit;
 pub mod progress;
 pub mod run;
@@ -35,6 +36,8 @@ pub enum Command {
     /// Sandbox tools.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Check what this host supports (Landlock, seccomp, namespaces, cgroups, Docker).
+    Doctor(doctor::DoctorArgs),
 }
 
 /// `ralph sandbox ...`
@@ -89,6 +92,7 @@ pub fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
+        Command::Doctor(args) => doctor::execute(args),
     };
     match result {
         Ok(exit) => exit.into(),

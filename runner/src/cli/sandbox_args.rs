@@ -40,11 +40,15 @@ pub struct SandboxArgs {
     pub image: Option<String>,
 }
 
-/// The policies: embedded, overridden by `$RALPH_CONFIG_DIR/policies/` (default `/etc/ralph`).
+/// The configuration directory: `$RALPH_CONFIG_DIR`, default `/etc/ralph`.
+pub fn config_dir() -> PathBuf {
+    std::env::var_os("RALPH_CONFIG_DIR").map_or_else(|| PathBuf::from("/etc/ralph"), PathBuf::from)
+}
+
+/// The policies: embedded, overridden by `<config dir>/policies/`; all three checked now.
 pub fn load_policies() -> Result<ralph_sandbox::policy::PolicySet, CliError> {
-    let dir = std::env::var_os("RALPH_CONFIG_DIR")
-        .map_or_else(|| PathBuf::from("/etc/ralph"), PathBuf::from);
-    ralph_sandbox::policy::PolicySet::load(Some(&dir)).map_err(|e| CliError::usage(e.to_string()))
+    ralph_sandbox::policy::PolicySet::load(Some(&config_dir()))
+        .map_err(|e| CliError::usage(e.to_string()))
 }
 
 fn parse_word<T: std::str::FromStr>(s: &str) -> Result<T, String>

@@ -55,9 +55,15 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 .into(),
         });
     }
+    // The private HOME and TMPDIR live only as long as the command: on tmpfs when there is one.
+    let scratch = [std::path::Path::new("/dev/shm"), &std::env::temp_dir()]
+        .into_iter()
+        .find(|d| nix::unistd::access(*d, nix::unistd::AccessFlags::W_OK).is_ok())
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir);
     let private = tempfile::Builder::new()
         .prefix("ralph-sandbox-")
-        .tempdir()
+        .tempdir_in(&scratch)
         .map_err(|e| CliError::internal(format!("failed to create a private directory: {e}")))?;
     let (home, tmp) = (private.path().join("home"), private.path().join("tmp"));
     for d in [&home, &tmp] {
@@ -104,7 +110,9 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         },
         control_dir: private.path().to_owned(),
     };
-    let backend = NativeBackend::new("/proc/self/exe", super::sandbox_args::load_policies()?);
+    // One command, one mode: only that mode's policy is read.
+    let policies = ralph_sandbox::policy::PolicySet::lazy(Some(&super::sandbox_args::config_dir()));
+    let backend = NativeBackend::new("/proc/self/exe", policies);
     match exec_inline(&backend, &spec) {
         Ok(outcome) => Ok(match outcome.ended_by {
             EndedBy::Timeout => Exit::Timeout,

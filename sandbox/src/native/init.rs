@@ -57,12 +57,6 @@ pub fn run(
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
     // parent-death signal fires exactly when it dies.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    let mut go = [0u8; 1];
-    if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
-        // The supervisor is gone.
-        // SAFETY: _exit in a forked child.
-        unsafe { libc::_exit(1) }
-    }
     let mut flags = CloneFlags::empty();
     let mut names = Vec::new();
     if plan.mount_namespace {
@@ -91,6 +85,15 @@ pub fn run(
         if let Err(f) = net::loopback_up() {
             die(&err_w, f);
         }
+    }
+    // The command must start inside the run's cgroups: wait until the supervisor has moved this
+    // init there (done while the namespaces above were being built; cgroup v1 migration waits
+    // for an RCU grace period, so the two overlap).
+    let mut go = [0u8; 1];
+    if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
+        // The supervisor is gone.
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(1) }
     }
     let mut mask = nix::sys::signal::SigSet::empty();
     for s in [
@@ -135,7 +138,10 @@ pub fn run(
     let mut status: Option<i32> = None;
     while status.is_none() {
         if let Ok(Some(info)) = sigfd.read_signal() {
-            if !matches!(Signal::try_from(info.ssi_signo as i32), Ok(Signal::SIGCHLD) | Err(_)) {
+            if !matches!(
+                Signal::try_from(info.ssi_signo as i32),
+                Ok(Signal::SIGCHLD) | Err(_)
+            ) {
                 // Stop request from the supervisor: everyone in the namespace.
                 let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
                 let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);

@@ -82,7 +82,11 @@ impl NativeBackend {
 
     /// Resolves the plan for `req`, failing closed when it cannot be enforced here.
     pub fn plan(&self, req: &SandboxRequest) -> Result<SandboxPlan, SandboxError> {
-        crate::plan::resolve(self.policies.get(req.mode), req, self.host())
+        let policy = self
+            .policies
+            .get(req.mode)
+            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        crate::plan::resolve(policy, req, self.host())
     }
 
     /// Checks up front that `req` can be enforced by this host; fails closed.

@@ -1,10 +1,11 @@
 //! The seccomp filters of a plan, built as pure data (unit-tested without touching the process)
 //! and installed in one small step just before `execve`.
 //!
-//! Three programs: the deny list and argument rules (EPERM, arch-checked by seccompiler: any
-//! other architecture is killed), `clone3` answering ENOSYS (its flags live in memory seccomp
-//! cannot read, so libc falls back to `clone`, whose flags we can check), and on x86_64 a refusal
-//! of every x32-ABI syscall number, which would otherwise bypass number-based rules.
+//! One program, installed with one `seccomp(2)` call: a short hand-written prefix — on x86_64 every
+//! x32-ABI syscall number refused (they would otherwise bypass number-based rules), and `clone3`
+//! answering ENOSYS (its flags live in memory seccomp cannot read, so libc falls back to `clone`,
+//! whose flags the rules check) — followed by seccompiler's program for the deny list and the
+//! argument rules (EPERM; any other architecture is killed).
 
 use std::collections::BTreeMap;
 
@@ -45,7 +46,8 @@ fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
     SeccompRule::new(conds).map_err(|e| format!("{e}"))
 }
 
-/// Builds the BPF programs for `plan`.
+/// Builds the filter for `plan`: one BPF program (a short prefix for x32 and clone3, then
+/// seccompiler's arch-checked rule program).
 pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -87,48 +89,64 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
     let main =
         SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch).map_err(|e| format!("{e}"))?;
-    let mut programs: Vec<BpfProgram> = vec![
-        main.try_into()
-            .map_err(|e: seccompiler::BackendError| format!("{e}"))?,
-    ];
-    if plan.deny_namespace_clone {
-        let clone3 = SeccompFilter::new(
-            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::ENOSYS as u32),
-            arch,
-        )
-        .map_err(|e| format!("{e}"))?;
-        programs.push(
-            clone3
-                .try_into()
-                .map_err(|e: seccompiler::BackendError| format!("{e}"))?,
-        );
+    let main: BpfProgram = main
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| format!("{e}"))?;
+    let mut program = prefix(plan.deny_namespace_clone);
+    program.extend(main);
+    if program.len() > 4096 {
+        return Err(format!(
+            "the filter has {} instructions, over the kernel's limit of 4096",
+            program.len()
+        ));
     }
-    #[cfg(target_arch = "x86_64")]
-    programs.push(x32_refusal());
-    Ok(programs)
+    Ok(vec![program])
 }
 
-/// Refuses every syscall number with the x32 bit set (`__X32_SYSCALL_BIT`), with EPERM.
-#[cfg(target_arch = "x86_64")]
-fn x32_refusal() -> BpfProgram {
-    use seccompiler::sock_filter;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    const RET_ALLOW: u32 = 0x7fff_0000;
-    const RET_ERRNO: u32 = 0x0005_0000;
-    let ins = |code: u16, jt: u8, jf: u8, k: u32| sock_filter { code, jt, jf, k };
-    let (ld_w_abs, jeq_k, jge_k, ret_k) = (0x20u16, 0x15u16, 0x35u16, 0x06u16);
-    vec![
-        ins(ld_w_abs, 0, 0, 4),              // A = seccomp_data.arch
-        ins(jeq_k, 1, 0, AUDIT_ARCH_X86_64), // x86_64? go on : allow (the main filter kills it)
-        ins(ret_k, 0, 0, RET_ALLOW),
-        ins(ld_w_abs, 0, 0, 0),            // A = seccomp_data.nr
-        ins(jge_k, 0, 1, X32_SYSCALL_BIT), // nr >= x32 bit? refuse : allow
-        ins(ret_k, 0, 0, RET_ERRNO | libc::EPERM as u32),
-        ins(ret_k, 0, 0, RET_ALLOW),
-    ]
+// Classic BPF opcodes and seccomp return values used by the prefix.
+const LD_W_ABS: u16 = 0x20;
+const JMP_JEQ_K: u16 = 0x15;
+const JMP_JGE_K: u16 = 0x35;
+const RET_K: u16 = 0x06;
+#[cfg(test)]
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+
+fn ins(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// Checks that run before the rule program: every x32-ABI syscall number refused (x86_64: they
+/// carry the native arch value and would bypass number-based rules), and `clone3` answering
+/// ENOSYS. A foreign architecture skips straight to the rule program, which kills it.
+fn prefix(deny_clone3: bool) -> BpfProgram {
+    let mut tail: BpfProgram = Vec::new();
+    if deny_clone3 {
+        tail.push(ins(LD_W_ABS, 0, 0, OFFSET_NR));
+        tail.push(ins(JMP_JEQ_K, 0, 1, libc::SYS_clone3 as u32));
+        tail.push(ins(RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        let after = u8::try_from(3 + tail.len()).unwrap_or(u8::MAX);
+        let mut head = vec![
+            ins(LD_W_ABS, 0, 0, OFFSET_ARCH),
+            ins(JMP_JEQ_K, 0, after, AUDIT_ARCH_X86_64),
+            ins(LD_W_ABS, 0, 0, OFFSET_NR),
+            ins(JMP_JGE_K, 0, 1, X32_SYSCALL_BIT),
+            ins(RET_K, 0, 0, RET_ERRNO | libc::EPERM as u32),
+        ];
+        head.extend(tail);
+        head
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        tail
+    }
 }
 
 /// Installs `programs` on the calling thread (no_new_privs must be set).
@@ -149,6 +167,50 @@ pub fn install(programs: &[BpfProgram]) -> Result<(), StepFailure> {
 mod tests {
     use super::*;
 
+    /// seccomp_data as the kernel lays it out.
+    struct Data {
+        nr: i64,
+        arch: u32,
+        args: [u64; 6],
+    }
+
+    /// A classic-BPF interpreter for the instructions seccompiler and the prefix emit.
+    fn run(prog: &BpfProgram, d: &Data) -> u32 {
+        let word = |off: u32| -> u32 {
+            match off {
+                0 => d.nr as u32,
+                4 => d.arch,
+                8 => 0,
+                12 => 0,
+                o if (16..64).contains(&o) => {
+                    let arg = d.args[((o - 16) / 8) as usize];
+                    if (o - 16) % 8 == 0 {
+                        arg as u32
+                    } else {
+                        (arg >> 32) as u32
+                    }
+                }
+                o => panic!("load at {o}"),
+            }
+        };
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let i = &prog[pc];
+            pc += 1;
+            match i.code {
+                0x20 => a = word(i.k),
+                0x54 => a &= i.k,
+                0x05 => pc += i.k as usize,
+                0x15 => pc += if a == i.k { i.jt } else { i.jf } as usize,
+                0x25 => pc += if a > i.k { i.jt } else { i.jf } as usize,
+                0x35 => pc += if a >= i.k { i.jt } else { i.jf } as usize,
+                0x45 => pc += if a & i.k != 0 { i.jt } else { i.jf } as usize,
+                0x06 => return i.k,
+                c => panic!("opcode {c:#x} not modelled"),
+            }
+        }
+    }
+
     fn plan(inet: bool) -> SeccompPlan {
         SeccompPlan {
             deny: vec![
@@ -161,16 +223,133 @@ mod tests {
         }
     }
 
+    const X86_64: u32 = 0xc000_003e;
+    const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
+
+    fn verdict(p: &SeccompPlan, nr: i64, args: [u64; 6]) -> u32 {
+        let prog = &build(p).unwrap()[0];
+        run(
+            prog,
+            &Data {
+                nr,
+                arch: X86_64,
+                args,
+            },
+        )
+    }
+
     #[test]
-    fn builds_the_three_programs() {
+    fn one_program_within_the_kernel_limit() {
         let progs = build(&plan(true)).unwrap();
+        assert_eq!(progs.len(), 1);
+        assert!(progs[0].len() < 4096);
+    }
+
+    #[test]
+    fn denies_the_list_and_allows_the_rest() {
+        let p = plan(true);
+        assert_eq!(verdict(&p, libc::SYS_ptrace, [0; 6]), EPERM);
+        assert_eq!(verdict(&p, libc::SYS_io_uring_setup, [0; 6]), EPERM);
+        assert_eq!(verdict(&p, libc::SYS_read, [0; 6]), RET_ALLOW);
+        assert_eq!(verdict(&p, libc::SYS_openat, [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn only_unix_sockets_without_network() {
+        let p = plan(true);
         assert_eq!(
-            progs.len(),
-            if cfg!(target_arch = "x86_64") { 3 } else { 2 }
+            verdict(&p, libc::SYS_socket, [libc::AF_INET as u64, 1, 0, 0, 0, 0]),
+            EPERM
         );
-        assert!(progs.iter().all(|p| !p.is_empty() && p.len() < 4096));
-        // Network rules make the main program longer.
-        let without = build(&plan(false)).unwrap();
-        assert!(progs[0].len() > without[0].len());
+        assert_eq!(
+            verdict(&p, libc::SYS_socket, [libc::AF_INET6 as u64, 2, 0, 0, 0, 0]),
+            EPERM
+        );
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_socket,
+                [libc::AF_NETLINK as u64, 3, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        assert_eq!(
+            verdict(&p, libc::SYS_socket, [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_socketpair,
+                [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(
+                &plan(false),
+                libc::SYS_socket,
+                [libc::AF_INET as u64, 1, 0, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn namespace_clones_personality_clone3_and_x32() {
+        let p = plan(true);
+        assert_eq!(
+            verdict(&p, libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_clone,
+                [(libc::CLONE_NEWUSER | libc::SIGCHLD) as u64, 0, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_clone,
+                [libc::CLONE_NEWNET as u64, 0, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        assert_eq!(
+            verdict(&p, libc::SYS_clone3, [0; 6]),
+            RET_ERRNO | libc::ENOSYS as u32
+        );
+        assert_eq!(
+            verdict(&p, libc::SYS_personality, [0, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(&p, libc::SYS_personality, [0xffff_ffff, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(&p, libc::SYS_personality, [0x0040000, 0, 0, 0, 0, 0]),
+            EPERM
+        );
+        // x32: read(2) with the x32 bit set.
+        assert_eq!(verdict(&p, 0x4000_0000, [0; 6]), EPERM);
+    }
+
+    #[test]
+    fn a_foreign_architecture_is_killed() {
+        let prog = &build(&plan(true)).unwrap()[0];
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        let v = run(
+            prog,
+            &Data {
+                nr: 0,
+                arch: AUDIT_ARCH_I386,
+                args: [0; 6],
+            },
+        );
+        assert!(v == 0 || v == 0x8000_0000, "expected a kill, got {v:#x}");
     }
 }

@@ -174,10 +174,12 @@ impl Supervisor {
             Ok(cg) => cleanup.cgroups = cg,
             Err(f) => return Ok(Started::Failed(f)),
         }
-        for p in &plan.placeholders {
+        for ph in &plan.placeholders {
             use std::os::unix::fs::DirBuilderExt;
+            let p = &ph.path;
             match std::fs::DirBuilder::new().mode(0o555).create(p) {
-                Ok(()) => cleanup.placeholders.push(p.clone()),
+                Ok(()) if ph.remove_after => cleanup.placeholders.push(p.clone()),
+                Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => {
                     cleanup.run();

@@ -74,7 +74,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
 
 fn plan(r: &SandboxRequest, h: &Host) -> Result<SandboxPlan, SandboxError> {
     let set = PolicySet::embedded().unwrap();
-    resolve(set.get(r.mode), r, h)
+    resolve(set.get(r.mode).unwrap(), r, h)
 }
 
 fn unavailable_text(r: Result<SandboxPlan, SandboxError>) -> String {
@@ -281,7 +281,16 @@ fn protected_paths_bind_or_get_a_placeholder() {
     // `.ralph` (policy) does not exist: its placeholder; `tests/unit` (explicit): `tests`.
     assert_eq!(
         p.placeholders,
-        vec![w.ws.join(".ralph"), w.ws.join("tests")]
+        vec![
+            Placeholder {
+                path: w.ws.join(".ralph"),
+                remove_after: false
+            },
+            Placeholder {
+                path: w.ws.join("tests"),
+                remove_after: true
+            }
+        ]
     );
 }
 
@@ -290,7 +299,7 @@ fn default_git_paths_are_skipped_without_a_repository() {
     let w = world();
     let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
     assert!(
-        !p.placeholders.iter().any(|x| x.ends_with(".git")),
+        !p.placeholders.iter().any(|x| x.path.ends_with(".git")),
         "`git init` must stay possible"
     );
 }

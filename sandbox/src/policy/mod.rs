@@ -5,6 +5,7 @@
 pub mod syscalls;
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -178,14 +179,11 @@ impl Policy {
     }
 }
 
-/// The policies of the three modes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The policies of the three modes, each parsed on first use.
+#[derive(Debug)]
 pub struct PolicySet {
-    read_only: Policy,
-    workspace_write: Policy,
-    full_access: Policy,
-    /// Where each came from, for `ralph doctor`.
-    pub sources: Vec<(Mode, String)>,
+    dir: Option<PathBuf>,
+    slots: [OnceLock<Result<(Policy, String), PolicyError>>; 3],
 }
 
 /// The file name of a mode's policy.
@@ -201,57 +199,78 @@ fn embedded(mode: Mode) -> &'static str {
     }
 }
 
+fn slot(mode: Mode) -> usize {
+    match mode {
+        Mode::ReadOnly => 0,
+        Mode::WorkspaceWrite => 1,
+        Mode::FullAccess => 2,
+    }
+}
+
+fn read_policy(dir: Option<&Path>, mode: Mode) -> Result<(Policy, String), PolicyError> {
+    let name = file_name(mode);
+    if let Some(dir) = dir {
+        let path = dir.join("policies").join(&name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let label = path.display().to_string();
+                return Policy::parse(&text, &label).map(|p| (p, label));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(PolicyError {
+                    source_name: path.display().to_string(),
+                    message: format!("failed to read: {e}"),
+                });
+            }
+        }
+    }
+    let label = format!("embedded {name}");
+    Policy::parse(embedded(mode), &label).map(|p| (p, label))
+}
+
 impl PolicySet {
-    /// The embedded defaults.
+    /// The embedded defaults, all parsed now.
     pub fn embedded() -> Result<Self, PolicyError> {
         Self::load(None)
     }
 
     /// The embedded defaults, each replaced by `<config_dir>/policies/<mode>.toml` if that file
-    /// exists.
+    /// exists; all three are parsed and validated now.
     pub fn load(config_dir: Option<&Path>) -> Result<Self, PolicyError> {
-        let mut sources = Vec::new();
-        let mut get = |mode: Mode| -> Result<Policy, PolicyError> {
-            let name = file_name(mode);
-            if let Some(dir) = config_dir {
-                let path = dir.join("policies").join(&name);
-                match std::fs::read_to_string(&path) {
-                    Ok(text) => {
-                        let label = path.display().to_string();
-                        sources.push((mode, label.clone()));
-                        return Policy::parse(&text, &label);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(PolicyError {
-                            source_name: path.display().to_string(),
-                            message: format!("failed to read: {e}"),
-                        });
-                    }
-                }
-            }
-            let label = format!("embedded {name}");
-            sources.push((mode, label.clone()));
-            Policy::parse(embedded(mode), &label)
-        };
-        let read_only = get(Mode::ReadOnly)?;
-        let workspace_write = get(Mode::WorkspaceWrite)?;
-        let full_access = get(Mode::FullAccess)?;
-        Ok(Self {
-            read_only,
-            workspace_write,
-            full_access,
-            sources,
-        })
+        let set = Self::lazy(config_dir);
+        for mode in Mode::ALL {
+            set.get(mode)?;
+        }
+        Ok(set)
+    }
+
+    /// Like [`PolicySet::load`], but each mode's file is read on first use (one-shot commands
+    /// that need a single mode).
+    pub fn lazy(config_dir: Option<&Path>) -> Self {
+        Self {
+            dir: config_dir.map(Path::to_path_buf),
+            slots: [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+        }
     }
 
     /// The policy of `mode`.
-    pub fn get(&self, mode: Mode) -> &Policy {
-        match mode {
-            Mode::ReadOnly => &self.read_only,
-            Mode::WorkspaceWrite => &self.workspace_write,
-            Mode::FullAccess => &self.full_access,
+    pub fn get(&self, mode: Mode) -> Result<&Policy, PolicyError> {
+        match self.slots[slot(mode)].get_or_init(|| read_policy(self.dir.as_deref(), mode)) {
+            Ok((p, _)) => Ok(p),
+            Err(e) => Err(e.clone()),
         }
+    }
+
+    /// Where each loaded policy came from.
+    pub fn sources(&self) -> Vec<(Mode, String)> {
+        Mode::ALL
+            .iter()
+            .filter_map(|m| match self.slots[slot(*m)].get() {
+                Some(Ok((_, label))) => Some((*m, label.clone())),
+                Some(Err(_)) | None => None,
+            })
+            .collect()
     }
 }
 
@@ -263,17 +282,18 @@ mod tests {
     fn embedded_policies_parse() {
         let set = PolicySet::embedded().unwrap();
         assert_eq!(
-            set.get(Mode::ReadOnly).filesystem.workspace,
+            set.get(Mode::ReadOnly).unwrap().filesystem.workspace,
             WorkspaceAccess::Read
         );
         assert_eq!(
-            set.get(Mode::WorkspaceWrite).filesystem.workspace,
+            set.get(Mode::WorkspaceWrite).unwrap().filesystem.workspace,
             WorkspaceAccess::Write
         );
-        assert!(set.get(Mode::FullAccess).filesystem.unrestricted);
-        assert!(!set.get(Mode::ReadOnly).network.allow_full);
+        assert!(set.get(Mode::FullAccess).unwrap().filesystem.unrestricted);
+        assert!(!set.get(Mode::ReadOnly).unwrap().network.allow_full);
         assert!(
             set.get(Mode::WorkspaceWrite)
+                .unwrap()
                 .syscalls
                 .deny
                 .iter()
@@ -313,9 +333,9 @@ mod tests {
         let custom = WORKSPACE_WRITE.replace("pids = 4096", "pids = 77");
         std::fs::write(dir.path().join("policies/workspace-write.toml"), custom).unwrap();
         let set = PolicySet::load(Some(dir.path())).unwrap();
-        assert_eq!(set.get(Mode::WorkspaceWrite).limits.pids, Some(77));
-        assert_eq!(set.get(Mode::ReadOnly).limits.pids, Some(4096));
-        assert!(set.sources.iter().any(|(m, s)| *m == Mode::WorkspaceWrite
+        assert_eq!(set.get(Mode::WorkspaceWrite).unwrap().limits.pids, Some(77));
+        assert_eq!(set.get(Mode::ReadOnly).unwrap().limits.pids, Some(4096));
+        assert!(set.sources().iter().any(|(m, s)| *m == Mode::WorkspaceWrite
             && s.ends_with("workspace-write.toml")
             && !s.starts_with("embedded")));
         std::fs::write(
@@ -325,5 +345,12 @@ mod tests {
         .unwrap();
         let e = PolicySet::load(Some(dir.path())).unwrap_err().to_string();
         assert!(e.contains("read-only.toml") && e.contains("bogus"), "{e}");
+        // A lazy set only reads what it is asked for.
+        let lazy = PolicySet::lazy(Some(dir.path()));
+        assert_eq!(
+            lazy.get(Mode::WorkspaceWrite).unwrap().limits.pids,
+            Some(77)
+        );
+        assert!(lazy.get(Mode::ReadOnly).is_err());
     }
 }

@@ -1,0 +1,300 @@
+//! Self-check of the host: each capability the native sandbox relies on is tried for real in a
+//! throwaway child process (an irreversible restriction never touches the caller), and each mode
+//! is resolved against the host the way a job would be.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sched::CloneFlags;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, fork};
+use serde::Serialize;
+
+use crate::host::Host;
+use crate::mode::Mode;
+use crate::policy::PolicySet;
+use crate::spec::{Limits, PrivateDirs, SandboxRequest};
+
+/// One line of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// "ok" or the reason it is not.
+    pub status: String,
+    /// True when usable.
+    pub ok: bool,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, result: Result<String, String>) -> Self {
+        match result {
+            Ok(detail) => Self {
+                name: name.into(),
+                status: if detail.is_empty() {
+                    "ok".into()
+                } else {
+                    format!("ok: {detail}")
+                },
+                ok: true,
+            },
+            Err(reason) => Self {
+                name: name.into(),
+                status: reason,
+                ok: false,
+            },
+        }
+    }
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Capability checks.
+    pub checks: Vec<Check>,
+    /// Whether each mode can run on the native backend here.
+    pub modes: Vec<Check>,
+    /// Where the policies came from.
+    pub policies: Vec<(Mode, String)>,
+}
+
+impl Report {
+    /// True when the default mode (workspace-write) can run natively.
+    pub fn default_mode_ok(&self) -> bool {
+        self.modes
+            .iter()
+            .any(|m| m.name == Mode::WorkspaceWrite.as_str() && m.ok)
+    }
+}
+
+/// Runs `f` in a forked child and reports its verdict. The caller must be single-threaded.
+fn in_child(f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    let threads = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Threads:")
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+            })
+        })
+        .unwrap_or(1);
+    if threads != 1 {
+        return Err("cannot probe from a multithreaded process".into());
+    }
+    let (mut r, mut w) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    // SAFETY: the process is single-threaded (checked above); the child only runs `f`, writes its
+    // verdict and exits with _exit.
+    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
+        ForkResult::Child => {
+            drop(r);
+            let msg = match f() {
+                Ok(()) => String::new(),
+                Err(e) => e,
+            };
+            let _ = w.write_all(msg.as_bytes());
+            drop(w);
+            // SAFETY: _exit in the forked child.
+            unsafe { libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            drop(w);
+            let mut msg = String::new();
+            let _ = r.read_to_string(&mut msg);
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, 0)) if msg.is_empty() => Ok(()),
+                Ok(WaitStatus::Exited(_, 0)) => Err(msg),
+                Ok(other) => Err(format!("the probe ended abnormally: {other:?}")),
+                Err(e) => Err(format!("waitpid: {e}")),
+            }
+        }
+    }
+}
+
+fn unshare(flags: CloneFlags, what: &str) -> Result<(), String> {
+    nix::sched::unshare(flags).map_err(|e| format!("unshare({what}): {} ({e})", e.desc()))
+}
+
+fn user_ns_if_needed(euid: u32) -> Result<(), String> {
+    if euid == 0 {
+        return Ok(());
+    }
+    let map = crate::plan::IdMap {
+        uid: euid,
+        gid: nix::unistd::getegid().as_raw(),
+    };
+    crate::native::ns::enter_user_namespace(map).map_err(|f| f.reason)
+}
+
+/// Probes everything and resolves each mode.
+pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
+    let euid = host.euid;
+    let mut checks = Vec::new();
+    checks.push(Check::new(
+        "landlock",
+        host.landlock
+            .abi()
+            .map(|abi| format!("abi {abi}"))
+            .ok_or_else(|| host.landlock.reason()),
+    ));
+    if host.landlock.abi().is_some() {
+        checks.push(Check::new(
+            "landlock (restrict_self in a child)",
+            in_child(|| {
+                use landlock::{ABI, Access, AccessFs, Ruleset, RulesetAttr};
+                let st = Ruleset::default()
+                    .handle_access(AccessFs::from_all(ABI::V1))
+                    .and_then(|r| r.create())
+                    .and_then(|r| r.restrict_self())
+                    .map_err(|e| e.to_string())?;
+                if st.ruleset == landlock::RulesetStatus::NotEnforced {
+                    Err("not enforced".into())
+                } else {
+                    Ok(())
+                }
+            })
+            .map(|()| String::new()),
+        ));
+    }
+    checks.push(Check::new(
+        "seccomp (filter in a child)",
+        host.seccomp
+            .clone()
+            .and_then(|()| {
+                in_child(|| {
+                    nix::sys::prctl::set_no_new_privs().map_err(|e| e.to_string())?;
+                    let plan = crate::plan::SeccompPlan {
+                        deny: vec![("bpf".into(), libc::SYS_bpf)],
+                        deny_inet_sockets: false,
+                        restrict_personality: true,
+                        deny_namespace_clone: true,
+                    };
+                    let progs = crate::native::seccomp::build(&plan)?;
+                    crate::native::seccomp::install(&progs).map_err(|f| f.reason)
+                })
+            })
+            .map(|()| String::new()),
+    ));
+    let userns = if euid == 0 {
+        Ok("not needed as root".to_owned())
+    } else {
+        host.user_namespaces
+            .clone()
+            .and_then(|()| in_child(|| user_ns_if_needed(euid)))
+            .map(|()| String::new())
+    };
+    checks.push(Check::new("user namespace", userns));
+    for (name, flag) in [
+        ("mount namespace", CloneFlags::CLONE_NEWNS),
+        ("network namespace", CloneFlags::CLONE_NEWNET),
+        ("ipc namespace", CloneFlags::CLONE_NEWIPC),
+        ("pid namespace", CloneFlags::CLONE_NEWPID),
+    ] {
+        let r = in_child(move || {
+            user_ns_if_needed(euid)?;
+            unshare(flag, name)?;
+            if flag == CloneFlags::CLONE_NEWNET {
+                crate::native::net::loopback_up().map_err(|f| f.reason)?;
+            }
+            if flag == CloneFlags::CLONE_NEWPID {
+                // The next child must be pid 1 of the new namespace.
+                in_child(|| {
+                    if std::process::id() == 1 {
+                        Ok(())
+                    } else {
+                        Err("the first child is not pid 1".into())
+                    }
+                })?;
+            }
+            Ok(())
+        });
+        checks.push(Check::new(name, r.map(|()| String::new())));
+    }
+    for (name, site) in [("cgroup memory", &host.memory), ("cgroup pids", &host.pids)] {
+        checks.push(Check::new(
+            name,
+            site.clone()
+                .map(|s| format!("v{} at {}", s.version, s.dir.display())),
+        ));
+    }
+    checks.push(Check::new("docker", docker(docker_socket)));
+
+    let modes = Mode::ALL
+        .iter()
+        .map(|mode| {
+            let dir = std::env::temp_dir();
+            let req = SandboxRequest {
+                mode: *mode,
+                network: None,
+                workspace: dir.clone(),
+                protect: Vec::new(),
+                read: Vec::new(),
+                write: Vec::new(),
+                private: PrivateDirs {
+                    home: dir.clone(),
+                    tmp: dir,
+                    readable: Vec::new(),
+                    writable: Vec::new(),
+                },
+                limits: Limits::default(),
+                image: None,
+                forbidden: Vec::new(),
+            };
+            let r = policies
+                .get(*mode)
+                .map_err(|e| crate::error::SandboxError::invalid("policy", e.to_string()))
+                .and_then(|policy| crate::plan::resolve(policy, &req, host))
+                .map(|p| {
+                    let partial: Vec<String> = p
+                        .enforcement
+                        .restrictions
+                        .iter()
+                        .filter(|e| e.level == crate::outcome::Level::Partial)
+                        .map(|e| format!("{:?}: {}", e.restriction, e.detail))
+                        .collect();
+                    if partial.is_empty() {
+                        String::new()
+                    } else {
+                        format!("partial: {}", partial.join("; "))
+                    }
+                });
+            Check::new(mode.as_str(), r.map_err(|e| e.to_string()))
+        })
+        .collect();
+    Report {
+        checks,
+        modes,
+        policies: policies.sources(),
+    }
+}
+
+/// Pings the Docker Engine on its unix socket and reads its API version.
+fn docker(socket: &Path) -> Result<String, String> {
+    let mut s = UnixStream::connect(socket)
+        .map_err(|e| format!("not reachable: connect `{}`: {e}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /version HTTP/1.0\r\nHost: docker\r\n\r\n")
+        .map_err(|e| format!("not reachable: {e}"))?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)
+        .map_err(|e| format!("no answer: {e}"))?;
+    let json = body.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("unreadable /version answer: {e}"))?;
+    Ok(format!(
+        "engine {} (API {})",
+        v["Version"].as_str().unwrap_or("?"),
+        v["ApiVersion"].as_str().unwrap_or("?")
+    ))
+}
+
+/// The Docker socket path: `DOCKER_HOST=unix://…` or `/var/run/docker.sock`.
+pub fn docker_socket() -> PathBuf {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+}
