@@ -1,0 +1,1 @@
+//! The sandbox escape matrix (being written).
