@@ -18,19 +18,21 @@ long=${LONG:-110}
 runs=${RUNS:-10}
 cargo build --release --quiet
 ralph=$PWD/target/x86_64-unknown-linux-gnu/release/ralph
-work=$(mktemp -d "${TMPDIR:-/tmp}/ralph-bench-XXXXXX")
+# Outside /tmp, like real state dirs (~/.local/state/ralph) and checkouts.
+mkdir -p "$PWD/target/bench"
+work=$(mktemp -d "$PWD/target/bench/round-XXXXXX")
 trap 'rm -rf "$work" "${STATE_ROOT:-$work}"/state-*' EXIT
 state_root=${STATE_ROOT:-$work}
-mkdir -p "$work/ws" "$work/direct" "$state_root"
+mkdir -p "$work/ws" "$work/direct" "$work/agent" "$state_root"
 # The agent: one printf into the report file. Both sides run it as `/bin/sh -c '. agent.sh'`.
-cat > "$work/agent.sh" <<'SH'
+cat > "$work/agent/agent.sh" <<'SH'
 printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"
 SH
 ralph_cmd() { # rounds
-    echo "$ralph run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work --mode $mode --max-rounds $1 --agent-cmd '. $work/agent.sh' >/dev/null 2>&1; test \$? = 2"
+    echo "$ralph run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
 }
 direct_cmd() { # rounds
-    echo "for i in \$(seq $1); do RALPH_REPORT_FILE=$work/direct/report.json /bin/sh -c '. $work/agent.sh'; done"
+    echo "for i in \$(seq $1); do RALPH_REPORT_FILE=$work/direct/report.json /bin/sh -c '. $work/agent/agent.sh'; done"
 }
 hyperfine --style basic --warmup 1 --runs "$runs" --export-json "$work/h.json" \
     --prepare "rm -rf $state_root/state-*; sync" \

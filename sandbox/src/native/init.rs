@@ -46,7 +46,7 @@ pub fn run(
     spec: &ExecSpec,
     plan: &SandboxPlan,
     exec: &ExecPlan,
-    hidden_file: &Path,
+    hidden_file: Option<&Path>,
     pipes: InitPipes,
 ) -> ! {
     let InitPipes {

@@ -121,8 +121,9 @@ fn bind_private(from: &Path, to: &Path, keep: &[std::path::PathBuf]) -> Result<(
     Ok(())
 }
 
-/// Applies `steps` in order. `hidden_file` is an empty mode-000 file used to mask secret files.
-pub fn apply(steps: &[MountStep], hidden_file: &Path) -> Result<(), StepFailure> {
+/// Applies `steps` in order. `hidden_file` is an empty mode-000 file used to mask secret files
+/// (present whenever a `HideFile` step is).
+pub fn apply(steps: &[MountStep], hidden_file: Option<&Path>) -> Result<(), StepFailure> {
     // Nothing done here may leak back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| fail("mount(MS_REC|MS_PRIVATE)", Path::new("/"), e))?;
@@ -135,7 +136,10 @@ pub fn apply(steps: &[MountStep], hidden_file: &Path) -> Result<(), StepFailure>
                 mount(Some("proc"), "/proc", Some("proc"), flags, NONE)
                     .map_err(|e| fail("mount(proc)", Path::new("/proc"), e))?;
             }
-            MountStep::HideFile { path } => bind_read_only(hidden_file, path)?,
+            MountStep::HideFile { path } => match hidden_file {
+                Some(mask) => bind_read_only(mask, path)?,
+                None => return Err(StepFailure::new(restriction::MOUNTS, "mount(MS_BIND)", format!("no mask file to hide `{}`", path.display()))),
+            },
             MountStep::HideDir { path } => {
                 let flags = MsFlags::MS_RDONLY
                     | MsFlags::MS_NOSUID

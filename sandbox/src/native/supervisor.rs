@@ -42,8 +42,6 @@ const HANDLED: [Signal; 5] = [
     Signal::SIGQUIT,
 ];
 
-/// Name of the empty mode-000 file mounted over secret files.
-const HIDDEN_FILE: &str = "hidden-000";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -100,10 +98,19 @@ struct Supervisor {
 struct Cleanup {
     cgroups: RunCgroups,
     placeholders: Vec<PathBuf>,
+    mask: Option<PathBuf>,
 }
 
 impl Cleanup {
+    /// Removes the mask file (once the sandbox's mounts hold their own reference to it).
+    fn drop_mask(&mut self) {
+        if let Some(p) = self.mask.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
     fn run(&mut self) {
+        self.drop_mask();
         self.cgroups.remove();
         // Placeholders are removed only while still empty (the agent could not write in them).
         for p in self.placeholders.drain(..).rev() {
@@ -192,11 +199,23 @@ impl Supervisor {
                 }
             }
         }
-        let hidden_file = spec.control_dir.join(HIDDEN_FILE);
-        if let Err(e) = create_hidden_file(&hidden_file) {
-            cleanup.run();
-            return Err(format!("failed to create `{}`: {e}", hidden_file.display()));
-        }
+        // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
+        // journal), created only when something is masked and removed once the mounts are made.
+        let needs_mask = plan.mounts.iter().any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
+        let hidden_file = if needs_mask {
+            match create_mask(&spec.control_dir, &run_id) {
+                Ok(path) => {
+                    cleanup.mask = Some(path.clone());
+                    Some(path)
+                }
+                Err(e) => {
+                    cleanup.run();
+                    return Err(format!("failed to create the mask file for secrets: {e}"));
+                }
+            }
+        } else {
+            None
+        };
         if plan.pid_namespace {
             if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
                 cleanup.run();
@@ -222,7 +241,7 @@ impl Supervisor {
                         spec,
                         plan,
                         &exec_plan,
-                        &hidden_file,
+                        hidden_file.as_deref(),
                         InitPipes {
                             err_w,
                             status_w,
@@ -274,6 +293,8 @@ impl Supervisor {
                 }));
             }
         }
+        // The command runs: the init's mounts are made, the mask file's name is no longer needed.
+        cleanup.drop_mask();
         Ok(Started::Running(Box::new(Supervisor {
             main,
             ns_init: plan.pid_namespace,
@@ -474,14 +495,16 @@ impl Supervisor {
     }
 }
 
-/// An empty file nobody can read (mode 000), mounted over secret files.
-fn create_hidden_file(path: &Path) -> std::io::Result<()> {
+/// An empty file nobody can read (mode 000), to mount over secret files: created exclusively
+/// under /dev/shm (or, without tmpfs there, in the control directory).
+fn create_mask(fallback_dir: &Path, run_id: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o000)
-        .open(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o000))
+    let name = format!("ralph-mask-{run_id}");
+    let create = |dir: &Path| -> std::io::Result<PathBuf> {
+        let path = dir.join(&name);
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o000).open(&path)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o000))?;
+        Ok(path)
+    };
+    create(Path::new("/dev/shm")).or_else(|_| create(fallback_dir))
 }
