@@ -84,8 +84,15 @@ fn each_round_is_a_fresh_process() {
     // HOME, TMPDIR and /tmp: nothing of the previous round's process survives.
     let pids: Vec<String> = f.read_ws("pids").lines().map(str::to_owned).collect();
     assert_eq!(pids.len(), 4);
-    assert!(pids.iter().all(|p| p == "3"), "the agent is an early pid of its own namespace: {pids:?}");
-    assert_eq!(f.read_ws("leaks"), "", "private directories carried over between rounds");
+    assert!(
+        pids.iter().all(|p| p == "3"),
+        "the agent is an early pid of its own namespace: {pids:?}"
+    );
+    assert_eq!(
+        f.read_ws("leaks"),
+        "",
+        "private directories carried over between rounds"
+    );
     // …and on the host each round was supervised by a different process.
     let mut host_pids: Vec<u64> = f
         .events(&out.job_id())
@@ -410,7 +417,7 @@ fn usage_errors_exit_64_and_name_the_flag() {
         (&["--handoff-cap", "12Q"], "12Q"),
         (&["--mode", "rw"], "invalid mode `rw`"),
         (&["--env", "NOT_SET_ANYWHERE_42"], "NOT_SET_ANYWHERE_42"),
-        (&["--read", "/does/not/exist"], "--read `/does/not/exist`"),
+        (&["--read", "/does/not/exist"], "--read: `/does/not/exist`"),
     ];
     for (args, needle) in cases {
         let out = f.run(&agent).args(*args).output();

@@ -11,21 +11,39 @@
 //! a builder of what to run and expect, see `tests/escape/mod.rs`), one `#[test]` per group that
 //! runs its table, and one `#[ignore = "BUG: …"]` test per known sandbox bug.
 //!
+//! What the filesystem modes (read-only, workspace-write) look like from inside, and so which
+//! errno each refusal has: the sandbox has a root of its own holding only bind mounts of the
+//! policy's readable trees (`/usr`, `/etc`, …), the workspace, the `--read`/`--write` paths and
+//! the private HOME and TMPDIR, plus a private `/dev`, `/tmp` and `/proc`. So
+//! - a host path that is not bound does not exist inside: ENOENT. That invisibility is the
+//!   block; every such case asserts on the host that the target exists, so a target that is
+//!   simply missing can never pass as blocked (see [`invisible`]);
+//! - a write of any kind to a visible read-only tree (or to the root itself) meets a read-only
+//!   mount first: EROFS (Landlock, the second layer, is never reached; `landlock_second_layer_*`
+//!   shows it still refuses where a mount is writable but its rules are not);
+//! - a rename or link between two bound trees crosses mounts: EXDEV.
+//!
+//! full-access keeps the host's filesystem but gets a fresh `/proc` (only the sandbox's own
+//! processes) and a read-only `/sys` (the cgroup limits hold even for uid 0).
+//!
 //! Worlds (workspace `ws/` plus an outside directory `out/`) live in `/var/tmp`, not `/tmp`: the
-//! sandbox replaces `/tmp` with a private directory, so paths under the host's `/tmp` are either
-//! invisible or bound back specially; the `tmp_*` cases cover a world under `/tmp` explicitly.
+//! sandbox's `/tmp` is its private TMPDIR, so paths under the host's `/tmp` are either invisible
+//! or bound onto it specially; the `tmp_*` cases cover a world under `/tmp` explicitly.
 //!
 //! Not covered here: the runner's state directory (no state dir exists for `sandbox exec`; its
 //! visibility to `ralph run` rounds is tested elsewhere).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 #[macro_use]
 #[path = "escape/mod.rs"]
 mod escape;
 
+use std::collections::BTreeSet;
 use std::io::BufRead as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use escape::*;
@@ -37,6 +55,28 @@ fn eacces(step: &'static str) -> Expect {
 
 fn eperm(step: &'static str) -> Expect {
     err("EPERM", step)
+}
+
+/// A write to a read-only mount (a visible read-only tree, the root, a protected path).
+fn erofs(step: &'static str) -> Expect {
+    err("EROFS", step)
+}
+
+/// A rename or link from one mount to another.
+fn exdev(step: &'static str) -> Expect {
+    err("EXDEV", step)
+}
+
+/// The refusal of a target the filesystem modes do not bind: it does not exist inside (ENOENT at
+/// `step`). The invisibility is the block, so the target must exist on the host (asserted here,
+/// while the case is built): a missing target can never pass as blocked.
+fn invisible(path: &Path, step: &'static str) -> Expect {
+    assert!(
+        path.symlink_metadata().is_ok(),
+        "{} does not exist on the host, so ENOENT in the sandbox would prove nothing",
+        path.display()
+    );
+    err("ENOENT", step)
 }
 
 /// `confined` in read-only and workspace-write, `full` in full-access.
@@ -63,22 +103,21 @@ fn uid() -> u32 {
 
 fn filesystem() -> Vec<Case> {
     vec![
+        // `out/` is visible through `--read`, as a read-only mount, which refuses the create.
         Case::new("write_outside_absolute", ALL, |w, sb| {
             let target = w.out.join("new");
-            Spec::probe(
-                argv!["write", target],
-                confined_or(sb, eacces("open"), ok()),
-            )
-            .flags(argv!["--read", w.out])
-            .visible(argv!["readdir", w.out])
-            .after(exists_iff(target, !sb.confined()))
+            Spec::probe(argv!["write", target], confined_or(sb, erofs("open"), ok()))
+                .flags(argv!["--read", w.out])
+                .visible(argv!["readdir", w.out])
+                .after(exists_iff(target, !sb.confined()))
         }),
-        // Never attempted in full-access, where it would succeed as root.
+        // `/etc` is a read-only mount. Never attempted in full-access, where it would succeed as
+        // root.
         Case::new("write_etc", CONFINED, |_, _| {
             let target = PathBuf::from(format!("/etc/{}", unique("ralph-escape")));
             assert!(Path::new("/etc").is_dir() && !target.exists());
             let check = target.clone();
-            Spec::probe(argv!["write", target], eacces("open"))
+            Spec::probe(argv!["write", target], erofs("open"))
                 .visible(argv!["readdir", "/etc"])
                 .after(move |_| {
                     if check.exists() {
@@ -90,41 +129,40 @@ fn filesystem() -> Vec<Case> {
         }),
         Case::new("write_dotdot_from_workspace", ALL, |w, sb| {
             let target = format!("{}/../out/f", w.ws.display());
-            Spec::probe(
-                argv!["write", target],
-                confined_or(sb, eacces("open"), ok()),
-            )
-            .flags(argv!["--read", w.out])
-            .visible(argv!["read", target])
-            .after(content_is(w.outside_file(), outside_file_after(sb)))
+            Spec::probe(argv!["write", target], confined_or(sb, erofs("open"), ok()))
+                .flags(argv!["--read", w.out])
+                .visible(argv!["read", target])
+                .after(content_is(w.outside_file(), outside_file_after(sb)))
         }),
         Case::new("write_through_workspace_symlink", ALL, |w, sb| {
             let link = w.ws.join("link");
             std::os::unix::fs::symlink(w.outside_file(), &link).unwrap();
-            Spec::probe(argv!["write", link], confined_or(sb, eacces("open"), ok()))
+            Spec::probe(argv!["write", link], confined_or(sb, erofs("open"), ok()))
                 .flags(argv!["--read", w.out])
                 .visible(argv!["read", link])
                 .after(content_is(w.outside_file(), outside_file_after(sb)))
         }),
-        // Landlock refuses a link that would give the file the workspace's rights with EXDEV
-        // (LANDLOCK_ACCESS_FS_REFER); read-only cannot create anything in the workspace at all.
+        // read-only: the workspace is a read-only mount (EROFS). workspace-write: the link would
+        // cross from the `out/` mount into the workspace's (EXDEV, before Landlock's REFER check
+        // is reached).
         Case::new("hardlink_outside_file_into_workspace", ALL, |w, sb| {
             let link = w.ws.join("hl");
             Spec::probe(
                 argv!["link", w.outside_file(), link],
-                sb.pick(eacces("linkat"), err("EXDEV", "linkat"), ok()),
+                sb.pick(erofs("linkat"), exdev("linkat"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["read", w.outside_file()])
             .after(exists_iff(link, !sb.confined()))
         }),
+        // The workspace and `out/` are different mounts.
         Case::new("rename_workspace_to_outside", ALL, |w, sb| {
             let from = w.ws.join("a");
             std::fs::write(&from, "a\n").unwrap();
             let to = w.out.join("a");
             Spec::probe(
                 argv!["rename", from, to],
-                confined_or(sb, eacces("renameat2"), ok()),
+                confined_or(sb, exdev("renameat2"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["readdir", w.out])
@@ -134,7 +172,7 @@ fn filesystem() -> Vec<Case> {
             let to = w.ws.join("f");
             Spec::probe(
                 argv!["rename", w.outside_file(), to],
-                confined_or(sb, eacces("renameat2"), ok()),
+                confined_or(sb, exdev("renameat2"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["read", w.outside_file()])
@@ -143,14 +181,14 @@ fn filesystem() -> Vec<Case> {
         // The command's directory is the workspace, so this is `out/f` again.
         Case::new("write_proc_self_cwd_dotdot", ALL, |w, sb| {
             let target = "/proc/self/cwd/../out/f";
-            Spec::probe(
-                argv!["write", target],
-                confined_or(sb, eacces("open"), ok()),
-            )
-            .flags(argv!["--read", w.out])
-            .visible(argv!["read", target])
-            .after(content_is(w.outside_file(), outside_file_after(sb)))
+            Spec::probe(argv!["write", target], confined_or(sb, erofs("open"), ok()))
+                .flags(argv!["--read", w.out])
+                .visible(argv!["read", target])
+                .after(content_is(w.outside_file(), outside_file_after(sb)))
         }),
+        // Inside, `/dev/shm` is no tmpfs but a directory of the read-only root: the path down to
+        // the private HOME and TMPDIR, which `sandbox exec` keeps in `/dev/shm` whenever the user
+        // can write it (the condition of this case). Nothing can be created there.
         Case::new("write_dev_shm", ALL, |_, sb| {
             let shm = Path::new("/dev/shm");
             if nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK).is_err() {
@@ -158,24 +196,22 @@ fn filesystem() -> Vec<Case> {
             }
             let target = shm.join(unique("ralph-escape"));
             let check = target.clone();
-            Spec::probe(
-                argv!["write", target],
-                confined_or(sb, eacces("open"), ok()),
+            Spec::probe(argv!["write", target], confined_or(sb, erofs("open"), ok())).after(
+                move |_| {
+                    let exists = check.exists();
+                    let _ = std::fs::remove_file(&check);
+                    if exists != sb.confined() {
+                        Ok(())
+                    } else {
+                        Err(format!("{} exists afterwards: {exists}", check.display()))
+                    }
+                },
             )
-            .after(move |_| {
-                let exists = check.exists();
-                let _ = std::fs::remove_file(&check);
-                if exists != sb.confined() {
-                    Ok(())
-                } else {
-                    Err(format!("{} exists afterwards: {exists}", check.display()))
-                }
-            })
         }),
         Case::new("truncate_outside", ALL, |w, sb| {
             Spec::probe(
                 argv!["truncate", w.outside_file()],
-                confined_or(sb, eacces("truncate"), ok()),
+                confined_or(sb, erofs("truncate"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["read", w.outside_file()])
@@ -188,7 +224,7 @@ fn filesystem() -> Vec<Case> {
             let target = w.out.join("d");
             Spec::probe(
                 argv!["mkdir", target],
-                confined_or(sb, eacces("mkdir"), ok()),
+                confined_or(sb, erofs("mkdir"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["readdir", w.out])
@@ -197,7 +233,7 @@ fn filesystem() -> Vec<Case> {
         Case::new("unlink_outside", ALL, |w, sb| {
             Spec::probe(
                 argv!["unlink", w.outside_file()],
-                confined_or(sb, eacces("unlink"), ok()),
+                confined_or(sb, erofs("unlink"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["read", w.outside_file()])
@@ -207,18 +243,28 @@ fn filesystem() -> Vec<Case> {
             let link = w.out.join("l");
             Spec::probe(
                 argv!["symlink", w.ws, link],
-                confined_or(sb, eacces("symlinkat"), ok()),
+                confined_or(sb, erofs("symlinkat"), ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["readdir", w.out])
             .after(exists_iff(link, !sb.confined()))
         }),
-        // Without `--read`, a directory outside the readable trees cannot even be read.
+        // Without `--read`, a directory outside the readable trees is not bound: it does not
+        // exist inside.
         Case::new("read_outside_unlisted", ALL, |w, sb| {
+            let f = w.outside_file();
+            Spec::probe(
+                argv!["read", f],
+                confined_or(sb, invisible(&f, "open"), ok()),
+            )
+        }),
+        // The same file with `--read` (so the ENOENT above is the missing bind, nothing else).
+        Case::new("read_outside_listed", ALL, |w, _| {
             Spec::probe(
                 argv!["read", w.outside_file()],
-                confined_or(sb, eacces("open"), ok()),
+                ok_with(vec![("bytes", json!(8))]),
             )
+            .flags(argv!["--read", w.out])
         }),
         Case::new("exec_outside_binary", ALL, |w, sb| {
             let bin = w.out.join("true");
@@ -226,14 +272,23 @@ fn filesystem() -> Vec<Case> {
             std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
             Spec::probe(
                 argv!["exec", bin],
-                confined_or(sb, eacces("execve"), ok_with(vec![("exit", json!(0))])),
+                confined_or(
+                    sb,
+                    invisible(&bin, "execve"),
+                    ok_with(vec![("exit", json!(0))]),
+                ),
             )
         }),
         Case::new("read_root_home", ALL, |_, sb| {
-            assert!(Path::new("/root").is_dir(), "/root does not exist");
+            let root = Path::new("/root");
+            assert!(root.is_dir(), "/root does not exist");
             Spec::probe(
-                argv!["readdir", "/root"],
-                confined_or(sb, eacces("open"), like_host(argv!["readdir", "/root"])),
+                argv!["readdir", root],
+                confined_or(
+                    sb,
+                    invisible(root, "open"),
+                    like_host(argv!["readdir", root]),
+                ),
             )
         }),
         Case::new("read_other_home", ALL, |_, sb| {
@@ -242,7 +297,11 @@ fn filesystem() -> Vec<Case> {
             };
             Spec::probe(
                 argv!["readdir", home],
-                confined_or(sb, eacces("open"), like_host(argv!["readdir", home])),
+                confined_or(
+                    sb,
+                    invisible(&home, "open"),
+                    like_host(argv!["readdir", home]),
+                ),
             )
             .keep(keep)
         }),
@@ -268,23 +327,22 @@ fn filesystem() -> Vec<Case> {
                 confined_or(sb, eacces("open"), like_host(argv!["readdir", dir])),
             )
         }),
-        // The sandbox's /tmp is private: a host file in /tmp is simply not there.
+        // The sandbox's /tmp is its private TMPDIR: a host file in /tmp is simply not there.
         Case::new("read_host_tmp_file", ALL, |_, sb| {
             let file = tempfile::Builder::new()
                 .prefix("ralph-escape-")
                 .tempfile_in("/tmp")
                 .unwrap();
             let path = file.path().to_owned();
-            assert!(path.is_file());
             Spec::probe(
                 argv!["read", path],
-                confined_or(sb, err("ENOENT", "open"), ok()),
+                confined_or(sb, invisible(&path, "open"), ok()),
             )
             .keep(file)
         }),
         Case::new("write_workspace", ALL, |w, sb| {
             let target = w.ws.join("new");
-            Spec::probe(argv!["write", target], sb.pick(eacces("open"), ok(), ok()))
+            Spec::probe(argv!["write", target], sb.pick(erofs("open"), ok(), ok()))
                 .visible(argv!["readdir", w.ws])
                 .after(exists_iff(target, sb.mode != Mode::ReadOnly))
         }),
@@ -321,32 +379,33 @@ fn filesystem() -> Vec<Case> {
         }),
         Case::new("mkfifo_workspace", ALL, |w, sb| {
             let fifo = w.ws.join("fifo");
-            Spec::probe(argv!["mkfifo", fifo], sb.pick(eacces("mknod"), ok(), ok()))
+            Spec::probe(argv!["mkfifo", fifo], sb.pick(erofs("mknod"), ok(), ok()))
                 .after(exists_iff(fifo, sb.mode != Mode::ReadOnly))
         }),
         Case::new("mkfifo_tmpdir", ALL, |_, _| {
             Spec::sh(r#"exec "$0" mkfifo "$TMPDIR/fifo""#, argv![], ok())
         }),
-        // read-only: Landlock refuses to create anything; elsewhere: no CAP_MKNOD.
+        // read-only: the read-only workspace mount answers before the capability check;
+        // elsewhere: no CAP_MKNOD.
         Case::new("mknod_char_device", ALL, |w, sb| {
             Spec::probe(
                 argv!["mknod-char", w.ws.join("null")],
-                sb.pick(eacces("mknod"), eperm("mknod"), eperm("mknod")),
+                sb.pick(erofs("mknod"), eperm("mknod"), eperm("mknod")),
             )
         }),
         Case::new("unix_bind_workspace", ALL, |w, sb| {
             Spec::probe(
                 argv!["unix-bind", w.ws.join("s.sock")],
-                sb.pick(eacces("bind"), ok(), ok()),
+                sb.pick(erofs("bind"), ok(), ok()),
             )
         }),
         Case::new("unix_bind_tmpdir", ALL, |_, _| {
             Spec::sh(r#"exec "$0" unix-bind "$TMPDIR/s.sock""#, argv![], ok())
         }),
-        // A unix socket of a host service outside every readable tree (think docker.sock,
+        // A unix socket of a host service outside every readable tree (think
         // /run/user/UID/bus): Landlock on this kernel has no right for connecting to a named
-        // socket, so nothing stops it. The errno depends on the fix (a Landlock rule: EACCES; a
-        // mount that hides the directory: ENOENT).
+        // socket, but the socket is not bound into the sandbox's root, so there is nothing to
+        // connect to.
         Case::new("unix_connect_outside_socket", ALL, |w, sb| {
             let path = w.out.join("l.sock");
             let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
@@ -354,14 +413,7 @@ fn filesystem() -> Vec<Case> {
             std::os::unix::net::UnixStream::connect(&path).unwrap();
             listener.accept().unwrap();
             listener.set_nonblocking(true).unwrap();
-            let expect = if sb.confined() {
-                Expect::ErrIn {
-                    errnos: &["EACCES", "ENOENT", "EPERM", "ECONNREFUSED"],
-                    step: "connect",
-                }
-            } else {
-                ok()
-            };
+            let expect = confined_or(sb, invisible(&path, "connect"), ok());
             Spec::py(UNIX_CONNECT, argv![path], expect).after(move |_| {
                 let accepted = listener.accept().is_ok();
                 if accepted != sb.confined() {
@@ -372,27 +424,15 @@ fn filesystem() -> Vec<Case> {
                     ))
                 }
             })
-        })
-        .bug(
-            CONFINED,
-            "connecting to a named unix socket outside the readable trees works (Landlock has \
-             no right for it on this kernel, and the path is not hidden)",
-        ),
-        // Landlock does not cover chmod(2), utimensat(2) or setxattr(2) either, and nothing
-        // else stops them: any file of the runner's user anywhere (as root: /etc/passwd) can
-        // have its mode, times and extended attributes changed from read-only or
-        // workspace-write. The errno depends on the fix (a read-only mount: EROFS; seccomp:
-        // EPERM; a future Landlock right: EACCES).
+        }),
+        // chmod(2), utimensat(2) and setxattr(2) have no Landlock right on this kernel: the
+        // own root is what stops them. Outside every bound tree the file is not there at all;
+        // in a visible read-only tree (`/etc/passwd`, which root could change on the host) the
+        // read-only mount refuses. The `*_system_file` cases never run in full-access, where
+        // root would change the host's file.
         Case::new("chmod_outside", ALL, |w, sb| {
-            let expect = if sb.confined() {
-                Expect::ErrIn {
-                    errnos: &["EROFS", "EACCES", "EPERM"],
-                    step: "chmod",
-                }
-            } else {
-                ok()
-            };
             let f = w.outside_file();
+            let expect = confined_or(sb, invisible(&f, "chmod"), ok());
             Spec::probe(argv!["chmod", f, "777"], expect).after(move |_| {
                 let mode = mode_of(&f);
                 let want = if sb.confined() { 0o644 } else { 0o777 };
@@ -402,22 +442,21 @@ fn filesystem() -> Vec<Case> {
                     Err(format!("{} has mode {mode:o} afterwards", f.display()))
                 }
             })
-        })
-        .bug(
-            CONFINED,
-            "chmod of files outside the workspace is not refused",
-        ),
+        }),
+        Case::new("chmod_system_file", CONFINED, |_, _| {
+            let f = PathBuf::from(SYSTEM_FILE);
+            let before = mode_of(&f);
+            Spec::probe(argv!["chmod", f, "777"], erofs("chmod"))
+                .visible(argv!["read", f])
+                .after(move |_| match mode_of(&f) {
+                    m if m == before => Ok(()),
+                    m => Err(format!("{SYSTEM_FILE} went from mode {before:o} to {m:o}")),
+                })
+        }),
         Case::new("utime_outside", ALL, |w, sb| {
             let f = w.outside_file();
             let before = std::fs::metadata(&f).unwrap().mtime();
-            let expect = if sb.confined() {
-                Expect::ErrIn {
-                    errnos: &["EROFS", "EACCES", "EPERM"],
-                    step: "utimensat",
-                }
-            } else {
-                ok()
-            };
+            let expect = confined_or(sb, invisible(&f, "utimensat"), ok());
             Spec::py(UTIME, argv![f], expect).after(move |_| {
                 let after = std::fs::metadata(&f).unwrap().mtime();
                 if (after == before) == sb.confined() {
@@ -429,11 +468,23 @@ fn filesystem() -> Vec<Case> {
                     ))
                 }
             })
-        })
-        .bug(
-            CONFINED,
-            "utimensat of files outside the workspace is not refused",
-        ),
+        }),
+        Case::new("utime_system_file", CONFINED, |_, _| {
+            let f = PathBuf::from(SYSTEM_FILE);
+            let before = std::fs::metadata(&f).unwrap().mtime();
+            Spec::py(UTIME, argv![f], erofs("utimensat"))
+                .visible(argv!["read", f])
+                .after(move |_| {
+                    let after = std::fs::metadata(&f).unwrap().mtime();
+                    if after == before {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "mtime of {SYSTEM_FILE} went from {before} to {after}"
+                        ))
+                    }
+                })
+        }),
         Case::new("setxattr_outside", ALL, |w, sb| {
             let f = w.outside_file();
             // The host filesystem must support user xattrs for the attempt to mean anything.
@@ -443,14 +494,7 @@ fn filesystem() -> Vec<Case> {
             if host["ok"] != Value::Bool(true) {
                 return Spec::skip(format!("no user xattrs on the host filesystem: {host}"));
             }
-            let expect = if sb.confined() {
-                Expect::ErrIn {
-                    errnos: &["EROFS", "EACCES", "EPERM"],
-                    step: "setxattr",
-                }
-            } else {
-                ok()
-            };
+            let expect = confined_or(sb, invisible(&f, "setxattr"), ok());
             Spec::py(SETXATTR, argv![f], expect).after(move |_| {
                 let got = host_py(GETXATTR, &[f.as_os_str()]);
                 let set = got["ok"] == Value::Bool(true);
@@ -462,56 +506,45 @@ fn filesystem() -> Vec<Case> {
                     ))
                 }
             })
-        })
-        .bug(
-            CONFINED,
-            "setxattr of files outside the workspace is not refused",
-        ),
-        // A workspace under the host's /tmp is bound back into the private /tmp, which is
-        // writable; Landlock grants by walking up the path, across the bind mount into the
-        // private /tmp, so the read-only workspace becomes writable (and the write reaches the
-        // host). The errno depends on the fix (Landlock: EACCES; a read-only bind: EROFS).
+        }),
+        Case::new("setxattr_system_file", CONFINED, |_, _| {
+            let f = PathBuf::from(SYSTEM_FILE);
+            let before = host_py(GETXATTR, &[f.as_os_str()]);
+            assert_ne!(before["ok"], true, "{SYSTEM_FILE} has the xattr already");
+            Spec::py(SETXATTR, argv![f], erofs("setxattr"))
+                .visible(argv!["read", f])
+                .after(move |_| {
+                    let got = host_py(GETXATTR, &[f.as_os_str()]);
+                    if got["ok"] == Value::Bool(true) {
+                        Err(format!(
+                            "user.ralph_escape on {SYSTEM_FILE} afterwards: {got}"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                })
+        }),
+        // A workspace under the host's /tmp is bound onto the private /tmp (which is writable),
+        // and bound read-only in read-only mode.
         Case::new("tmp_workspace_read_only", ONLY_RO, |_, _| {
             let w = World::in_host_tmp();
             let target = w.ws.join("new");
-            Spec::probe(
-                argv!["write", target],
-                Expect::ErrIn {
-                    errnos: &["EACCES", "EROFS"],
-                    step: "open",
-                },
-            )
-            .ws(&w.ws)
-            .visible(argv!["readdir", w.ws])
-            .after(exists_iff(target, false))
-            .keep(w)
-        })
-        .bug(
-            ONLY_RO,
-            "a read-only workspace under /tmp is writable (bound back under the writable private \
-             /tmp)",
-        ),
+            Spec::probe(argv!["write", target], erofs("open"))
+                .ws(&w.ws)
+                .visible(argv!["readdir", w.ws])
+                .after(exists_iff(target, false))
+                .keep(w)
+        }),
         // Same for a `--read` directory under the host's /tmp, in both filesystem modes.
         Case::new("tmp_read_path_not_writable", CONFINED, |_, _| {
             let w = World::in_host_tmp();
-            Spec::probe(
-                argv!["write", w.outside_file()],
-                Expect::ErrIn {
-                    errnos: &["EACCES", "EROFS"],
-                    step: "open",
-                },
-            )
-            .ws(&w.ws)
-            .flags(argv!["--read", w.out])
-            .visible(argv!["read", w.outside_file()])
-            .after(content_is(w.outside_file(), "outside\n"))
-            .keep(w)
-        })
-        .bug(
-            CONFINED,
-            "a --read directory under /tmp is writable (bound back under the writable private \
-             /tmp)",
-        ),
+            Spec::probe(argv!["write", w.outside_file()], erofs("open"))
+                .ws(&w.ws)
+                .flags(argv!["--read", w.out])
+                .visible(argv!["read", w.outside_file()])
+                .after(content_is(w.outside_file(), "outside\n"))
+                .keep(w)
+        }),
         Case::new("tmp_workspace_writable", WW_FA, |_, _| {
             let w = World::in_host_tmp();
             let target = w.ws.join("new");
@@ -540,8 +573,21 @@ fn filesystem() -> Vec<Case> {
             )
             .inherit(&w.out)
         }),
+        // The second layer. `/proc` is a writable mount (procfs) that Landlock's rules grant
+        // only reading: writing the process's own `comm` (harmless, allowed by procfs) is
+        // refused by Landlock alone. full-access has no Landlock.
+        Case::new("landlock_second_layer_proc_write", ALL, |_, sb| {
+            Spec::probe(
+                argv!["write", "/proc/self/comm"],
+                confined_or(sb, eacces("open"), ok()),
+            )
+            .visible(argv!["read", "/proc/self/comm"])
+        }),
     ]
 }
+
+/// A system file of a visible read-only tree that root could change on the host.
+const SYSTEM_FILE: &str = "/etc/passwd";
 
 /// Another user's home directory, readable on the host: one this test creates under /home when
 /// it can (root), else an existing one.
@@ -633,67 +679,330 @@ fn host_py(body: &str, args: &[&std::ffi::OsStr]) -> Value {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Protected paths (workspace-write; read-only refuses every write in the workspace anyway)
+// The filesystem view: the own root of the filesystem modes, /proc and /sys of every mode
+// ---------------------------------------------------------------------------------------------
+
+/// The readable trees of the read-only and workspace-write policies (`policies/*.toml`); each
+/// one that exists on the host is bound at its own path (a top-level symlink such as
+/// `/bin -> usr/bin` is recreated as a symlink).
+const POLICY_TREES: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/run/systemd/resolve",
+    "/sys/devices/system/cpu",
+    "/sys/fs/cgroup",
+];
+
+/// The devices of the policies' private `/dev`, and the links the sandbox adds there.
+const POLICY_DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+const DEV_LINKS: &[&str] = &["fd", "stdin", "stdout", "stderr"];
+
+/// Lists the directory `sys.argv[1]`; says where HOME and TMPDIR are.
+const LISTDIR: &str = "\
+try:
+    names = sorted(os.listdir(sys.argv[1]))
+except OSError as e:
+    fail(e, 'listdir')
+out(True, entries=names, home=os.environ.get('HOME', ''), tmpdir=os.environ.get('TMPDIR', ''))";
+
+/// The pids in `/proc`, and the command's own.
+const PROC_PIDS: &str = "\
+try:
+    pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+except OSError as e:
+    fail(e, 'listdir')
+out(True, pids=pids, me=os.getpid())";
+
+/// The first component of an absolute path (`/var/tmp/x` → `var`).
+fn top(path: &Path) -> Option<String> {
+    path.components().find_map(|c| match c {
+        Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+        _ => None,
+    })
+}
+
+/// The first component of `path` below `dir` (`/dev/shm/x`, `/dev` → `shm`).
+fn first_below(path: &Path, dir: &Path) -> Option<String> {
+    top(&Path::new("/").join(path.strip_prefix(dir).ok()?))
+}
+
+/// The `entries` the listing printed, against what must be there: the difference both ways.
+fn entries_are(run: &Run, want: &BTreeSet<String>) -> Result<(), String> {
+    let j = run.json().ok_or("no probe line")?;
+    let got: BTreeSet<String> = j["entries"]
+        .as_array()
+        .ok_or("no entries")?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let extra: Vec<_> = got.difference(want).collect();
+    let missing: Vec<_> = want.difference(&got).collect();
+    if extra.is_empty() && missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "entries {got:?}: not expected {extra:?}, missing {missing:?}"
+        ))
+    }
+}
+
+/// A field of the probe line, as a path.
+fn field_path(run: &Run, key: &str) -> Result<PathBuf, String> {
+    run.json()
+        .and_then(|j| j[key].as_str().map(PathBuf::from))
+        .filter(|p| p.is_absolute())
+        .ok_or_else(|| format!("no absolute {key} in the probe line"))
+}
+
+/// The host's cgroup.procs of the pids controller (v1), or of the unified hierarchy (v2).
+fn cgroup_procs() -> Option<PathBuf> {
+    [
+        "/sys/fs/cgroup/pids/cgroup.procs",
+        "/sys/fs/cgroup/cgroup.procs",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+fn view() -> Vec<Case> {
+    vec![
+        // `/` holds exactly: the policy's readable trees that exist on this host, `/dev`,
+        // `/proc` and `/tmp`, and the top directories of the workspace, of the probe's directory
+        // (`--read`) and of the private HOME and TMPDIR. The world is under the host's /tmp, so
+        // its workspace adds nothing: whatever else the host has at its top (`/root`, `/home`,
+        // `/var`, `/boot`, …) must be absent (unless the probe's directory is under it).
+        //
+        // BUG: listing `/` (and `/dev`) is refused with EACCES: the plan's `LandlockPlan::list`
+        // (`/`, `/dev`) is never turned into a Landlock rule (`sandbox/src/native/landlock.rs`
+        // adds rules for `read`, `write` and `devices` only), so nothing grants READ_DIR there:
+        //   ralph sandbox exec --mode workspace-write --workspace W -- ls /
+        //   → ls: cannot open directory '/': Permission denied
+        // With a READ_DIR rule for `list` added to a copy of the sandbox, this case and the next
+        // pass as root and as nobody (and nothing else of the matrix changes).
+        Case::new("root_lists_only_bound_trees", CONFINED, |_, _| {
+            let w = World::in_host_tmp();
+            for p in ["/root", "/var"] {
+                assert!(Path::new(p).is_dir(), "{p} does not exist on the host");
+            }
+            let mut want: BTreeSet<String> = POLICY_TREES
+                .iter()
+                .map(Path::new)
+                .filter(|p| p.symlink_metadata().is_ok())
+                .filter_map(top)
+                .collect();
+            want.extend(["dev", "proc", "tmp"].map(String::from));
+            want.extend(top(&w.ws));
+            want.extend(top(&bin_dir()));
+            Spec::py(LISTDIR, argv!["/"], ok())
+                .ws(&w.ws)
+                .after(move |run| {
+                    let mut want = want;
+                    for key in ["home", "tmpdir"] {
+                        want.extend(top(&field_path(run, key)?));
+                    }
+                    entries_are(run, &want)
+                })
+                .keep(w)
+        }),
+        // `/dev` holds only the allowed devices and the fd links, plus the first directory of
+        // the path to the private HOME and TMPDIR when they live under `/dev` (`sandbox exec`
+        // keeps them in `/dev/shm`; that directory is part of the read-only root, see
+        // `write_dev_shm`).
+        Case::new("dev_holds_only_allowed_devices", CONFINED, |_, _| {
+            let mut want: BTreeSet<String> = POLICY_DEVICES
+                .iter()
+                .filter(|d| Path::new("/dev").join(d).exists())
+                .map(|d| (*d).to_owned())
+                .collect();
+            want.extend(DEV_LINKS.iter().map(|l| (*l).to_owned()));
+            Spec::py(LISTDIR, argv!["/dev"], ok()).after(move |run| {
+                let mut want = want;
+                for key in ["home", "tmpdir"] {
+                    want.extend(first_below(&field_path(run, key)?, Path::new("/dev")));
+                }
+                entries_are(run, &want)
+            })
+        }),
+        // The root itself is a read-only mount: nothing can be created at the top.
+        Case::new("write_root_new_file", CONFINED, |_, _| {
+            let target = PathBuf::from("/").join(unique("ralph-escape"));
+            Spec::probe(argv!["write", target], erofs("open")).after(exists_iff(target, false))
+        }),
+        Case::new("mkdir_root", CONFINED, |_, _| {
+            let target = PathBuf::from("/").join(unique("ralph-escape"));
+            Spec::probe(argv!["mkdir", target], erofs("mkdir")).after(exists_iff(target, false))
+        }),
+        // The Docker socket (whether or not this host has one): `/var` is not bound, so there
+        // is no socket to connect to.
+        Case::new("docker_socket_absent", CONFINED, |_, _| {
+            Spec::py(
+                UNIX_CONNECT,
+                argv!["/var/run/docker.sock"],
+                err("ENOENT", "connect"),
+            )
+        }),
+        // Every mode mounts a fresh procfs for its pid namespace: the only processes are ralph's
+        // init (pid 1) and the command.
+        Case::new("proc_shows_only_sandbox_processes", ALL, |_, _| {
+            let host = host_sleeper();
+            Spec::py(PROC_PIDS, argv![], ok())
+                .after(|run| {
+                    let j = run.json().ok_or("no probe line")?;
+                    let me = j["me"].as_i64().unwrap_or(-1);
+                    if j["pids"] == json!([1, me]) {
+                        Ok(())
+                    } else {
+                        Err(format!("/proc lists the pids {} (own pid {me})", j["pids"]))
+                    }
+                })
+                .keep(host)
+        }),
+        // `/sys` is read-only in every mode (the filesystem modes bind `/sys/fs/cgroup`
+        // read-only; full-access remounts all of `/sys` read-only): even uid 0 cannot move a
+        // process out of its cgroup, which would lift `--memory` and `--pids` (see
+        // `tests/sandbox_limits.rs`).
+        Case::new("sys_cgroup_procs_read_only", ALL, |_, _| {
+            let Some(procs) = cgroup_procs() else {
+                return Spec::skip("no pids cgroup.procs under /sys/fs/cgroup on this host");
+            };
+            Spec::probe(argv!["write", procs], erofs("open"))
+        }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protected paths (workspace-write; in read-only the whole workspace is a read-only mount)
 // ---------------------------------------------------------------------------------------------
 
 fn git_world(w: &World) -> Option<PathBuf> {
     git_binary().map(|_| w.git_init())
 }
 
+/// Runs git on the host in `dir` (HOME `home`, no system config), for checks after a run.
+fn git_on_host(git: &Path, dir: &Path, home: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(git)
+        .args([
+            "-c",
+            "user.name=ralph-test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("host git {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "host git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The `.git/commondir` attack, as the agent's shell script: copy `.git` to `.evil`, give the
+/// copy a pre-commit hook that writes the marker file `$1`, and point `.git/commondir` at it;
+/// then prove with git (`$2`) that git now uses the copy. The exit status is 3.
+const COMMONDIR_ATTACK: &str = r#"cp -a .git .evil &&
+printf '#!/bin/sh\necho agent-hook > "%s"\n' "$1" > .evil/hooks/pre-commit &&
+chmod 755 .evil/hooks/pre-commit &&
+echo ../.evil > .git/commondir &&
+test "$("$2" rev-parse --git-common-dir)" != .git &&
+exit 3"#;
+
+/// After a run that tried the commondir attack in the workspace `ws` (marker file `marker`):
+/// `.git/commondir` is gone, the host's git uses `.git`, and a host commit runs no agent-made
+/// hook. With `live`, the attack is then replayed on the host (commondir written back) to prove
+/// that it would have worked: git uses `.evil` and the commit runs the agent's hook.
+fn host_git_unaffected(
+    git: &Path,
+    ws: &Path,
+    home: &Path,
+    marker: &Path,
+    live: bool,
+) -> Result<(), String> {
+    let commondir = ws.join(".git/commondir");
+    if commondir.symlink_metadata().is_ok() {
+        return Err(format!("{} exists after the run", commondir.display()));
+    }
+    let common = git_on_host(git, ws, home, &["rev-parse", "--git-common-dir"])?;
+    if common != ".git" {
+        return Err(format!("the host's git uses the common dir {common:?}"));
+    }
+    git_on_host(
+        git,
+        ws,
+        home,
+        &["commit", "-q", "--allow-empty", "-m", "host"],
+    )?;
+    if marker.exists() {
+        return Err("a host `git commit` ran the agent's hook".into());
+    }
+    if live {
+        std::fs::write(&commondir, "../.evil\n").map_err(|e| e.to_string())?;
+        let common = git_on_host(git, ws, home, &["rev-parse", "--git-common-dir"])?;
+        git_on_host(
+            git,
+            ws,
+            home,
+            &["commit", "-q", "--allow-empty", "-m", "replay"],
+        )?;
+        if common == ".git" || !marker.exists() {
+            return Err(format!(
+                "the replayed attack did nothing (common dir {common:?}): the case proves nothing"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn protected() -> Vec<Case> {
     vec![
-        Case::new("protect_git_hook_existing", RO_WW, |w, sb| {
+        // read-only: the workspace is a read-only mount; workspace-write: the hooks are.
+        Case::new("protect_git_hook_existing", RO_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
             }
             let hook = w.ws.join(".git/hooks/pre-commit");
-            Spec::probe(
-                argv!["write", hook],
-                sb.pick(eacces("open"), err("EROFS", "open"), ok()),
-            )
-            .visible(argv!["read", hook])
-            .after(content_is(hook, HOOK))
+            Spec::probe(argv!["write", hook], erofs("open"))
+                .visible(argv!["read", hook])
+                .after(content_is(hook, HOOK))
         }),
-        Case::new("protect_git_hook_new", RO_WW, |w, sb| {
+        Case::new("protect_git_hook_new", RO_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
             }
             let hook = w.ws.join(".git/hooks/post-checkout");
-            Spec::probe(
-                argv!["write", hook],
-                sb.pick(eacces("open"), err("EROFS", "open"), ok()),
-            )
-            .visible(argv!["readdir", w.ws.join(".git/hooks")])
-            .after(exists_iff(hook, false))
+            Spec::probe(argv!["write", hook], erofs("open"))
+                .visible(argv!["readdir", w.ws.join(".git/hooks")])
+                .after(exists_iff(hook, false))
         }),
-        // Read-only mode mounts no protected paths (Landlock refuses writes anyway), so chmod,
-        // which Landlock does not cover, changes the hook's mode there (see `chmod_outside`).
-        Case::new("protect_git_hook_chmod", RO_WW, |w, sb| {
+        Case::new("protect_git_hook_chmod", RO_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
             }
             let hook = w.ws.join(".git/hooks/pre-commit");
             let check = hook.clone();
-            let expect = if sb == RO {
-                Expect::ErrIn {
-                    errnos: &["EROFS", "EACCES", "EPERM"],
-                    step: "chmod",
-                }
-            } else {
-                err("EROFS", "chmod")
-            };
-            Spec::probe(argv!["chmod", hook, "777"], expect)
+            Spec::probe(argv!["chmod", hook, "777"], erofs("chmod"))
                 .visible(argv!["read", hook])
                 .after(move |_| match mode_of(&check) {
                     0o755 => Ok(()),
                     m => Err(format!("the hook's mode is {m:o} afterwards")),
                 })
-        })
-        .bug(
-            ONLY_RO,
-            "chmod in the read-only workspace is not refused (no protected mounts in read-only, \
-             and Landlock does not cover chmod)",
-        ),
+        }),
+        // A mount point cannot be renamed.
         Case::new("protect_git_hooks_rename", ONLY_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
@@ -705,19 +1014,16 @@ fn protected() -> Vec<Case> {
             )
             .after(exists_iff(hooks.join("pre-commit"), true))
         }),
-        Case::new("protect_git_config_append", RO_WW, |w, sb| {
+        Case::new("protect_git_config_append", RO_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
             }
             let config = w.ws.join(".git/config");
             let before: &'static str =
                 Box::leak(std::fs::read_to_string(&config).unwrap().into_boxed_str());
-            Spec::probe(
-                argv!["append", config],
-                sb.pick(eacces("open"), err("EROFS", "open"), ok()),
-            )
-            .visible(argv!["read", config])
-            .after(content_is(config, before))
+            Spec::probe(argv!["append", config], erofs("open"))
+                .visible(argv!["read", config])
+                .after(content_is(config, before))
         }),
         Case::new("protect_git_config_unlink", ONLY_WW, |w, _| {
             if git_world(w).is_none() {
@@ -727,6 +1033,8 @@ fn protected() -> Vec<Case> {
             Spec::probe(argv!["unlink", config], err("EBUSY", "unlink"))
                 .after(exists_iff(config, true))
         }),
+        // Out of `.git` (which is bound onto itself, see `protect_git_dir_rename`), the rename
+        // would cross mounts.
         Case::new("protect_git_config_rename", ONLY_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
@@ -734,6 +1042,18 @@ fn protected() -> Vec<Case> {
             let config = w.ws.join(".git/config");
             Spec::probe(
                 argv!["rename", config, w.ws.join("config")],
+                exdev("renameat2"),
+            )
+            .after(exists_iff(config, true))
+        }),
+        // Within `.git`, the same mount: `.git/config` is a mount point.
+        Case::new("protect_git_config_rename_in_git", ONLY_WW, |w, _| {
+            if git_world(w).is_none() {
+                return Spec::skip("git is not installed");
+            }
+            let config = w.ws.join(".git/config");
+            Spec::probe(
+                argv!["rename", config, w.ws.join(".git/config-moved")],
                 err("EBUSY", "renameat2"),
             )
             .after(exists_iff(config, true))
@@ -744,7 +1064,7 @@ fn protected() -> Vec<Case> {
             }
             Spec::probe(
                 argv!["link", w.ws.join(".git/config"), w.ws.join("config")],
-                err("EXDEV", "linkat"),
+                exdev("linkat"),
             )
             .after(exists_iff(w.ws.join("config"), false))
         }),
@@ -757,21 +1077,21 @@ fn protected() -> Vec<Case> {
             Spec::sh(
                 r#"ln -s "$1" "$2" && exec "$0" write "$2""#,
                 argv![hook, w.ws.join("evil")],
-                err("EROFS", "open"),
+                erofs("open"),
             )
             .after(content_is(hook, HOOK))
         }),
         // `.ralph` is missing: in workspace-write an empty read-only placeholder stands in for it
         // during the run (the policy's own placeholders may stay afterwards, empty); read-only
-        // mounts none, and the agent cannot create the directory.
+        // mounts none, and the read-only workspace refuses to create the directory.
         Case::new("protect_ralph_missing", RO_WW, |w, sb| {
             let dir = w.ws.join(".ralph");
             assert!(!dir.exists());
             let check = dir.clone();
             let spec = if sb == RO {
-                Spec::probe(argv!["mkdir", dir], eacces("mkdir"))
+                Spec::probe(argv!["mkdir", dir], erofs("mkdir"))
             } else {
-                Spec::probe(argv!["write", dir.join("x")], err("EROFS", "open"))
+                Spec::probe(argv!["write", dir.join("x")], erofs("open"))
             };
             spec.after(move |_| {
                 if !check.exists() {
@@ -789,14 +1109,14 @@ fn protected() -> Vec<Case> {
         }),
         Case::new("protect_explicit_missing", ONLY_WW, |w, _| {
             let dir = w.ws.join("tests");
-            Spec::probe(argv!["write", dir.join("x")], err("EROFS", "open"))
+            Spec::probe(argv!["write", dir.join("x")], erofs("open"))
                 .flags(argv!["--protect", "tests"])
                 .after(exists_iff(dir, false))
         }),
         // Only the first missing component becomes the placeholder.
         Case::new("protect_explicit_nested_missing", ONLY_WW, |w, _| {
             let dir = w.ws.join("tests");
-            Spec::probe(argv!["write", dir.join("x")], err("EROFS", "open"))
+            Spec::probe(argv!["write", dir.join("x")], erofs("open"))
                 .flags(argv!["--protect", "tests/unit/golden"])
                 .after(exists_iff(dir, false))
         }),
@@ -804,18 +1124,14 @@ fn protected() -> Vec<Case> {
             std::fs::create_dir(w.ws.join("src")).unwrap();
             let file = w.ws.join("src/lib.rs");
             std::fs::write(&file, "// mine\n").unwrap();
-            Spec::probe(argv!["write", file], err("EROFS", "open"))
+            Spec::probe(argv!["write", file], erofs("open"))
                 .flags(argv!["--protect", "src"])
                 .visible(argv!["read", file])
                 .after(content_is(file, "// mine\n"))
         }),
-        // Renaming `.git` moves the protected mounts away with it; the agent can then put a
-        // `.git` of its own, with any hooks and config, in its place, which the user's git runs
-        // after the round. Evidence (host shell):
-        //   ralph sandbox exec --workspace W -- sh -c 'mv .git .git-orig && cp -a .git-orig .git
-        //     && printf "#!/bin/sh\necho HOOK-RAN-ON-HOST\n" > .git/hooks/pre-commit'
-        //   git -C W commit --allow-empty -m x      # prints HOOK-RAN-ON-HOST
-        // Expected like `.git/hooks` itself: EBUSY.
+        // Renaming `.git` would move the protected mounts away with it, and the agent could put
+        // a `.git` of its own, with any hooks and config, in its place. `.git`, the parent of
+        // protected paths, is bound onto itself: a mount point cannot be renamed.
         Case::new("protect_git_dir_rename", ONLY_WW, |w, _| {
             if git_world(w).is_none() {
                 return Spec::skip("git is not installed");
@@ -825,46 +1141,29 @@ fn protected() -> Vec<Case> {
                 err("EBUSY", "renameat2"),
             )
             .after(exists_iff(w.ws.join(".git-moved"), false))
-        })
-        .bug(
-            ONLY_WW,
-            "renaming .git escapes the .git/hooks and .git/config protection",
-        ),
-        // `.git/commondir` redirects git to another common directory, whose `hooks/` and
-        // `config` git then uses: the protection is bypassed without touching them. Evidence:
-        //   ralph sandbox exec --workspace W -- sh -c 'cp -a .git .evil && printf ... >
-        //     .evil/hooks/pre-commit && echo ../.evil > .git/commondir'
-        //   git -C W commit --allow-empty -m x      # runs .evil/hooks/pre-commit on the host
-        // Expected like the other protected paths: EROFS.
-        Case::new("protect_git_commondir", ONLY_WW, |w, _| {
+            .after(exists_iff(w.ws.join(".git/hooks/pre-commit"), true))
+        }),
+        // `.git/commondir` redirects git to another common directory, whose `hooks/` and `config`
+        // git then uses, without touching the protected ones. workspace-write cannot refuse to
+        // create it (git needs `.git` writable and refuses a commondir it cannot read), so the
+        // agent CAN write it and use it during the run (the script proves that, and exits 3);
+        // the supervisor removes it after the run. The property: `sandbox exec` keeps the exit
+        // status, and the host's git is unaffected afterwards (the attack replayed on the host
+        // shows it would not have been). In read-only the workspace is a read-only mount. The
+        // report through `ralph run` is `git_commondir_created_in_a_round_is_journalled`.
+        Case::new("protect_git_commondir", RO_WW, |w, sb| {
             let Some(git) = git_world(w) else {
                 return Spec::skip("git is not installed");
             };
-            let root = w.root.clone();
-            let ws = w.ws.clone();
-            Spec::probe(
-                argv!["write", w.ws.join(".git/commondir")],
-                err("EROFS", "open"),
-            )
-            .after(move |_| {
-                let out = Command::new(&git)
-                    .args(["rev-parse", "--git-common-dir"])
-                    .current_dir(&ws)
-                    .env("HOME", &root)
-                    .output()
-                    .unwrap();
-                let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-                if dir == ".git" {
-                    Ok(())
-                } else {
-                    Err(format!("the host's git now uses the common dir {dir:?}"))
-                }
-            })
-        })
-        .bug(
-            ONLY_WW,
-            ".git/commondir is writable: it redirects git to agent-made hooks and config",
-        ),
+            let marker = w.root.join("agent-hook-ran");
+            let spec = if sb == RO {
+                Spec::probe(argv!["write", w.ws.join(".git/commondir")], erofs("open"))
+            } else {
+                Spec::sh(COMMONDIR_ATTACK, argv![marker, git], exit(3))
+            };
+            let (ws, home) = (w.ws.clone(), w.root.clone());
+            spec.after(move |_| host_git_unaffected(&git, &ws, &home, &marker, sb == WW))
+        }),
         Case::new("protect_refused_in_full_access", ONLY_FA, |w, _| {
             Spec::probe(
                 argv!["write", w.ws.join("x")],
@@ -1146,15 +1445,10 @@ fn processes() -> Vec<Case> {
         Case::new("proc_1_root", ALL, |_, _| {
             Spec::probe(argv!["read", "/proc/1/root/root"], eacces("open"))
         }),
-        // The filesystem modes mount a fresh procfs, where pid 1 is ralph's init (a fork of the
-        // ralph binary, so the same command line). full-access has no mount namespace: /proc is
-        // the host's, and /proc/1 the host's init, although the pid namespace is the sandbox's.
-        Case::new("proc_1_cmdline", ALL, |_, sb| {
-            let want = if sb.confined() {
-                format!("{}\0sandbox\0exec\0", ralph().display())
-            } else {
-                String::from_utf8_lossy(&std::fs::read("/proc/1/cmdline").unwrap()).into_owned()
-            };
+        // Every mode mounts a fresh procfs, where pid 1 is ralph's init (a fork of the ralph
+        // binary, so the same command line), not the host's init.
+        Case::new("proc_1_cmdline", ALL, |_, _| {
+            let want = format!("{}\0sandbox\0exec\0", ralph().display());
             assert!(Path::new("/bin/cat").is_file());
             Spec::probe(
                 argv!["exec", "/bin/cat", "/proc/1/cmdline"],
@@ -1171,21 +1465,17 @@ fn processes() -> Vec<Case> {
                 }
             })
         }),
-        Case::new("proc_host_process_status", ALL, |_, sb| {
+        // The fresh procfs of every mode has no host pids: the host's process is running (and
+        // in the host's /proc), but there is no /proc entry for it inside.
+        Case::new("proc_host_process_status", ALL, |_, _| {
             let host = host_sleeper();
-            Spec::probe(
-                argv!["read", format!("/proc/{}/status", host.pid())],
-                confined_or(sb, err("ENOENT", "open"), ok()),
-            )
-            .keep(host)
+            let path = PathBuf::from(format!("/proc/{}/status", host.pid()));
+            Spec::probe(argv!["read", path], invisible(&path, "open")).keep(host)
         }),
-        Case::new("proc_host_process_mem", ALL, |_, sb| {
+        Case::new("proc_host_process_mem", ALL, |_, _| {
             let host = host_sleeper();
-            Spec::probe(
-                argv!["read", format!("/proc/{}/mem", host.pid())],
-                confined_or(sb, err("ENOENT", "open"), eacces("open")),
-            )
-            .keep(host)
+            let path = PathBuf::from(format!("/proc/{}/mem", host.pid()));
+            Spec::probe(argv!["read", path], invisible(&path, "open")).keep(host)
         }),
         Case::new("setns_init_net", ALL, |_, _| {
             Spec::probe(argv!["setns", "/proc/1/ns/net"], eacces("open"))
@@ -1213,11 +1503,12 @@ fn processes() -> Vec<Case> {
         Case::new("chroot", ALL, |_, _| {
             Spec::probe(argv!["chroot", "/"], eperm("chroot"))
         }),
-        // Not attempted in full-access, which shares the host's mount namespace.
-        Case::new("mount_tmpfs", CONFINED, |_, _| {
+        // Seccomp in the filesystem modes, no CAP_SYS_ADMIN in full-access (whose mount
+        // namespace is its own, so even a mount that worked would not reach the host).
+        Case::new("mount_tmpfs", ALL, |_, _| {
             Spec::probe(argv!["mount"], eperm("mount"))
         }),
-        Case::new("umount_proc", CONFINED, |_, _| {
+        Case::new("umount_proc", ALL, |_, _| {
             Spec::probe(argv!["umount", "/proc"], eperm("umount2"))
         }),
         Case::new("io_uring", ALL, |_, sb| {
@@ -1321,10 +1612,9 @@ fn privileges() -> Vec<Case> {
                 ok_with(vec![("value", json!("2"))]),
             )
         }),
-        // Not in full-access: the probe reads /proc/PID/status with the sandbox's pid, and
-        // full-access has the host's /proc (no mount namespace), so it would read an unrelated
-        // host process.
-        Case::new("setuid_binary", CONFINED, |_, _| {
+        // no_new_privs: the setuid bit is ignored (the probe reads the ids and capabilities of
+        // the exec'd process from /proc/PID/status, the sandbox's own /proc in every mode).
+        Case::new("setuid_binary", ALL, |_, _| {
             let passwd = Path::new("/usr/bin/passwd");
             let Ok(meta) = passwd.metadata() else {
                 return Spec::skip("/usr/bin/passwd is not installed");
@@ -1539,6 +1829,7 @@ fn fails_closed() -> Vec<Case> {
 
 fn all_cases() -> Vec<Case> {
     let mut all = filesystem();
+    all.extend(view());
     all.extend(protected());
     all.extend(network());
     all.extend(processes());
@@ -1562,6 +1853,11 @@ fn the_matrix_is_big_enough() {
 #[test]
 fn escape_filesystem() {
     run_matrix("filesystem", &filesystem());
+}
+
+#[test]
+fn escape_filesystem_view() {
+    run_matrix("filesystem view", &view());
 }
 
 #[test]
@@ -1594,81 +1890,116 @@ fn fails_closed_when_it_cannot_enforce() {
     run_matrix("fails closed", &fails_closed());
 }
 
-#[test]
-#[ignore = "BUG: a read-only workspace under /tmp is writable (bound back under the private /tmp)"]
-fn bug_tmp_workspace_read_only() {
-    run_bug(&filesystem(), "tmp_workspace_read_only");
+/// A round of `ralph run` (workspace-write) whose agent makes the `.git/commondir` attack,
+/// proves that it works during the run (the attack script exits 3) and then reports completion.
+struct CommondirRound {
+    fixture: common::Fixture,
+    out: common::Output,
+    git: PathBuf,
+    marker: PathBuf,
 }
 
-#[test]
-#[ignore = "BUG: a --read directory under /tmp is writable (bound back under the private /tmp)"]
-fn bug_tmp_read_path_not_writable() {
-    run_bug(&filesystem(), "tmp_read_path_not_writable");
+impl CommondirRound {
+    fn run() -> Option<Self> {
+        let git = git_binary()?;
+        let fixture = common::Fixture::new();
+        let home = fixture.root.path().to_owned();
+        std::fs::write(fixture.ws.join("README"), "hello\n").unwrap();
+        for args in [
+            &["init", "-q", "."][..],
+            &["add", "README"],
+            &["commit", "-q", "-m", "initial"],
+        ] {
+            git_on_host(&git, &fixture.ws, &home, args).unwrap();
+        }
+        let marker = home.join("agent-hook-ran");
+        let agent = fixture.agent(
+            "commondir.sh",
+            &format!(
+                "sh -c '{}' attack {} {}\ntest $? = 3 || exit 1\necho '{}'",
+                COMMONDIR_ATTACK.replace('\'', r"'\''"),
+                marker.display(),
+                git.display(),
+                common::complete_report("done")
+            ),
+        );
+        let out = fixture
+            .run(&agent)
+            .args(["--max-rounds", "1", "--round-retries", "0"])
+            .output();
+        out.expect_code(0);
+        Some(Self {
+            fixture,
+            out,
+            git,
+            marker,
+        })
+    }
+
+    /// What the supervisor reports for the removed file.
+    fn violation(&self) -> String {
+        format!(
+            "`{}` was created during the run and has been removed",
+            self.fixture.ws.join(".git/commondir").display()
+        )
+    }
 }
 
+/// The round goes on as usual, the supervisor removes `.git/commondir`, the journal's
+/// `round_finished` says so in `sandbox_violations`, and the host's git is unaffected (see
+/// `protect_git_commondir` for `sandbox exec`).
 #[test]
-#[ignore = "BUG: chmod of files outside the workspace is not refused (Landlock has no right)"]
-fn bug_chmod_outside() {
-    run_bug(&filesystem(), "chmod_outside");
+fn git_commondir_created_in_a_round_is_journalled() {
+    let Some(r) = CommondirRound::run() else {
+        eprintln!("skipped: git is not installed");
+        return;
+    };
+    let events = r.fixture.events(&r.out.job_id());
+    let finished: Vec<&Value> = events
+        .iter()
+        .filter(|(t, _)| t == "round_finished")
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(finished.len(), 1, "{events:#?}");
+    assert_eq!(
+        finished[0]["sandbox_violations"],
+        json!([r.violation()]),
+        "{:#}",
+        finished[0]
+    );
+    let home = r.fixture.root.path();
+    host_git_unaffected(&r.git, &r.fixture.ws, home, &r.marker, true).unwrap();
 }
 
+/// The same violation is shown to the user on stderr.
 #[test]
-#[ignore = "BUG: utimensat of files outside the workspace is not refused (Landlock has no right)"]
-fn bug_utime_outside() {
-    run_bug(&filesystem(), "utime_outside");
+fn git_commondir_created_in_a_round_is_warned() {
+    let Some(r) = CommondirRound::run() else {
+        eprintln!("skipped: git is not installed");
+        return;
+    };
+    let warning = format!("warning: round 1: sandbox: {}", r.violation());
+    assert!(
+        r.out.stderr.contains(&warning),
+        "stderr does not contain {warning:?}:\n{}",
+        r.out.stderr
+    );
 }
 
-#[test]
-#[ignore = "BUG: setxattr of files outside the workspace is not refused (Landlock has no right)"]
-fn bug_setxattr_outside() {
-    run_bug(&filesystem(), "setxattr_outside");
-}
+/// Cases marked BUG (each needs an `#[ignore = "BUG: …"]` test that runs it with `run_bug`).
+/// Every bug of the former sandbox is a normal case of its group now; these are of the new one.
+const KNOWN_BUGS: &[&str] = &[];
 
-#[test]
-#[ignore = "BUG: connect() to a named unix socket outside the readable trees succeeds"]
-fn bug_unix_connect_outside_socket() {
-    run_bug(&filesystem(), "unix_connect_outside_socket");
-}
-
-#[test]
-#[ignore = "BUG: chmod in the read-only workspace is not refused (Landlock has no right)"]
-fn bug_protect_git_hook_chmod() {
-    run_bug(&protected(), "protect_git_hook_chmod");
-}
-
-#[test]
-#[ignore = "BUG: renaming .git escapes the .git/hooks and .git/config protection"]
-fn bug_protect_git_dir_rename() {
-    run_bug(&protected(), "protect_git_dir_rename");
-}
-
-#[test]
-#[ignore = "BUG: .git/commondir is writable and redirects git to agent-made hooks and config"]
-fn bug_protect_git_commondir() {
-    run_bug(&protected(), "protect_git_commondir");
-}
-
-/// Every case marked BUG has its ignored test above.
+/// Every case marked BUG has its ignored test (listed in [`KNOWN_BUGS`]), and no other case is.
 #[test]
 fn every_bug_has_an_ignored_test() {
-    let listed = [
-        "tmp_workspace_read_only",
-        "tmp_read_path_not_writable",
-        "chmod_outside",
-        "utime_outside",
-        "setxattr_outside",
-        "unix_connect_outside_socket",
-        "protect_git_hook_chmod",
-        "protect_git_dir_rename",
-        "protect_git_commondir",
-    ];
     let mut marked: Vec<&str> = all_cases()
         .iter()
         .filter(|c| c.bug.is_some())
         .map(|c| c.name)
         .collect();
     marked.sort_unstable();
-    let mut listed = listed.to_vec();
+    let mut listed = KNOWN_BUGS.to_vec();
     listed.sort_unstable();
     assert_eq!(marked, listed);
 }

@@ -16,9 +16,11 @@
 //! `tests/` by driving the real `ralph` binary with scripted agents.
 
 pub mod agent;
+pub mod client;
 pub mod engine;
 pub mod job;
 pub mod report;
+pub mod service;
 pub mod store;
 pub mod usage;
 pub mod util;

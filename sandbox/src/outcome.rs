@@ -195,6 +195,9 @@ pub struct ExecOutcome {
     pub leftovers_killed: u32,
     /// Set when the command could not be executed at all (not found, not executable).
     pub exec_error: Option<String>,
+    /// What the sandbox had to undo after the run (e.g. a forbidden `.git/commondir` removed).
+    #[serde(default)]
+    pub violations: Vec<String>,
     /// How much isolation was enforced.
     pub enforcement: Enforcement,
 }

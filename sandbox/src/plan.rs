@@ -27,27 +27,44 @@ pub struct IdMap {
     pub gid: u32,
 }
 
-/// One step of the mount setup, in order, inside the private mount namespace.
+/// A tree or file of the host bound into the sandbox's root at its own path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    /// The path (the same inside and outside).
+    pub path: PathBuf,
+    /// Writable, or read-only.
+    pub write: bool,
+}
+
+/// The sandbox's own root: a tmpfs holding only what the mode allows. Everything else of the
+/// host does not exist inside (no paths to probe, no unix sockets to connect to).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootPlan {
+    /// Bound trees and files, parents before children.
+    pub binds: Vec<Bind>,
+    /// Top-level symlinks recreated as on the host (`/bin -> usr/bin` on merged-/usr systems).
+    pub symlinks: Vec<(PathBuf, PathBuf)>,
+    /// Device files bound into a private `/dev`.
+    pub devices: Vec<PathBuf>,
+    /// The private TMPDIR, bound at `/tmp` (and at its own path).
+    pub tmp: PathBuf,
+}
+
+/// One step after the root is built (or, without a new root, on the host's view), in order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum MountStep {
+    /// Bind a directory onto itself, so that it cannot be renamed or replaced (ancestors of
+    /// protected paths, e.g. `.git` above `.git/hooks`).
+    Anchor {
+        /// The directory.
+        path: PathBuf,
+    },
     /// Bind `path` over itself, read-only (recursively).
     ProtectReadOnly {
         /// The path.
         path: PathBuf,
     },
-    /// Bind the private `from` directory over `to`, then bind each of `keep` (paths that lived
-    /// under `to` and must stay visible, e.g. a workspace in /tmp) back at its own path.
-    BindPrivate {
-        /// The private directory.
-        from: PathBuf,
-        /// Where it appears.
-        to: PathBuf,
-        /// Paths under `to` to keep visible.
-        keep: Vec<PathBuf>,
-    },
-    /// A fresh procfs for the pid namespace at `/proc`.
-    Proc,
     /// An empty mode-000 file over a secret file.
     HideFile {
         /// The secret.
@@ -58,6 +75,14 @@ pub enum MountStep {
         /// The secret.
         path: PathBuf,
     },
+    /// Make an existing mount tree read-only (full-access: `/sys`, so cgroup limits hold).
+    ReadOnly {
+        /// The mount point.
+        path: PathBuf,
+    },
+    /// A fresh procfs for the pid namespace at `/proc` (without a new root; a new root always
+    /// gets one).
+    Proc,
 }
 
 /// An empty directory created where a protected path does not exist yet, so the agent cannot
@@ -82,6 +107,9 @@ pub struct LandlockPlan {
     pub write: Vec<PathBuf>,
     /// Device files: read, write, truncate, ioctl.
     pub devices: Vec<PathBuf>,
+    /// Directories that may only be listed (the sandbox's own `/` and `/dev`, which hold nothing
+    /// but what the plan put there).
+    pub list: Vec<PathBuf>,
     /// Refuse all TCP bind/connect (ABI 4+).
     pub deny_tcp: bool,
     /// Scope signals and abstract unix sockets to the sandbox (ABI 6+).
@@ -127,8 +155,13 @@ pub struct SandboxPlan {
     pub net_namespace: bool,
     /// A private IPC namespace.
     pub ipc_namespace: bool,
-    /// Mount steps.
+    /// A root of its own (read-only and workspace-write).
+    pub root: Option<RootPlan>,
+    /// Mount steps after the root is built.
     pub mounts: Vec<MountStep>,
+    /// Paths in the workspace that must not be created (e.g. `.git/commondir`, which would
+    /// redirect the host's git to agent-made hooks); removed after the run if they appear.
+    pub absent: Vec<PathBuf>,
     /// Missing protected paths to create as empty read-only placeholders.
     pub placeholders: Vec<Placeholder>,
     /// Landlock, unless unrestricted.
@@ -181,7 +214,9 @@ pub fn resolve(
 
     // Namespaces: root creates them directly; anyone else needs a user namespace first.
     let root = host.euid == 0;
-    let need_mount_ns = !fs.unrestricted;
+    // Every mode gets a mount namespace when namespaces are possible: the filesystem modes for
+    // their own root, full-access for a fresh /proc and a read-only /sys.
+    let need_mount_ns = true;
     let need_userns = !root;
     if need_userns {
         if let Err(reason) = &host.user_namespaces {
@@ -215,6 +250,8 @@ pub fn resolve(
     // Filesystem.
     let mut mounts = Vec::new();
     let mut placeholders = Vec::new();
+    let mut absent = Vec::new();
+    let mut root = None;
     let landlock = if fs.unrestricted {
         e.record(
             Restriction::Filesystem,
@@ -237,6 +274,14 @@ pub fn resolve(
                 "protected paths need a filesystem sandbox; mode `full-access` has none",
             ));
         }
+        if can_ns {
+            // A fresh /proc (the pid namespace's own) and a read-only /sys: cgroup limits cannot
+            // be left through /sys/fs/cgroup even by uid 0.
+            mounts.push(MountStep::Proc);
+            mounts.push(MountStep::ReadOnly {
+                path: PathBuf::from("/sys"),
+            });
+        }
         None
     } else {
         let abi = host.landlock.abi().ok_or_else(|| {
@@ -250,13 +295,20 @@ pub fn resolve(
                 ),
             ));
         }
-        let mut read: Vec<PathBuf> = Vec::new();
+        let mut binds: Vec<Bind> = Vec::new();
+        let mut symlinks: Vec<(PathBuf, PathBuf)> = Vec::new();
         let mut skipped: Vec<String> = Vec::new();
         for p in &fs.read {
-            if exists(p) {
-                read.push(p.clone());
-            } else {
-                skipped.push(p.display().to_string());
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(p) {
+                    Ok(target) => symlinks.push((p.clone(), target)),
+                    Err(_) => skipped.push(p.display().to_string()),
+                },
+                Ok(_) => binds.push(Bind {
+                    path: p.clone(),
+                    write: false,
+                }),
+                Err(_) => skipped.push(p.display().to_string()),
             }
         }
         for p in &req.read {
@@ -266,16 +318,19 @@ pub fn resolve(
                     format!("`{}` does not exist", p.display()),
                 ));
             }
-            read.push(p.clone());
+            binds.push(Bind {
+                path: p.clone(),
+                write: false,
+            });
         }
-        read.push(PathBuf::from("/proc"));
-        read.extend(req.private.readable.iter().cloned());
-        let mut write: Vec<PathBuf> = vec![req.private.home.clone(), req.private.tmp.clone()];
-        write.extend(req.private.writable.iter().cloned());
-        match fs.workspace {
-            WorkspaceAccess::Write => write.push(req.workspace.clone()),
-            WorkspaceAccess::Read => read.push(req.workspace.clone()),
-        }
+        binds.extend(req.private.readable.iter().map(|p| Bind {
+            path: p.clone(),
+            write: false,
+        }));
+        binds.push(Bind {
+            path: req.workspace.clone(),
+            write: fs.workspace == WorkspaceAccess::Write,
+        });
         if !req.write.is_empty() {
             if !fs.extra_write {
                 return Err(SandboxError::invalid(
@@ -290,43 +345,76 @@ pub fn resolve(
                         format!("`{}` is not a directory", p.display()),
                     ));
                 }
-                write.push(p.clone());
+                binds.push(Bind {
+                    path: p.clone(),
+                    write: true,
+                });
             }
         }
-        // The runner's own state stays unreadable: no rule may cover it.
+        binds.push(Bind {
+            path: req.private.home.clone(),
+            write: true,
+        });
+        binds.push(Bind {
+            path: req.private.tmp.clone(),
+            write: true,
+        });
+        binds.extend(req.private.writable.iter().map(|p| Bind {
+            path: p.clone(),
+            write: true,
+        }));
+        // Parents before children; a path asked for twice is writable if any asks so.
+        binds.sort_by(|a, b| a.path.cmp(&b.path));
+        binds.dedup_by(|later, earlier| {
+            let same = later.path == earlier.path;
+            if same {
+                earlier.write |= later.write;
+            }
+            same
+        });
+        // The runner's own state stays invisible: no bound tree may contain it.
         for f in &req.forbidden {
-            if let Some(p) = read.iter().chain(write.iter()).find(|p| f.starts_with(p)) {
+            if let Some(b) = binds.iter().find(|b| f.starts_with(&b.path)) {
                 return Err(SandboxError::invalid(
                     "state-dir",
                     format!(
                         "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
                         f.display(),
-                        p.display()
+                        b.path.display()
                     ),
                 ));
             }
         }
         let devices: Vec<PathBuf> = fs.devices.iter().filter(|p| exists(p)).cloned().collect();
-        let detail = if skipped.is_empty() {
-            format!(
-                "landlock abi {abi}: {} readable and {} writable trees",
-                read.len(),
-                write.len()
-            )
+        let read: Vec<PathBuf> = binds
+            .iter()
+            .filter(|b| !b.write)
+            .map(|b| b.path.clone())
+            .chain([PathBuf::from("/proc")])
+            .collect();
+        let write: Vec<PathBuf> = binds
+            .iter()
+            .filter(|b| b.write)
+            .map(|b| b.path.clone())
+            .chain([PathBuf::from("/tmp")])
+            .collect();
+        let ro = binds.iter().filter(|b| !b.write).count();
+        let skipped = if skipped.is_empty() {
+            String::new()
         } else {
-            format!(
-                "landlock abi {abi}: {} readable and {} writable trees (absent, skipped: {})",
-                read.len(),
-                write.len(),
-                skipped.join(", ")
-            )
+            format!(" (absent on this host: {})", skipped.join(", "))
         };
-        e.record(Restriction::Filesystem, Level::Full, detail);
+        e.record(
+            Restriction::Filesystem,
+            Level::Full,
+            format!("own root with {} bound trees ({ro} read-only) and nothing else of the host; landlock abi {abi}{skipped}", binds.len()),
+        );
 
-        // Mounts: protected paths first (they live in the workspace), then the hidden secrets,
-        // the private /tmp, and the pid namespace's /proc.
+        // Protected paths: their ancestors anchored (no rename), then bound read-only.
         let mut protected = 0;
         if fs.workspace == WorkspaceAccess::Write {
+            let mut anchors: Vec<PathBuf> = Vec::new();
+            let mut protect_steps = Vec::new();
             for (rel, explicit) in policy
                 .protect
                 .paths
@@ -334,26 +422,51 @@ pub fn resolve(
                 .map(|p| (p, false))
                 .chain(req.protect.iter().map(|p| (p, true)))
             {
-                match protect_step(&req.workspace, rel, explicit)? {
-                    Protect::Bind(path) => {
-                        mounts.push(MountStep::ProtectReadOnly { path });
-                        protected += 1;
-                    }
+                let path = match protect_step(&req.workspace, rel, explicit)? {
+                    Protect::Bind(path) => path,
                     Protect::Placeholder(path) => {
                         placeholders.push(Placeholder {
                             path: path.clone(),
                             remove_after: explicit,
                         });
-                        mounts.push(MountStep::ProtectReadOnly { path });
-                        protected += 1;
+                        path
                     }
-                    Protect::Skip => {}
+                    Protect::Skip => continue,
+                };
+                let mut ancestor = path.parent();
+                while let Some(a) = ancestor {
+                    if a == req.workspace || !a.starts_with(&req.workspace) {
+                        break;
+                    }
+                    if a.is_dir() && !anchors.contains(&a.to_path_buf()) {
+                        anchors.push(a.to_path_buf());
+                    }
+                    ancestor = a.parent();
+                }
+                protect_steps.push(MountStep::ProtectReadOnly { path });
+                protected += 1;
+            }
+            anchors.sort();
+            mounts.extend(anchors.into_iter().map(|path| MountStep::Anchor { path }));
+            mounts.extend(protect_steps);
+            // A path that must stay absent: if it already exists (rare), it is kept read-only
+            // instead, so it cannot be pointed elsewhere.
+            for p in policy
+                .protect
+                .absent
+                .iter()
+                .map(|rel| req.workspace.join(rel))
+            {
+                if exists(&p) {
+                    mounts.push(MountStep::ProtectReadOnly { path: p });
+                } else {
+                    absent.push(p);
                 }
             }
             e.record(
                 Restriction::ProtectedPaths,
                 Level::Full,
-                format!("{protected} path(s) bind-mounted read-only"),
+                format!("{protected} path(s) read-only, their parents pinned against rename; {} path(s) kept absent", absent.len()),
             );
         } else {
             e.record(
@@ -364,6 +477,9 @@ pub fn resolve(
         }
         let mut hidden = 0;
         for p in &fs.hidden {
+            if !binds.iter().any(|b| p.starts_with(&b.path)) {
+                continue;
+            }
             match std::fs::symlink_metadata(p) {
                 Ok(m) if m.is_dir() => mounts.push(MountStep::HideDir { path: p.clone() }),
                 Ok(_) => mounts.push(MountStep::HideFile { path: p.clone() }),
@@ -371,39 +487,23 @@ pub fn resolve(
             }
             hidden += 1;
         }
-        // The private TMPDIR also appears at /tmp; whatever the sandbox needs under the host's
-        // /tmp (a workspace, the round's directories) is bound back at its own path.
-        let tmp = PathBuf::from("/tmp");
-        let mut keep: Vec<PathBuf> = read
-            .iter()
-            .chain(write.iter())
-            .filter(|p| p.starts_with(&tmp) && **p != tmp)
-            .cloned()
-            .collect();
-        keep.sort();
-        keep.dedup();
-        // A kept path inside another kept path comes along with it.
-        let keep: Vec<PathBuf> = keep
-            .iter()
-            .filter(|p| !keep.iter().any(|q| q != *p && p.starts_with(q)))
-            .cloned()
-            .collect();
-        mounts.push(MountStep::BindPrivate {
-            from: req.private.tmp.clone(),
-            to: tmp,
-            keep,
-        });
-        mounts.push(MountStep::Proc);
         e.record(
             Restriction::HiddenSecrets,
             Level::Full,
             format!("{hidden} secret path(s) masked with empty mode-000 mounts"),
         );
+        root = Some(RootPlan {
+            binds,
+            symlinks,
+            devices: devices.clone(),
+            tmp: req.private.tmp.clone(),
+        });
         Some(LandlockPlan {
             abi,
             read,
             write,
             devices,
+            list: vec![PathBuf::from("/"), PathBuf::from("/dev")],
             deny_tcp: net_off && abi >= 4,
             scope: abi >= 6,
         })
@@ -593,10 +693,12 @@ pub fn resolve(
         mode,
         user_namespace,
         pid_namespace: can_ns,
-        mount_namespace: need_mount_ns,
+        mount_namespace: need_mount_ns && can_ns,
         net_namespace: net_off,
-        ipc_namespace: need_mount_ns,
+        ipc_namespace: !fs.unrestricted,
+        root,
         mounts,
+        absent,
         placeholders,
         landlock,
         seccomp: SeccompPlan {

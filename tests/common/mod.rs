@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod server;
+
 /// The `ralph` binary under test.
 pub fn ralph_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ralph"))

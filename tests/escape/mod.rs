@@ -9,7 +9,10 @@
 //!
 //! Where a target must exist for a refusal to mean anything, the builder checks it on the host
 //! first, and, for paths the sandbox can see, [`Spec::visible`] proves from inside the same
-//! sandbox that the target is there: "not found" can never pass for "blocked".
+//! sandbox that the target is there: "not found" can never pass for "blocked". The one place
+//! where ENOENT *is* the expected refusal: a host path the filesystem modes do not bind into
+//! their own root does not exist inside, and that invisibility is the block; such a case asserts
+//! on the host that the target exists (`invisible` in `tests/sandbox_escape.rs`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::{OsStr, OsString};
@@ -112,7 +115,7 @@ pub const FA_NONET: Sb = Sb {
 
 /// The three modes with their default network.
 pub const ALL: &[Sb] = &[RO, WW, FA];
-/// The modes with a filesystem sandbox (Landlock, mount namespace, full seccomp list).
+/// The modes with a filesystem sandbox (own root, Landlock, the full seccomp list).
 pub const CONFINED: &[Sb] = &[RO, WW];
 pub const ONLY_RO: &[Sb] = &[RO];
 pub const ONLY_WW: &[Sb] = &[WW];
@@ -141,7 +144,7 @@ impl Sb {
         }
     }
 
-    /// Landlock + mount namespace + the full seccomp list.
+    /// Own root + Landlock + the full seccomp list.
     pub fn confined(self) -> bool {
         self.mode != Mode::FullAccess
     }
@@ -179,8 +182,9 @@ pub enum Expect {
         errno: &'static str,
         step: &'static str,
     },
-    /// Only for cases marked BUG whose fixed errno depends on how the bug gets fixed (e.g. a
-    /// Landlock rule gives EACCES, a read-only mount EROFS): one of these, at this step.
+    /// One of these errnos, at this step: only where the result genuinely depends on the host
+    /// (the case says why next to it), or for a case marked BUG whose fixed errno depends on
+    /// how the bug gets fixed. No case of the matrix needs it at present.
     ErrIn {
         errnos: &'static [&'static str],
         step: &'static str,
@@ -263,6 +267,8 @@ pub struct World {
 impl World {
     /// A world in `/var/tmp`, which is writable by every user and, unlike `/tmp`, is not
     /// replaced by the sandbox's private `/tmp` (see the `tmp_*` cases for a workspace in `/tmp`).
+    /// The filesystem modes do not bind `/var`: of the world, only the workspace (and what a
+    /// case passes with `--read`/`--write`) exists inside.
     pub fn new() -> Self {
         let base = Path::new("/var/tmp");
         assert!(
@@ -567,7 +573,6 @@ pub fn py_script(body: &str) -> String {
     )
 }
 
-/// Runs `ralph sandbox exec` in `sb` with the spec's flags and `cmd`.
 /// How `ralph` is started.
 #[derive(Clone, Debug, Default)]
 pub struct Launch {

@@ -53,7 +53,12 @@ impl Exit {
 
     /// The exit code for a finished job.
     pub fn for_result(r: &JobResult) -> Exit {
-        match r.outcome {
+        Exit::for_outcome(r.outcome, r.reason)
+    }
+
+    /// The exit code for an outcome and its reason.
+    pub fn for_outcome(outcome: Outcome, reason: FinishReason) -> Exit {
+        match outcome {
             Outcome::Complete => Exit::Complete,
             Outcome::Blocked => Exit::Blocked,
             Outcome::BudgetLimited => Exit::BudgetLimited,
@@ -61,7 +66,7 @@ impl Exit {
             Outcome::Failed => Exit::TaskFailed,
             Outcome::Cancelled => Exit::Cancelled,
             Outcome::Interrupted => Exit::Interrupted,
-            Outcome::Error => match r.reason {
+            Outcome::Error => match reason {
                 FinishReason::SandboxUnavailable => Exit::SandboxUnavailable,
                 FinishReason::Reported
                 | FinishReason::Verified

@@ -1,12 +1,15 @@
 //! The command line: argument structs and dispatch. Each subcommand lives in its own file and
 //! calls into the library; nothing here decides how a job runs.
 
+pub mod client_cmds;
 pub mod doctor;
 pub mod exit;
+pub mod job_args;
 pub mod progress;
 pub mod run;
 pub mod sandbox_args;
 pub mod sandbox_exec;
+pub mod serve;
 pub mod state_dir;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +41,22 @@ pub enum Command {
     Sandbox(SandboxCommand),
     /// Check what this host supports (Landlock, seccomp, namespaces, cgroups, Docker).
     Doctor(doctor::DoctorArgs),
+    /// Run the service: a job queue with an HTTP API.
+    Serve(serve::ServeArgs),
+    /// Submit jobs to a server (a job file with one or many jobs, or job flags).
+    Submit(Box<client_cmds::SubmitArgs>),
+    /// List a server's jobs.
+    Jobs(client_cmds::JobsArgs),
+    /// Show one job.
+    Show(client_cmds::JobRef),
+    /// Print a job's journal (or a round's output with --round).
+    Logs(client_cmds::LogsArgs),
+    /// Cancel a job (a running round's processes are stopped).
+    Cancel(client_cmds::JobRef),
+    /// Re-arm an interrupted, cancelled, failed or errored job with its remaining budget.
+    Resume(client_cmds::JobRef),
+    /// Wait for a job and exit with its outcome code.
+    Wait(client_cmds::JobRef),
 }
 
 /// `ralph sandbox ...`
@@ -93,6 +112,14 @@ pub fn main() -> std::process::ExitCode {
         Command::Run(args) => run::execute(*args),
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
         Command::Doctor(args) => doctor::execute(args),
+        Command::Serve(args) => serve::execute(args),
+        Command::Submit(args) => client_cmds::submit(*args),
+        Command::Jobs(args) => client_cmds::jobs(args),
+        Command::Show(args) => client_cmds::show(args),
+        Command::Logs(args) => client_cmds::logs(args),
+        Command::Cancel(args) => client_cmds::cancel(args),
+        Command::Resume(args) => client_cmds::resume(args),
+        Command::Wait(args) => client_cmds::wait(args),
     };
     match result {
         Ok(exit) => exit.into(),

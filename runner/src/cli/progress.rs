@@ -125,8 +125,12 @@ impl Observer for Progress {
                 attempt,
                 result,
                 duration_ms,
+                sandbox_violations,
                 ..
             } => {
+                for v in sandbox_violations {
+                    self.line(&format!("warning: round {round}: sandbox: {v}"));
+                }
                 let took = secs(Duration::from_millis(*duration_ms));
                 let text = match result {
                     AttemptResult::Reported { .. } => match &view.last_report {

@@ -9,14 +9,14 @@ use ralph_sandbox::{BackendKind, Mode, Network};
 use super::CliError;
 
 /// Sandbox flags.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct SandboxArgs {
-    /// Isolation backend: native (Landlock, seccomp, namespaces) or docker.
-    #[arg(long, default_value = "native", value_parser = parse_word::<BackendKind>)]
-    pub backend: BackendKind,
-    /// Sandbox mode: read-only, workspace-write or full-access.
-    #[arg(long, default_value = "workspace-write", value_parser = parse_word::<Mode>)]
-    pub mode: Mode,
+    /// Isolation backend: native (Landlock, seccomp, namespaces; default) or docker.
+    #[arg(long, value_parser = parse_word::<BackendKind>)]
+    pub backend: Option<BackendKind>,
+    /// Sandbox mode: read-only, workspace-write (default) or full-access.
+    #[arg(long, value_parser = parse_word::<Mode>)]
+    pub mode: Option<Mode>,
     /// Keep PATH (relative to the workspace) read-only; repeatable.
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,

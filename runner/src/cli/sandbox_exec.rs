@@ -48,7 +48,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         &cwd,
     )?;
     let (read, write) = args.sandbox.resolved_paths(&cwd)?;
-    if args.sandbox.backend != BackendKind::Native {
+    if args.sandbox.backend.unwrap_or_default() != BackendKind::Native {
         return Err(CliError {
             exit: Exit::SandboxUnavailable,
             message: "sandbox unavailable: this build does not include the docker backend yet"
@@ -87,7 +87,10 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         timeout: args.timeout.map(|t| t.0),
         kill_grace: args.kill_grace.0,
         sandbox: SandboxRequest {
-            mode: args.sandbox.mode,
+            mode: args
+                .sandbox
+                .mode
+                .unwrap_or(ralph_sandbox::Mode::WorkspaceWrite),
             network: args.sandbox.network,
             workspace,
             protect: args.sandbox.protect,

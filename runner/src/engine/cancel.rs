@@ -1,5 +1,7 @@
-//! Cancellation of a job, with who asked (journalled as `cancel_requested`).
+//! Cancellation of a job, with who asked (journalled as `cancel_requested`). Two levels: a drain
+//! (finish the running round, start no other) and a cancel (stop the round's tree now).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
@@ -9,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Cancel {
     token: CancellationToken,
     by: Arc<Mutex<Option<String>>>,
+    draining: Arc<AtomicBool>,
 }
 
 impl Cancel {
@@ -25,6 +28,21 @@ impl Cancel {
             }
         }
         self.token.cancel();
+    }
+
+    /// Asks the job to stop before its next round (the running round goes on).
+    pub fn drain(&self, by: &str) {
+        if let Ok(mut slot) = self.by.lock() {
+            if slot.is_none() {
+                *slot = Some(by.to_owned());
+            }
+        }
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// True once a drain or a cancel was asked for.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst) || self.is_cancelled()
     }
 
     /// True once cancelled.

@@ -47,7 +47,9 @@ impl<'e> JobRun<'e> {
         let spec = journal.view().spec.clone();
         let job_dir = super::artifacts::job_dir(&engine.state_dir, &journal.view().id);
         let started = Instant::now();
-        let deadline = spec.job_timeout.map(|t| started + t.0);
+        // A resumed job's deadline continues from the time its earlier runs used.
+        let used = std::time::Duration::from_millis(journal.view().elapsed_ms);
+        let deadline = spec.job_timeout.map(|t| started + t.0.saturating_sub(used));
         Self {
             engine,
             journal,
@@ -134,14 +136,8 @@ impl<'e> JobRun<'e> {
     async fn run_loop(&mut self) -> Result<(), EngineError> {
         loop {
             let view = self.journal.view();
-            if self.cancel.is_cancelled() {
-                self.note_cancel()?;
-                return self.finish(
-                    Outcome::Cancelled,
-                    FinishReason::CancelRequested,
-                    &format!("cancelled by {}", self.cancel.by()),
-                    None,
-                );
+            if self.cancel.is_draining() {
+                return self.finish_cancelled();
             }
             if let Some(max) = self.spec.max_tokens {
                 let used = view.usage.budget_tokens();
@@ -216,14 +212,8 @@ impl<'e> JobRun<'e> {
                             () = tokio::time::sleep(pause) => {}
                             () = self.cancel.cancelled() => {}
                         }
-                        if self.cancel.is_cancelled() {
-                            self.note_cancel()?;
-                            return self.finish(
-                                Outcome::Cancelled,
-                                FinishReason::CancelRequested,
-                                &format!("cancelled by {}", self.cancel.by()),
-                                None,
-                            );
+                        if self.cancel.is_draining() {
+                            return self.finish_cancelled();
                         }
                         if self.deadline_passed() {
                             return self.finish_deadline();
@@ -283,14 +273,8 @@ impl<'e> JobRun<'e> {
     }
 
     async fn run_task(&mut self) -> Result<(), EngineError> {
-        if self.cancel.is_cancelled() {
-            self.note_cancel()?;
-            return self.finish(
-                Outcome::Cancelled,
-                FinishReason::CancelRequested,
-                &format!("cancelled by {}", self.cancel.by()),
-                None,
-            );
+        if self.cancel.is_draining() {
+            return self.finish_cancelled();
         }
         let a = self.attempt(1, 1, None, ReportPolicy::OptionalFile).await?;
         let code = a.exit.map(|t| t.shell_code());
@@ -371,6 +355,26 @@ impl<'e> JobRun<'e> {
                 }
             }
         }
+    }
+
+    /// Ends the job as cancelled, saying whether it was stopped mid-round or between rounds.
+    fn finish_cancelled(&mut self) -> Result<(), EngineError> {
+        self.note_cancel()?;
+        let by = self.cancel.by();
+        let msg = if self.cancel.is_cancelled() {
+            format!("cancelled by {by}")
+        } else {
+            format!(
+                "stopped between rounds ({by}); `ralph resume {}` continues it",
+                self.journal.view().id
+            )
+        };
+        self.finish(
+            Outcome::Cancelled,
+            FinishReason::CancelRequested,
+            &msg,
+            None,
+        )
     }
 
     fn finish_deadline(&mut self) -> Result<(), EngineError> {

@@ -69,6 +69,12 @@ pub enum EngineError {
         /// Its state.
         state: &'static str,
     },
+    /// The job's state does not allow the operation.
+    #[error("{message}")]
+    Conflict {
+        /// Why.
+        message: String,
+    },
     /// Anything else that should not happen.
     #[error("internal error: {message}")]
     Internal {
@@ -130,6 +136,22 @@ impl Engine {
 
     /// Validates and journals a new job.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
+        self.check(spec)?;
+        Ok(self.store.submit(spec)?)
+    }
+
+    /// Validates and journals a new job with a queue priority.
+    pub fn submit_with_priority(
+        &self,
+        spec: &JobSpec,
+        priority: i32,
+    ) -> Result<JobId, EngineError> {
+        self.check(spec)?;
+        Ok(self.store.submit_with_priority(spec, priority)?)
+    }
+
+    /// Checks a job request against the ceilings, the agent presets and the environment.
+    pub fn check(&self, spec: &JobSpec) -> Result<(), EngineError> {
         spec.validate(&self.ceilings)?;
         Agent::resolve(&spec.agent).map_err(|e| EngineError::Config {
             message: e.to_string(),
@@ -141,7 +163,7 @@ impl Engine {
                 });
             }
         }
-        Ok(self.store.submit(spec)?)
+        Ok(())
     }
 
     /// Runs a queued job to its end. `cancel` stops it (the round's tree is killed).
@@ -165,6 +187,56 @@ impl Engine {
         job_run::JobRun::new(self, journal, agent, cancel)
             .run()
             .await
+    }
+
+    /// Re-arms a finished job (interrupted, cancelled, error, round-failed) with its remaining
+    /// budget and its last valid report; it goes back to the queue.
+    pub fn resume(&self, job_id: &str) -> Result<(), EngineError> {
+        let mut journal = Journal::open(self.store.clone(), job_id, Vec::new())?;
+        let view = journal.view();
+        if let Some(why) = crate::store::projection::resume_refusal(view) {
+            return Err(EngineError::Conflict { message: why });
+        }
+        let message = format!(
+            "re-armed after `{}` with {} of {} rounds left",
+            view.outcome().map_or("?", |o| o.as_str()),
+            view.spec.max_rounds - view.rounds_started,
+            view.spec.max_rounds
+        );
+        journal.record(crate::store::EventKind::Resumed { message })?;
+        Ok(())
+    }
+
+    /// Cancels a job that has not started: journals the request and the outcome. Returns
+    /// `false` when the job is not queued (a running job is cancelled through its [`Cancel`]).
+    pub fn cancel_queued(&self, job_id: &str, by: &str) -> Result<bool, EngineError> {
+        let mut journal = Journal::open(self.store.clone(), job_id, Vec::new())?;
+        if journal.view().state != JobState::Queued {
+            return Ok(false);
+        }
+        journal.record(crate::store::EventKind::CancelRequested { by: by.to_owned() })?;
+        journal.record(crate::store::EventKind::JobFinished {
+            outcome: crate::job::Outcome::Cancelled,
+            reason: crate::job::FinishReason::CancelRequested,
+            message: format!("cancelled by {by} before it started"),
+            exit_code: None,
+        })?;
+        Ok(true)
+    }
+
+    /// The runner identity this engine journals.
+    pub fn runner(&self) -> &RunnerInfo {
+        &self.runner
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// The sandbox backends.
+    pub fn backends(&self) -> &Backends {
+        &self.backends
     }
 
     /// Where a job's artifacts are.

@@ -230,6 +230,10 @@ impl JobRun<'_> {
             duration_ms,
             usage,
             resources: exec.as_ref().map(|e| e.outcome.resources),
+            sandbox_violations: exec
+                .as_ref()
+                .map(|e| e.outcome.violations.clone())
+                .unwrap_or_default(),
         })?;
         // HOME and TMPDIR are scratch space, not artifacts.
         let _ = dirs.remove_private();

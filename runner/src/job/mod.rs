@@ -1,6 +1,7 @@
 //! Jobs: the immutable request ([`spec`]) and how a job ends ([`outcome`]).
 
 pub mod outcome;
+pub mod request;
 pub mod spec;
 
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};

@@ -22,6 +22,59 @@ pub struct RunnerInfo {
     pub version: String,
     /// `ralph run` or `ralph serve`.
     pub role: String,
+    /// The kernel's boot id when the runner started (a pid means nothing across boots).
+    #[serde(default)]
+    pub boot_id: String,
+    /// The runner's start time in clock ticks since boot (a recycled pid has another one).
+    #[serde(default)]
+    pub start_ticks: u64,
+}
+
+/// The start time of `pid`, in clock ticks since boot (field 22 of `/proc/PID/stat`).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl RunnerInfo {
+    /// This process, in `role`.
+    pub fn current(role: &str) -> Self {
+        let pid = std::process::id();
+        Self {
+            host: nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_default(),
+            pid,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            role: role.to_owned(),
+            boot_id: boot_id(),
+            start_ticks: start_ticks(pid).unwrap_or(0),
+        }
+    }
+
+    /// Whether that runner process is still alive. Only answerable on its own host; `None` for
+    /// another host.
+    pub fn is_alive(&self) -> Option<bool> {
+        let me = Self::current(&self.role);
+        if self.host != me.host {
+            return None;
+        }
+        if self.boot_id != me.boot_id {
+            return Some(false);
+        }
+        Some(start_ticks(self.pid).is_some_and(|t| t == self.start_ticks))
+    }
 }
 
 /// How one round attempt ended.
@@ -105,6 +158,9 @@ pub enum EventKind {
         usage: RoundUsage,
         /// Resources used.
         resources: Option<ResourceUsage>,
+        /// What the sandbox had to undo after the process (e.g. a forbidden file removed).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sandbox_violations: Vec<String>,
     },
     /// A usage line was malformed and skipped.
     UsageSkipped {

@@ -7,6 +7,17 @@ use super::event::{Event, EventKind};
 use super::projection::JobView;
 use super::{Store, StoreError, now_rfc3339};
 
+/// Runs a short blocking store call from async code without stalling a multi-threaded runtime's
+/// other tasks (`block_in_place`); on a current-thread runtime, or outside one, it just runs.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// Something that wants to hear about every journalled event (progress display, metrics).
 pub trait Observer: Send + Sync {
     /// Called after `event` is durable; `view` is the projection including it.
@@ -59,7 +70,7 @@ impl Journal {
         };
         let mut next = self.view.clone();
         next.apply(&event)?;
-        self.store.append(&event, &next)?;
+        blocking(|| self.store.append(&event, &next))?;
         self.view = next;
         for o in &self.observers {
             o.on_event(&self.view, &event);

@@ -108,6 +108,11 @@ impl Store {
 
     /// Accepts a new job: journals `job_submitted` and returns its id.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, StoreError> {
+        self.submit_with_priority(spec, 0)
+    }
+
+    /// Accepts a new job with a queue priority (higher runs first).
+    pub fn submit_with_priority(&self, spec: &JobSpec, priority: i32) -> Result<JobId, StoreError> {
         let id = new_job_id();
         let event = Event {
             job_id: id.clone(),
@@ -118,7 +123,7 @@ impl Store {
             },
         };
         let view = JobView::submitted(&event)?;
-        self.backend.insert_job(&event, &view)?;
+        self.backend.insert_job(&event, &view, priority)?;
         Ok(id)
     }
 
@@ -142,10 +147,54 @@ impl Store {
         self.backend.job_ids_in_state(state.as_str())
     }
 
+    /// Jobs matching `filter`, newest first.
+    pub fn list(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
+        self.backend.list(filter)
+    }
+
+    /// The next queued job to run (priority, then age), skipping `skip`.
+    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
+        self.backend.next_queued(skip)
+    }
+
     /// Where the data lives (for messages).
     pub fn location(&self) -> &Path {
         self.backend.path()
     }
+}
+
+/// Which jobs to list.
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this outcome.
+    pub outcome: Option<crate::job::Outcome>,
+    /// Only jobs older than this id (paging: pass the last id of the previous page).
+    pub before: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// One line of a job listing.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct JobSummary {
+    /// Job id.
+    pub id: String,
+    /// loop or task.
+    pub kind: String,
+    /// queued, running or finished.
+    pub state: String,
+    /// The outcome, once finished.
+    pub outcome: Option<String>,
+    /// Rounds started.
+    pub rounds: u32,
+    /// Queue priority.
+    pub priority: i32,
+    /// Submission time.
+    pub created_at: String,
+    /// Last change.
+    pub updated_at: String,
 }
 
 /// The current time as RFC 3339 UTC with milliseconds.

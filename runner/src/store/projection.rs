@@ -100,6 +100,10 @@ pub struct JobView {
     pub cancel_requested: bool,
     /// How it ended.
     pub finish: Option<Finish>,
+    /// When the current (or last) run started.
+    pub run_started_at: Option<String>,
+    /// Wall-clock time spent in finished runs (a resumed job's deadline continues from here).
+    pub elapsed_ms: u64,
 }
 
 /// An event that cannot follow the job's current state.
@@ -160,6 +164,8 @@ impl JobView {
             last_failure: None,
             cancel_requested: false,
             finish: None,
+            run_started_at: None,
+            elapsed_ms: 0,
         })
     }
 
@@ -191,6 +197,7 @@ impl JobView {
                 }
                 self.state = JobState::Running;
                 self.runner = Some(runner.clone());
+                self.run_started_at = Some(ev.at.clone());
             }
             EventKind::RoundStarted { round, attempt, .. } => {
                 running(self)?;
@@ -319,6 +326,11 @@ impl JobView {
                     return Err(problem(ev, "an attempt is still open"));
                 }
                 self.state = JobState::Finished;
+                if let Some(start) = &self.run_started_at {
+                    self.elapsed_ms = self
+                        .elapsed_ms
+                        .saturating_add(millis_between(start, &ev.at));
+                }
                 self.finish = Some(Finish {
                     outcome: *outcome,
                     reason: *reason,
@@ -336,6 +348,70 @@ impl JobView {
     pub fn outcome(&self) -> Option<Outcome> {
         self.finish.as_ref().map(|f| f.outcome)
     }
+}
+
+/// Milliseconds from `a` to `b` (RFC 3339); 0 when unreadable or negative.
+fn millis_between(a: &str, b: &str) -> u64 {
+    match (humantime::parse_rfc3339(a), humantime::parse_rfc3339(b)) {
+        (Ok(a), Ok(b)) => b
+            .duration_since(a)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Why a job cannot be resumed, if it cannot.
+pub fn resume_refusal(view: &JobView) -> Option<String> {
+    let Some(finish) = &view.finish else {
+        return Some(format!(
+            "job `{}` is {}, not finished",
+            view.id,
+            view.state.as_str()
+        ));
+    };
+    match finish.outcome {
+        Outcome::Interrupted | Outcome::Cancelled | Outcome::Error | Outcome::RoundFailed => {}
+        Outcome::Complete | Outcome::Blocked | Outcome::BudgetLimited | Outcome::Failed => {
+            return Some(format!(
+                "job `{}` ended {}: only interrupted, cancelled, error and round-failed jobs can be resumed",
+                view.id, finish.outcome
+            ));
+        }
+    }
+    if view.spec.kind == crate::job::JobKind::Task
+        && view.rounds_started > 0
+        && finish.outcome != Outcome::Error
+    {
+        return Some(format!(
+            "job `{}` is a task that already ran; a task runs once",
+            view.id
+        ));
+    }
+    if view.rounds_started >= view.spec.max_rounds {
+        return Some(format!(
+            "job `{}` has no rounds left ({} of {} used)",
+            view.id, view.rounds_started, view.spec.max_rounds
+        ));
+    }
+    if let Some(max) = view.spec.max_tokens {
+        if view.usage.budget_tokens() >= max {
+            return Some(format!(
+                "job `{}` has no tokens left ({} of {max} used)",
+                view.id,
+                view.usage.budget_tokens()
+            ));
+        }
+    }
+    if let Some(t) = view.spec.job_timeout {
+        if u128::from(view.elapsed_ms) >= t.0.as_millis() {
+            return Some(format!(
+                "job `{}` has no time left (its job timeout of {t} is used up)",
+                view.id
+            ));
+        }
+    }
+    None
 }
 
 fn problem(ev: &Event, what: &str) -> ProjectionError {

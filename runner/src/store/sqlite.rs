@@ -127,16 +127,21 @@ impl SqliteStore {
     }
 
     /// Records a new job: its `jobs` row and its first event, in one transaction.
-    pub fn insert_job(&self, first: &Event, view: &JobView) -> Result<(), StoreError> {
+    pub fn insert_job(
+        &self,
+        first: &Event,
+        view: &JobView,
+        priority: i32,
+    ) -> Result<(), StoreError> {
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "insert a job into");
         conn.set_durability(first.kind.durability()).map_err(&err)?;
         let tx = conn.db.transaction().map_err(&err)?;
         let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
         tx.execute(
-            "INSERT INTO jobs (id, kind, state, outcome, rounds, created_at, updated_at, last_seq, spec)
-             VALUES (?1, ?2, ?3, NULL, 0, ?4, ?4, ?5, ?6)",
-            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, first.seq, spec],
+            "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
+             VALUES (?1, ?2, ?3, NULL, 0, ?7, ?4, ?4, ?5, ?6)",
+            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, first.seq, spec, priority],
         )
         .map_err(&err)?;
         insert_event(&tx, first).map_err(&err)?;
@@ -239,6 +244,63 @@ impl SqliteStore {
             .query_map(params![state], |r| r.get::<_, String>(0))
             .map_err(&err)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(&err)
+    }
+
+    /// Jobs matching `filter`, newest first.
+    pub fn list(&self, filter: &super::JobFilter) -> Result<Vec<super::JobSummary>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "list jobs in");
+        let mut stmt = conn
+            .db
+            .prepare_cached(
+                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at FROM jobs
+                 WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR outcome = ?2) AND (?3 IS NULL OR id < ?3)
+                 ORDER BY id DESC LIMIT ?4",
+            )
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.state.map(|s| s.as_str()),
+                    filter.outcome.map(|o| o.as_str()),
+                    filter.before,
+                    filter.limit as i64
+                ],
+                |r| {
+                    Ok(super::JobSummary {
+                        id: r.get(0)?,
+                        kind: r.get(1)?,
+                        state: r.get(2)?,
+                        outcome: r.get(3)?,
+                        rounds: r.get(4)?,
+                        priority: r.get(5)?,
+                        created_at: r.get(6)?,
+                        updated_at: r.get(7)?,
+                    })
+                },
+            )
+            .map_err(&err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&err)
+    }
+
+    /// The next queued job: highest priority first, then oldest.
+    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "read the queue of");
+        let mut stmt = conn
+            .db
+            .prepare_cached("SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, created_at, id LIMIT 64")
+            .map_err(&err)?;
+        let ids = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(&err)?;
+        for id in ids {
+            let id = id.map_err(&err)?;
+            if !skip.contains(&id) {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// The database file.

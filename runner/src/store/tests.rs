@@ -19,12 +19,7 @@ fn spec() -> JobSpec {
 }
 
 fn runner() -> RunnerInfo {
-    RunnerInfo {
-        host: "h".into(),
-        pid: 1,
-        version: "0".into(),
-        role: "test".into(),
-    }
+    RunnerInfo::current("test")
 }
 
 fn finished(round: u32, attempt: u32, result: AttemptResult) -> EventKind {
@@ -37,6 +32,7 @@ fn finished(round: u32, attempt: u32, result: AttemptResult) -> EventKind {
         duration_ms: 1,
         usage: RoundUsage::default(),
         resources: None,
+        sandbox_violations: Vec::new(),
     }
 }
 

@@ -77,7 +77,7 @@ pub fn run(
         }
     }
     if plan.mount_namespace {
-        if let Err(f) = mounts::apply(&plan.mounts, hidden_file) {
+        if let Err(f) = mounts::apply(plan, hidden_file) {
             die(&err_w, f);
         }
     }

@@ -83,6 +83,8 @@ pub fn restrict(plan: &LandlockPlan) -> Result<(), StepFailure> {
         device_rights & AccessFs::from_all(abi),
         abi,
     )?;
+    // The sandbox's own `/` and `/dev` may be listed (they hold only what the plan put there).
+    let created = add(created, &plan.list, BitFlags::from(AccessFs::ReadDir), abi)?;
     let status = created
         .restrict_self()
         .map_err(|e| fail("landlock_restrict_self", "enforce the ruleset", e))?;

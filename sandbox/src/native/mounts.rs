@@ -1,28 +1,102 @@
-//! The private filesystem view, built inside the mount namespace: mount propagation cut off,
-//! protected paths bound read-only over themselves, the private `/tmp`, a fresh `/proc`, and
-//! empty mode-000 mounts over secrets.
+//! The sandbox's filesystem view, built inside its mount namespace.
+//!
+//! Filesystem modes get a root of their own, built like bubblewrap does: a scratch tmpfs becomes
+//! the temporary root with the host's tree moved under `/oldroot`; a second tmpfs (`/newroot`)
+//! receives bind mounts of exactly the trees the plan lists (read-only unless writable), a
+//! private `/dev` with the allowed devices, the private `/tmp` and a fresh `/proc`; protections
+//! (pinned parents, read-only protected paths, masked secrets) are applied; then `/newroot`
+//! becomes `/`, the host's tree is detached, and the root itself is made read-only. Nothing of
+//! the host that is not listed exists inside: no paths to probe, no unix sockets to reach, and
+//! no metadata (chmod, utimes, xattrs) to change outside the writable trees.
+//!
+//! full-access keeps the host's view; it only gets a fresh `/proc` and a read-only `/sys`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use nix::mount::{MsFlags, mount};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
 use super::step::{StepFailure, restriction};
-use crate::plan::MountStep;
+use crate::plan::{MountStep, RootPlan, SandboxPlan};
 
 const NONE: Option<&str> = None;
+const OLD: &str = "/oldroot";
+const NEW: &str = "/newroot";
 
 fn fail(step: &str, path: &Path, err: nix::Error) -> StepFailure {
     StepFailure::nix(
         restriction::MOUNTS,
         step,
-        &format!("mount over `{}`", path.display()),
+        &format!("set up `{}`", path.display()),
         err,
     )
 }
 
-/// Flags a read-only remount must keep: inside a user namespace the flags of mounts inherited
-/// from the parent are locked, and dropping one makes the remount fail with EPERM.
+fn io_fail(step: &str, path: &Path, err: &std::io::Error) -> StepFailure {
+    StepFailure::io(
+        restriction::MOUNTS,
+        step,
+        &format!("set up `{}`", path.display()),
+        err,
+    )
+}
+
+/// `/prefix` + an absolute path.
+fn under(prefix: &str, path: &Path) -> PathBuf {
+    Path::new(prefix).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// Makes the mount at `path` read-only — with `recursive`, every mount below it too
+/// (`mount_setattr`, Linux 5.12+; older kernels: a read-only remount of the top mount, keeping
+/// its locked flags).
+fn make_read_only(path: &Path, recursive: bool) -> Result<(), StepFailure> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const AT_RECURSIVE: u32 = 0x8000;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+        StepFailure::new(
+            restriction::MOUNTS,
+            "mount_setattr",
+            "path contains a NUL byte",
+        )
+    })?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a mount_attr struct of the size passed, both alive for
+    // the call; the kernel only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            if recursive { AT_RECURSIVE } else { 0 },
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(io_fail("mount_setattr(MOUNT_ATTR_RDONLY)", path, &err));
+    }
+    let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked_flags(path);
+    mount(NONE, path, NONE, flags, NONE).map_err(|e| fail("mount(MS_REMOUNT|MS_RDONLY)", path, e))
+}
+
+/// Flags a remount must keep: inside a user namespace the flags of mounts inherited from the
+/// parent are locked, and dropping one makes the remount fail with EPERM.
 fn locked_flags(path: &Path) -> MsFlags {
     let Ok(st) = statvfs(path) else {
         return MsFlags::empty();
@@ -44,117 +118,207 @@ fn locked_flags(path: &Path) -> MsFlags {
     out
 }
 
-fn bind_read_only(from: &Path, to: &Path) -> Result<(), StepFailure> {
+fn bind(src: &Path, dst: &Path) -> Result<(), StepFailure> {
     mount(
-        Some(from),
-        to,
+        Some(src),
+        dst,
         NONE,
         MsFlags::MS_BIND | MsFlags::MS_REC,
         NONE,
     )
-    .map_err(|e| fail("mount(MS_BIND)", to, e))?;
-    let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked_flags(to);
-    mount(NONE, to, NONE, flags, NONE).map_err(|e| fail("mount(MS_REMOUNT|MS_RDONLY)", to, e))
+    .map_err(|e| fail("mount(MS_BIND)", dst, e))
 }
 
-/// Binds `from` over `to`, then each of `keep` back at its own path. The kept paths are opened
-/// (`O_PATH`) before `to` is covered and bound from `/proc/self/fd/N` afterwards.
-fn bind_private(from: &Path, to: &Path, keep: &[std::path::PathBuf]) -> Result<(), StepFailure> {
-    use std::os::fd::AsRawFd;
-    let handles = keep
-        .iter()
-        .map(|p| {
-            nix::fcntl::open(
-                p.as_path(),
-                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            // SAFETY: open returned a new descriptor that nothing else owns.
-            .map(|fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
-            .map_err(|e| fail("open(O_PATH)", p, e))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    mount(
-        Some(from),
-        to,
-        NONE,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        NONE,
-    )
-    .map_err(|e| fail("mount(MS_BIND)", to, e))?;
-    for (p, fd) in keep.iter().zip(&handles) {
-        // Recreate the mount point inside the private directory (it is removed with it).
-        let is_dir = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-            .map(|m| m.is_dir())
-            .unwrap_or(true);
-        let made = if is_dir {
-            std::fs::create_dir_all(p)
-        } else {
-            p.parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| {
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(p)
-                        .map(drop)
-                })
-        };
-        made.map_err(|e| {
-            StepFailure::io(
-                restriction::MOUNTS,
-                "mkdir",
-                &format!("create the mount point `{}`", p.display()),
-                &e,
-            )
-        })?;
-        let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        mount(
-            Some(src.as_str()),
-            p.as_path(),
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            NONE,
-        )
-        .map_err(|e| fail("mount(MS_BIND)", p, e))?;
+/// Creates `dst` (and its parents) as a mount point like `src`: a directory or an empty file.
+fn mount_point(src: &Path, dst: &Path) -> Result<(), StepFailure> {
+    let is_dir = std::fs::metadata(src)
+        .map(|m| m.is_dir())
+        .map_err(|e| io_fail("stat", src, &e))?;
+    if is_dir {
+        std::fs::create_dir_all(dst).map_err(|e| io_fail("mkdir", dst, &e))
+    } else {
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_fail("mkdir", parent, &e))?;
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dst)
+            .map(drop)
+            .map_err(|e| io_fail("open(O_CREAT)", dst, &e))
+    }
+}
+
+fn pivot_root(new_root: &str, put_old: &str) -> Result<(), StepFailure> {
+    let (n, o) = (
+        std::ffi::CString::new(new_root),
+        std::ffi::CString::new(put_old),
+    );
+    let (Ok(n), Ok(o)) = (n, o) else {
+        return Err(StepFailure::new(
+            restriction::MOUNTS,
+            "pivot_root",
+            "invalid path",
+        ));
+    };
+    // SAFETY: two NUL-terminated paths alive for the call.
+    let rc = unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) };
+    if rc != 0 {
+        return Err(io_fail(
+            "pivot_root",
+            Path::new(new_root),
+            &std::io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
 
-/// Applies `steps` in order. `hidden_file` is an empty mode-000 file used to mask secret files
-/// (present whenever a `HideFile` step is).
-pub fn apply(steps: &[MountStep], hidden_file: Option<&Path>) -> Result<(), StepFailure> {
+fn chdir(p: &str) -> Result<(), StepFailure> {
+    nix::unistd::chdir(p).map_err(|e| fail("chdir", Path::new(p), e))
+}
+
+/// Applies one step; paths are taken under `prefix` (the root being built, or `/`), and a mask
+/// file under `mask_prefix`.
+fn apply_step(
+    step: &MountStep,
+    prefix: &str,
+    hidden_file: Option<&Path>,
+) -> Result<(), StepFailure> {
+    match step {
+        MountStep::Anchor { path } => {
+            let p = under(prefix, path);
+            bind(&p, &p)
+        }
+        MountStep::ProtectReadOnly { path } => {
+            let p = under(prefix, path);
+            bind(&p, &p)?;
+            make_read_only(&p, true)
+        }
+        MountStep::HideFile { path } => {
+            let p = under(prefix, path);
+            let mask = hidden_file.ok_or_else(|| {
+                StepFailure::new(
+                    restriction::MOUNTS,
+                    "mount(MS_BIND)",
+                    format!("no mask file to hide `{}`", path.display()),
+                )
+            })?;
+            mount(Some(mask), &p, NONE, MsFlags::MS_BIND, NONE)
+                .map_err(|e| fail("mount(MS_BIND)", &p, e))?;
+            make_read_only(&p, true)
+        }
+        MountStep::HideDir { path } => {
+            let p = under(prefix, path);
+            let flags =
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            mount(
+                Some("tmpfs"),
+                &p,
+                Some("tmpfs"),
+                flags,
+                Some("mode=000,size=4k,nr_inodes=1"),
+            )
+            .map_err(|e| fail("mount(tmpfs)", &p, e))
+        }
+        MountStep::ReadOnly { path } => make_read_only(&under(prefix, path), true),
+        MountStep::Proc => {
+            let p = under(prefix, Path::new("/proc"));
+            let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            mount(Some("proc"), &p, Some("proc"), flags, NONE)
+                .map_err(|e| fail("mount(proc)", &p, e))
+        }
+    }
+}
+
+/// Sets up the plan's filesystem view. `hidden_file` is the host path of an empty mode-000 file
+/// (present whenever the plan masks a file).
+pub fn apply(plan: &SandboxPlan, hidden_file: Option<&Path>) -> Result<(), StepFailure> {
     // Nothing done here may leak back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| fail("mount(MS_REC|MS_PRIVATE)", Path::new("/"), e))?;
-    for step in steps {
-        match step {
-            MountStep::ProtectReadOnly { path } => bind_read_only(path, path)?,
-            MountStep::BindPrivate { from, to, keep } => bind_private(from, to, keep)?,
-            MountStep::Proc => {
-                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-                mount(Some("proc"), "/proc", Some("proc"), flags, NONE)
-                    .map_err(|e| fail("mount(proc)", Path::new("/proc"), e))?;
-            }
-            MountStep::HideFile { path } => match hidden_file {
-                Some(mask) => bind_read_only(mask, path)?,
-                None => return Err(StepFailure::new(restriction::MOUNTS, "mount(MS_BIND)", format!("no mask file to hide `{}`", path.display()))),
-            },
-            MountStep::HideDir { path } => {
-                let flags = MsFlags::MS_RDONLY
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC;
-                mount(
-                    Some("tmpfs"),
-                    path.as_path(),
-                    Some("tmpfs"),
-                    flags,
-                    Some("mode=000,size=4k,nr_inodes=1"),
-                )
-                .map_err(|e| fail("mount(tmpfs)", path, e))?;
-            }
+    match &plan.root {
+        Some(root) => build_root(root, &plan.mounts, hidden_file),
+        None => plan
+            .mounts
+            .iter()
+            .try_for_each(|s| apply_step(s, "/", hidden_file)),
+    }
+}
+
+const DEV_LINKS: [(&str, &str); 4] = [
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
+
+fn build_root(
+    root: &RootPlan,
+    steps: &[MountStep],
+    hidden_file: Option<&Path>,
+) -> Result<(), StepFailure> {
+    let tmpfs = |at: &Path, opts: &str| {
+        mount(
+            Some("tmpfs"),
+            at,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(opts),
+        )
+        .map_err(|e| fail("mount(tmpfs)", at, e))
+    };
+    // 1. A scratch tmpfs becomes the root; the host's tree moves to /oldroot.
+    tmpfs(Path::new("/tmp"), "mode=0755,size=64k")?;
+    chdir("/tmp")?;
+    for d in ["oldroot", "newroot"] {
+        std::fs::create_dir(d).map_err(|e| io_fail("mkdir", Path::new(d), &e))?;
+    }
+    pivot_root(".", "oldroot")?;
+    chdir("/")?;
+    // 2. The new root: only mount points, filled with exactly what the plan lists.
+    tmpfs(Path::new(NEW), "mode=0755")?;
+    for (path, target) in &root.symlinks {
+        std::os::unix::fs::symlink(target, under(NEW, path))
+            .map_err(|e| io_fail("symlink", path, &e))?;
+    }
+    // The private TMPDIR at /tmp first: trees that live under the host's /tmp are bound on top
+    // of it (their mount points are made inside the private directory, which is scratch).
+    let tmp = under(NEW, Path::new("/tmp"));
+    mount_point(&under(OLD, &root.tmp), &tmp)?;
+    bind(&under(OLD, &root.tmp), &tmp)?;
+    for b in &root.binds {
+        let (src, dst) = (under(OLD, &b.path), under(NEW, &b.path));
+        mount_point(&src, &dst)?;
+        bind(&src, &dst)?;
+        if !b.write {
+            make_read_only(&dst, true)?;
         }
     }
-    Ok(())
+    let dev = under(NEW, Path::new("/dev"));
+    std::fs::create_dir_all(&dev).map_err(|e| io_fail("mkdir", &dev, &e))?;
+    for d in &root.devices {
+        let (src, dst) = (under(OLD, d), under(NEW, d));
+        mount_point(&src, &dst)?;
+        bind(&src, &dst)?;
+    }
+    for (link, target) in DEV_LINKS {
+        std::os::unix::fs::symlink(target, under(NEW, Path::new(link)))
+            .map_err(|e| io_fail("symlink", Path::new(link), &e))?;
+    }
+    let proc = under(NEW, Path::new("/proc"));
+    std::fs::create_dir_all(&proc).map_err(|e| io_fail("mkdir", &proc, &e))?;
+    apply_step(&MountStep::Proc, NEW, None)?;
+    // 3. Protections, inside the new view (the mask file still comes from the host's tree).
+    let mask = hidden_file.map(|h| under(OLD, h));
+    for step in steps {
+        apply_step(step, NEW, mask.as_deref())?;
+    }
+    // 4. The new root becomes `/`; the scratch root and the host's tree are detached.
+    chdir(NEW)?;
+    pivot_root(".", ".")?;
+    umount2(".", MntFlags::MNT_DETACH)
+        .map_err(|e| fail("umount2(MNT_DETACH)", Path::new("/"), e))?;
+    chdir("/")?;
+    // 5. Nothing can be created at the top level (the bound trees keep their own flags).
+    make_read_only(Path::new("/"), false)
 }

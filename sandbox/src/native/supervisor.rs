@@ -42,7 +42,6 @@ const HANDLED: [Signal; 5] = [
     Signal::SIGQUIT,
 ];
 
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Running,
@@ -91,6 +90,8 @@ struct Supervisor {
     exec_error: Option<String>,
     enforcement: Enforcement,
     cleanup: Cleanup,
+    /// Paths that must not exist after the run.
+    absent: Vec<PathBuf>,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -201,7 +202,10 @@ impl Supervisor {
         }
         // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
         // journal), created only when something is masked and removed once the mounts are made.
-        let needs_mask = plan.mounts.iter().any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
+        let needs_mask = plan
+            .mounts
+            .iter()
+            .any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
         let hidden_file = if needs_mask {
             match create_mask(&spec.control_dir, &run_id) {
                 Ok(path) => {
@@ -312,6 +316,7 @@ impl Supervisor {
             exec_error,
             enforcement: base_enforcement(spec, plan),
             cleanup,
+            absent: plan.absent.clone(),
         })))
     }
 
@@ -475,6 +480,28 @@ impl Supervisor {
                 code: libc::WEXITSTATUS(raw),
             }
         };
+        // Paths the agent may not create (the tree is dead: nothing races this).
+        let mut violations = Vec::new();
+        for p in &self.absent {
+            let Ok(meta) = std::fs::symlink_metadata(p) else {
+                continue;
+            };
+            let removed = if meta.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+            violations.push(match removed {
+                Ok(()) => format!(
+                    "`{}` was created during the run and has been removed",
+                    p.display()
+                ),
+                Err(e) => format!(
+                    "`{}` was created during the run and could not be removed: {e}",
+                    p.display()
+                ),
+            });
+        }
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }
@@ -490,6 +517,7 @@ impl Supervisor {
             },
             leftovers_killed: self.leftovers_killed,
             exec_error: self.exec_error.take(),
+            violations,
             enforcement: self.enforcement.clone(),
         })
     }
@@ -502,7 +530,11 @@ fn create_mask(fallback_dir: &Path, run_id: &str) -> std::io::Result<PathBuf> {
     let name = format!("ralph-mask-{run_id}");
     let create = |dir: &Path| -> std::io::Result<PathBuf> {
         let path = dir.join(&name);
-        let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o000).open(&path)?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&path)?;
         f.set_permissions(std::fs::Permissions::from_mode(0o000))?;
         Ok(path)
     };

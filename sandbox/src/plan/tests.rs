@@ -305,23 +305,68 @@ fn default_git_paths_are_skipped_without_a_repository() {
 }
 
 #[test]
-fn paths_under_tmp_are_kept_visible() {
+fn the_root_holds_only_the_listed_trees() {
     let w = world();
     let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
-    let keep = p
+    let root = p.root.as_ref().unwrap();
+    let bound = |path: &Path| root.binds.iter().find(|b| b.path == path).map(|b| b.write);
+    assert_eq!(bound(&w.ws), Some(true));
+    assert_eq!(bound(Path::new("/etc")), Some(false));
+    assert_eq!(bound(&w.state.join("home")), Some(true));
+    assert_eq!(bound(Path::new("/root")), None);
+    assert_eq!(bound(Path::new("/var")), None);
+    // Parents come before children.
+    let paths: Vec<&PathBuf> = root.binds.iter().map(|b| &b.path).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    // Merged-/usr hosts: /bin is a symlink in the host, and in the sandbox.
+    if std::fs::symlink_metadata("/bin").is_ok_and(|m| m.file_type().is_symlink()) {
+        assert!(root.symlinks.iter().any(|(p, _)| p == Path::new("/bin")));
+    }
+    assert!(root.devices.contains(&PathBuf::from("/dev/null")));
+    let ro = plan(&req(&w, Mode::ReadOnly), &host()).unwrap();
+    assert_eq!(
+        ro.root
+            .unwrap()
+            .binds
+            .iter()
+            .find(|b| b.path == w.ws)
+            .map(|b| b.write),
+        Some(false)
+    );
+}
+
+#[test]
+fn protected_paths_pin_their_parents_and_commondir_stays_absent() {
+    let w = world();
+    std::fs::create_dir_all(w.ws.join(".git/hooks")).unwrap();
+    let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
+    let anchor = p
         .mounts
         .iter()
-        .find_map(|m| match m {
-            MountStep::BindPrivate { keep, .. } => Some(keep.clone()),
-            _ => None,
-        })
+        .position(|m| matches!(m, MountStep::Anchor { path } if *path == w.ws.join(".git")))
         .unwrap();
-    if w.ws.starts_with("/tmp") {
-        assert!(keep.iter().any(|k| w.ws.starts_with(k)), "{keep:?}");
-    }
+    let protect = p.mounts.iter().position(|m| matches!(m, MountStep::ProtectReadOnly { path } if *path == w.ws.join(".git/hooks"))).unwrap();
     assert!(
-        keep.iter()
-            .all(|k| !keep.iter().any(|o| o != k && k.starts_with(o))),
-        "no nested keeps: {keep:?}"
+        anchor < protect,
+        "the parent is pinned before the protected path is bound"
+    );
+    assert_eq!(p.absent, vec![w.ws.join(".git/commondir")]);
+}
+
+#[test]
+fn full_access_gets_a_fresh_proc_and_a_read_only_sys() {
+    let w = world();
+    let p = plan(&req(&w, Mode::FullAccess), &host()).unwrap();
+    assert!(p.root.is_none() && p.mount_namespace);
+    assert_eq!(
+        p.mounts,
+        vec![
+            MountStep::Proc,
+            MountStep::ReadOnly {
+                path: PathBuf::from("/sys")
+            }
+        ]
     );
 }

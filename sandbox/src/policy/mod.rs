@@ -67,6 +67,9 @@ pub struct FilesystemPolicy {
 pub struct ProtectPolicy {
     /// Paths relative to the workspace.
     pub paths: Vec<PathBuf>,
+    /// Paths relative to the workspace that must not be created (removed after a run).
+    #[serde(default)]
+    pub absent: Vec<PathBuf>,
 }
 
 /// `[network]`.

@@ -1,0 +1,474 @@
+//! The client commands of `ralph serve`: `submit`, `jobs`, `show`, `logs`, `cancel`, `resume`,
+//! `wait`. Server from `--server`/`RALPH_SERVER`, token from `--token-file`/`RALPH_TOKEN`.
+//!
+//! Exit codes: 0 done; 64 usage, a refused request or a wrong token; 70 the server unreachable
+//! or another failure; `wait` exits with the job's outcome code (SPEC §3).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use ralph_runner::client::{Client, ClientError, DEFAULT_SERVER};
+use ralph_runner::job::request::{Format, JobRequest, parse_job_file, resolve_existing};
+use ralph_runner::job::{FinishReason, Outcome};
+use ralph_runner::store::{AttemptResult, Event, EventKind};
+use serde_json::{Value, json};
+
+use super::CliError;
+use super::exit::Exit;
+use super::job_args::JobArgs;
+
+/// Where the server is and how to authenticate.
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Server address.
+    #[arg(long, env = "RALPH_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
+    pub server: String,
+    /// File holding the API token (else $RALPH_TOKEN, else /var/lib/ralph/token).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl ServerArgs {
+    fn client(&self) -> Result<Client, CliError> {
+        let token = match &self.token_file {
+            Some(p) => std::fs::read_to_string(p).map_err(|e| CliError::usage(format!("--token-file `{}`: {e}", p.display())))?,
+            None => match std::env::var("RALPH_TOKEN") {
+                Ok(t) if !t.trim().is_empty() => t,
+                _ => std::fs::read_to_string("/var/lib/ralph/token")
+                    .map_err(|_| CliError::usage("no API token: give --token-file PATH or set RALPH_TOKEN (the server writes it to <state-dir>/token)"))?,
+            },
+        };
+        Client::new(&self.server, token.trim()).map_err(client_error)
+    }
+}
+
+fn client_error(e: ClientError) -> CliError {
+    let exit = match &e {
+        ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
+        ClientError::Unreachable { .. } | ClientError::Decode(_) => Exit::Internal,
+    };
+    CliError {
+        exit,
+        message: e.to_string(),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::internal(format!("failed to start the runtime: {e}")))
+}
+
+fn print_json(v: &Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| CliError::internal(e.to_string()))?;
+    writeln!(std::io::stdout(), "{text}")
+        .map_err(|e| CliError::internal(format!("failed to write: {e}")))
+}
+
+/// `ralph submit` flags.
+#[derive(Args, Debug)]
+#[command(args_override_self = true)]
+pub struct SubmitArgs {
+    /// A job file (TOML, or JSON when named *.json) with one or more `[[job]]` tables.
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Queue priority (higher first).
+    #[arg(long, value_name = "N")]
+    pub priority: Option<i32>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Makes a request's paths absolute (against `base`) and inlines its objective file, so the
+/// server gets everything it needs and reads nothing on the submitter's behalf.
+fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, CliError> {
+    let at = |f: &str| format!("job[{index}].{f}");
+    if let Some(p) = r.objective_file.take() {
+        let path = if p.is_absolute() { p } else { base.join(p) };
+        r.objective = Some(std::fs::read_to_string(&path).map_err(|e| {
+            CliError::usage(format!(
+                "{}: `{}`: {e}",
+                at("objective_file"),
+                path.display()
+            ))
+        })?);
+    }
+    let resolve = |field: &'static str, p: &Path| {
+        resolve_existing(field, p, base)
+            .map_err(|e| CliError::usage(format!("{}: {}", at(e.field), e.message)))
+    };
+    r.workspace = Some(resolve(
+        "workspace",
+        r.workspace.as_deref().unwrap_or(Path::new(".")),
+    )?);
+    r.read = r
+        .read
+        .iter()
+        .map(|p| resolve("read", p))
+        .collect::<Result<_, _>>()?;
+    r.write = r
+        .write
+        .iter()
+        .map(|p| resolve("write", p))
+        .collect::<Result<_, _>>()?;
+    Ok(r)
+}
+
+/// Runs `ralph submit`.
+pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
+    let requests = match &args.file {
+        Some(file) => {
+            if !args.job.is_empty() {
+                return Err(CliError::usage("give a job file or job flags, not both"));
+            }
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| CliError::usage(format!("`{}`: {e}", file.display())))?;
+            let jobs = parse_job_file(&text, Format::of_path(file))
+                .map_err(|e| CliError::usage(format!("`{}`: {}", file.display(), e.message)))?;
+            let base = file
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or(cwd.clone(), |p| cwd.join(p));
+            jobs.into_iter()
+                .enumerate()
+                .map(|(i, r)| localize(r, &base, i))
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        None => {
+            let mut r = args.job.to_request();
+            r.priority = args.priority;
+            vec![localize(r, &cwd, 0)?]
+        }
+    };
+    let client = args.server.client()?;
+    let body = json!({ "job": requests });
+    let created = runtime()?
+        .block_on(client.submit(&body))
+        .map_err(client_error)?;
+    if args.server.json {
+        print_json(&created)?;
+    } else {
+        for j in created["jobs"].as_array().into_iter().flatten() {
+            println!("{}", j["id"].as_str().unwrap_or(""));
+        }
+    }
+    Ok(Exit::Complete)
+}
+
+/// `ralph jobs` flags.
+#[derive(Args, Debug)]
+pub struct JobsArgs {
+    /// Only jobs in this state (queued, running, finished).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only jobs with this outcome.
+    #[arg(long)]
+    pub outcome: Option<String>,
+    /// At most this many (newest first).
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Only jobs older than this id (the next page).
+    #[arg(long, value_name = "ID")]
+    pub before: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Runs `ralph jobs`.
+pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let mut q = vec![("limit", args.limit.to_string())];
+    for (k, v) in [
+        ("state", &args.state),
+        ("outcome", &args.outcome),
+        ("before", &args.before),
+    ] {
+        if let Some(v) = v {
+            q.push((k, v.clone()));
+        }
+    }
+    let list = runtime()?.block_on(client.list(&q)).map_err(client_error)?;
+    if args.server.json {
+        return print_json(&list).map(|()| Exit::Complete);
+    }
+    println!(
+        "{:<38} {:<9} {:<15} {:<5} {:>6}  CREATED",
+        "ID", "STATE", "OUTCOME", "KIND", "ROUNDS"
+    );
+    for j in list["jobs"].as_array().into_iter().flatten() {
+        println!(
+            "{:<38} {:<9} {:<15} {:<5} {:>6}  {}",
+            j["id"].as_str().unwrap_or(""),
+            j["state"].as_str().unwrap_or(""),
+            j["outcome"].as_str().unwrap_or("-"),
+            j["kind"].as_str().unwrap_or(""),
+            j["rounds"],
+            j["created_at"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(next) = list["next"].as_str() {
+        println!("(more: --before {next})");
+    }
+    Ok(Exit::Complete)
+}
+
+/// Flags of the commands that take one job.
+#[derive(Args, Debug)]
+pub struct JobRef {
+    /// The job id.
+    #[arg(value_name = "JOB")]
+    pub id: String,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+fn describe_job(j: &Value) -> String {
+    let mut s = format!(
+        "job {}: {} {}",
+        j["id"].as_str().unwrap_or(""),
+        j["kind"].as_str().unwrap_or(""),
+        j["state"].as_str().unwrap_or("")
+    );
+    if let Some(o) = j["outcome"].as_str() {
+        s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
+    }
+    s.push_str(&format!(
+        "\n  rounds: {} of {}, retries: {}",
+        j["rounds"], j["max_rounds"], j["retries"]
+    ));
+    if let Some(m) = j["message"].as_str() {
+        s.push_str(&format!("\n  {m}"));
+    }
+    if let Some(r) = j["report"].as_object() {
+        s.push_str(&format!(
+            "\n  last report: {} — {}",
+            r["status"].as_str().unwrap_or(""),
+            r["summary"].as_str().unwrap_or("")
+        ));
+    }
+    let u = &j["usage"];
+    s.push_str(&format!(
+        "\n  tokens: {} input ({} cached), {} output ({} reasoning)",
+        u["input_tokens"], u["cached_input_tokens"], u["output_tokens"], u["reasoning_tokens"]
+    ));
+    s.push_str(&format!(
+        "\n  workspace: {}\n  artifacts: {}",
+        j["spec"]["workspace"].as_str().unwrap_or(""),
+        j["artifacts"].as_str().unwrap_or("")
+    ));
+    s
+}
+
+/// Runs `ralph show`.
+pub fn show(args: JobRef) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let j = runtime()?
+        .block_on(client.job(&args.id))
+        .map_err(client_error)?;
+    if args.server.json {
+        print_json(&j)?;
+    } else {
+        println!("{}", describe_job(&j));
+    }
+    Ok(Exit::Complete)
+}
+
+/// One journal event as a line of text.
+pub fn describe_event(ev: &Event) -> String {
+    let body = match &ev.kind {
+        EventKind::JobSubmitted { spec } => format!(
+            "submitted: {} job, up to {} rounds",
+            spec.kind.as_str(),
+            spec.max_rounds
+        ),
+        EventKind::JobStarted { runner } => format!(
+            "started by `ralph {}` (pid {} on {})",
+            runner.role, runner.pid, runner.host
+        ),
+        EventKind::RoundStarted { round, attempt, .. } => {
+            format!("round {round} attempt {attempt} started")
+        }
+        EventKind::RoundSpawned { round, pid, .. } => format!(
+            "round {round}: process {}",
+            pid.map_or_else(|| "-".into(), |p| p.to_string())
+        ),
+        EventKind::RoundFinished {
+            round,
+            attempt,
+            result,
+            duration_ms,
+            ..
+        } => {
+            let what = match result {
+                AttemptResult::Reported { report } => format!(
+                    "{}: {}",
+                    report["status"].as_str().unwrap_or(""),
+                    report["summary"].as_str().unwrap_or("")
+                ),
+                AttemptResult::Failed { reason, message } => format!("failed: {reason}: {message}"),
+                AttemptResult::Exited => "ended".into(),
+                AttemptResult::SandboxFailed { message } => format!("sandbox failed: {message}"),
+                AttemptResult::Cancelled => "cancelled".into(),
+                AttemptResult::DeadlineReached => "stopped by the job timeout".into(),
+                AttemptResult::Interrupted => "interrupted (the runner died)".into(),
+            };
+            format!(
+                "round {round} attempt {attempt} ({:.1}s) {what}",
+                *duration_ms as f64 / 1000.0
+            )
+        }
+        EventKind::UsageSkipped {
+            round,
+            line,
+            message,
+            ..
+        } => format!("round {round}: usage line {line} skipped: {message}"),
+        EventKind::RoundRetried {
+            round,
+            reason,
+            backoff_ms,
+            ..
+        } => format!("round {round} retried after {reason} (backoff {backoff_ms} ms)"),
+        EventKind::VerifyStarted { round } => format!("verify after round {round}"),
+        EventKind::VerifyFinished { passed, exit, .. } => {
+            if *passed {
+                "verify passed".into()
+            } else {
+                format!(
+                    "verify failed: {}",
+                    exit.map_or_else(|| "did not finish".into(), |e| e.to_string())
+                )
+            }
+        }
+        EventKind::CancelRequested { by } => format!("cancel requested by {by}"),
+        EventKind::Interrupted { message } => format!("interrupted: {message}"),
+        EventKind::Resumed { message } => format!("resumed: {message}"),
+        EventKind::JobFinished {
+            outcome,
+            reason,
+            message,
+            ..
+        } => format!("finished: {outcome} ({}): {message}", reason.as_str()),
+    };
+    format!("{} #{} {body}", ev.at, ev.seq)
+}
+
+/// `ralph logs` flags.
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// The job id.
+    #[arg(value_name = "JOB")]
+    pub id: String,
+    /// Keep following until the job finishes.
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Print this round's captured output instead of the journal.
+    #[arg(long, value_name = "K")]
+    pub round: Option<u32>,
+    /// The round's attempt.
+    #[arg(long, default_value_t = 1)]
+    pub attempt: u32,
+    /// stdout, stderr, or verify (the verify command's output after that round).
+    #[arg(long, default_value = "stdout")]
+    pub stream: String,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Runs `ralph logs`.
+pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let rt = runtime()?;
+    if let Some(round) = args.round {
+        let text = rt
+            .block_on(client.logs(&args.id, round, args.attempt, &args.stream))
+            .map_err(client_error)?;
+        print!("{text}");
+        return Ok(Exit::Complete);
+    }
+    let json = args.server.json;
+    rt.block_on(client.events(&args.id, 0, args.follow, |ev| {
+        if json {
+            println!("{}", serde_json::to_string(&ev).unwrap_or_default());
+        } else {
+            println!("{}", describe_event(&ev));
+        }
+    }))
+    .map_err(client_error)?;
+    Ok(Exit::Complete)
+}
+
+/// Runs `ralph cancel`.
+pub fn cancel(args: JobRef) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let r = runtime()?
+        .block_on(client.cancel(&args.id))
+        .map_err(client_error)?;
+    if args.server.json {
+        print_json(&r)?;
+    } else if r["outcome"].as_str() == Some("cancelled") {
+        println!("job {}: cancelled before it started", args.id);
+    } else {
+        println!(
+            "job {}: cancel requested; its round's processes are being stopped",
+            args.id
+        );
+    }
+    Ok(Exit::Complete)
+}
+
+/// Runs `ralph resume`.
+pub fn resume(args: JobRef) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let r = runtime()?
+        .block_on(client.resume(&args.id))
+        .map_err(client_error)?;
+    if args.server.json {
+        print_json(&r)?;
+    } else {
+        println!("job {}: queued again with its remaining budget", args.id);
+    }
+    Ok(Exit::Complete)
+}
+
+/// Runs `ralph wait`: follows the job until it finishes and exits with its outcome code.
+pub fn wait(args: JobRef) -> Result<Exit, CliError> {
+    let client = args.server.client()?;
+    let rt = runtime()?;
+    let json = args.server.json;
+    rt.block_on(client.events(&args.id, 0, true, |ev| {
+        if !json
+            && matches!(
+                ev.kind,
+                EventKind::RoundFinished { .. }
+                    | EventKind::VerifyFinished { .. }
+                    | EventKind::JobFinished { .. }
+            )
+        {
+            eprintln!("ralph: {}", describe_event(&ev));
+        }
+    }))
+    .map_err(client_error)?;
+    let j = rt.block_on(client.job(&args.id)).map_err(client_error)?;
+    if json {
+        print_json(&j)?;
+    }
+    let outcome: Option<Outcome> = serde_json::from_value(j["outcome"].clone()).ok();
+    let reason: Option<FinishReason> = serde_json::from_value(j["reason"].clone()).ok();
+    match (outcome, reason) {
+        (Some(o), Some(r)) => Ok(Exit::for_outcome(o, r)),
+        _ => Err(CliError::internal(format!(
+            "job {} did not finish (state {})",
+            args.id, j["state"]
+        ))),
+    }
+}

@@ -1,0 +1,110 @@
+//! The job flags shared by `ralph run` and `ralph submit` (SPEC §6). They only collect what was
+//! given; defaults and validation live in the library (`JobRequest::into_spec`, `JobSpec::validate`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use ralph_runner::job::JobKind;
+use ralph_runner::job::request::JobRequest;
+use ralph_runner::util::units::{ByteSize, HumanDuration};
+
+use super::sandbox_args::SandboxArgs;
+
+/// Job flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct JobArgs {
+    /// The immutable objective.
+    #[arg(long)]
+    pub objective: Option<String>,
+    /// Read the objective from a file.
+    #[arg(long, value_name = "PATH")]
+    pub objective_file: Option<PathBuf>,
+    /// The shared workspace (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// A preset for a known agent CLI.
+    #[arg(long, value_name = "PRESET")]
+    pub agent: Option<String>,
+    /// A command line run with `/bin/sh -c` in the workspace as each round's process.
+    #[arg(long, value_name = "CMD")]
+    pub agent_cmd: Option<String>,
+    /// loop (the Ralph loop, default) or task (one process, once).
+    #[arg(long, value_enum)]
+    pub kind: Option<JobKind>,
+    /// Round budget (default 20; at most the deployment ceiling, 256).
+    #[arg(long, value_name = "N")]
+    pub max_rounds: Option<u32>,
+    /// Largest report, in bytes of compact JSON (default 16384).
+    #[arg(long, value_name = "BYTES")]
+    pub handoff_cap: Option<ByteSize>,
+    /// Retries of a round that produced no valid report (default 1).
+    #[arg(long, value_name = "N")]
+    pub round_retries: Option<u32>,
+    /// First backoff between retries, doubling each retry (default 2s).
+    #[arg(long, value_name = "DUR")]
+    pub retry_backoff: Option<HumanDuration>,
+    /// Wall-clock limit of one round (default 1h).
+    #[arg(long, value_name = "DUR")]
+    pub round_timeout: Option<HumanDuration>,
+    /// Wall-clock limit of the whole job.
+    #[arg(long, value_name = "DUR")]
+    pub job_timeout: Option<HumanDuration>,
+    /// Time between SIGTERM and SIGKILL when a round is stopped (default 5s).
+    #[arg(long, value_name = "DUR")]
+    pub kill_grace: Option<HumanDuration>,
+    /// Token budget (input + output tokens, from the usage file).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Command the runner runs after a `complete` report; only its success completes the job.
+    #[arg(long, value_name = "CMD")]
+    pub verify: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Per-stream output cap of a round (default 8M).
+    #[arg(long, value_name = "BYTES")]
+    pub output_cap: Option<ByteSize>,
+    /// Pass this variable of the runner's environment to the agent; repeatable.
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+}
+
+impl JobArgs {
+    /// The request these flags make.
+    pub fn to_request(&self) -> JobRequest {
+        let s = &self.sandbox;
+        JobRequest {
+            objective: self.objective.clone(),
+            objective_file: self.objective_file.clone(),
+            workspace: self.workspace.clone(),
+            agent: self.agent.clone(),
+            agent_cmd: self.agent_cmd.clone(),
+            kind: self.kind,
+            max_rounds: self.max_rounds,
+            handoff_cap: self.handoff_cap,
+            round_retries: self.round_retries,
+            retry_backoff: self.retry_backoff,
+            round_timeout: self.round_timeout,
+            job_timeout: self.job_timeout,
+            kill_grace: self.kill_grace,
+            max_tokens: self.max_tokens,
+            verify: self.verify.clone(),
+            backend: s.backend,
+            mode: s.mode,
+            protect: s.protect.clone(),
+            read: s.read.clone(),
+            write: s.write.clone(),
+            network: s.network,
+            memory: s.memory,
+            pids: s.pids,
+            image: s.image.clone(),
+            output_cap: self.output_cap,
+            env: self.env.clone(),
+            priority: None,
+        }
+    }
+
+    /// True when no job flag was given (so a job file must be).
+    pub fn is_empty(&self) -> bool {
+        self.to_request() == JobRequest::default()
+    }
+}

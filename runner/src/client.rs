@@ -1,0 +1,203 @@
+//! The client of `ralph serve`'s API, used by `ralph submit/jobs/show/logs/cancel/resume/wait`.
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use crate::store::Event;
+
+/// Default server address.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7979";
+
+/// A failed API call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached.
+    #[error(
+        "cannot reach the ralph server at {server}: {message} (is `ralph serve` running? see --server / RALPH_SERVER)"
+    )]
+    Unreachable {
+        /// The server address.
+        server: String,
+        /// The transport error.
+        message: String,
+    },
+    /// The token was missing or wrong.
+    #[error("the server refused the token: {message} (see --token-file / RALPH_TOKEN)")]
+    Unauthorized {
+        /// The server's message.
+        message: String,
+    },
+    /// The server answered with an error.
+    #[error("{message}{}{}", field.as_ref().map(|f| format!(" (field `{f}`)")).unwrap_or_default(), rule.as_ref().map(|r| format!(" [rule `{r}`]")).unwrap_or_default())]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// Error code.
+        code: String,
+        /// Message.
+        message: String,
+        /// Offending field.
+        field: Option<String>,
+        /// Configuration rule.
+        rule: Option<String>,
+    },
+    /// The answer could not be read.
+    #[error("unreadable answer from the server: {0}")]
+    Decode(String),
+}
+
+/// An API client.
+#[derive(Clone, Debug)]
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// A client of the server at `base` (e.g. `http://127.0.0.1:7979`).
+    pub fn new(base: &str, token: &str) -> Result<Self, ClientError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .build()
+            .map_err(|e| ClientError::Unreachable {
+                server: base.to_owned(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> ClientError {
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            msg = format!("{msg}: {s}");
+            src = s.source();
+        }
+        ClientError::Unreachable {
+            server: self.base.clone(),
+            message: msg,
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        let e = &body["error"];
+        let message = e["message"].as_str().unwrap_or("no message").to_owned();
+        if status.as_u16() == 401 {
+            return Err(ClientError::Unauthorized { message });
+        }
+        Err(ClientError::Api {
+            status: status.as_u16(),
+            code: e["code"].as_str().unwrap_or("unknown").to_owned(),
+            message,
+            field: e["field"].as_str().map(str::to_owned),
+            rule: e["rule"].as_str().map(str::to_owned),
+        })
+    }
+
+    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ClientError> {
+        self.send(req)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1{path}", self.base)
+    }
+
+    /// Submits a JSON job file (`{"job": [...]}`); returns the created jobs.
+    pub async fn submit(&self, body: &Value) -> Result<Value, ClientError> {
+        self.json(self.http.post(self.url("/jobs")).json(body))
+            .await
+    }
+
+    /// Lists jobs (`query` is `[("state", "running"), ...]`).
+    pub async fn list(&self, query: &[(&str, String)]) -> Result<Value, ClientError> {
+        self.json(self.http.get(self.url("/jobs")).query(query))
+            .await
+    }
+
+    /// One job.
+    pub async fn job(&self, id: &str) -> Result<Value, ClientError> {
+        self.json(self.http.get(self.url(&format!("/jobs/{id}"))))
+            .await
+    }
+
+    /// Cancels a job.
+    pub async fn cancel(&self, id: &str) -> Result<Value, ClientError> {
+        self.json(self.http.post(self.url(&format!("/jobs/{id}/cancel"))))
+            .await
+    }
+
+    /// Resumes a job.
+    pub async fn resume(&self, id: &str) -> Result<Value, ClientError> {
+        self.json(self.http.post(self.url(&format!("/jobs/{id}/resume"))))
+            .await
+    }
+
+    /// A round's captured output.
+    pub async fn logs(
+        &self,
+        id: &str,
+        round: u32,
+        attempt: u32,
+        stream: &str,
+    ) -> Result<String, ClientError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/jobs/{id}/rounds/{round}/logs")))
+            .query(&[
+                ("attempt", attempt.to_string()),
+                ("stream", stream.to_owned()),
+            ]);
+        self.send(req)
+            .await?
+            .text()
+            .await
+            .map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// The journal of a job, optionally following it until it finishes; `each` sees every event.
+    pub async fn events(
+        &self,
+        id: &str,
+        after: u64,
+        follow: bool,
+        mut each: impl FnMut(Event),
+    ) -> Result<(), ClientError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/jobs/{id}/events")))
+            .query(&[("after", after.to_string()), ("follow", follow.to_string())]);
+        let resp = self.send(req).await?;
+        let mut stream = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| self.unreachable(&e))?;
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let ev: Event = serde_json::from_slice(&line)
+                    .map_err(|e| ClientError::Decode(e.to_string()))?;
+                each(ev);
+            }
+        }
+        Ok(())
+    }
+}

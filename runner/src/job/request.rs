@@ -1,0 +1,329 @@
+//! A job as submitted: the shape of a job file (`[[job]]` tables in TOML, or `{"job": [...]}` in
+//! JSON) and of the API's request body. Keys are the long flags of `ralph run` with `_` for `-`
+//! (SPEC §6); unknown keys are refused with the key named. `ralph run`'s flags become one of these
+//! too, so every way in ends in the same [`JobRequest::into_spec`].
+
+use std::path::{Path, PathBuf};
+
+use ralph_sandbox::{BackendKind, Mode, Network};
+use serde::{Deserialize, Serialize};
+
+use super::spec::{AgentSpec, JobKind, JobSpec, SandboxSettings, SpecError};
+use crate::util::units::{ByteSize, HumanDuration};
+
+/// One job request. Absent keys take the documented defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// The immutable objective.
+    pub objective: Option<String>,
+    /// A file holding the objective (read where the request is made).
+    pub objective_file: Option<PathBuf>,
+    /// The workspace.
+    pub workspace: Option<PathBuf>,
+    /// A preset.
+    pub agent: Option<String>,
+    /// A command line.
+    pub agent_cmd: Option<String>,
+    /// loop or task.
+    pub kind: Option<JobKind>,
+    /// Round budget.
+    pub max_rounds: Option<u32>,
+    /// Handoff cap.
+    pub handoff_cap: Option<ByteSize>,
+    /// Retries of a failed round.
+    pub round_retries: Option<u32>,
+    /// First backoff between retries.
+    pub retry_backoff: Option<HumanDuration>,
+    /// Wall-clock limit of one round.
+    pub round_timeout: Option<HumanDuration>,
+    /// Wall-clock limit of the job.
+    pub job_timeout: Option<HumanDuration>,
+    /// Grace between SIGTERM and SIGKILL.
+    pub kill_grace: Option<HumanDuration>,
+    /// Token budget.
+    pub max_tokens: Option<u64>,
+    /// Verify command.
+    pub verify: Option<String>,
+    /// Backend.
+    pub backend: Option<BackendKind>,
+    /// Mode.
+    pub mode: Option<Mode>,
+    /// Protected paths.
+    #[serde(default)]
+    pub protect: Vec<PathBuf>,
+    /// Extra readable paths.
+    #[serde(default)]
+    pub read: Vec<PathBuf>,
+    /// Extra writable directories.
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
+    /// Network.
+    pub network: Option<Network>,
+    /// Memory limit.
+    pub memory: Option<ByteSize>,
+    /// Process limit.
+    pub pids: Option<u64>,
+    /// Container image.
+    pub image: Option<String>,
+    /// Per-stream output cap.
+    pub output_cap: Option<ByteSize>,
+    /// Environment variables to pass.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Queue priority (higher first; default 0). Service only.
+    pub priority: Option<i32>,
+}
+
+/// A job file: one or many jobs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// The jobs, in order.
+    #[serde(default)]
+    pub job: Vec<JobRequest>,
+}
+
+/// How a job file is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// TOML.
+    Toml,
+    /// JSON.
+    Json,
+}
+
+impl Format {
+    /// The format of a file name (`.json` is JSON, anything else TOML).
+    pub fn of_path(p: &Path) -> Format {
+        if p.extension().is_some_and(|e| e == "json") {
+            Format::Json
+        } else {
+            Format::Toml
+        }
+    }
+}
+
+/// A job file that cannot be read. The message names the key (and, for TOML, the line).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct JobFileError {
+    /// What is wrong.
+    pub message: String,
+    /// The offending key, when known.
+    pub field: Option<String>,
+}
+
+fn field_of(message: &str) -> Option<String> {
+    // serde: "unknown field `x`, expected …" / "missing field `x`" / "invalid type … for key `job.x`"
+    let start = message.find('`')? + 1;
+    let end = start + message[start..].find('`')?;
+    Some(message[start..end].to_owned())
+}
+
+/// Parses a job file.
+pub fn parse_job_file(text: &str, format: Format) -> Result<Vec<JobRequest>, JobFileError> {
+    let parsed: Result<JobFile, String> = match format {
+        Format::Toml => toml::from_str(text).map_err(|e| e.to_string()),
+        Format::Json => serde_json::from_str(text).map_err(|e| e.to_string()),
+    };
+    let file = parsed.map_err(|m| {
+        let message = m.trim_end().replace('\n', " ");
+        JobFileError {
+            field: field_of(&message),
+            message,
+        }
+    })?;
+    if file.job.is_empty() {
+        return Err(JobFileError {
+            message: "the file holds no `[[job]]` table".into(),
+            field: Some("job".into()),
+        });
+    }
+    Ok(file.job)
+}
+
+fn err(field: &'static str, message: impl Into<String>) -> SpecError {
+    SpecError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// Makes `p` absolute against `base` and resolves symlinks; it must exist.
+pub fn resolve_existing(field: &'static str, p: &Path, base: &Path) -> Result<PathBuf, SpecError> {
+    let abs = if p.is_absolute() {
+        p.to_owned()
+    } else {
+        base.join(p)
+    };
+    std::fs::canonicalize(&abs).map_err(|e| err(field, format!("`{}`: {e}", p.display())))
+}
+
+impl JobRequest {
+    /// Turns the request into a job spec: defaults applied, paths made absolute against `base`
+    /// and resolved (they must exist), the objective read from its file if given. The spec is not
+    /// yet validated against ceilings ([`JobSpec::validate`]).
+    pub fn into_spec(self, base: &Path) -> Result<(JobSpec, i32), SpecError> {
+        let objective = match (self.objective, self.objective_file) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "objective",
+                    "give `objective` or `objective_file`, not both",
+                ));
+            }
+            (Some(o), None) => o,
+            (None, Some(p)) => {
+                let path = if p.is_absolute() { p } else { base.join(p) };
+                std::fs::read_to_string(&path)
+                    .map_err(|e| err("objective_file", format!("`{}`: {e}", path.display())))?
+            }
+            (None, None) => {
+                return Err(err(
+                    "objective",
+                    "one of `objective` or `objective_file` is required",
+                ));
+            }
+        };
+        let agent = match (self.agent, self.agent_cmd) {
+            (Some(_), Some(_)) => {
+                return Err(err("agent", "give `agent` or `agent_cmd`, not both"));
+            }
+            (Some(name), None) => AgentSpec::Preset { name },
+            (None, Some(command)) => AgentSpec::Command { command },
+            (None, None) => {
+                return Err(err(
+                    "agent_cmd",
+                    "one of `agent` or `agent_cmd` is required",
+                ));
+            }
+        };
+        let workspace = resolve_existing(
+            "workspace",
+            self.workspace.as_deref().unwrap_or(Path::new(".")),
+            base,
+        )?;
+        if !workspace.is_dir() {
+            return Err(err(
+                "workspace",
+                format!("`{}` is not a directory", workspace.display()),
+            ));
+        }
+        let read = self
+            .read
+            .iter()
+            .map(|p| resolve_existing("read", p, base))
+            .collect::<Result<Vec<_>, _>>()?;
+        let write = self
+            .write
+            .iter()
+            .map(|p| resolve_existing("write", p, base))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut spec = JobSpec::new(objective, workspace, agent);
+        let d = &mut spec;
+        d.kind = self.kind.unwrap_or_default();
+        if let Some(v) = self.max_rounds {
+            d.max_rounds = v;
+        }
+        if let Some(v) = self.handoff_cap {
+            d.handoff_cap = usize::try_from(v.0).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = self.round_retries {
+            d.round_retries = v;
+        }
+        if let Some(v) = self.retry_backoff {
+            d.retry_backoff = v;
+        }
+        if let Some(v) = self.round_timeout {
+            d.round_timeout = Some(v);
+        }
+        d.job_timeout = self.job_timeout;
+        if let Some(v) = self.kill_grace {
+            d.kill_grace = v;
+        }
+        d.max_tokens = self.max_tokens;
+        d.verify = self.verify;
+        let defaults = SandboxSettings::default();
+        d.sandbox = SandboxSettings {
+            backend: self.backend.unwrap_or(defaults.backend),
+            mode: self.mode.unwrap_or(defaults.mode),
+            network: self.network,
+            protect: self.protect,
+            read,
+            write,
+            memory: self.memory,
+            pids: self.pids,
+            image: self.image,
+            output_cap: self.output_cap.unwrap_or(defaults.output_cap),
+        };
+        d.env = self.env;
+        Ok((spec, self.priority.unwrap_or(0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_and_json_have_the_same_shape() {
+        let toml = "[[job]]\nobjective = \"a\"\nagent_cmd = \"x\"\nmax_rounds = 3\nprotect = [\"tests\"]\nround_timeout = \"5m\"\n\n[[job]]\nobjective = \"b\"\nagent_cmd = \"y\"\nkind = \"task\"\n";
+        let json = r#"{"job":[{"objective":"a","agent_cmd":"x","max_rounds":3,"protect":["tests"],"round_timeout":"5m"},{"objective":"b","agent_cmd":"y","kind":"task"}]}"#;
+        let a = parse_job_file(toml, Format::Toml).unwrap();
+        let b = parse_job_file(json, Format::Json).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].kind, Some(JobKind::Task));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = parse_job_file("[[job]]\nobjective = \"a\"\nmax_round = 3\n", Format::Toml)
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("max_round"), "{e}");
+        let e = parse_job_file(r#"{"job":[{"objective":"a","maxRounds":3}]}"#, Format::Json)
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("maxRounds"), "{e}");
+        let e = parse_job_file(r#"{"jobs":[]}"#, Format::Json).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("jobs"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = parse_job_file("[[job]]\nround_timeout = \"soon\"\n", Format::Toml).unwrap_err();
+        assert!(e.message.contains("soon"), "{e}");
+        let e = parse_job_file("[[job]]\nmode = \"rw\"\n", Format::Toml).unwrap_err();
+        assert!(e.message.contains("rw"), "{e}");
+        assert!(parse_job_file("", Format::Toml).is_err());
+    }
+
+    #[test]
+    fn into_spec_resolves_paths_and_applies_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("obj.md"), "do it").unwrap();
+        let r = JobRequest {
+            objective_file: Some("obj.md".into()),
+            agent_cmd: Some("true".into()),
+            workspace: Some(".".into()),
+            priority: Some(5),
+            ..Default::default()
+        };
+        let (spec, prio) = r.into_spec(dir.path()).unwrap();
+        assert_eq!(spec.objective, "do it");
+        assert_eq!(spec.workspace, dir.path().canonicalize().unwrap());
+        assert_eq!(spec.max_rounds, 20);
+        assert_eq!(prio, 5);
+        let r = JobRequest {
+            objective: Some("x".into()),
+            agent_cmd: Some("true".into()),
+            workspace: Some("/nope/nope".into()),
+            ..Default::default()
+        };
+        assert_eq!(r.into_spec(dir.path()).unwrap_err().field, "workspace");
+        let r = JobRequest {
+            objective: Some("x".into()),
+            ..Default::default()
+        };
+        assert_eq!(r.into_spec(dir.path()).unwrap_err().field, "agent_cmd");
+    }
+}

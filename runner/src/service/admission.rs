@@ -1,0 +1,326 @@
+//! Admission: what a submitter may ask of this service. Each refusal names the configuration
+//! rule and the job key, so the client can say exactly why (HTTP 403).
+
+use std::path::Path;
+
+use ralph_sandbox::{BackendKind, Mode, Network};
+
+use super::config::Limits;
+use crate::job::JobSpec;
+use crate::util::units::{ByteSize, HumanDuration};
+
+/// A job the configuration does not allow.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("refused by the server's `{rule}` rule: {message}")]
+pub struct Refusal {
+    /// The configuration key (`limits.<rule>`).
+    pub rule: &'static str,
+    /// The job key.
+    pub field: &'static str,
+    /// Why.
+    pub message: String,
+}
+
+fn rank(m: Mode) -> u8 {
+    match m {
+        Mode::ReadOnly => 0,
+        Mode::WorkspaceWrite => 1,
+        Mode::FullAccess => 2,
+    }
+}
+
+fn under_any(p: &Path, roots: &[std::path::PathBuf]) -> bool {
+    roots
+        .iter()
+        .any(|r| std::fs::canonicalize(r).is_ok_and(|r| p.starts_with(r)))
+}
+
+/// Which limits the submitter set explicitly (the others take the ceilings, not the defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// `round_timeout` was given.
+    pub round_timeout: bool,
+    /// `job_timeout` was given.
+    pub job_timeout: bool,
+}
+
+impl Asked {
+    /// What `req` sets.
+    pub fn of(req: &crate::job::request::JobRequest) -> Self {
+        Self {
+            round_timeout: req.round_timeout.is_some(),
+            job_timeout: req.job_timeout.is_some(),
+        }
+    }
+}
+
+/// Checks `spec` against `limits`, and fills the limits a job left unset with the ceilings.
+pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), Refusal> {
+    let refuse = |rule, field, message: String| {
+        Err(Refusal {
+            rule,
+            field,
+            message,
+        })
+    };
+    if limits.workspace_roots.is_empty() {
+        return refuse(
+            "workspace_roots",
+            "workspace",
+            "this server allows no workspace (set `limits.workspace_roots`)".into(),
+        );
+    }
+    if !under_any(&spec.workspace, &limits.workspace_roots) {
+        let roots: Vec<String> = limits
+            .workspace_roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect();
+        return refuse(
+            "workspace_roots",
+            "workspace",
+            format!(
+                "`{}` is not under {}",
+                spec.workspace.display(),
+                roots.join(", ")
+            ),
+        );
+    }
+    let s = &mut spec.sandbox;
+    if rank(s.mode) > rank(limits.max_mode) {
+        return refuse(
+            "max_mode",
+            "mode",
+            format!(
+                "mode `{}` is above this server's `{}`",
+                s.mode, limits.max_mode
+            ),
+        );
+    }
+    if s.network == Some(Network::Full) && !limits.allow_network_full {
+        return refuse(
+            "allow_network_full",
+            "network",
+            "this server does not allow `network = \"full\"`".into(),
+        );
+    }
+    let roots: Vec<std::path::PathBuf> = limits
+        .workspace_roots
+        .iter()
+        .chain(&limits.read_roots)
+        .cloned()
+        .collect();
+    for (field, paths) in [("read", &s.read), ("write", &s.write)] {
+        if let Some(p) = paths.iter().find(|p| !under_any(p, &roots)) {
+            return refuse(
+                "read_roots",
+                field,
+                format!(
+                    "`{}` is not under a workspace root or a read root",
+                    p.display()
+                ),
+            );
+        }
+    }
+    if spec.max_rounds > limits.max_rounds {
+        return refuse(
+            "max_rounds",
+            "max_rounds",
+            format!(
+                "{} is over this server's ceiling of {}",
+                spec.max_rounds, limits.max_rounds
+            ),
+        );
+    }
+    if spec.handoff_cap as u64 > limits.max_handoff_cap.0 {
+        return refuse(
+            "max_handoff_cap",
+            "handoff_cap",
+            format!(
+                "{} is over this server's ceiling of {}",
+                spec.handoff_cap, limits.max_handoff_cap
+            ),
+        );
+    }
+    let s = &mut spec.sandbox;
+    if let Some(max) = limits.max_memory {
+        match s.memory {
+            Some(m) if m > max => {
+                return refuse(
+                    "max_memory",
+                    "memory",
+                    format!("{m} is over this server's ceiling of {max}"),
+                );
+            }
+            Some(_) => {}
+            None => s.memory = Some(ByteSize(max.0)),
+        }
+    }
+    if let Some(max) = limits.max_pids {
+        match s.pids {
+            Some(p) if p > max => {
+                return refuse(
+                    "max_pids",
+                    "pids",
+                    format!("{p} is over this server's ceiling of {max}"),
+                );
+            }
+            Some(_) => {}
+            None => s.pids = Some(max),
+        }
+    }
+    if let Some(img) = &s.image {
+        if s.backend == BackendKind::Docker && !limits.allowed_images.contains(img) {
+            return refuse(
+                "allowed_images",
+                "image",
+                format!("image `{img}` is not in this server's allowed images"),
+            );
+        }
+    }
+    if let Some(name) = spec.env.iter().find(|n| !limits.allowed_env.contains(n)) {
+        return refuse(
+            "allowed_env",
+            "env",
+            format!("`{name}` is not in this server's allowed environment variables"),
+        );
+    }
+    let cap = |value: &mut Option<HumanDuration>,
+               explicit: bool,
+               max: Option<HumanDuration>,
+               rule,
+               field|
+     -> Result<(), Refusal> {
+        let Some(max) = max else { return Ok(()) };
+        if !explicit {
+            // A default above the ceiling becomes the ceiling.
+            if value.is_none_or(|v| v > max) {
+                *value = Some(max);
+            }
+            return Ok(());
+        }
+        match value {
+            Some(t) if *t > max => Err(Refusal {
+                rule,
+                field,
+                message: format!("{t} is over this server's ceiling of {max}"),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                *value = Some(max);
+                Ok(())
+            }
+        }
+    };
+    cap(
+        &mut spec.round_timeout,
+        asked.round_timeout,
+        limits.max_round_timeout,
+        "max_round_timeout",
+        "round_timeout",
+    )?;
+    cap(
+        &mut spec.job_timeout,
+        asked.job_timeout,
+        limits.max_job_timeout,
+        "max_job_timeout",
+        "job_timeout",
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::AgentSpec;
+
+    fn setup() -> (tempfile::TempDir, JobSpec, Limits) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let spec = JobSpec::new(
+            "x",
+            ws.canonicalize().unwrap(),
+            AgentSpec::Command {
+                command: "true".into(),
+            },
+        );
+        let limits = Limits {
+            workspace_roots: vec![dir.path().to_path_buf()],
+            ..Limits::default()
+        };
+        (dir, spec, limits)
+    }
+
+    #[test]
+    fn each_rule_is_named() {
+        let (_d, spec, limits) = setup();
+        let check = |f: &dyn Fn(&mut JobSpec, &mut Limits), rule: &str, field: &str| {
+            let (mut s, mut l) = (spec.clone(), limits.clone());
+            f(&mut s, &mut l);
+            let r = admit(&mut s, &l, &Asked::default()).unwrap_err();
+            assert_eq!((r.rule, r.field), (rule, field), "{r}");
+        };
+        check(
+            &|_, l| l.workspace_roots.clear(),
+            "workspace_roots",
+            "workspace",
+        );
+        check(
+            &|_, l| l.workspace_roots = vec!["/srv".into()],
+            "workspace_roots",
+            "workspace",
+        );
+        check(
+            &|s, _| s.sandbox.mode = Mode::FullAccess,
+            "max_mode",
+            "mode",
+        );
+        check(
+            &|s, l| {
+                s.sandbox.network = Some(Network::Full);
+                l.allow_network_full = false;
+            },
+            "allow_network_full",
+            "network",
+        );
+        check(
+            &|s, _| s.sandbox.read = vec!["/etc".into()],
+            "read_roots",
+            "read",
+        );
+        check(
+            &|s, l| {
+                s.max_rounds = 50;
+                l.max_rounds = 10;
+            },
+            "max_rounds",
+            "max_rounds",
+        );
+        check(
+            &|s, l| {
+                s.sandbox.memory = Some(ByteSize(4 << 30));
+                l.max_memory = Some(ByteSize(1 << 30));
+            },
+            "max_memory",
+            "memory",
+        );
+        check(
+            &|s, _| s.env = vec!["OPENAI_API_KEY".into()],
+            "allowed_env",
+            "env",
+        );
+    }
+
+    #[test]
+    fn unset_limits_get_the_ceilings() {
+        let (_d, mut spec, mut limits) = setup();
+        limits.max_memory = Some(ByteSize(1 << 30));
+        limits.max_pids = Some(256);
+        limits.max_job_timeout = Some(HumanDuration(std::time::Duration::from_secs(600)));
+        admit(&mut spec, &limits, &Asked::default()).unwrap();
+        assert_eq!(spec.sandbox.memory, Some(ByteSize(1 << 30)));
+        assert_eq!(spec.sandbox.pids, Some(256));
+        assert_eq!(spec.job_timeout.map(|t| t.0.as_secs()), Some(600));
+    }
+}

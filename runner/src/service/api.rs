@@ -1,0 +1,590 @@
+//! The HTTP/JSON API, versioned under `/v1` (documented in docs/api.md).
+//!
+//! ```text
+//! POST /v1/jobs                         a job file (TOML or JSON): one or many jobs → 201
+//! GET  /v1/jobs?state=&outcome=&limit=&before=   newest first, paged by `before`
+//! GET  /v1/jobs/{id}                    the job and its result
+//! GET  /v1/jobs/{id}/events?after=N&follow=true  journal events as NDJSON
+//! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify
+//! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
+//! GET  /healthz  /readyz  /metrics
+//! ```
+//! Every `/v1` call needs `Authorization: Bearer <token>`. Errors are JSON:
+//! `{"error":{"code":…,"message":…,"field":…,"rule":…}}`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Service;
+use super::admission::{Asked, admit};
+use super::auth;
+use crate::engine::EngineError;
+use crate::job::request::{Format, parse_job_file};
+use crate::job::{JobSpec, Outcome};
+use crate::store::journal::blocking;
+use crate::store::{Event, EventKind, JobFilter, JobState, JobView, StoreError};
+use crate::util::text::bounded;
+
+/// Largest request body.
+pub const MAX_BODY: usize = 1 << 20;
+/// Most jobs in one request.
+pub const MAX_BATCH: usize = 1000;
+
+/// An API error.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    field: Option<String>,
+    rule: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            rule: None,
+        }
+    }
+
+    fn field(mut self, f: impl Into<String>) -> Self {
+        self.field = Some(f.into());
+        self
+    }
+
+    fn not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no job with id `{id}`"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut err = json!({"code": self.code, "message": bounded(&self.message, 4096)});
+        if let Some(f) = self.field {
+            err["field"] = json!(f);
+        }
+        if let Some(r) = self.rule {
+            err["rule"] = json!(r);
+        }
+        let mut resp = (self.status, axum::Json(json!({ "error": err }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NoSuchJob { id } => ApiError::not_found(&id),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Store(s) => s.into(),
+            EngineError::Spec(s) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", s.message).field(s.field)
+            }
+            EngineError::Config { message } => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+            }
+            EngineError::Conflict { message } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            EngineError::NotRunnable { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+            }
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+type Svc = State<Arc<Service>>;
+
+/// The API router.
+pub fn router(svc: Arc<Service>) -> Router {
+    let v1 = Router::new()
+        .route("/jobs", post(create_jobs).get(list_jobs))
+        .route("/jobs/{id}", get(get_job))
+        .route("/jobs/{id}/events", get(job_events))
+        .route("/jobs/{id}/rounds/{round}/logs", get(round_logs))
+        .route("/jobs/{id}/cancel", post(cancel_job))
+        .route("/jobs/{id}/resume", post(resume_job))
+        .layer(middleware::from_fn_with_state(svc.clone(), require_token));
+    let metrics = Router::new()
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(svc.clone(), metrics_auth));
+    Router::new()
+        .nest("/v1", v1)
+        .merge(metrics)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint (the API is under /v1)",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(svc)
+}
+
+async fn require_token(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(auth::bearer);
+    match given {
+        Some(t) if auth::matches(&svc.token, t) => Ok(next.run(req).await),
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "wrong bearer token",
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing `Authorization: Bearer <token>` header",
+        )),
+    }
+}
+
+async fn metrics_auth(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
+    if svc.config().metrics_require_auth {
+        return require_token(State(svc), req, next).await;
+    }
+    Ok(next.run(req).await)
+}
+
+async fn readyz(State(svc): Svc) -> (StatusCode, &'static str) {
+    if svc.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn metrics(State(_svc): Svc) -> Response {
+    let body = format!(
+        "# HELP ralph_build_info Build information.\n# TYPE ralph_build_info gauge\nralph_build_info{{version=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// The job file format of a request, from its content type.
+fn format_of(headers: &HeaderMap) -> Format {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct.contains("toml") {
+        Format::Toml
+    } else {
+        Format::Json
+    }
+}
+
+async fn create_jobs(
+    State(svc): Svc,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    let text = std::str::from_utf8(&body).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "the body is not UTF-8",
+        )
+    })?;
+    let requests = parse_job_file(text, format_of(&headers)).map_err(|e| {
+        let mut err = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.message);
+        err.field = e.field;
+        err
+    })?;
+    if requests.len() > MAX_BATCH {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_jobs",
+            format!(
+                "{} jobs in one request; at most {MAX_BATCH}",
+                requests.len()
+            ),
+        )
+        .field("job"));
+    }
+    let limits = svc.config().limits;
+    // All or nothing: every job is checked before any is queued.
+    let mut specs: Vec<(JobSpec, i32)> = Vec::new();
+    for (i, req) in requests.into_iter().enumerate() {
+        let at = |f: &str| format!("job[{i}].{f}");
+        if req.objective_file.is_some() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                "the server does not read files for you: send the text as `objective`",
+            )
+            .field(at("objective_file")));
+        }
+        if let Some(w) = req.workspace.as_ref().filter(|w| !w.is_absolute()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("`{}` must be an absolute path", w.display()),
+            )
+            .field(at("workspace")));
+        }
+        if req.workspace.is_none() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                "a workspace is required",
+            )
+            .field(at("workspace")));
+        }
+        let asked = Asked::of(&req);
+        let (mut spec, prio) = req.into_spec(std::path::Path::new("/")).map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message).field(at(e.field))
+        })?;
+        admit(&mut spec, &limits, &asked).map_err(|r| {
+            let mut err =
+                ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
+            err.rule = Some(format!("limits.{}", r.rule));
+            err
+        })?;
+        svc.engine().check(&spec).map_err(|e| {
+            let mut err = ApiError::from(e);
+            err.field = err.field.map(|f| at(&f));
+            err
+        })?;
+        specs.push((spec, prio));
+    }
+    let mut jobs = Vec::new();
+    for (spec, prio) in &specs {
+        let id = blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?;
+        jobs.push(json!({"id": id, "state": "queued"}));
+    }
+    svc.wake();
+    Ok((StatusCode::CREATED, axum::Json(json!({ "jobs": jobs }))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    outcome: Option<String>,
+    limit: Option<usize>,
+    before: Option<String>,
+}
+
+async fn list_jobs(
+    State(svc): Svc,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let Query(q) =
+        q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
+    let state = match q.state.as_deref() {
+        None => None,
+        Some("queued") => Some(JobState::Queued),
+        Some("running") => Some(JobState::Running),
+        Some("finished") => Some(JobState::Finished),
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("`{other}` is not queued, running or finished"),
+            )
+            .field("state"));
+        }
+    };
+    let outcome = match q.outcome.as_deref() {
+        None => None,
+        Some(o) => Some(
+            Outcome::ALL
+                .into_iter()
+                .find(|x| x.as_str() == o)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_field",
+                        format!("`{o}` is not an outcome"),
+                    )
+                    .field("outcome")
+                })?,
+        ),
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let filter = JobFilter {
+        state,
+        outcome,
+        before: q.before,
+        limit,
+    };
+    let jobs = blocking(|| svc.engine().store().list(&filter))?;
+    let next = (jobs.len() == limit)
+        .then(|| jobs.last().map(|j| j.id.clone()))
+        .flatten();
+    Ok(axum::Json(json!({ "jobs": jobs, "next": next })))
+}
+
+/// The API's view of one job.
+pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
+    let f = view.finish.as_ref();
+    json!({
+        "id": view.id,
+        "state": view.state.as_str(),
+        "outcome": f.map(|f| f.outcome),
+        "reason": f.map(|f| f.reason),
+        "message": f.map(|f| f.message.clone()),
+        "exit_code": f.and_then(|f| f.exit_code),
+        "kind": view.spec.kind,
+        "rounds": view.rounds_started,
+        "max_rounds": view.spec.max_rounds,
+        "retries": view.retries,
+        "verified": view.verified,
+        "report": view.last_report,
+        "usage": view.usage,
+        "created_at": view.submitted_at,
+        "updated_at": view.updated_at,
+        "artifacts": artifacts,
+        "spec": view.spec,
+    })
+}
+
+async fn get_job(State(svc): Svc, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let view = blocking(|| svc.engine().store().load(&id))?;
+    Ok(axum::Json(job_json(&view, &svc.engine().job_dir(&id))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+    follow: Option<bool>,
+}
+
+async fn job_events(
+    State(svc): Svc,
+    Path(id): Path<String>,
+    q: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) =
+        q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
+    let follow = q.follow.unwrap_or(false);
+    // Subscribe before reading the stored events, so nothing falls between the two.
+    let rx = svc.subscribe();
+    let stored = blocking(|| svc.engine().store().events(&id))?;
+    let after = q.after.unwrap_or(0);
+    let finished = stored
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::JobFinished { .. }))
+        && !follow_through_resume(&stored);
+    let last = stored.last().map_or(0, |e| e.seq);
+    // Only the last `job_finished` (not followed by `resumed`) ends a followed stream.
+    let final_seq = if finished {
+        stored
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::JobFinished { .. }))
+            .map(|e| e.seq)
+    } else {
+        None
+    };
+    let first: Vec<Event> = stored.into_iter().filter(|e| e.seq > after).collect();
+    struct S {
+        pending: std::collections::VecDeque<Event>,
+        rx: tokio::sync::broadcast::Receiver<Event>,
+        id: String,
+        last: u64,
+        done: bool,
+        svc: Arc<Service>,
+        stored_until: u64,
+        final_seq: Option<u64>,
+    }
+    // Not following: the stored events, then the end. Following a finished job: up to its final
+    // `job_finished`. Following a live job: until a new `job_finished` arrives.
+    let st = S {
+        pending: first.into(),
+        rx,
+        id: id.clone(),
+        last: last.max(after),
+        done: !follow || (finished && final_seq.is_none_or(|f| f <= after)),
+        svc: svc.clone(),
+        stored_until: last,
+        final_seq,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                let mut line = serde_json::to_vec(&ev).unwrap_or_default();
+                line.push(b'\n');
+                if matches!(ev.kind, EventKind::JobFinished { .. })
+                    && (ev.seq > st.stored_until || Some(ev.seq) == st.final_seq)
+                {
+                    st.done = true;
+                }
+                return Some((Ok::<_, std::io::Error>(Bytes::from(line)), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.rx.recv().await {
+                Ok(ev) if ev.job_id == st.id && ev.seq > st.last => {
+                    st.last = ev.seq;
+                    st.pending.push_back(ev);
+                }
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    // Fell behind: catch up from the store.
+                    let (svc, id, last) = (st.svc.clone(), st.id.clone(), st.last);
+                    if let Ok(events) = blocking(|| svc.engine().store().events(&id)) {
+                        for ev in events.into_iter().filter(|e| e.seq > last) {
+                            st.last = ev.seq;
+                            st.pending.push_back(ev);
+                        }
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// A journal whose last event is `resumed` is not over even though it holds a `job_finished`.
+fn follow_through_resume(events: &[Event]) -> bool {
+    events
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(
+                e.kind,
+                EventKind::JobFinished { .. } | EventKind::Resumed { .. }
+            )
+        })
+        .is_some_and(|e| matches!(e.kind, EventKind::Resumed { .. }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsQuery {
+    attempt: Option<u32>,
+    stream: Option<String>,
+}
+
+async fn round_logs(
+    State(svc): Svc,
+    Path((id, round)): Path<(String, u32)>,
+    q: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) =
+        q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
+    blocking(|| svc.engine().store().load(&id))?;
+    let job_dir = svc.engine().job_dir(&id);
+    let path = match q.stream.as_deref().unwrap_or("stdout") {
+        "verify" => crate::engine::AttemptDirs::verify(&job_dir, round).output_log(),
+        s @ ("stdout" | "stderr") => {
+            let dirs = crate::engine::AttemptDirs::new(&job_dir, round, q.attempt.unwrap_or(1));
+            if s == "stdout" {
+                dirs.stdout_log()
+            } else {
+                dirs.stderr_log()
+            }
+        }
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("`{other}` is not stdout, stderr or verify"),
+            )
+            .field("stream"));
+        }
+    };
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => {
+            Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())
+        }
+        Err(_) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("job `{id}` has no such log (round {round})"),
+        )),
+    }
+}
+
+async fn cancel_job(
+    State(svc): Svc,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    if let Some(c) = svc.running_cancel(&id) {
+        c.cancel("api");
+        return Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
+        ));
+    }
+    if blocking(|| svc.engine().cancel_queued(&id, "api"))? {
+        return Ok((
+            StatusCode::OK,
+            axum::Json(json!({"id": id, "state": "finished", "outcome": "cancelled"})),
+        ));
+    }
+    let view = blocking(|| svc.engine().store().load(&id))?;
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "conflict",
+        format!(
+            "job `{id}` is {}: nothing to cancel",
+            view.outcome().map_or(view.state.as_str(), |o| o.as_str())
+        ),
+    ))
+}
+
+async fn resume_job(
+    State(svc): Svc,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    blocking(|| svc.engine().resume(&id))?;
+    svc.wake();
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({"id": id, "state": "queued"})),
+    ))
+}

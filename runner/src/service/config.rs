@@ -1,0 +1,232 @@
+//! The service's configuration (`/etc/ralph/config.toml`): where it listens, how many jobs run
+//! at once, and what a submitter may ask for. The commented default file (`config.toml` beside
+//! this module) is the documentation of every key.
+
+use std::path::{Path, PathBuf};
+
+use ralph_sandbox::Mode;
+use serde::Deserialize;
+
+use crate::util::units::{ByteSize, HumanDuration};
+
+/// The commented default configuration.
+pub const DEFAULT_CONFIG: &str = include_str!("config.toml");
+
+/// Default config file.
+pub const DEFAULT_PATH: &str = "/etc/ralph/config.toml";
+
+/// The service configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// TCP address ("" disables TCP).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Unix socket to listen on.
+    pub unix_socket: Option<PathBuf>,
+    /// State directory.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// Token file (default `<state_dir>/token`).
+    pub token_file: Option<PathBuf>,
+    /// Jobs running at once.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrent_jobs: usize,
+    /// Drain grace on SIGTERM.
+    #[serde(default = "default_grace")]
+    pub drain_grace: HumanDuration,
+    /// Whether /metrics needs the token.
+    #[serde(default)]
+    pub metrics_require_auth: bool,
+    /// Admission limits.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// What a submitter may ask for.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Allowed workspace roots.
+    #[serde(default)]
+    pub workspace_roots: Vec<PathBuf>,
+    /// Allowed roots of `read`/`write` paths.
+    #[serde(default)]
+    pub read_roots: Vec<PathBuf>,
+    /// Most powerful mode.
+    #[serde(default = "default_max_mode")]
+    pub max_mode: Mode,
+    /// Whether `network = "full"` is allowed.
+    #[serde(default = "yes")]
+    pub allow_network_full: bool,
+    /// Ceiling of max_rounds.
+    #[serde(default = "default_rounds")]
+    pub max_rounds: u32,
+    /// Ceiling of handoff_cap.
+    #[serde(default = "default_handoff")]
+    pub max_handoff_cap: ByteSize,
+    /// Ceiling (and default) of the memory limit.
+    pub max_memory: Option<ByteSize>,
+    /// Ceiling (and default) of the process limit.
+    pub max_pids: Option<u64>,
+    /// Ceiling (and default) of the round timeout.
+    pub max_round_timeout: Option<HumanDuration>,
+    /// Ceiling (and default) of the job timeout.
+    pub max_job_timeout: Option<HumanDuration>,
+    /// Service environment variables a job may pass.
+    #[serde(default)]
+    pub allowed_env: Vec<String>,
+    /// Images a docker job may use.
+    #[serde(default)]
+    pub allowed_images: Vec<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            workspace_roots: Vec::new(),
+            read_roots: Vec::new(),
+            max_mode: default_max_mode(),
+            allow_network_full: true,
+            max_rounds: default_rounds(),
+            max_handoff_cap: default_handoff(),
+            max_memory: None,
+            max_pids: None,
+            max_round_timeout: None,
+            max_job_timeout: None,
+            allowed_env: Vec::new(),
+            allowed_images: Vec::new(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:7979".into()
+}
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/ralph")
+}
+fn default_concurrency() -> usize {
+    4
+}
+fn default_grace() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(300))
+}
+fn default_max_mode() -> Mode {
+    Mode::WorkspaceWrite
+}
+fn yes() -> bool {
+    true
+}
+fn default_rounds() -> u32 {
+    crate::job::spec::DEFAULT_ROUNDS_CEILING
+}
+fn default_handoff() -> ByteSize {
+    ByteSize(crate::report::MAX_HANDOFF_CAP as u64)
+}
+
+/// A configuration that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration `{path}`: {message}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong, naming the key.
+    pub message: String,
+}
+
+impl ServiceConfig {
+    /// Parses and validates a configuration text.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        let err = |message: String| ConfigError {
+            path: path.to_owned(),
+            message,
+        };
+        let c: ServiceConfig =
+            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().replace('\n', " ")))?;
+        if c.max_concurrent_jobs == 0 {
+            return Err(err("`max_concurrent_jobs` must be at least 1".into()));
+        }
+        if c.limits.max_rounds == 0 || c.limits.max_rounds > 100_000 {
+            return Err(err("`limits.max_rounds` must be within 1..=100000".into()));
+        }
+        for (key, roots) in [
+            ("limits.workspace_roots", &c.limits.workspace_roots),
+            ("limits.read_roots", &c.limits.read_roots),
+        ] {
+            if let Some(r) = roots.iter().find(|r| !r.is_absolute()) {
+                return Err(err(format!(
+                    "`{key}`: `{}` is not an absolute path",
+                    r.display()
+                )));
+            }
+        }
+        if !c.listen.is_empty() && c.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(err(format!(
+                "`listen`: `{}` is not an address like 127.0.0.1:7979",
+                c.listen
+            )));
+        }
+        if c.listen.is_empty() && c.unix_socket.is_none() {
+            return Err(err(
+                "`listen` is empty and no `unix_socket` is set: nothing to listen on".into(),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// Loads `path`; a missing file at the default path means the defaults.
+    pub fn load(path: &Path, explicit: bool) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Self::parse("", "(defaults)")
+            }
+            Err(e) => Err(ConfigError {
+                path: path.display().to_string(),
+                message: format!("failed to read: {e}"),
+            }),
+        }
+    }
+
+    /// The token file.
+    pub fn token_path(&self) -> PathBuf {
+        self.token_file
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("token"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commented_default_file_is_the_defaults() {
+        let from_file = ServiceConfig::parse(DEFAULT_CONFIG, "default").unwrap();
+        let empty = ServiceConfig::parse("", "empty").unwrap();
+        assert_eq!(from_file, empty);
+        assert_eq!(empty.listen, "127.0.0.1:7979");
+        assert_eq!(empty.limits.max_mode, Mode::WorkspaceWrite);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = ServiceConfig::parse("[limits]\nmax_round = 3\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_round") && e.contains("c.toml"), "{e}");
+        let e = ServiceConfig::parse("max_concurrent_jobs = 0\n", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_concurrent_jobs"), "{e}");
+        let e = ServiceConfig::parse("listen = \"localhost\"\n", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("listen"), "{e}");
+        let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workspace_roots"), "{e}");
+    }
+}

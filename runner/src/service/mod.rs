@@ -1,0 +1,460 @@
+//! `ralph serve`: a queue of jobs run by the same engine as `ralph run`, an HTTP API to submit,
+//! watch, cancel and resume them, crash recovery at start, and a drain on SIGTERM.
+//!
+//! - [`config`]: the configuration file and what a submitter may ask ([`admission`]).
+//! - [`api`]: the HTTP/JSON API under `/v1`, `/healthz`, `/readyz`, `/metrics`.
+//! - [`recovery`]: start-up reconciliation of what a dead instance left.
+//! - [`auth`]: the bearer token. [`notify`]: `sd_notify`.
+
+pub mod admission;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod notify;
+pub mod recovery;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, broadcast};
+
+use crate::engine::{Backends, Cancel, Engine, RunnerEnv};
+use crate::job::{FinishReason, Outcome};
+use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store};
+use config::ServiceConfig;
+
+/// A failure to start or run the service.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The token is unusable.
+    #[error(transparent)]
+    Token(#[from] auth::TokenError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// A listener could not be opened.
+    #[error("failed to listen on `{addr}`: {source}")]
+    Listen {
+        /// The address or socket path.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The sandbox policies are unusable.
+    #[error(transparent)]
+    Policy(#[from] ralph_sandbox::policy::PolicyError),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Everything `ralph serve` needs to start.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Config file.
+    pub config_path: PathBuf,
+    /// Whether the config file was named explicitly (a missing one is then an error).
+    pub explicit_config: bool,
+    /// `--listen` override.
+    pub listen: Option<String>,
+    /// `--state-dir` override.
+    pub state_dir: Option<PathBuf>,
+    /// Where the sandbox policies may be overridden.
+    pub policy_dir: PathBuf,
+}
+
+/// Forwards every journalled event to the API's followers.
+struct Broadcast(broadcast::Sender<Event>);
+
+impl Observer for Broadcast {
+    fn on_event(&self, _view: &JobView, event: &Event) {
+        let _ = self.0.send(event.clone());
+    }
+}
+
+/// The running service.
+pub struct Service {
+    engine: Engine,
+    config: RwLock<ServiceConfig>,
+    options: ServeOptions,
+    token: String,
+    running: Mutex<HashMap<String, Cancel>>,
+    wake: Notify,
+    draining: AtomicBool,
+    ready: AtomicBool,
+    events: broadcast::Sender<Event>,
+    observer: Arc<dyn Observer>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn log(msg: &str) {
+    eprintln!("ralph serve: {msg}");
+}
+
+impl Service {
+    /// Loads the configuration, opens the store, recovers, and builds the service.
+    pub fn start(options: ServeOptions) -> Result<Arc<Service>, ServiceError> {
+        let mut config = ServiceConfig::load(&options.config_path, options.explicit_config)?;
+        if let Some(l) = &options.listen {
+            config.listen = l.clone();
+        }
+        if let Some(d) = &options.state_dir {
+            config.state_dir = d.clone();
+        }
+        crate::store::sqlite::create_private_dir(&config.state_dir)?;
+        let state_dir = std::fs::canonicalize(&config.state_dir).map_err(|e| {
+            ServiceError::Other(format!(
+                "failed to resolve `{}`: {e}",
+                config.state_dir.display()
+            ))
+        })?;
+        config.state_dir = state_dir.clone();
+        let store = Arc::new(Store::open_sqlite(&state_dir)?);
+        let token = auth::load_or_create(&config.token_path())?;
+        let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
+        let runner = RunnerInfo::current("serve");
+        let ceilings = crate::job::Ceilings {
+            max_rounds: config.limits.max_rounds,
+            handoff_cap: usize::try_from(config.limits.max_handoff_cap.0).unwrap_or(usize::MAX),
+        };
+        // Recovery before any work is taken.
+        let report = recovery::recover(&store, &state_dir, &runner)?;
+        if !report.interrupted.is_empty() || report.helpers_killed > 0 || report.cgroups_removed > 0
+        {
+            log(&format!(
+                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed",
+                report.interrupted.len(),
+                report.interrupted.join(", "),
+                report.helpers_killed,
+                report.cgroups_removed
+            ));
+        }
+        let engine = Engine::new(
+            store,
+            Backends::new("/proc/self/exe", policies),
+            state_dir,
+            runner,
+            RunnerEnv::capture(),
+        )
+        .with_ceilings(ceilings);
+        let (events, _) = broadcast::channel(4096);
+        Ok(Arc::new(Service {
+            engine,
+            config: RwLock::new(config),
+            options,
+            token,
+            running: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            draining: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            observer: Arc::new(Broadcast(events.clone())),
+            events,
+        }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// A copy of the configuration in force.
+    pub fn config(&self) -> ServiceConfig {
+        self.config
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Ready to take work (recovered, listening, not draining).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && !self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Wakes the scheduler (a job was queued or finished).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Follows journal events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// The cancel switch of a running job.
+    pub fn running_cancel(&self, id: &str) -> Option<Cancel> {
+        self.running.lock().ok()?.get(id).cloned()
+    }
+
+    fn running_ids(&self) -> Vec<String> {
+        self.running
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Takes queued jobs while there is room, until the service drains.
+    async fn schedule(self: Arc<Self>) {
+        loop {
+            if self.draining.load(Ordering::SeqCst) {
+                return;
+            }
+            let max = self.config().max_concurrent_jobs;
+            loop {
+                let running = self.running_ids();
+                if running.len() >= max {
+                    break;
+                }
+                let next =
+                    crate::store::journal::blocking(|| self.engine.store().next_queued(&running));
+                match next {
+                    Ok(Some(id)) => self.clone().launch(id),
+                    Ok(None) => break,
+                    Err(e) => {
+                        log(&format!("failed to read the queue: {e}"));
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    }
+
+    fn launch(self: Arc<Self>, id: String) {
+        let cancel = Cancel::new();
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(id.clone(), cancel.clone());
+        }
+        tokio::spawn(async move {
+            match self
+                .engine
+                .run(&id, cancel, vec![self.observer.clone()])
+                .await
+            {
+                Ok(r) => log(&format!(
+                    "job {id}: {} after {} round(s): {}",
+                    r.outcome, r.rounds, r.message
+                )),
+                Err(e) => {
+                    log(&format!("job {id}: {e}"));
+                    self.fail(&id, &e.to_string());
+                }
+            }
+            if let Ok(mut m) = self.running.lock() {
+                m.remove(&id);
+            }
+            self.wake.notify_one();
+        });
+    }
+
+    /// Closes a job the engine could not finish (infrastructure failure), if it can.
+    fn fail(&self, id: &str, message: &str) {
+        let Ok(mut j) = Journal::open(self.engine.store().clone(), id, vec![self.observer.clone()])
+        else {
+            return;
+        };
+        if j.view().state == JobState::Finished {
+            return;
+        }
+        if let Some((round, attempt)) = j.view().open_attempt {
+            let _ = j.record(EventKind::RoundFinished {
+                round,
+                attempt,
+                result: crate::store::AttemptResult::Interrupted,
+                exit: None,
+                ended_by: None,
+                duration_ms: 0,
+                usage: crate::usage::RoundUsage::default(),
+                resources: None,
+                sandbox_violations: Vec::new(),
+            });
+        }
+        if j.view().state == JobState::Queued {
+            let _ = j.record(EventKind::JobStarted {
+                runner: self.engine.runner().clone(),
+            });
+        }
+        let _ = j.record(EventKind::JobFinished {
+            outcome: Outcome::Error,
+            reason: FinishReason::InternalError,
+            message: crate::util::text::bounded(message, 4096),
+            exit_code: None,
+        });
+    }
+
+    /// Stops taking work and lets running jobs stop after their round; after `grace`, or on a
+    /// second request, cancels them outright. Returns when no job runs.
+    async fn drain(self: &Arc<Self>, mut again: tokio::sync::mpsc::Receiver<&'static str>) {
+        self.draining.store(true, Ordering::SeqCst);
+        notify::notify("STOPPING=1");
+        let grace = self.config().drain_grace.0;
+        let running: Vec<Cancel> = self
+            .running
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        log(&format!(
+            "draining: {} running job(s) may finish their round within {}",
+            running.len(),
+            crate::util::units::HumanDuration(grace)
+        ));
+        for c in &running {
+            c.drain("SIGTERM");
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut hard = false;
+        loop {
+            if self.running_ids().is_empty() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                () = tokio::time::sleep_until(deadline), if !hard => {
+                    hard = true;
+                    log("drain grace passed: cancelling the rounds still running");
+                    self.cancel_all("SIGTERM (drain grace passed)");
+                }
+                Some(sig) = again.recv(), if !hard => {
+                    hard = true;
+                    log(&format!("second {sig}: cancelling the running rounds now"));
+                    self.cancel_all(&format!("second {sig}"));
+                }
+            }
+        }
+    }
+
+    fn cancel_all(&self, by: &str) {
+        if let Ok(m) = self.running.lock() {
+            for c in m.values() {
+                c.cancel(by);
+            }
+        }
+    }
+
+    /// Re-reads the configuration (SIGHUP): limits and concurrency change; listeners do not.
+    fn reload(&self) {
+        match ServiceConfig::load(&self.options.config_path, self.options.explicit_config) {
+            Ok(mut new) => {
+                let old = self.config();
+                new.listen = old.listen.clone();
+                new.unix_socket = old.unix_socket.clone();
+                new.state_dir = old.state_dir.clone();
+                new.token_file = old.token_file.clone();
+                if let Ok(mut c) = self.config.write() {
+                    *c = new;
+                }
+                log("configuration reloaded");
+                self.wake();
+            }
+            Err(e) => log(&format!(
+                "configuration not reloaded, the old one stays: {e}"
+            )),
+        }
+    }
+
+    /// Serves until SIGTERM/SIGINT, then drains and returns.
+    pub async fn serve(self: Arc<Self>) -> Result<(), ServiceError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let config = self.config();
+        let router = api::router(self.clone());
+        let shutdown = Arc::new(Notify::new());
+        let mut servers = Vec::new();
+        if !config.listen.is_empty() {
+            let listener = tokio::net::TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| ServiceError::Listen {
+                    addr: config.listen.clone(),
+                    source,
+                })?;
+            let addr = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| config.listen.clone());
+            log(&format!("listening on http://{addr}"));
+            let (r, s) = (router.clone(), shutdown.clone());
+            servers.push(tokio::spawn(async move {
+                let _ = axum::serve(listener, r)
+                    .with_graceful_shutdown(async move { s.notified().await })
+                    .await;
+            }));
+        }
+        if let Some(path) = &config.unix_socket {
+            let _ = std::fs::remove_file(path);
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| ServiceError::Listen {
+                    addr: path.display().to_string(),
+                    source,
+                })?;
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
+            log(&format!("listening on unix://{}", path.display()));
+            let (r, s) = (router.clone(), shutdown.clone());
+            servers.push(tokio::spawn(async move {
+                let _ = axum::serve(listener, r)
+                    .with_graceful_shutdown(async move { s.notified().await })
+                    .await;
+            }));
+        }
+        let sig =
+            |k| signal(k).map_err(|e| ServiceError::Other(format!("failed to watch signals: {e}")));
+        let (mut term, mut int, mut hup) = (
+            sig(SignalKind::terminate())?,
+            sig(SignalKind::interrupt())?,
+            sig(SignalKind::hangup())?,
+        );
+        self.ready.store(true, Ordering::SeqCst);
+        notify::notify("READY=1");
+        if let Some(every) = notify::watchdog_interval() {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    notify::notify("WATCHDOG=1");
+                }
+            });
+        }
+        let scheduler = tokio::spawn(self.clone().schedule());
+        let first = loop {
+            tokio::select! {
+                _ = term.recv() => break "SIGTERM",
+                _ = int.recv() => break "SIGINT",
+                _ = hup.recv() => self.reload(),
+            }
+        };
+        log(&format!("{first}: stopping (no new jobs)"));
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                let s = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                if tx.send(s).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.drain(rx).await;
+        scheduler.abort();
+        shutdown.notify_waiters();
+        for s in servers {
+            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+        }
+        log("stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! Start-up reconciliation, before any work is taken (SPEC §8): every round left open by a dead
+//! runner is closed as `interrupted` and its job finished as `interrupted` — never re-run;
+//! resuming is explicit (`ralph resume`). Then what a killed instance may have left is reaped:
+//! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::engine::AttemptDirs;
+use crate::job::{FinishReason, Outcome};
+use crate::store::{AttemptResult, EventKind, JobState, Journal, RunnerInfo, Store, StoreError};
+use crate::usage::RoundUsage;
+
+/// What start-up reconciliation did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Jobs closed as interrupted.
+    pub interrupted: Vec<String>,
+    /// Running jobs left alone because their runner is alive (another `ralph run`).
+    pub left_to_live_runners: Vec<String>,
+    /// Orphaned sandbox helpers killed.
+    pub helpers_killed: u32,
+    /// Leftover cgroups removed.
+    pub cgroups_removed: u32,
+}
+
+/// Reconciles the store in `state_dir` for the runner `me`.
+pub fn recover(
+    store: &Arc<Store>,
+    state_dir: &Path,
+    me: &RunnerInfo,
+) -> Result<RecoveryReport, StoreError> {
+    let mut report = RecoveryReport {
+        helpers_killed: kill_orphaned_helpers(),
+        cgroups_removed: remove_leftover_cgroups(),
+        ..Default::default()
+    };
+    for id in store.job_ids_in_state(JobState::Running)? {
+        let mut journal = Journal::open(store.clone(), &id, Vec::new())?;
+        let view = journal.view().clone();
+        let dead = match &view.runner {
+            Some(r)
+                if r.pid == me.pid
+                    && r.boot_id == me.boot_id
+                    && r.start_ticks == me.start_ticks =>
+            {
+                true
+            }
+            Some(r) => r.is_alive() == Some(false),
+            None => true,
+        };
+        if !dead {
+            report.left_to_live_runners.push(id);
+            continue;
+        }
+        let who = view.runner.as_ref().map_or_else(
+            || "an unknown runner".to_owned(),
+            |r| format!("`ralph {}` (pid {} on {})", r.role, r.pid, r.host),
+        );
+        journal.record(EventKind::Interrupted {
+            message: format!("{who} stopped while the job ran; found on restart"),
+        })?;
+        if let Some((round, attempt)) = view.open_attempt {
+            journal.record(EventKind::RoundFinished {
+                round,
+                attempt,
+                result: AttemptResult::Interrupted,
+                exit: None,
+                ended_by: None,
+                duration_ms: 0,
+                usage: RoundUsage::default(),
+                resources: None,
+                sandbox_violations: Vec::new(),
+            })?;
+            let dirs = AttemptDirs::new(&crate::engine::job_dir(state_dir, &id), round, attempt);
+            let _ = dirs.remove_private();
+        }
+        let at = view.open_attempt.map_or_else(
+            || "between rounds".to_owned(),
+            |(r, a)| format!("in round {r} (attempt {a})"),
+        );
+        journal.record(EventKind::JobFinished {
+            outcome: Outcome::Interrupted,
+            reason: FinishReason::RunnerDied,
+            message: format!("the runner died {at}; nothing was re-run; `ralph resume {id}` continues with the remaining budget"),
+            exit_code: None,
+        })?;
+        report.interrupted.push(id);
+    }
+    Ok(report)
+}
+
+/// Sandbox helpers whose runner is gone (re-parented to init). They stop their own trees when
+/// they notice, but a helper can itself be stuck: kill it (its sandbox init dies with it).
+fn kill_orphaned_helpers() -> u32 {
+    let mut killed = 0;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let is_helper =
+            cmd.split(|b| *b == 0).nth(1) == Some(ralph_sandbox::native::HELPER_ARG.as_bytes());
+        if is_helper
+            && ralph_sandbox::native::tree::parent_of(pid) == Some(1)
+            && nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .is_ok()
+        {
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// `ralph-<pid>-<n>` cgroups whose supervisor is dead: their processes killed, the directories
+/// removed.
+fn remove_leftover_cgroups() -> u32 {
+    let host = ralph_sandbox::host::probe();
+    let mut removed = 0;
+    for site in [host.memory.ok(), host.pids.ok()].into_iter().flatten() {
+        let Ok(dir) = std::fs::read_dir(&site.dir) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let Some(rest) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(ralph_sandbox::native::cgroup::PREFIX))
+            else {
+                continue;
+            };
+            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+            for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            for _ in 0..100 {
+                match std::fs::remove_dir(e.path()) {
+                    Ok(()) => {
+                        removed += 1;
+                        break;
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            }
+        }
+    }
+    removed
+}

@@ -1,0 +1,306 @@
+//! A real `ralph serve` for end-to-end tests: a temporary state dir and workspace root, a free
+//! loopback port, raw HTTP helpers, and the CLI client pointed at it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Output, ralph_bin};
+
+/// A server under test.
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub agents: PathBuf,
+    pub config: PathBuf,
+    pub port: u16,
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    /// A server whose `[limits]` and other settings are `extra` (TOML appended to the base).
+    pub fn new(extra: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("ralph-serve-")
+            .tempdir()
+            .unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let root = base.join("root");
+        let agents = root.join("agents");
+        let state = base.join("state");
+        std::fs::create_dir_all(&agents).unwrap();
+        let port = free_port();
+        let config = base.join("config.toml");
+        let has_limits = extra.contains("[limits]");
+        let limits = if has_limits {
+            extra.replacen(
+                "[limits]",
+                &format!("[limits]\nworkspace_roots = [\"{}\"]", root.display()),
+                1,
+            )
+        } else {
+            format!(
+                "{extra}\n[limits]\nworkspace_roots = [\"{}\"]\n",
+                root.display()
+            )
+        };
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n{limits}",
+                state.display()
+            ),
+        )
+        .unwrap();
+        let log = base.join("serve.log");
+        let mut s = Server {
+            dir,
+            root,
+            state,
+            agents,
+            config,
+            port,
+            child: None,
+            log,
+        };
+        s.start();
+        s
+    }
+
+    /// Starts (or restarts) the server and waits until it is ready.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(ralph_bin())
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let start = Instant::now();
+        loop {
+            if let Ok((200, _)) = self.raw("GET", "/readyz", None, None, None) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ralph serve exited with {status}:\n{}", self.log_text());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "server not ready:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for the server to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        c.wait().unwrap()
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.state.join("token"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One raw HTTP/1.1 request; returns the status and the body.
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+        content_type: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let body = body.unwrap_or("");
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        req.push_str(&format!(
+            "Content-Type: {}\r\n\r\n",
+            content_type.unwrap_or("application/json")
+        ));
+        s.write_all(req.as_bytes())?;
+        s.write_all(body.as_bytes())?;
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp)?;
+        let text = String::from_utf8_lossy(&resp).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(rest)
+        } else {
+            rest.to_owned()
+        };
+        Ok((status, body))
+    }
+
+    /// An authenticated JSON call.
+    pub fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = self
+            .raw(method, path, Some(&self.token()), body, None)
+            .unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// The CLI client, pointed at this server.
+    pub fn ralph(&self, args: &[&str]) -> Output {
+        let out = Command::new(ralph_bin())
+            .args(args)
+            .env("RALPH_SERVER", self.url())
+            .env("RALPH_TOKEN", self.token())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Writes an executable agent script under the workspace root (readable by the sandbox
+    /// through `read = [agents]`).
+    pub fn agent(&self, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.agents.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    /// A fresh workspace under the root.
+    pub fn workspace(&self, name: &str) -> PathBuf {
+        let p = self.root.join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// The journal of a job, from the store on disk.
+    pub fn events(&self, id: &str) -> Vec<Value> {
+        let store = ralph_runner::store::Store::open_sqlite(&self.state).unwrap();
+        store
+            .events(id)
+            .unwrap()
+            .into_iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect()
+    }
+
+    /// Waits until the job is finished; returns its JSON.
+    pub fn wait_finished(&self, id: &str, limit: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let (_, j) = self.api("GET", &format!("/v1/jobs/{id}"), None);
+            if j["state"] == "finished" {
+                return j;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "job {id} did not finish: {j}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A job entry of a JSON job file.
+pub fn job(workspace: &Path, agent: &Path, extra: Value) -> Value {
+    let mut j = serde_json::json!({
+        "objective": "test objective",
+        "workspace": workspace,
+        "agent_cmd": agent.display().to_string(),
+        "read": [agent.parent().unwrap()],
+        "retry_backoff": "10ms",
+        "kill_grace": "1s",
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        j[k] = v.clone();
+    }
+    j
+}

@@ -1,0 +1,433 @@
+//! `ralph serve` end to end, driven only through the CLI client and HTTP: batches, concurrency,
+//! cancel, authentication, admission rules, malformed requests, drain on SIGTERM and resume.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::server::{Server, job};
+use common::{complete_report, continue_report, processes_with, wait_for_file};
+use serde_json::{Value, json};
+
+fn post_jobs(s: &Server, jobs: Vec<Value>) -> (u16, Value) {
+    s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": jobs }).to_string()),
+    )
+}
+
+#[test]
+fn a_batch_of_50_jobs_runs_with_at_most_4_at_once() {
+    let s = Server::new("max_concurrent_jobs = 4\n");
+    let agent = s.agent(
+        "nap.sh",
+        &format!(
+            "sleep 0.3\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("napped")
+        ),
+    );
+    // One job file, 50 jobs, through the CLI.
+    let mut toml = String::new();
+    for i in 0..50 {
+        let ws = s.workspace(&format!("ws{i}"));
+        toml.push_str(&format!(
+            "[[job]]\nobjective = \"job {i}\"\nworkspace = \"{}\"\nagent_cmd = \"{}\"\nread = [\"{}\"]\n\n",
+            ws.display(),
+            agent.display(),
+            s.agents.display()
+        ));
+    }
+    let file = s.dir.path().join("batch.toml");
+    std::fs::write(&file, toml).unwrap();
+    let out = s.ralph(&["submit", file.to_str().unwrap()]);
+    out.expect_code(0);
+    let ids: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
+    assert_eq!(ids.len(), 50);
+    for id in &ids {
+        assert_eq!(
+            s.wait_finished(id, Duration::from_secs(120))["outcome"],
+            "complete"
+        );
+    }
+    // The journal says when each job ran: never more than 4 at once, and 4 were reached.
+    let mut edges: Vec<(String, i32)> = Vec::new();
+    for id in &ids {
+        for e in s.events(id) {
+            match e["type"].as_str().unwrap() {
+                "job_started" => edges.push((e["at"].as_str().unwrap().to_owned(), 1)),
+                "job_finished" => edges.push((e["at"].as_str().unwrap().to_owned(), -1)),
+                _ => {}
+            }
+        }
+    }
+    edges.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut max) = (0, 0);
+    for (_, d) in edges {
+        now += d;
+        max = max.max(now);
+    }
+    assert!(max <= 4, "{max} jobs ran at once");
+    assert_eq!(max, 4, "the concurrency limit was never reached");
+}
+
+#[test]
+fn cancelling_a_running_job_leaves_no_process() {
+    let s = Server::new("");
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "hang.sh",
+        "touch started\n( trap '' TERM; exec sleep 94411 ) &\nexec sleep 94412",
+    );
+    let (code, created) = post_jobs(&s, vec![job(&ws, &agent, json!({}))]);
+    assert_eq!(code, 201, "{created}");
+    let id = created["jobs"][0]["id"].as_str().unwrap().to_owned();
+    wait_for_file(&ws.join("started"), Duration::from_secs(20));
+    assert!(!processes_with("9441").is_empty());
+    s.ralph(&["cancel", &id]).expect_code(0);
+    let out = s.ralph(&["wait", &id]);
+    out.expect_code(130);
+    for _ in 0..100 {
+        if processes_with("9441").is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        processes_with("9441"),
+        Vec::<i32>::new(),
+        "processes of the cancelled round survived"
+    );
+    let types: Vec<String> = s
+        .events(&id)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        types.ends_with(&[
+            "cancel_requested".into(),
+            "round_finished".into(),
+            "job_finished".into()
+        ]),
+        "{types:?}"
+    );
+}
+
+#[test]
+fn requests_without_the_right_token_get_401() {
+    let s = Server::new("");
+    let (code, body) = s.raw("GET", "/v1/jobs", None, None, None).unwrap();
+    assert_eq!(code, 401);
+    assert!(body.contains("\"unauthorized\""), "{body}");
+    let (code, _) = s
+        .raw(
+            "GET",
+            "/v1/jobs",
+            Some("wrong-token-wrong-token"),
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(code, 401);
+    let (code, _) = s
+        .raw("POST", "/v1/jobs", Some("x"), Some("{}"), None)
+        .unwrap();
+    assert_eq!(code, 401);
+    // The CLI says so, with the usage exit code.
+    let out = std::process::Command::new(common::ralph_bin())
+        .args(["jobs", "--server", &s.url()])
+        .env("RALPH_TOKEN", "not-the-token-at-all")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused the token"));
+    // Health and readiness need no token.
+    assert_eq!(s.raw("GET", "/healthz", None, None, None).unwrap().0, 200);
+    assert_eq!(s.raw("GET", "/readyz", None, None, None).unwrap().0, 200);
+}
+
+#[test]
+fn each_server_limit_is_refused_with_its_rule_named() {
+    let s = Server::new(
+        "[limits]\nread_roots = []\nmax_rounds = 100\nmax_memory = \"1G\"\nmax_pids = 100\nmax_round_timeout = \"10m\"\nallow_network_full = false\nallowed_env = [\"OK_VAR\"]\n",
+    );
+    let ws = s.workspace("ws");
+    let agent = s.agent("a.sh", "true");
+    let outside = tempfile::tempdir().unwrap();
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({"workspace": outside.path()}),
+            "limits.workspace_roots",
+            "job[0].workspace",
+        ),
+        (
+            json!({"mode": "full-access"}),
+            "limits.max_mode",
+            "job[0].mode",
+        ),
+        (
+            json!({"max_rounds": 101}),
+            "limits.max_rounds",
+            "job[0].max_rounds",
+        ),
+        (
+            json!({"memory": "2G"}),
+            "limits.max_memory",
+            "job[0].memory",
+        ),
+        (json!({"pids": 101}), "limits.max_pids", "job[0].pids"),
+        (
+            json!({"round_timeout": "11m"}),
+            "limits.max_round_timeout",
+            "job[0].round_timeout",
+        ),
+        (
+            json!({"network": "full"}),
+            "limits.allow_network_full",
+            "job[0].network",
+        ),
+        (
+            json!({"env": ["SECRET_VAR"]}),
+            "limits.allowed_env",
+            "job[0].env",
+        ),
+        (
+            json!({"read": ["/etc"]}),
+            "limits.read_roots",
+            "job[0].read",
+        ),
+    ];
+    for (extra, rule, field) in cases {
+        let (code, body) = post_jobs(&s, vec![job(&ws, &agent, extra.clone())]);
+        assert_eq!(code, 403, "{extra}: {body}");
+        assert_eq!(body["error"]["code"], "refused");
+        assert_eq!(body["error"]["rule"], rule, "{extra}: {body}");
+        assert_eq!(body["error"]["field"], field, "{extra}: {body}");
+    }
+    // A batch is all or nothing: one refused job queues none.
+    let (code, body) = post_jobs(
+        &s,
+        vec![
+            job(&ws, &agent, json!({})),
+            job(&ws, &agent, json!({"mode": "full-access"})),
+        ],
+    );
+    assert_eq!(code, 403);
+    assert_eq!(body["error"]["field"], "job[1].mode");
+    let (_, list) = s.api("GET", "/v1/jobs", None);
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 0);
+    // Within the limits it is accepted, and unset limits take the ceilings.
+    let (code, body) = post_jobs(&s, vec![job(&ws, &agent, json!({"kind": "task"}))]);
+    assert_eq!(code, 201, "{body}");
+    let id = body["jobs"][0]["id"].as_str().unwrap();
+    let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+    assert_eq!(j["spec"]["sandbox"]["memory"], 1 << 30);
+    assert_eq!(j["spec"]["sandbox"]["pids"], 100);
+    // The CLI shows the rule too.
+    let out = s.ralph(&[
+        "submit",
+        "--objective",
+        "x",
+        "--agent-cmd",
+        "true",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--mode",
+        "full-access",
+    ]);
+    out.expect_code(64);
+    assert!(
+        out.stderr.contains("limits.max_mode") && out.stderr.contains("job[0].mode"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn malformed_requests_get_400_naming_the_field() {
+    let s = Server::new("");
+    let ws = s.workspace("ws");
+    let post = |body: &str, ct: &str| {
+        let (code, text) = s
+            .raw("POST", "/v1/jobs", Some(&s.token()), Some(body), Some(ct))
+            .unwrap();
+        (code, serde_json::from_str::<Value>(&text).unwrap())
+    };
+    let (code, body) = post("{\"job\": [", "application/json");
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (code, body) = post("[[job]\nobjective = ", "application/toml");
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = post(
+        &format!(
+            "[[job]]\nobjective = \"x\"\nagent_cmd = \"true\"\nworkspace = \"{}\"\nmax_round = 3\n",
+            ws.display()
+        ),
+        "application/toml",
+    );
+    assert_eq!(code, 400);
+    assert_eq!(body["error"]["field"], "max_round", "{body}");
+    let (code, body) = post(
+        &json!({"job": [{"objective": "x", "agent_cmd": "true", "workspace": ws, "maxRounds": 3}]})
+            .to_string(),
+        "application/json",
+    );
+    assert_eq!(code, 400);
+    assert_eq!(body["error"]["field"], "maxRounds", "{body}");
+    let (code, body) = post(&json!({"jobs": []}).to_string(), "application/json");
+    assert_eq!((code, body["error"]["field"].as_str()), (400, Some("jobs")));
+    let (code, body) = post(&json!({"job": [{"objective": "x", "agent_cmd": "true", "workspace": ws, "round_timeout": "soon"}]}).to_string(), "application/json");
+    assert_eq!(code, 400);
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("soon"),
+        "{body}"
+    );
+    let (code, body) = post(&json!({"job": [{"objective": "x", "agent_cmd": "true", "workspace": ws, "max_rounds": 0}]}).to_string(), "application/json");
+    assert_eq!(
+        (code, body["error"]["field"].as_str()),
+        (400, Some("job[0].max_rounds")),
+        "{body}"
+    );
+    let (code, body) = post(
+        &json!({"job": [{"objective": "x", "agent_cmd": "true", "workspace": "relative/ws"}]})
+            .to_string(),
+        "application/json",
+    );
+    assert_eq!(
+        (code, body["error"]["field"].as_str()),
+        (400, Some("job[0].workspace")),
+        "{body}"
+    );
+    let (code, body) = post(
+        &json!({"job": [{"objective_file": "/etc/shadow", "agent_cmd": "true", "workspace": ws}]})
+            .to_string(),
+        "application/json",
+    );
+    assert_eq!(
+        (code, body["error"]["field"].as_str()),
+        (400, Some("job[0].objective_file")),
+        "{body}"
+    );
+    // Too large a body.
+    let big = "x".repeat(2 << 20);
+    let (code, _) = s
+        .raw("POST", "/v1/jobs", Some(&s.token()), Some(&big), None)
+        .unwrap();
+    assert_eq!(code, 413);
+    // A job file with an unknown key, through the CLI, is refused before it is sent.
+    let file = s.dir.path().join("bad.toml");
+    std::fs::write(&file, "[[job]]\nobjectiv = \"x\"\n").unwrap();
+    let out = s.ralph(&["submit", file.to_str().unwrap()]);
+    out.expect_code(64);
+    assert!(out.stderr.contains("objectiv"), "{}", out.stderr);
+}
+
+#[test]
+fn cancel_and_resume_through_the_api() {
+    let s = Server::new("max_concurrent_jobs = 1\n");
+    let ws1 = s.workspace("ws1");
+    let ws2 = s.workspace("ws2");
+    let hang = s.agent("hang.sh", "touch started\nexec sleep 30");
+    let count = s.agent(
+        "count.sh",
+        &format!(
+            "n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count\nif [ $n -ge 2 ]; then echo '{}' > \"$RALPH_REPORT_FILE\"; else echo '{}' > \"$RALPH_REPORT_FILE\"; fi",
+            complete_report("two"),
+            continue_report("one")
+        ),
+    );
+    let (_, a) = post_jobs(&s, vec![job(&ws1, &hang, json!({}))]);
+    let a = a["jobs"][0]["id"].as_str().unwrap().to_owned();
+    wait_for_file(&ws1.join("started"), Duration::from_secs(20));
+    // With one slot taken, the second job waits in the queue; cancelling it there is immediate.
+    let (_, b) = post_jobs(&s, vec![job(&ws2, &count, json!({}))]);
+    let b = b["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let (code, body) = s.api("POST", &format!("/v1/jobs/{b}/cancel"), None);
+    assert_eq!(
+        (code, body["outcome"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    let (code, _) = s.api("POST", &format!("/v1/jobs/{b}/cancel"), None);
+    assert_eq!(code, 409, "a finished job cannot be cancelled");
+    // The running one.
+    let (code, _) = s.api("POST", &format!("/v1/jobs/{a}/cancel"), None);
+    assert_eq!(code, 202);
+    assert_eq!(
+        s.wait_finished(&a, Duration::from_secs(20))["outcome"],
+        "cancelled"
+    );
+    // Resume the never-started one: it runs with its whole budget.
+    s.ralph(&["resume", &b]).expect_code(0);
+    let out = s.ralph(&["wait", &b]);
+    out.expect_code(0);
+    let j = s.wait_finished(&b, Duration::from_secs(20));
+    assert_eq!(j["rounds"], 2);
+    // A complete job cannot be resumed.
+    let (code, body) = s.api("POST", &format!("/v1/jobs/{b}/resume"), None);
+    assert_eq!(code, 409, "{body}");
+    let (code, _) = s.api("GET", "/v1/jobs/no-such-job", None);
+    assert_eq!(code, 404);
+    // Listing with filters.
+    let (_, list) = s.api("GET", "/v1/jobs?outcome=cancelled", None);
+    let ids: Vec<&str> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![a.as_str()]);
+    let (code, _) = s.api("GET", "/v1/jobs?state=bogus", None);
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn sigterm_drains_then_resume_continues_with_the_remaining_budget() {
+    let mut s = Server::new("drain_grace = \"20s\"\n");
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "slow.sh",
+        &format!("n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count\ntouch round-$n\nsleep 1\nif [ $n -ge 3 ]; then echo '{}' > \"$RALPH_REPORT_FILE\"; else echo '{}' > \"$RALPH_REPORT_FILE\"; fi", complete_report("three"), continue_report("more")),
+    );
+    let (_, c) = post_jobs(&s, vec![job(&ws, &agent, json!({"max_rounds": 5}))]);
+    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    wait_for_file(&ws.join("round-1"), Duration::from_secs(20));
+    let status = s.terminate();
+    assert!(status.success(), "{status}\n{}", s.log_text());
+    // The running round finished; no new one started; the job is cancelled, resumable.
+    assert!(
+        !ws.join("round-2").exists(),
+        "a new round started during the drain"
+    );
+    let events = s.events(&id);
+    let fin = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "job_finished")
+        .unwrap();
+    assert_eq!(fin["outcome"], "cancelled", "{fin}");
+    assert!(
+        fin["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped between rounds"),
+        "{fin}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "round_finished" && e["result"]["kind"] == "reported")
+    );
+    s.start();
+    s.ralph(&["resume", &id]).expect_code(0);
+    s.ralph(&["wait", &id]).expect_code(0);
+    let j = s.wait_finished(&id, Duration::from_secs(30));
+    assert_eq!(j["rounds"], 3, "rounds continue where they stopped: {j}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("count")).unwrap().trim(),
+        "3"
+    );
+}
