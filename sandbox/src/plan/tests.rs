@@ -140,7 +140,7 @@ fn read_only_keeps_the_workspace_read_only_and_refuses_network() {
 fn full_access_has_no_filesystem_rules_but_keeps_the_rest() {
     let w = world();
     let p = plan(&req(&w, Mode::FullAccess), &host()).unwrap();
-    assert!(p.landlock.is_none() && !p.mount_namespace && !p.net_namespace);
+    assert!(p.landlock.is_none() && p.root.is_none() && !p.net_namespace);
     assert!(p.pid_namespace && p.drop_capabilities);
     assert!(p.seccomp.deny.iter().any(|(n, _)| n == "bpf"));
     assert!(!p.seccomp.deny.iter().any(|(n, _)| n == "ptrace"));
