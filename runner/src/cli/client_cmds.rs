@@ -25,7 +25,7 @@ pub struct ServerArgs {
     #[arg(long, env = "RALPH_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
     pub server: String,
     /// File holding the API token (else $RALPH_TOKEN, else /var/lib/ralph/token).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, env = "RALPH_TOKEN_FILE", value_name = "PATH")]
     pub token_file: Option<PathBuf>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
