@@ -19,6 +19,7 @@ pub mod agent;
 pub mod client;
 pub mod engine;
 pub mod job;
+pub mod metrics;
 pub mod report;
 pub mod service;
 pub mod store;

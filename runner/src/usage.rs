@@ -1,8 +1,11 @@
 //! Token usage (SPEC §4): the agent appends JSON lines to `$RALPH_USAGE_FILE`; the runner reads
 //! them after each round. Malformed lines are reported and skipped, never fatal.
 //!
-//! Normalisation: `cached_input_tokens` is a subset of `input_tokens` and `reasoning_tokens` a
-//! subset of `output_tokens` (the OpenAI convention). The token budget counts
+//! Normalisation (the OpenAI convention, documented in `docs/metrics.md`): `input_tokens` counts
+//! every input token, `cached_input_tokens` (read from a prompt cache) and
+//! `cache_write_input_tokens` (written to one) are subsets of it, and `reasoning_tokens` is a
+//! subset of `output_tokens`. Presets convert CLIs that count otherwise (Anthropic's
+//! `input_tokens` excludes cache reads and writes). The token budget counts
 //! `input_tokens + output_tokens`.
 
 use std::collections::BTreeMap;
@@ -29,6 +32,14 @@ pub struct UsageTotals {
     pub output_tokens: u64,
     /// Reasoning tokens.
     pub reasoning_tokens: u64,
+    /// Input tokens written to a prompt cache (a subset of `input_tokens`); only shown when
+    /// non-zero, as few agents report it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl UsageTotals {
@@ -40,6 +51,38 @@ impl UsageTotals {
             .saturating_add(other.cached_input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cache_write_input_tokens = self
+            .cache_write_input_tokens
+            .saturating_add(other.cache_write_input_tokens);
+    }
+
+    /// `self - earlier`, per field, never below zero: the usage between two cumulative
+    /// snapshots.
+    pub fn since(&self, earlier: &UsageTotals) -> UsageTotals {
+        UsageTotals {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            cached_input_tokens: self
+                .cached_input_tokens
+                .saturating_sub(earlier.cached_input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            reasoning_tokens: self
+                .reasoning_tokens
+                .saturating_sub(earlier.reasoning_tokens),
+            cache_write_input_tokens: self
+                .cache_write_input_tokens
+                .saturating_sub(earlier.cache_write_input_tokens),
+        }
+    }
+
+    /// The counts by metric `kind` label (`ralph_tokens_total{kind}`).
+    pub fn by_kind(&self) -> [(&'static str, u64); 5] {
+        [
+            ("input", self.input_tokens),
+            ("cached_input", self.cached_input_tokens),
+            ("cache_write_input", self.cache_write_input_tokens),
+            ("output", self.output_tokens),
+            ("reasoning", self.reasoning_tokens),
+        ]
     }
 
     /// Tokens counted against `--max-tokens`.
@@ -91,6 +134,8 @@ struct Line {
     output_tokens: Option<u64>,
     #[serde(default)]
     reasoning_tokens: Option<u64>,
+    #[serde(default)]
+    cache_write_input_tokens: Option<u64>,
 }
 
 /// Parses the content of a usage file. Unknown keys are ignored (agents may add cost fields);
@@ -131,6 +176,7 @@ pub fn parse(bytes: &[u8]) -> (RoundUsage, Vec<UsageProblem>) {
                     cached_input_tokens: l.cached_input_tokens.unwrap_or(0),
                     output_tokens: l.output_tokens.unwrap_or(0),
                     reasoning_tokens: l.reasoning_tokens.unwrap_or(0),
+                    cache_write_input_tokens: l.cache_write_input_tokens.unwrap_or(0),
                 });
             }
             Err(e) => problems.push(UsageProblem {
@@ -162,7 +208,8 @@ not json
                 input_tokens: 15,
                 cached_input_tokens: 4,
                 output_tokens: 3,
-                reasoning_tokens: 1
+                reasoning_tokens: 1,
+                cache_write_input_tokens: 0,
             }
         );
         assert_eq!(u.by_model[UNKNOWN_MODEL].output_tokens, 7);

@@ -87,6 +87,20 @@ impl SandboxError {
         }
     }
 
+    /// A short, bounded name for why the set-up failed, for metric labels (one of
+    /// [`SETUP_FAILURE_REASONS`]); the full message stays in the journal.
+    pub fn reason_label(&self) -> &'static str {
+        match self {
+            SandboxError::Unavailable { restriction, .. } => restriction_label(restriction),
+            SandboxError::InvalidRequest { .. } => "invalid_request",
+            SandboxError::SpawnHelper { .. } => "helper_spawn",
+            SandboxError::HelperLost { .. }
+            | SandboxError::BadResult { .. }
+            | SandboxError::Helper { .. } => "helper",
+            SandboxError::Io { .. } => "io",
+        }
+    }
+
     /// Shorthand for [`SandboxError::Unavailable`].
     pub fn unavailable(restriction: impl Into<String>, reason: impl Into<String>) -> Self {
         SandboxError::Unavailable {
@@ -101,5 +115,77 @@ impl SandboxError {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// Every value [`SandboxError::reason_label`] can return.
+pub const SETUP_FAILURE_REASONS: &[&str] = &[
+    "namespaces",
+    "mounts",
+    "network",
+    "capabilities",
+    "landlock",
+    "seccomp",
+    "cgroups",
+    "rlimits",
+    "docker",
+    "image",
+    "process",
+    "invalid_request",
+    "helper_spawn",
+    "helper",
+    "io",
+    "other",
+];
+
+/// Maps the name of a restriction that could not be enforced to its label.
+fn restriction_label(restriction: &str) -> &'static str {
+    let r = restriction.to_ascii_lowercase();
+    // Most specific first: "resource limits (cgroups)" names both limits and cgroups.
+    const WORDS: &[(&str, &str)] = &[
+        ("landlock", "landlock"),
+        ("seccomp", "seccomp"),
+        ("cgroup", "cgroups"),
+        ("rlimit", "rlimits"),
+        ("image", "image"),
+        ("docker", "docker"),
+        ("mount", "mounts"),
+        ("network", "network"),
+        ("namespace", "namespaces"),
+        ("capabilit", "capabilities"),
+        ("process", "process"),
+    ];
+    WORDS
+        .iter()
+        .find(|(w, _)| r.contains(w))
+        .map_or("other", |(_, l)| l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_labels_are_bounded_and_specific() {
+        let cases = [
+            ("filesystem isolation (landlock)", "landlock"),
+            ("the syscall filter (seccomp)", "seccomp"),
+            ("resource limits (cgroups)", "cgroups"),
+            ("resource limits (rlimits)", "rlimits"),
+            ("the private filesystem view (mount namespace)", "mounts"),
+            ("network isolation", "network"),
+            ("the docker backend", "docker"),
+            ("the image `x`", "image"),
+            ("something new", "other"),
+        ];
+        for (restriction, want) in cases {
+            let l = SandboxError::unavailable(restriction, "why").reason_label();
+            assert_eq!(l, want, "{restriction}");
+            assert!(SETUP_FAILURE_REASONS.contains(&l));
+        }
+        assert_eq!(
+            SandboxError::invalid("f", "m").reason_label(),
+            "invalid_request"
+        );
     }
 }

@@ -189,6 +189,10 @@ pub struct ExecOutcome {
     pub ended_by: EndedBy,
     /// Wall-clock time from spawn to the end of the main process.
     pub wall: Duration,
+    /// Time the backend took to put the sandbox in place before the command started (native:
+    /// from the helper's first set-up step to the command's `execve`). `None` when unknown.
+    #[serde(default)]
+    pub setup: Option<Duration>,
     /// Resources of the whole tree.
     pub resources: ResourceUsage,
     /// Processes still alive after the main process ended, which the supervisor killed.

@@ -1,9 +1,25 @@
 //! Agents: what runs in a round. `--agent-cmd CMD` runs any command line with `/bin/sh -c` in the
-//! workspace; `--agent NAME` picks a preset that knows how to drive a particular agent CLI.
+//! workspace; `--agent NAME` picks a preset that knows how to drive a particular agent CLI: it
+//! builds the command line, feeds the prompt on stdin, and reads the CLI's own output for the
+//! report, the token usage and the CLI's request retries ([`output`]).
+//!
+//! - [`codex`]: OpenAI Codex CLI (`codex exec --json`).
+//! - [`claude`]: Claude Code (`claude -p --output-format stream-json`).
+
+pub mod claude;
+pub mod codex;
+pub mod output;
+pub mod retry;
 
 use std::path::Path;
 
-use crate::job::AgentSpec;
+use ralph_sandbox::{Mode, Network};
+
+use crate::job::{AgentSpec, JobSpec};
+use output::OutputReader;
+
+/// The report contract as a JSON Schema, for CLIs that can constrain their final answer.
+pub const REPORT_SCHEMA: &str = include_str!("report.schema.json");
 
 /// What a preset needs to build one round's command line.
 #[derive(Debug)]
@@ -16,6 +32,8 @@ pub struct RoundFiles<'a> {
     pub usage: &'a Path,
     /// The workspace.
     pub workspace: &'a Path,
+    /// The round's agent-readable input directory (where [`Preset::inputs`] are written).
+    pub input_dir: &'a Path,
 }
 
 /// An adapter for a known agent CLI.
@@ -26,11 +44,45 @@ pub trait Preset: Send + Sync + std::fmt::Debug {
     fn summary(&self) -> &'static str;
     /// The round's command line.
     fn argv(&self, files: &RoundFiles<'_>) -> Vec<String>;
+    /// Files written to the round's input directory before it runs: (name, content).
+    fn inputs(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+    /// Variables the preset sets in the round's environment (never secrets).
+    fn env(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+    /// A fresh reader of one round's standard output.
+    fn reader(&self) -> Box<dyn OutputReader>;
+    /// Refuses a job this preset cannot run. By default: the CLI calls a hosted model, so the
+    /// round needs the network.
+    fn check(&self, spec: &JobSpec) -> Result<(), String> {
+        let s = &spec.sandbox;
+        let network = match (s.mode, s.network) {
+            (Mode::ReadOnly, _) => Network::None,
+            (_, Some(n)) => n,
+            (Mode::FullAccess, None) => Network::Full,
+            (Mode::WorkspaceWrite, None) => Network::None,
+        };
+        if network == Network::None {
+            return Err(format!(
+                "the `{}` preset calls a hosted model and needs the network: add --network full (mode `{}` has no network{})",
+                self.name(),
+                s.mode.as_str(),
+                if s.mode == Mode::ReadOnly {
+                    ", and read-only never has; use --mode workspace-write"
+                } else {
+                    ""
+                }
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// The presets of this build. Later work adds the adapters for agent CLIs here.
+/// The presets of this build.
 pub fn presets() -> &'static [&'static dyn Preset] {
-    &[]
+    &[&codex::Codex, &claude::Claude]
 }
 
 /// An `--agent` name that is not a preset.
@@ -82,6 +134,14 @@ impl Agent {
             Agent::Preset(p) => p.argv(files),
         }
     }
+
+    /// The preset, if this agent is one.
+    pub fn preset(&self) -> Option<&'static dyn Preset> {
+        match self {
+            Agent::Command(_) => None,
+            Agent::Preset(p) => Some(*p),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -100,6 +160,7 @@ mod tests {
             report: p,
             usage: p,
             workspace: p,
+            input_dir: p,
         };
         assert_eq!(a.argv(&files), vec!["/bin/sh", "-c", "echo hi"]);
     }

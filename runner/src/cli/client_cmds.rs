@@ -316,7 +316,9 @@ pub fn describe_event(ev: &Event) -> String {
                 ),
                 AttemptResult::Failed { reason, message } => format!("failed: {reason}: {message}"),
                 AttemptResult::Exited => "ended".into(),
-                AttemptResult::SandboxFailed { message } => format!("sandbox failed: {message}"),
+                AttemptResult::SandboxFailed { message, .. } => {
+                    format!("sandbox failed: {message}")
+                }
                 AttemptResult::Cancelled => "cancelled".into(),
                 AttemptResult::DeadlineReached => "stopped by the job timeout".into(),
                 AttemptResult::Interrupted => "interrupted (the runner died)".into(),

@@ -150,7 +150,7 @@ impl Observer for Progress {
                         )
                     }
                     AttemptResult::Exited => format!("round {round}/{n} ended ({took})"),
-                    AttemptResult::SandboxFailed { message } => {
+                    AttemptResult::SandboxFailed { message, .. } => {
                         format!("round {round}/{n}: sandbox failed: {message}")
                     }
                     AttemptResult::Cancelled => format!("round {round}/{n} cancelled ({took})"),

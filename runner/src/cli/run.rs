@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use ralph_runner::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv};
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
+use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
 use ralph_runner::store::{Observer, RunnerInfo, Store};
 
 use super::exit::Exit;
@@ -29,6 +30,14 @@ pub struct RunArgs {
     /// Print the result object as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Write the job's metrics to PATH (node exporter textfile format, atomically; counters add
+    /// up across runs writing the same file).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_textfile: Option<PathBuf>,
+    /// Push the job's metrics to this Prometheus Pushgateway at the end (a failed push is a
+    /// warning). Grouping: URL/metrics/job/ralph/instance/<hostname> unless URL has its own.
+    #[arg(long, value_name = "URL")]
+    pub pushgateway: Option<String>,
 }
 
 fn overlaps(a: &Path, b: &Path) -> bool {
@@ -79,9 +88,20 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
             spec.workspace.display()
         )));
     }
+    if let Some(p) = &args.metrics_textfile {
+        textfile::check_path(p).map_err(|e| CliError::usage(format!("--metrics-textfile: {e}")))?;
+    }
+    let runner = RunnerInfo::current("run");
+    let push_url = match &args.pushgateway {
+        Some(u) => Some(
+            push::group_url(u, &runner.host)
+                .map_err(|e| CliError::usage(format!("--pushgateway: {e}")))?,
+        ),
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new(false).map_err(|e| CliError::internal(e.to_string()))?);
     let store =
         Arc::new(Store::open_sqlite(&state_dir).map_err(|e| CliError::internal(e.to_string()))?);
-    let runner = RunnerInfo::current("run");
     let engine = Engine::new(
         store,
         Backends::new("/proc/self/exe", super::sandbox_args::load_policies()?),
@@ -100,16 +120,43 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         .build()
         .map_err(|e| CliError::internal(format!("failed to start the runtime: {e}")))?;
     let progress = Arc::new(Progress::new(std::io::stderr().is_terminal()));
-    let observers: Vec<Arc<dyn Observer>> = vec![progress.clone()];
+    let observers: Vec<Arc<dyn Observer>> =
+        vec![progress.clone(), Arc::new(MetricsObserver(metrics.clone()))];
     let cancel = Cancel::new();
     let result = rt.block_on(async {
         watch_signals(cancel.clone());
-        engine.run(&job_id, cancel, observers).await
+        let r = engine.run(&job_id, cancel, observers).await;
+        publish_metrics(
+            &metrics,
+            args.metrics_textfile.as_deref(),
+            push_url.as_deref(),
+        )
+        .await;
+        r
     });
     progress.finish();
     let result = result.map_err(|e| CliError::internal(format!("job {job_id}: {e}")))?;
     print_result(&result, args.json)?;
     Ok(Exit::for_result(&result))
+}
+
+/// Writes the textfile and pushes to the gateway; failures are warnings, never a failed job.
+async fn publish_metrics(metrics: &Metrics, textfile_path: Option<&Path>, push_url: Option<&str>) {
+    metrics.set_jobs(0, 0);
+    if let Some(p) = textfile_path
+        && let Err(e) = textfile::write(p, metrics.gather())
+    {
+        eprintln!("ralph: warning: metrics not written: {e}");
+    }
+    if let Some(url) = push_url {
+        let pushed = match metrics.encode() {
+            Ok(body) => push::push(url, body).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = pushed {
+            eprintln!("ralph: warning: {e}");
+        }
+    }
 }
 
 /// SIGINT and SIGTERM cancel the job: the round's tree is killed and the journal says why.

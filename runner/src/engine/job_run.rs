@@ -30,6 +30,8 @@ pub(super) struct JobRun<'e> {
     pub(super) cancel: Cancel,
     pub(super) deadline: Option<Instant>,
     pub(super) started: Instant,
+    /// What the agent preset carries between rounds (cumulative usage baselines).
+    pub(super) carry: crate::agent::output::Carry,
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -59,6 +61,7 @@ impl<'e> JobRun<'e> {
             cancel,
             deadline,
             started,
+            carry: Default::default(),
         }
     }
 

@@ -94,7 +94,6 @@ impl EngineError {
 }
 
 /// Runs jobs.
-#[derive(Debug)]
 pub struct Engine {
     store: Arc<Store>,
     backends: Backends,
@@ -102,6 +101,17 @@ pub struct Engine {
     runner: RunnerInfo,
     env: RunnerEnv,
     ceilings: Ceilings,
+    observers: Vec<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("state_dir", &self.state_dir)
+            .field("runner", &self.runner)
+            .field("observers", &self.observers.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Engine {
@@ -120,7 +130,20 @@ impl Engine {
             runner,
             env,
             ceilings: Ceilings::default(),
+            observers: Vec::new(),
         }
+    }
+
+    /// Observers that hear every event this engine journals (metrics, live followers), on top
+    /// of the ones a single [`Engine::run`] adds.
+    pub fn with_observers(mut self, observers: Vec<Arc<dyn Observer>>) -> Self {
+        self.observers = observers;
+        self
+    }
+
+    /// The engine-wide observers.
+    pub fn observers(&self) -> Vec<Arc<dyn Observer>> {
+        self.observers.clone()
     }
 
     /// Replaces the deployment ceilings.
@@ -153,9 +176,13 @@ impl Engine {
     /// Checks a job request against the ceilings, the agent presets and the environment.
     pub fn check(&self, spec: &JobSpec) -> Result<(), EngineError> {
         spec.validate(&self.ceilings)?;
-        Agent::resolve(&spec.agent).map_err(|e| EngineError::Config {
+        let agent = Agent::resolve(&spec.agent).map_err(|e| EngineError::Config {
             message: e.to_string(),
         })?;
+        if let Some(p) = agent.preset() {
+            p.check(spec)
+                .map_err(|message| EngineError::Config { message })?;
+        }
         for name in &spec.env {
             if self.env.get(name).is_none() {
                 return Err(EngineError::Config {
@@ -173,7 +200,9 @@ impl Engine {
         cancel: Cancel,
         observers: Vec<Arc<dyn Observer>>,
     ) -> Result<JobResult, EngineError> {
-        let journal = Journal::open(self.store.clone(), job_id, observers)?;
+        let mut all = self.observers.clone();
+        all.extend(observers);
+        let journal = Journal::open(self.store.clone(), job_id, all)?;
         let view = journal.view();
         if view.state == JobState::Finished {
             return Err(EngineError::NotRunnable {
@@ -192,7 +221,7 @@ impl Engine {
     /// Re-arms a finished job (interrupted, cancelled, error, round-failed) with its remaining
     /// budget and its last valid report; it goes back to the queue.
     pub fn resume(&self, job_id: &str) -> Result<(), EngineError> {
-        let mut journal = Journal::open(self.store.clone(), job_id, Vec::new())?;
+        let mut journal = Journal::open(self.store.clone(), job_id, self.observers.clone())?;
         let view = journal.view();
         if let Some(why) = crate::store::projection::resume_refusal(view) {
             return Err(EngineError::Conflict { message: why });
@@ -210,7 +239,7 @@ impl Engine {
     /// Cancels a job that has not started: journals the request and the outcome. Returns
     /// `false` when the job is not queued (a running job is cancelled through its [`Cancel`]).
     pub fn cancel_queued(&self, job_id: &str, by: &str) -> Result<bool, EngineError> {
-        let mut journal = Journal::open(self.store.clone(), job_id, Vec::new())?;
+        let mut journal = Journal::open(self.store.clone(), job_id, self.observers.clone())?;
         if journal.view().state != JobState::Queued {
             return Ok(false);
         }

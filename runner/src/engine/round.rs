@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ralph_sandbox::capture::CappedFile;
+use ralph_sandbox::capture::{CappedFile, OutputSink};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::{
     ExecIo, ExecReport, ExecSpec, Limits, PrivateDirs, SandboxError, SandboxRequest, StderrMode,
@@ -19,6 +19,7 @@ use super::prompt::{self, PromptInput};
 use super::stdout_report::{ReportLineSink, Slot, StdoutReport};
 use super::{EngineError, env};
 use crate::agent::RoundFiles;
+use crate::agent::output::{PresetOutput, PresetSink, ReaderSlot};
 use crate::job::RoundFailure;
 use crate::report::{self, Report, ReportError};
 use crate::store::{AttemptResult, EventKind};
@@ -60,6 +61,9 @@ pub struct Attempt {
     pub exit: Option<Termination>,
 }
 
+/// Unreadable agent output lines journalled per attempt (the rest are only counted out).
+const MAX_OUTPUT_PROBLEMS: usize = 5;
+
 /// Bytes of stderr quoted in a failure message.
 const STDERR_QUOTE: usize = 1024;
 
@@ -95,8 +99,12 @@ impl JobRun<'_> {
             retry_note,
         });
         write_file(&dirs.prompt_file(), prompt.as_bytes())?;
+        let preset = self.agent.preset();
+        for (name, content) in preset.map(|p| p.inputs()).unwrap_or_default() {
+            write_file(&dirs.input.join(name), content.as_bytes())?;
+        }
 
-        let ralph_vars = [
+        let mut ralph_vars = vec![
             ("RALPH_JOB_ID", self.journal.view().id.clone()),
             ("RALPH_ROUND", round.to_string()),
             ("RALPH_ATTEMPT", attempt.to_string()),
@@ -116,6 +124,9 @@ impl JobRun<'_> {
             ),
             ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
         ];
+        for (name, value) in preset.map(|p| p.env()).unwrap_or_default() {
+            ralph_vars.push((name, value.to_owned()));
+        }
         let env = env::build(
             &self.engine.env,
             &dirs.home,
@@ -133,6 +144,7 @@ impl JobRun<'_> {
             report: &report_file,
             usage: &usage_file,
             workspace: &self.spec.workspace,
+            input_dir: &dirs.input,
         });
         let (timeout, deadline_bound) = self.attempt_timeout();
         let spec = ExecSpec {
@@ -157,13 +169,18 @@ impl JobRun<'_> {
         let stderr = CappedFile::create(&dirs.stderr_log(), cap)
             .map_err(|e| EngineError::io("create", &dirs.stderr_log(), e))?;
         let max_line = report::decode::raw_limit(self.spec.handoff_cap);
+        let mut stdout: Box<dyn OutputSink> = Box::new(ReportLineSink::new(
+            Box::new(stdout),
+            max_line,
+            slot.clone(),
+        ));
+        let reader_slot: ReaderSlot = Arc::default();
+        if let Some(p) = preset {
+            stdout = Box::new(PresetSink::new(stdout, p.reader(), reader_slot.clone()));
+        }
         let io = ExecIo {
             stdin: Some(prompt.into_bytes()),
-            stdout: Box::new(ReportLineSink::new(
-                Box::new(stdout),
-                max_line,
-                slot.clone(),
-            )),
+            stdout,
             stderr: Box::new(stderr),
         };
 
@@ -191,18 +208,38 @@ impl JobRun<'_> {
             Err(e) => Err(e),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let read = reader_slot
+            .lock()
+            .ok()
+            .and_then(|mut r| r.take())
+            .map(|r| r.finish(&mut self.carry));
 
         let (end, exec) = match outcome {
             Err(e) => (AttemptEnd::SandboxFailed(e), None),
             Ok(exec) => (
-                self.judge(&exec, &dirs, &slot, policy, deadline_bound),
+                self.judge(&exec, &dirs, &slot, read.as_ref(), policy, deadline_bound),
                 Some(exec),
             ),
         };
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;
         }
-        let usage = self.read_usage(&dirs, round, attempt)?;
+        let (usage, agent_retries) = match read {
+            // A preset reads usage from the CLI's own output; the usage file is not read, so
+            // nothing is counted twice.
+            Some(out) => {
+                for message in out.problems.iter().take(MAX_OUTPUT_PROBLEMS) {
+                    self.journal.record(EventKind::UsageSkipped {
+                        round,
+                        attempt,
+                        line: 0,
+                        message: bounded(&format!("agent output: {message}"), 512),
+                    })?;
+                }
+                (out.usage, out.retries)
+            }
+            None => (self.read_usage(&dirs, round, attempt)?, Default::default()),
+        };
         let result = match &end {
             AttemptEnd::Reported(r) => AttemptResult::Reported {
                 report: serde_json::to_value(r).map_err(|e| EngineError::Internal {
@@ -218,6 +255,7 @@ impl JobRun<'_> {
             AttemptEnd::Deadline => AttemptResult::DeadlineReached,
             AttemptEnd::SandboxFailed(e) => AttemptResult::SandboxFailed {
                 message: bounded(&e.to_string(), 2048),
+                reason: e.reason_label().to_owned(),
             },
         };
         let exit = exec.as_ref().map(|e| e.outcome.termination);
@@ -234,6 +272,11 @@ impl JobRun<'_> {
                 .as_ref()
                 .map(|e| e.outcome.violations.clone())
                 .unwrap_or_default(),
+            sandbox_setup_ms: exec
+                .as_ref()
+                .and_then(|e| e.outcome.setup)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            agent_retries,
         })?;
         // HOME and TMPDIR are scratch space, not artifacts.
         let _ = dirs.remove_private();
@@ -279,6 +322,7 @@ impl JobRun<'_> {
         exec: &ExecReport,
         dirs: &AttemptDirs,
         slot: &Slot,
+        preset: Option<&PresetOutput>,
         policy: ReportPolicy,
         deadline_bound: bool,
     ) -> AttemptEnd {
@@ -301,18 +345,27 @@ impl JobRun<'_> {
         if let Some(msg) = &o.exec_error {
             return AttemptEnd::Failed(RoundFailure::ExecFailed, bounded(msg, 2048));
         }
+        // The CLI's own verdict on its run wins over anything it left behind.
+        if let Some(err) = preset.and_then(|p| p.error.as_ref()) {
+            return AttemptEnd::Failed(RoundFailure::AgentError, err.clone());
+        }
         let cap = self.spec.handoff_cap;
         let from_file = read_report_file(&dirs.report_file(), cap);
-        let decoded = match (from_file, policy) {
-            (Some(r), _) => Some(r),
-            (None, ReportPolicy::OptionalFile) => None,
-            (None, ReportPolicy::Required) => match slot.lock().ok().and_then(|s| s.clone()) {
-                Some(StdoutReport::Line(bytes)) => Some(report::decode(&bytes, cap)),
-                Some(StdoutReport::Overlong(len)) => {
-                    Some(Err(ReportError::InputTooLarge { size: len, cap }))
+        let decoded = match (from_file, policy, preset) {
+            (Some(r), _, _) => Some(r),
+            (None, ReportPolicy::OptionalFile, _) => None,
+            (None, ReportPolicy::Required, Some(p)) => {
+                p.report.as_ref().map(|r| report::decode(r.as_bytes(), cap))
+            }
+            (None, ReportPolicy::Required, None) => {
+                match slot.lock().ok().and_then(|s| s.clone()) {
+                    Some(StdoutReport::Line(bytes)) => Some(report::decode(&bytes, cap)),
+                    Some(StdoutReport::Overlong(len)) => {
+                        Some(Err(ReportError::InputTooLarge { size: len, cap }))
+                    }
+                    None => None,
                 }
-                None => None,
-            },
+            }
         };
         match decoded {
             Some(Ok(r)) => AttemptEnd::Reported(r),

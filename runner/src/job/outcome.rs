@@ -80,16 +80,19 @@ pub enum RoundFailure {
     Crashed,
     /// The agent command could not be executed.
     ExecFailed,
+    /// The agent CLI reported that its own run failed (a preset saw `is_error`, `turn.failed`).
+    AgentError,
 }
 
 impl RoundFailure {
     /// Every failure reason (for metric labels).
-    pub const ALL: [RoundFailure; 5] = [
+    pub const ALL: [RoundFailure; 6] = [
         RoundFailure::NoReport,
         RoundFailure::InvalidReport,
         RoundFailure::Timeout,
         RoundFailure::Crashed,
         RoundFailure::ExecFailed,
+        RoundFailure::AgentError,
     ];
 
     /// The reason's name.
@@ -100,6 +103,7 @@ impl RoundFailure {
             RoundFailure::Timeout => "timeout",
             RoundFailure::Crashed => "crashed",
             RoundFailure::ExecFailed => "exec_failed",
+            RoundFailure::AgentError => "agent_error",
         }
     }
 }

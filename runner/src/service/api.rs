@@ -197,12 +197,22 @@ async fn readyz(State(svc): Svc) -> (StatusCode, &'static str) {
     }
 }
 
-async fn metrics(State(_svc): Svc) -> Response {
-    let body = format!(
-        "# HELP ralph_build_info Build information.\n# TYPE ralph_build_info gauge\nralph_build_info{{version=\"{}\"}} 1\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+async fn metrics(State(svc): Svc) -> Response {
+    match crate::store::journal::blocking(|| svc.metrics()) {
+        Ok(body) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to collect metrics: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// The job file format of a request, from its content type.

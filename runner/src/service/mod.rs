@@ -23,6 +23,7 @@ use tokio::sync::{Notify, broadcast};
 
 use crate::engine::{Backends, Cancel, Engine, RunnerEnv};
 use crate::job::{FinishReason, Outcome};
+use crate::metrics::{Metrics, MetricsObserver};
 use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store};
 use config::ServiceConfig;
 
@@ -89,7 +90,7 @@ pub struct Service {
     draining: AtomicBool,
     ready: AtomicBool,
     events: broadcast::Sender<Event>,
-    observer: Arc<dyn Observer>,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Service {
@@ -130,8 +131,14 @@ impl Service {
             max_rounds: config.limits.max_rounds,
             handoff_cap: usize::try_from(config.limits.max_handoff_cap.0).unwrap_or(usize::MAX),
         };
+        let metrics = Arc::new(Metrics::new(true).map_err(|e| ServiceError::Other(e.to_string()))?);
+        let (events, _) = broadcast::channel(4096);
+        let observers: Vec<Arc<dyn Observer>> = vec![
+            Arc::new(Broadcast(events.clone())),
+            Arc::new(MetricsObserver(metrics.clone())),
+        ];
         // Recovery before any work is taken.
-        let report = recovery::recover(&store, &state_dir, &runner)?;
+        let report = recovery::recover(&store, &state_dir, &runner, &observers)?;
         if !report.interrupted.is_empty() || report.helpers_killed > 0 || report.cgroups_removed > 0
         {
             log(&format!(
@@ -149,8 +156,8 @@ impl Service {
             runner,
             RunnerEnv::capture(),
         )
-        .with_ceilings(ceilings);
-        let (events, _) = broadcast::channel(4096);
+        .with_ceilings(ceilings)
+        .with_observers(observers);
         Ok(Arc::new(Service {
             engine,
             config: RwLock::new(config),
@@ -160,7 +167,7 @@ impl Service {
             wake: Notify::new(),
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
-            observer: Arc::new(Broadcast(events.clone())),
+            metrics,
             events,
         }))
     }
@@ -186,6 +193,19 @@ impl Service {
     /// Wakes the scheduler (a job was queued or finished).
     pub fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// The metrics, with the job gauges brought up to date.
+    pub fn metrics(&self) -> Result<String, String> {
+        let store = self.engine.store();
+        let queued = store
+            .count_in_state(JobState::Queued)
+            .map_err(|e| e.to_string())?;
+        let running = store
+            .count_in_state(JobState::Running)
+            .map_err(|e| e.to_string())?;
+        self.metrics.set_jobs(queued, running);
+        self.metrics.encode().map_err(|e| e.to_string())
     }
 
     /// Follows journal events.
@@ -241,11 +261,7 @@ impl Service {
             m.insert(id.clone(), cancel.clone());
         }
         tokio::spawn(async move {
-            match self
-                .engine
-                .run(&id, cancel, vec![self.observer.clone()])
-                .await
-            {
+            match self.engine.run(&id, cancel, Vec::new()).await {
                 Ok(r) => log(&format!(
                     "job {id}: {} after {} round(s): {}",
                     r.outcome, r.rounds, r.message
@@ -264,7 +280,7 @@ impl Service {
 
     /// Closes a job the engine could not finish (infrastructure failure), if it can.
     fn fail(&self, id: &str, message: &str) {
-        let Ok(mut j) = Journal::open(self.engine.store().clone(), id, vec![self.observer.clone()])
+        let Ok(mut j) = Journal::open(self.engine.store().clone(), id, self.engine.observers())
         else {
             return;
         };
@@ -282,6 +298,8 @@ impl Service {
                 usage: crate::usage::RoundUsage::default(),
                 resources: None,
                 sandbox_violations: Vec::new(),
+                sandbox_setup_ms: None,
+                agent_retries: Default::default(),
             });
         }
         if j.view().state == JobState::Queued {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::engine::AttemptDirs;
 use crate::job::{FinishReason, Outcome};
-use crate::store::{AttemptResult, EventKind, JobState, Journal, RunnerInfo, Store, StoreError};
+use crate::store::{
+    AttemptResult, EventKind, JobState, Journal, Observer, RunnerInfo, Store, StoreError,
+};
 use crate::usage::RoundUsage;
 
 /// What start-up reconciliation did.
@@ -29,6 +31,7 @@ pub fn recover(
     store: &Arc<Store>,
     state_dir: &Path,
     me: &RunnerInfo,
+    observers: &[Arc<dyn Observer>],
 ) -> Result<RecoveryReport, StoreError> {
     let mut report = RecoveryReport {
         helpers_killed: kill_orphaned_helpers(),
@@ -36,7 +39,7 @@ pub fn recover(
         ..Default::default()
     };
     for id in store.job_ids_in_state(JobState::Running)? {
-        let mut journal = Journal::open(store.clone(), &id, Vec::new())?;
+        let mut journal = Journal::open(store.clone(), &id, observers.to_vec())?;
         let view = journal.view().clone();
         let dead = match &view.runner {
             Some(r)
@@ -71,6 +74,8 @@ pub fn recover(
                 usage: RoundUsage::default(),
                 resources: None,
                 sandbox_violations: Vec::new(),
+                sandbox_setup_ms: None,
+                agent_retries: Default::default(),
             })?;
             let dirs = AttemptDirs::new(&crate::engine::job_dir(state_dir, &id), round, attempt);
             let _ = dirs.remove_private();

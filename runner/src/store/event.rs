@@ -1,6 +1,7 @@
 //! Journal events (SPEC §8). Each job has an append-only sequence of these; its state is a
 //! projection of them ([`super::projection`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ralph_sandbox::Termination;
@@ -99,6 +100,9 @@ pub enum AttemptResult {
     SandboxFailed {
         /// Bounded details.
         message: String,
+        /// A bounded label for why (one of `ralph_sandbox::error::SETUP_FAILURE_REASONS`).
+        #[serde(default = "other_reason")]
+        reason: String,
     },
     /// Stopped by a cancel.
     Cancelled,
@@ -106,6 +110,10 @@ pub enum AttemptResult {
     DeadlineReached,
     /// The runner died while it ran (written on recovery).
     Interrupted,
+}
+
+fn other_reason() -> String {
+    "other".to_owned()
 }
 
 /// One event of a job's journal.
@@ -161,6 +169,12 @@ pub enum EventKind {
         /// What the sandbox had to undo after the process (e.g. a forbidden file removed).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sandbox_violations: Vec<String>,
+        /// Time the sandbox took to set up before the agent started, when the backend knows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sandbox_setup_ms: Option<u64>,
+        /// Requests the agent CLI itself retried (e.g. rate limited), by reason; read by presets.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        agent_retries: BTreeMap<String, u64>,
     },
     /// A usage line was malformed and skipped.
     UsageSkipped {

@@ -147,6 +147,11 @@ impl Store {
         self.backend.job_ids_in_state(state.as_str())
     }
 
+    /// How many jobs are in `state`.
+    pub fn count_in_state(&self, state: JobState) -> Result<u64, StoreError> {
+        self.backend.count_in_state(state.as_str())
+    }
+
     /// Jobs matching `filter`, newest first.
     pub fn list(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
         self.backend.list(filter)

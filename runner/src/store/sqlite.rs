@@ -246,6 +246,19 @@ impl SqliteStore {
         rows.collect::<Result<Vec<_>, _>>().map_err(&err)
     }
 
+    /// How many jobs are in `state`.
+    pub fn count_in_state(&self, state: &str) -> Result<u64, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "count jobs in");
+        let n: i64 = conn
+            .db
+            .prepare_cached("SELECT count(*) FROM jobs WHERE state = ?1")
+            .map_err(&err)?
+            .query_row(params![state], |r| r.get(0))
+            .map_err(&err)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Jobs matching `filter`, newest first.
     pub fn list(&self, filter: &super::JobFilter) -> Result<Vec<super::JobSummary>, StoreError> {
         let conn = self.conn()?;

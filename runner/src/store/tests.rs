@@ -33,6 +33,8 @@ fn finished(round: u32, attempt: u32, result: AttemptResult) -> EventKind {
         usage: RoundUsage::default(),
         resources: None,
         sandbox_violations: Vec::new(),
+        sandbox_setup_ms: None,
+        agent_retries: Default::default(),
     }
 }
 

@@ -77,6 +77,8 @@ struct Supervisor {
     /// `main` is the init of a pid namespace (stop it and the namespace dies).
     ns_init: bool,
     started: Instant,
+    /// From the start of the set-up to the command's `execve` (or its failure).
+    setup: Duration,
     deadline: Option<Instant>,
     grace: Duration,
     sigfd: SignalFd,
@@ -143,6 +145,7 @@ impl Supervisor {
         plan: &SandboxPlan,
         parent_pid: Option<i32>,
     ) -> Result<Started, String> {
+        let setup_began = Instant::now();
         let exec_plan =
             ExecPlan::new(spec, Some(plan)).map_err(|e| format!("invalid command: {e}"))?;
         nix::sys::prctl::set_child_subreaper(true)
@@ -299,10 +302,12 @@ impl Supervisor {
         }
         // The command runs: the init's mounts are made, the mask file's name is no longer needed.
         cleanup.drop_mask();
+        let setup = setup_began.elapsed();
         Ok(Started::Running(Box::new(Supervisor {
             main,
             ns_init: plan.pid_namespace,
             started,
+            setup,
             deadline: spec.timeout.map(|t| started + t),
             grace: spec.kill_grace,
             sigfd,
@@ -510,6 +515,7 @@ impl Supervisor {
             termination,
             ended_by: self.ended_by,
             wall: self.main_wall.unwrap_or_else(|| self.started.elapsed()),
+            setup: Some(self.setup),
             resources: ResourceUsage {
                 user_cpu_ms: ms(usage.ru_utime),
                 system_cpu_ms: ms(usage.ru_stime),

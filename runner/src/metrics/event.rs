@@ -1,0 +1,145 @@
+//! The typed metric events: everything the metrics count, as data.
+
+use std::time::Duration;
+
+use ralph_sandbox::BackendKind;
+
+use crate::job::{Outcome, RoundFailure};
+use crate::usage::UsageTotals;
+
+/// How one round attempt ended (`ralph_rounds_total{outcome}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoundOutcome {
+    /// A valid report with status `continue`.
+    Continue,
+    /// A valid report with status `complete` (or a task's command exited 0).
+    Complete,
+    /// A valid report with status `blocked`.
+    Blocked,
+    /// No valid report, the agent failed, or the sandbox could not be set up.
+    Failed,
+    /// Stopped from outside before it could finish: the runner died, or the job deadline passed.
+    Interrupted,
+    /// Stopped by a cancel.
+    Cancelled,
+}
+
+impl RoundOutcome {
+    /// Every value, for pre-initialisation.
+    pub const ALL: [RoundOutcome; 6] = [
+        RoundOutcome::Continue,
+        RoundOutcome::Complete,
+        RoundOutcome::Blocked,
+        RoundOutcome::Failed,
+        RoundOutcome::Interrupted,
+        RoundOutcome::Cancelled,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RoundOutcome::Continue => "continue",
+            RoundOutcome::Complete => "complete",
+            RoundOutcome::Blocked => "blocked",
+            RoundOutcome::Failed => "failed",
+            RoundOutcome::Interrupted => "interrupted",
+            RoundOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// How a verify command ended (`ralph_verify_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyResult {
+    /// Exit status 0.
+    Passed,
+    /// Any other exit.
+    Failed,
+    /// Killed at its timeout.
+    Timeout,
+    /// Stopped by a cancel.
+    Cancelled,
+    /// It could not run (sandbox set-up failed).
+    Error,
+}
+
+impl VerifyResult {
+    /// Every value, for pre-initialisation.
+    pub const ALL: [VerifyResult; 5] = [
+        VerifyResult::Passed,
+        VerifyResult::Failed,
+        VerifyResult::Timeout,
+        VerifyResult::Cancelled,
+        VerifyResult::Error,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            VerifyResult::Passed => "passed",
+            VerifyResult::Failed => "failed",
+            VerifyResult::Timeout => "timeout",
+            VerifyResult::Cancelled => "cancelled",
+            VerifyResult::Error => "error",
+        }
+    }
+}
+
+/// Something the metrics count.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetricEvent {
+    /// A runner took a job; the wait since it was queued, when known.
+    JobStarted {
+        /// Time in the queue (first start only).
+        queue_wait: Option<Duration>,
+    },
+    /// A round attempt ended.
+    RoundFinished {
+        /// How.
+        outcome: RoundOutcome,
+        /// On which backend.
+        backend: BackendKind,
+        /// Wall-clock time of the attempt.
+        duration: Duration,
+        /// Compact size of its valid report.
+        handoff_bytes: Option<usize>,
+        /// Sandbox set-up time, when the backend measured it.
+        setup: Option<Duration>,
+    },
+    /// The sandbox could not be set up for a round.
+    SandboxSetupFailed {
+        /// Backend.
+        backend: BackendKind,
+        /// Bounded reason label.
+        reason: String,
+    },
+    /// A failed round attempt will be retried.
+    RoundRetried {
+        /// Why it failed.
+        reason: RoundFailure,
+    },
+    /// The agent CLI retried its own requests.
+    AgentRequestRetries {
+        /// Bounded reason label.
+        reason: String,
+        /// How many.
+        count: u64,
+    },
+    /// Tokens a round used with one model.
+    Tokens {
+        /// Model name.
+        model: String,
+        /// Counts.
+        usage: UsageTotals,
+    },
+    /// A verify command ended.
+    Verify {
+        /// How.
+        result: VerifyResult,
+    },
+    /// A job ended.
+    JobFinished {
+        /// Its outcome.
+        outcome: Outcome,
+    },
+}

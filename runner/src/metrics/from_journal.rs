@@ -1,0 +1,140 @@
+//! Journal events to metric events: the one place that decides what each journalled fact
+//! counts as. Metrics therefore say exactly what the journal says, once the event is durable.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use ralph_sandbox::outcome::EndedBy;
+
+use super::Metrics;
+use super::event::{MetricEvent, RoundOutcome, VerifyResult};
+use crate::store::{AttemptResult, Event, EventKind, JobView, Observer};
+
+/// Updates [`Metrics`] from every journalled event.
+#[derive(Clone, Debug)]
+pub struct MetricsObserver(pub Arc<Metrics>);
+
+impl Observer for MetricsObserver {
+    fn on_event(&self, view: &JobView, event: &Event) {
+        for m in metric_events(view, event) {
+            self.0.record(&m);
+        }
+    }
+}
+
+fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339(s).ok()
+}
+
+/// What `event` (already applied to `view`) counts as.
+pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
+    let backend = view.spec.sandbox.backend;
+    match &event.kind {
+        EventKind::JobStarted { .. } => {
+            // Only the first start has a meaningful wait (a resumed job was not re-submitted).
+            let first = view.rounds_started == 0 && view.attempts == 0;
+            let queue_wait = first
+                .then(|| {
+                    let at = parse_time(&event.at)?;
+                    let submitted = parse_time(&view.submitted_at)?;
+                    Some(at.duration_since(submitted).unwrap_or(Duration::ZERO))
+                })
+                .flatten();
+            vec![MetricEvent::JobStarted { queue_wait }]
+        }
+        EventKind::RoundFinished {
+            result,
+            exit,
+            duration_ms,
+            usage,
+            sandbox_setup_ms,
+            agent_retries,
+            ..
+        } => {
+            let mut out = Vec::new();
+            let (outcome, handoff_bytes) = match result {
+                AttemptResult::Reported { report } => {
+                    let status = report.get("status").and_then(serde_json::Value::as_str);
+                    let outcome = match status {
+                        Some("complete") => RoundOutcome::Complete,
+                        Some("blocked") => RoundOutcome::Blocked,
+                        _ => RoundOutcome::Continue,
+                    };
+                    (outcome, serde_json::to_string(report).ok().map(|s| s.len()))
+                }
+                AttemptResult::Exited => {
+                    // Only task jobs end a round without a report: their exit status decides.
+                    let outcome = if exit.is_some_and(|t| t.success()) {
+                        RoundOutcome::Complete
+                    } else {
+                        RoundOutcome::Failed
+                    };
+                    (outcome, None)
+                }
+                AttemptResult::Failed { .. } => (RoundOutcome::Failed, None),
+                AttemptResult::SandboxFailed { reason, .. } => {
+                    out.push(MetricEvent::SandboxSetupFailed {
+                        backend,
+                        reason: reason.clone(),
+                    });
+                    (RoundOutcome::Failed, None)
+                }
+                AttemptResult::Cancelled => (RoundOutcome::Cancelled, None),
+                AttemptResult::DeadlineReached | AttemptResult::Interrupted => {
+                    (RoundOutcome::Interrupted, None)
+                }
+            };
+            out.push(MetricEvent::RoundFinished {
+                outcome,
+                backend,
+                duration: Duration::from_millis(*duration_ms),
+                handoff_bytes,
+                setup: sandbox_setup_ms.map(Duration::from_millis),
+            });
+            for (model, u) in &usage.by_model {
+                if !u.is_zero() {
+                    out.push(MetricEvent::Tokens {
+                        model: model.clone(),
+                        usage: *u,
+                    });
+                }
+            }
+            for (reason, count) in agent_retries {
+                out.push(MetricEvent::AgentRequestRetries {
+                    reason: reason.clone(),
+                    count: *count,
+                });
+            }
+            out
+        }
+        EventKind::RoundRetried { reason, .. } => {
+            vec![MetricEvent::RoundRetried { reason: *reason }]
+        }
+        EventKind::VerifyFinished {
+            passed,
+            exit,
+            ended_by,
+            ..
+        } => {
+            let result = match (passed, ended_by, exit) {
+                (true, _, _) => VerifyResult::Passed,
+                (false, Some(EndedBy::Timeout), _) => VerifyResult::Timeout,
+                (false, Some(EndedBy::Cancel | EndedBy::RunnerGone), _) => VerifyResult::Cancelled,
+                (false, _, None) => VerifyResult::Error,
+                (false, _, Some(_)) => VerifyResult::Failed,
+            };
+            vec![MetricEvent::Verify { result }]
+        }
+        EventKind::JobFinished { outcome, .. } => {
+            vec![MetricEvent::JobFinished { outcome: *outcome }]
+        }
+        EventKind::JobSubmitted { .. }
+        | EventKind::RoundStarted { .. }
+        | EventKind::RoundSpawned { .. }
+        | EventKind::UsageSkipped { .. }
+        | EventKind::VerifyStarted { .. }
+        | EventKind::CancelRequested { .. }
+        | EventKind::Interrupted { .. }
+        | EventKind::Resumed { .. } => Vec::new(),
+    }
+}

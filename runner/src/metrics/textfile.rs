@@ -1,0 +1,482 @@
+//! `ralph run --metrics-textfile PATH`: the node exporter's textfile collector format, written
+//! atomically (a temporary file in the same directory, then `rename`), under a lock so that
+//! concurrent runs on one host do not lose each other's counts.
+//!
+//! A one-shot run must not reset what earlier runs counted: counters and histograms already in
+//! the file are **added** to this run's (series this run did not touch are kept), gauges take
+//! this run's value. So the file behaves like one long-lived exporter per host, and `rate()`
+//! over it is right. A file that is not a metrics exposition is never overwritten.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+
+use super::MetricsError;
+use super::registry::encode;
+
+/// The lock file next to `path` (not `*.prom`, so the collector ignores it).
+fn lock_path(path: &Path) -> PathBuf {
+    sibling(path, ".lock")
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}{suffix}"))
+}
+
+/// Checks, before a job runs, that `path` can be written: its directory exists.
+pub fn check_path(path: &Path) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if path.file_name().is_none() {
+        return Err(format!("`{}` names no file", path.display()));
+    }
+    if !dir.is_dir() {
+        return Err(format!("the directory `{}` does not exist", dir.display()));
+    }
+    if path.is_dir() {
+        return Err(format!("`{}` is a directory", path.display()));
+    }
+    Ok(())
+}
+
+/// Merges `families` into the file at `path` and replaces it atomically.
+pub fn write(path: &Path, families: Vec<MetricFamily>) -> Result<(), MetricsError> {
+    let io = |action: &'static str, p: &Path| {
+        let p = p.to_owned();
+        move |source| MetricsError::Io {
+            action,
+            path: p,
+            source,
+        }
+    };
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path(path))
+        .map_err(io("open", &lock_path(path)))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive).map_err(
+        |(_, e)| MetricsError::Io {
+            action: "lock",
+            path: lock_path(path),
+            source: e.into(),
+        },
+    )?;
+    let merged = match std::fs::read_to_string(path) {
+        Ok(old) => merge(parse(&old, path)?, families),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => families,
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    let text = encode(&merged)?;
+    let tmp = sibling(path, &format!(".tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(io("replace", path))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+type Labels = Vec<(String, String)>;
+
+/// A histogram read back: (bucket bound, cumulative count) pairs, sum, count.
+type HistParts = (Vec<(f64, u64)>, f64, u64);
+
+fn labels_of(m: &Metric) -> Labels {
+    let mut l: Labels = m
+        .get_label()
+        .iter()
+        .map(|p| (p.name().to_owned(), p.value().to_owned()))
+        .collect();
+    l.sort();
+    l
+}
+
+fn label_pairs(labels: &Labels) -> Vec<LabelPair> {
+    labels
+        .iter()
+        .map(|(k, v)| {
+            let mut p = LabelPair::default();
+            p.set_name(k.clone());
+            p.set_value(v.clone());
+            p
+        })
+        .collect()
+}
+
+/// Adds the counters and histograms of `old` to those of `new` (by name and labels); series
+/// only in `old` are kept; gauges and everything else take `new`'s values.
+pub fn merge(old: Vec<MetricFamily>, mut new: Vec<MetricFamily>) -> Vec<MetricFamily> {
+    let mut old_by_name: BTreeMap<String, MetricFamily> =
+        old.into_iter().map(|f| (f.name().to_owned(), f)).collect();
+    for fam in &mut new {
+        let Some(mut prev) = old_by_name.remove(fam.name()) else {
+            continue;
+        };
+        let t = fam.get_field_type();
+        if prev.get_field_type() != t || !matches!(t, MetricType::COUNTER | MetricType::HISTOGRAM) {
+            continue;
+        }
+        let mut prev_series: BTreeMap<Labels, Metric> = prev
+            .take_metric()
+            .into_iter()
+            .map(|m| (labels_of(&m), m))
+            .collect();
+        for m in fam.mut_metric().iter_mut() {
+            if let Some(p) = prev_series.remove(&labels_of(m)) {
+                add_into(m, &p, t);
+            }
+        }
+        fam.mut_metric().extend(prev_series.into_values());
+        fam.mut_metric().sort_by_key(labels_of);
+    }
+    new
+}
+
+fn add_into(m: &mut Metric, prev: &Metric, t: MetricType) {
+    match t {
+        MetricType::COUNTER => {
+            let mut c = Counter::default();
+            c.set_value(m.get_counter().get_value() + prev.get_counter().get_value());
+            m.set_counter(c);
+        }
+        MetricType::HISTOGRAM => {
+            let (a, b) = (m.get_histogram(), prev.get_histogram());
+            let same_buckets = a.get_bucket().len() == b.get_bucket().len()
+                && a.get_bucket()
+                    .iter()
+                    .zip(b.get_bucket())
+                    .all(|(x, y)| x.upper_bound() == y.upper_bound());
+            if !same_buckets {
+                // Bucket layout changed between versions: this run's histogram wins.
+                return;
+            }
+            let mut h = Histogram::default();
+            h.set_sample_count(a.get_sample_count() + b.get_sample_count());
+            h.set_sample_sum(a.get_sample_sum() + b.get_sample_sum());
+            h.set_bucket(
+                a.get_bucket()
+                    .iter()
+                    .zip(b.get_bucket())
+                    .map(|(x, y)| {
+                        let mut k = Bucket::default();
+                        k.set_upper_bound(x.upper_bound());
+                        k.set_cumulative_count(x.cumulative_count() + y.cumulative_count());
+                        k
+                    })
+                    .collect(),
+            );
+            m.set_histogram(h);
+        }
+        _ => {}
+    }
+}
+
+/// Parses a text exposition (the subset this crate writes: HELP, TYPE, samples with labels,
+/// no timestamps) back into metric families.
+pub fn parse(text: &str, path: &Path) -> Result<Vec<MetricFamily>, MetricsError> {
+    let err = |line: usize, message: String| MetricsError::Parse {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let mut families: Vec<MetricFamily> = Vec::new();
+    // Histogram series under construction: (family index, labels without `le`) → parts.
+    let mut hist: BTreeMap<(usize, Labels), HistParts> = BTreeMap::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            let at = family_at(&mut families, &mut index, name);
+            families[at].set_help(unescape(help, false));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, t) = rest
+                .split_once(' ')
+                .ok_or_else(|| err(line_no, "a TYPE line without a type".into()))?;
+            let t = match t.trim() {
+                "counter" => MetricType::COUNTER,
+                "gauge" => MetricType::GAUGE,
+                "histogram" => MetricType::HISTOGRAM,
+                "untyped" => MetricType::UNTYPED,
+                other => return Err(err(line_no, format!("unsupported metric type `{other}`"))),
+            };
+            let at = family_at(&mut families, &mut index, name);
+            families[at].set_field_type(t);
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (name, labels, value) = sample(line).map_err(|m| err(line_no, m))?;
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|b| {
+                index
+                    .get(*b)
+                    .is_some_and(|&i| families[i].get_field_type() == MetricType::HISTOGRAM)
+            });
+        if let Some(base) = base {
+            let at = index[base];
+            let mut rest: Labels = labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+            rest.sort();
+            let entry = hist.entry((at, rest)).or_default();
+            if name.ends_with("_bucket") {
+                let le = labels
+                    .iter()
+                    .find(|(k, _)| k == "le")
+                    .ok_or_else(|| err(line_no, "a bucket without `le`".into()))?;
+                if le.1 == "+Inf" {
+                    continue;
+                }
+                let bound: f64 =
+                    le.1.parse()
+                        .map_err(|_| err(line_no, format!("bad bucket bound `{}`", le.1)))?;
+                entry.0.push((bound, value as u64));
+            } else if name.ends_with("_sum") {
+                entry.1 = value;
+            } else {
+                entry.2 = value as u64;
+            }
+            continue;
+        }
+        let at = *index
+            .get(&name)
+            .ok_or_else(|| err(line_no, format!("sample `{name}` has no TYPE line")))?;
+        let mut m = Metric::default();
+        let mut sorted = labels;
+        sorted.sort();
+        m.set_label(label_pairs(&sorted));
+        match families[at].get_field_type() {
+            MetricType::COUNTER => {
+                let mut c = Counter::default();
+                c.set_value(value);
+                m.set_counter(c);
+            }
+            _ => {
+                let mut g = Gauge::default();
+                g.set_value(value);
+                m.set_gauge(g);
+            }
+        }
+        families[at].mut_metric().push(m);
+    }
+    for ((at, labels), (buckets, sum, count)) in hist {
+        let mut h = Histogram::default();
+        h.set_sample_sum(sum);
+        h.set_sample_count(count);
+        h.set_bucket(
+            buckets
+                .into_iter()
+                .map(|(b, c)| {
+                    let mut k = Bucket::default();
+                    k.set_upper_bound(b);
+                    k.set_cumulative_count(c);
+                    k
+                })
+                .collect(),
+        );
+        let mut m = Metric::default();
+        m.set_label(label_pairs(&labels));
+        m.set_histogram(h);
+        families[at].mut_metric().push(m);
+    }
+    Ok(families)
+}
+
+fn family_at(
+    families: &mut Vec<MetricFamily>,
+    index: &mut BTreeMap<String, usize>,
+    name: &str,
+) -> usize {
+    *index.entry(name.to_owned()).or_insert_with(|| {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_owned());
+        f.set_field_type(MetricType::UNTYPED);
+        families.push(f);
+        families.len() - 1
+    })
+}
+
+fn unescape(s: &str, quotes: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('\\') => out.push('\\'),
+            Some('"') if quotes => out.push('"'),
+            Some(o) => {
+                out.push('\\');
+                out.push(o);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// One sample line: `name{k="v",...} value`.
+fn sample(line: &str) -> Result<(String, Labels, f64), String> {
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .ok_or("a sample without a value")?;
+    let name = line[..name_end].to_owned();
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(body) = rest.strip_prefix('{') {
+        let mut s = body;
+        loop {
+            s = s.trim_start_matches([',', ' ']);
+            if let Some(after) = s.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let eq = s.find('=').ok_or("a label without `=`")?;
+            let key = s[..eq].trim().to_owned();
+            let v = s[eq + 1..]
+                .strip_prefix('"')
+                .ok_or("a label value without quotes")?;
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in v.char_indices() {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = Some(i);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let end = end.ok_or("an unterminated label value")?;
+            labels.push((key, unescape(&v[..end], true)));
+            s = &v[end + 1..];
+        }
+    }
+    let value = rest
+        .split_whitespace()
+        .next()
+        .ok_or("a sample without a value")?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().map_err(|_| format!("bad sample value `{v}`"))?,
+    };
+    Ok((name, labels, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ralph_sandbox::BackendKind;
+
+    use super::*;
+    use crate::metrics::{MetricEvent, Metrics, RoundOutcome};
+    use crate::usage::UsageTotals;
+
+    fn one_run(model: &str, tokens: u64) -> Vec<MetricFamily> {
+        let m = Metrics::new(false).unwrap();
+        m.record(&MetricEvent::RoundFinished {
+            outcome: RoundOutcome::Complete,
+            backend: BackendKind::Native,
+            duration: Duration::from_secs(2),
+            handoff_bytes: Some(200),
+            setup: None,
+        });
+        m.record(&MetricEvent::Tokens {
+            model: model.into(),
+            usage: UsageTotals {
+                input_tokens: tokens,
+                ..UsageTotals::default()
+            },
+        });
+        m.set_jobs(0, 1);
+        m.gather()
+    }
+
+    #[test]
+    fn the_encoding_parses_back_to_itself() {
+        let fams = one_run("m \"quoted\" \\ back", 5);
+        let text = encode(&fams).unwrap();
+        let back = parse(&text, Path::new("x")).unwrap();
+        assert_eq!(encode(&back).unwrap(), text);
+    }
+
+    #[test]
+    fn counters_and_histograms_add_up_across_runs_and_gauges_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ralph.prom");
+        write(&path, one_run("a", 5)).unwrap();
+        write(&path, one_run("b", 7)).unwrap();
+        write(&path, one_run("a", 1)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in [
+            "ralph_rounds_total{outcome=\"complete\"} 3",
+            "ralph_tokens_total{kind=\"input\",model=\"a\"} 6",
+            "ralph_tokens_total{kind=\"input\",model=\"b\"} 7",
+            "ralph_round_duration_seconds_count{backend=\"native\"} 3",
+            "ralph_round_duration_seconds_sum{backend=\"native\"} 6",
+            "ralph_round_duration_seconds_bucket{backend=\"native\",le=\"5\"} 3",
+            "ralph_round_duration_seconds_bucket{backend=\"native\",le=\"+Inf\"} 3",
+            "ralph_handoff_bytes_count 3",
+            "ralph_jobs{state=\"running\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing `{line}` in\n{text}"
+            );
+        }
+        // No temporary file is left behind.
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp.")), "{names:?}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_metrics_is_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ralph.prom");
+        std::fs::write(&path, "not { metrics\n").unwrap();
+        let e = write(&path, one_run("a", 1)).unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "not { metrics\n");
+    }
+
+    #[test]
+    fn paths_are_checked_before_the_job() {
+        assert!(check_path(Path::new("/nonexistent-dir/x.prom")).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_path(dir.path()).is_err());
+        assert!(check_path(&dir.path().join("x.prom")).is_ok());
+    }
+}
