@@ -270,3 +270,53 @@ fn presets_build_their_command_lines_with_the_prompt_on_stdin() {
     assert_eq!(schema["required"].as_array().unwrap().len(), 5);
     assert_eq!(schema["additionalProperties"], false);
 }
+
+fn ralph(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn ralph_agent_lists_and_shows_the_presets() {
+    let out = ralph(&["agent", "list", "--json"]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["codex", "claude"]);
+    let out = ralph(&["agent", "show", "codex", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["argv"][0], "codex");
+    let out = ralph(&["agent", "show", "nope"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("available: codex, claude"));
+}
+
+#[test]
+fn ralph_completions_prints_a_script_per_shell() {
+    for (shell, marker) in [
+        ("bash", "_ralph()"),
+        ("zsh", "#compdef ralph"),
+        ("fish", "complete -c ralph"),
+    ] {
+        let out = ralph(&["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(marker),
+            "{shell}: {}",
+            &text[..text.len().min(200)]
+        );
+        assert!(
+            text.contains("metrics-textfile"),
+            "{shell} completes the flags"
+        );
+    }
+    assert_eq!(ralph(&["completions", "nosh"]).status.code(), Some(64));
+}

@@ -1,7 +1,9 @@
 //! The command line: argument structs and dispatch. Each subcommand lives in its own file and
 //! calls into the library; nothing here decides how a job runs.
 
+pub mod agent_cmd;
 pub mod client_cmds;
+pub mod completions;
 pub mod doctor;
 pub mod exit;
 pub mod job_args;
@@ -57,6 +59,11 @@ pub enum Command {
     Resume(client_cmds::JobRef),
     /// Wait for a job and exit with its outcome code.
     Wait(client_cmds::JobRef),
+    /// The agent presets (`--agent NAME`): list them, show what one runs.
+    #[command(subcommand)]
+    Agent(agent_cmd::AgentCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
 }
 
 /// `ralph sandbox ...`
@@ -120,6 +127,8 @@ pub fn main() -> std::process::ExitCode {
         Command::Cancel(args) => client_cmds::cancel(args),
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
+        Command::Agent(cmd) => agent_cmd::execute(&cmd),
+        Command::Completions(args) => completions::execute(&args),
     };
     match result {
         Ok(exit) => exit.into(),

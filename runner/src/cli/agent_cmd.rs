@@ -1,0 +1,110 @@
+//! `ralph agent list` and `ralph agent show NAME`: the agent presets of this build, what they
+//! run and what they need.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use ralph_runner::agent::{Preset, RoundFiles, presets};
+
+use super::CliError;
+use super::exit::Exit;
+
+/// `ralph agent ...`
+#[derive(Subcommand, Debug)]
+pub enum AgentCommand {
+    /// List the agent presets (`--agent NAME`).
+    List(ListArgs),
+    /// Show what a preset runs in a round.
+    Show(ShowArgs),
+}
+
+/// `ralph agent list` flags.
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ralph agent show` flags.
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// The preset.
+    pub name: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The round's files, as placeholders.
+fn placeholder_files() -> RoundFiles<'static> {
+    RoundFiles {
+        prompt: Path::new("<round>/in/prompt.md"),
+        report: Path::new("<round>/out/report.json"),
+        usage: Path::new("<round>/out/usage.jsonl"),
+        workspace: Path::new("<workspace>"),
+        input_dir: Path::new("<round>/in"),
+    }
+}
+
+fn describe(p: &dyn Preset) -> serde_json::Value {
+    serde_json::json!({
+        "name": p.name(),
+        "summary": p.summary(),
+        "argv": p.argv(&placeholder_files()),
+        "stdin": "the round's prompt",
+        "env": p.env().into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "inputs": p.inputs().into_iter().map(|(n, _)| format!("<round>/in/{n}")).collect::<Vec<_>>(),
+    })
+}
+
+fn print(text: &str) -> Result<(), CliError> {
+    writeln!(std::io::stdout().lock(), "{text}")
+        .map_err(|e| CliError::internal(format!("failed to write: {e}")))
+}
+
+/// Runs `ralph agent ...`.
+pub fn execute(cmd: &AgentCommand) -> Result<Exit, CliError> {
+    match cmd {
+        AgentCommand::List(a) => {
+            if a.json {
+                let all: Vec<_> = presets().iter().map(|p| describe(*p)).collect();
+                print(&serde_json::Value::from(all).to_string())?;
+            } else {
+                for p in presets() {
+                    print(&format!("{:<8} {}", p.name(), p.summary()))?;
+                }
+                print("\nany other CLI: --agent-cmd CMD (see docs/agents.md)")?;
+            }
+        }
+        AgentCommand::Show(a) => {
+            let p = presets()
+                .iter()
+                .find(|p| p.name() == a.name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = presets().iter().map(|p| p.name()).collect();
+                    CliError::usage(format!(
+                        "unknown agent preset `{}` (available: {})",
+                        a.name,
+                        names.join(", ")
+                    ))
+                })?;
+            if a.json {
+                print(&describe(*p).to_string())?;
+            } else {
+                print(&format!("{}: {}", p.name(), p.summary()))?;
+                print(&format!(
+                    "runs:   {}",
+                    p.argv(&placeholder_files()).join(" ")
+                ))?;
+                print("stdin:  the round's prompt")?;
+                for (k, v) in p.env() {
+                    print(&format!("env:    {k}={v}"))?;
+                }
+                print("reads:  its own output stream for the report, token usage and retries")?;
+            }
+        }
+    }
+    Ok(Exit::Complete)
+}
