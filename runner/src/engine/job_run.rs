@@ -96,10 +96,28 @@ impl<'e> JobRun<'e> {
 
     /// Runs the job to its end.
     pub(super) async fn run(mut self) -> Result<JobResult, EngineError> {
-        if self.journal.view().state != JobState::Running {
-            self.journal.record(EventKind::JobStarted {
-                runner: self.engine.runner.clone(),
-            })?;
+        // A job the service claimed is already running under this runner (the claim journalled
+        // its `job_started`); one that runs under another runner is not ours to touch.
+        let view = self.journal.view();
+        match view.state {
+            JobState::Running if view.runner.as_ref() != Some(&self.engine.runner) => {
+                return Err(EngineError::Conflict {
+                    message: format!(
+                        "job `{}` is running under another runner{}",
+                        view.id,
+                        view.runner.as_ref().map_or_else(String::new, |r| format!(
+                            " (`ralph {}`, pid {} on {})",
+                            r.role, r.pid, r.host
+                        ))
+                    ),
+                });
+            }
+            JobState::Running => {}
+            JobState::Queued | JobState::Finished => {
+                self.journal.record(EventKind::JobStarted {
+                    runner: self.engine.runner.clone(),
+                })?;
+            }
         }
         match self.preflight() {
             Ok(()) => match self.spec.kind {

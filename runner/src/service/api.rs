@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::Service;
 use super::admission::{Asked, admit};
 use super::auth;
-use crate::engine::EngineError;
+use crate::engine::{CancelRequest, EngineError};
 use crate::job::request::{Format, parse_job_file};
 use crate::job::{JobSpec, Outcome};
 use crate::store::journal::blocking;
@@ -570,21 +570,23 @@ async fn cancel_job(
             axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
         ));
     }
-    if blocking(|| svc.engine().cancel_queued(&id, "api"))? {
-        return Ok((
+    // Queued: cancelled now. Running elsewhere (another runner sharing the store): the request
+    // is journalled and that runner stops the job when it sees it.
+    match blocking(|| svc.engine().request_cancel(&id, "api"))? {
+        CancelRequest::Cancelled => Ok((
             StatusCode::OK,
             axum::Json(json!({"id": id, "state": "finished", "outcome": "cancelled"})),
-        ));
+        )),
+        CancelRequest::Requested => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
+        )),
+        CancelRequest::NotActive { state } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("job `{id}` is {state}: nothing to cancel"),
+        )),
     }
-    let view = blocking(|| svc.engine().store().load(&id))?;
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "conflict",
-        format!(
-            "job `{id}` is {}: nothing to cancel",
-            view.outcome().map_or(view.state.as_str(), |o| o.as_str())
-        ),
-    ))
 }
 
 async fn resume_job(

@@ -38,6 +38,8 @@ pub struct ServiceConfig {
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
+    /// The shared PostgreSQL store (absent: SQLite in `state_dir`).
+    pub database_url: Option<String>,
     /// Admission limits.
     #[serde(default)]
     pub limits: Limits,
@@ -167,6 +169,15 @@ impl ServiceConfig {
                 c.listen
             )));
         }
+        if let Some(url) = &c.database_url {
+            crate::store::postgres::target::Target::parse(url).map_err(|e| {
+                err(format!(
+                    "`database_url`: `{}` is not a PostgreSQL connection string: {}",
+                    crate::store::postgres::target::redact(url),
+                    crate::store::postgres::worker::describe(&e)
+                ))
+            })?;
+        }
         if c.listen.is_empty() && c.unix_socket.is_none() {
             return Err(err(
                 "`listen` is empty and no `unix_socket` is set: nothing to listen on".into(),
@@ -224,6 +235,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("listen"), "{e}");
+        let e = ServiceConfig::parse(
+            "database_url = \"postgres://ralph:s3cret@db/ralph?sslmode=sometimes\"\n",
+            "c",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("database_url") && !e.contains("s3cret"), "{e}");
+        let c = ServiceConfig::parse(
+            "database_url = \"postgres://ralph@/ralph?host=/run/postgresql\"\n",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(
+            c.database_url.as_deref(),
+            Some("postgres://ralph@/ralph?host=/run/postgresql")
+        );
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();
