@@ -329,6 +329,20 @@ fn a_cancel_through_one_server_stops_a_job_running_on_the_other() {
         assert_eq!(runner_pid, pid_of(&b));
         (&b, &a)
     };
+    // `ralph wait` through the other server follows the job's journal from the shared store.
+    let waiter = {
+        let (url, token, id) = (other.url(), other.token(), id.clone());
+        std::thread::spawn(move || {
+            std::process::Command::new(common::ralph_bin())
+                .args(["wait", &id])
+                .env("RALPH_SERVER", url)
+                .env("RALPH_TOKEN", token)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
     let (code, body) = other.api("POST", &format!("/v1/jobs/{id}/cancel"), None);
     assert_eq!(code, 202, "{body}");
     assert_eq!(body["cancel"], "requested", "{body}");
@@ -340,6 +354,13 @@ fn a_cancel_through_one_server_stops_a_job_running_on_the_other() {
         asked.elapsed() < Duration::from_secs(10),
         "the runner took {:?} to notice",
         asked.elapsed()
+    );
+    let waited = waiter.join().unwrap();
+    assert_eq!(
+        waited.status.code(),
+        Some(130),
+        "ralph wait: {}",
+        String::from_utf8_lossy(&waited.stderr)
     );
     let events = other.events(&id);
     let cancels: Vec<&Value> = events
@@ -412,4 +433,72 @@ fn recovery_leaves_running_jobs_of_other_hosts_alone() {
     assert_eq!(code, 202, "{body}");
     let view = store.load(&remote).unwrap();
     assert!(view.cancel_requested && view.state == JobState::Running);
+}
+
+#[test]
+fn ralph_run_journals_into_the_shared_store_and_a_server_cancels_it() {
+    let Some(db) = TestDatabase::create("ralph_run") else {
+        return;
+    };
+    let s = Server::with_database("max_concurrent_jobs = 2\n", &db.url);
+    let f = common::Fixture::new();
+    // A job run in the foreground: journalled in PostgreSQL, never taken by the server.
+    let agent = f.agent(
+        "two-rounds.sh",
+        &format!(
+            "sleep 0.2\nif [ \"$RALPH_ROUND\" -ge 2 ]; then echo '{}' > \"$RALPH_REPORT_FILE\"; else echo '{}' > \"$RALPH_REPORT_FILE\"; fi",
+            complete_report("done"),
+            continue_report("more")
+        ),
+    );
+    let out = f
+        .run(&agent)
+        .args(["--max-rounds", "3"])
+        .env("RALPH_DATABASE_URL", &db.url)
+        .output();
+    out.expect_code(0);
+    let result = out.json();
+    let id = result["job_id"].as_str().unwrap().to_owned();
+    assert!(
+        std::path::Path::new(result["artifacts"].as_str().unwrap()).starts_with(&f.state),
+        "{result}"
+    );
+    let events = s.events(&id);
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "job_started")
+        .collect();
+    assert_eq!(starts.len(), 1, "{events:?}");
+    assert_eq!(starts[0]["runner"]["role"], "run");
+    let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+    assert_eq!(
+        (j["outcome"].as_str(), j["rounds"].as_u64()),
+        (Some("complete"), Some(2))
+    );
+    assert!(!std::path::Path::new(&f.state).join("ralph.db").exists());
+
+    // A foreground job cancelled through the server's API.
+    let hang = f.agent(
+        "fg-hang.sh",
+        "touch \"$RALPH_WORKSPACE/fg-started\"\nexec sleep 302.75",
+    );
+    let child = f.run(&hang).arg("--database-url").arg(&db.url).spawn();
+    common::wait_for_file(&f.ws.join("fg-started"), Duration::from_secs(30));
+    let store = Store::open_postgres(&db.url).unwrap();
+    let running = store.job_ids_in_state(JobState::Running).unwrap();
+    assert_eq!(running.len(), 1, "{running:?}");
+    let (code, body) = s.api("POST", &format!("/v1/jobs/{}/cancel", running[0]), None);
+    assert_eq!(code, 202, "{body}");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("no agent process is left", Duration::from_secs(10), || {
+        processes_with("302.75").is_empty()
+    });
+    let view = store.load(&running[0]).unwrap();
+    assert_eq!(view.outcome().map(|o| o.as_str()), Some("cancelled"));
 }

@@ -14,7 +14,8 @@ use super::verify::VerifyEnd;
 use crate::agent::Agent;
 use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
 use crate::report::Status;
-use crate::store::{EventKind, JobState, Journal};
+use crate::store::journal::blocking;
+use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
 use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 
 /// Longest pause between retries.
@@ -112,7 +113,7 @@ impl<'e> JobRun<'e> {
                     ),
                 });
             }
-            JobState::Running => {}
+            JobState::Running => self.announce_start()?,
             JobState::Queued | JobState::Finished => {
                 self.journal.record(EventKind::JobStarted {
                     runner: self.engine.runner.clone(),
@@ -127,6 +128,21 @@ impl<'e> JobRun<'e> {
             Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None)?,
         }
         self.result()
+    }
+
+    /// The `job_started` of a job claimed for this runner was journalled by the claim, before
+    /// this run's observers (progress, metrics, followers) existed: they hear it now.
+    fn announce_start(&self) -> Result<(), EngineError> {
+        let id = &self.journal.view().id;
+        let events = blocking(|| self.engine.store.events(id))?;
+        if let Some(i) = events
+            .iter()
+            .rposition(|e| matches!(e.kind, EventKind::JobStarted { .. }))
+        {
+            let view = JobView::project(&events[..=i]).map_err(StoreError::from)?;
+            self.journal.announce(&view, &events[i]);
+        }
+        Ok(())
     }
 
     /// Fails closed before any round when the sandbox or workspace cannot work.

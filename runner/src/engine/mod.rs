@@ -181,6 +181,13 @@ impl Engine {
         Ok(self.store.submit(spec)?)
     }
 
+    /// Validates and journals a new job as started by this runner (`ralph run`): it is never in
+    /// the queue, so no service sharing the store can take it.
+    pub fn submit_started(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
+        self.check(spec)?;
+        Ok(self.store.submit_started(spec, &self.runner)?)
+    }
+
     /// Validates and journals a new job with a queue priority.
     pub fn submit_with_priority(
         &self,

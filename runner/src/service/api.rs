@@ -132,6 +132,9 @@ impl From<EngineError> for ApiError {
 
 type Svc = State<Arc<Service>>;
 
+/// How long a followed event stream waits for a broadcast before it reads the store.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The API router.
 pub fn router(svc: Arc<Service>) -> Router {
     let v1 = Router::new()
@@ -443,6 +446,7 @@ async fn job_events(
         svc: Arc<Service>,
         stored_until: u64,
         final_seq: Option<u64>,
+        polled: std::time::Instant,
     }
     // Not following: the stored events, then the end. Following a finished job: up to its final
     // `job_finished`. Following a live job: until a new `job_finished` arrives.
@@ -455,6 +459,7 @@ async fn job_events(
         svc: svc.clone(),
         stored_until: last,
         final_seq,
+        polled: std::time::Instant::now(),
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         loop {
@@ -471,14 +476,18 @@ async fn job_events(
             if st.done {
                 return None;
             }
-            match st.rx.recv().await {
-                Ok(ev) if ev.job_id == st.id && ev.seq > st.last => {
+            // Events journalled by this process arrive through the broadcast; those of another
+            // runner sharing the store (another host, or a `ralph run`) only in the store: after
+            // a quiet second, or when the broadcast lagged, catch up from the store.
+            let wait = FOLLOW_POLL.saturating_sub(st.polled.elapsed());
+            match tokio::time::timeout(wait, st.rx.recv()).await {
+                Ok(Ok(ev)) if ev.job_id == st.id && ev.seq > st.last => {
                     st.last = ev.seq;
                     st.pending.push_back(ev);
                 }
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    // Fell behind: catch up from the store.
+                Ok(Ok(_)) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) | Err(_) => {
+                    st.polled = std::time::Instant::now();
                     let (svc, id, last) = (st.svc.clone(), st.id.clone(), st.last);
                     if let Ok(events) = blocking(|| svc.engine().store().events(&id)) {
                         for ev in events.into_iter().filter(|e| e.seq > last) {
@@ -487,7 +496,7 @@ async fn job_events(
                         }
                     }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
             }
         }
     });

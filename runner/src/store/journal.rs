@@ -65,6 +65,14 @@ impl Journal {
         &self.view
     }
 
+    /// Tells the observers of an event journalled without them (the `job_started` of a claim);
+    /// `view` is the projection right after it.
+    pub fn announce(&self, view: &JobView, event: &Event) {
+        for o in &self.observers {
+            o.on_event(view, event);
+        }
+    }
+
     /// Appends `kind` durably and advances the projection. A `cancel_requested` that another
     /// process journalled meanwhile is folded in first (and a cancel request of ours after it
     /// is not journalled twice: the folded one is returned).

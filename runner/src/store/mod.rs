@@ -178,7 +178,34 @@ impl Store {
             },
         };
         let view = JobView::submitted(&event)?;
-        dispatch!(self.insert_job(&event, &view, priority))?;
+        dispatch!(self.insert_job(&[event], &view, priority))?;
+        Ok(id)
+    }
+
+    /// Accepts a new job already started by `runner` (`ralph run`): journals `job_submitted`
+    /// and `job_started` in one transaction, so no service sharing the store can claim it.
+    pub fn submit_started(&self, spec: &JobSpec, runner: &RunnerInfo) -> Result<JobId, StoreError> {
+        let id = new_job_id();
+        let at = now_rfc3339();
+        let submitted = Event {
+            job_id: id.clone(),
+            seq: 1,
+            at: at.clone(),
+            kind: EventKind::JobSubmitted {
+                spec: Box::new(spec.clone()),
+            },
+        };
+        let started = Event {
+            job_id: id.clone(),
+            seq: 2,
+            at,
+            kind: EventKind::JobStarted {
+                runner: runner.clone(),
+            },
+        };
+        let mut view = JobView::submitted(&submitted)?;
+        view.apply(&started)?;
+        dispatch!(self.insert_job(&[submitted, started], &view, 0))?;
         Ok(id)
     }
 

@@ -126,13 +126,17 @@ impl SqliteStore {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
 
-    /// Records a new job: its `jobs` row and its first event, in one transaction.
+    /// Records a new job: its `jobs` row (the projection columns of `view`, the view after
+    /// `events`) and its first events, in one transaction.
     pub fn insert_job(
         &self,
-        first: &Event,
+        events: &[Event],
         view: &JobView,
         priority: i32,
     ) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return Ok(());
+        };
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "insert a job into");
         conn.set_durability(first.kind.durability()).map_err(&err)?;
@@ -140,11 +144,13 @@ impl SqliteStore {
         let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
         tx.execute(
             "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
-             VALUES (?1, ?2, ?3, NULL, 0, ?7, ?4, ?4, ?5, ?6)",
-            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, first.seq, spec, priority],
+             VALUES (?1, ?2, ?3, NULL, 0, ?7, ?4, ?8, ?5, ?6)",
+            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, last.seq, spec, priority, last.at],
         )
         .map_err(&err)?;
-        insert_event(&tx, first).map_err(&err)?;
+        for event in events {
+            insert_event(&tx, event).map_err(&err)?;
+        }
         tx.commit().map_err(&err)
     }
 

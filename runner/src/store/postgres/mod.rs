@@ -57,15 +57,23 @@ impl PgStore {
         self.conn.target()
     }
 
-    /// Records a new job: its `jobs` row and its first event, in one transaction.
+    /// Records a new job: its `jobs` row (the projection columns of `view`, the view after
+    /// `events`) and its first events, in one transaction.
     pub fn insert_job(
         &self,
-        first: &Event,
+        events: &[Event],
         view: &JobView,
         priority: i32,
     ) -> Result<(), StoreError> {
-        let first = first.clone();
-        let data = encode(&first.kind)?;
+        let events = events.to_vec();
+        let (Some(first), Some(last)) = (events.first().cloned(), events.last().cloned()) else {
+            return Ok(());
+        };
+        let data = events
+            .iter()
+            .map(|e| encode(&e.kind))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first_data = data.first().cloned().unwrap_or_default();
         let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
         let (id, kind, state) = (
             view.id.clone(),
@@ -75,16 +83,18 @@ impl PgStore {
         self.conn
             .call("insert a job into", move |client, attempt| {
                 let mut tx = client.transaction()?;
-                if attempt == Attempt::MaybeCommitted && stored(&mut tx, &first, &data)? {
+                if attempt == Attempt::MaybeCommitted && stored(&mut tx, &first, &first_data)? {
                     return Ok(());
                 }
                 durability(&mut tx, first.kind.durability())?;
                 tx.execute(
                     "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
-                     VALUES ($1, $2, $3, NULL, 0, $4, $5, $5, $6, $7)",
-                    &[&id, &kind, &state, &priority, &first.at, &seq_i64(first.seq), &spec],
+                     VALUES ($1, $2, $3, NULL, 0, $4, $5, $6, $7, $8)",
+                    &[&id, &kind, &state, &priority, &first.at, &last.at, &seq_i64(last.seq), &spec],
                 )?;
-                insert_event(&mut tx, &first, &data)?;
+                for (event, data) in events.iter().zip(&data) {
+                    insert_event(&mut tx, event, data)?;
+                }
                 tx.commit()?;
                 Ok(())
             })
