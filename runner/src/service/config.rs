@@ -39,10 +39,30 @@ pub struct ServiceConfig {
     #[serde(default)]
     pub metrics_require_auth: bool,
     /// The shared PostgreSQL store (absent: SQLite in `state_dir`).
-    pub database_url: Option<String>,
+    pub database_url: Option<DatabaseUrl>,
     /// Admission limits.
     #[serde(default)]
     pub limits: Limits,
+}
+
+/// A PostgreSQL connection string; its `Debug` form has the password redacted.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl DatabaseUrl {
+    /// The connection string as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DatabaseUrl")
+            .field(&crate::store::postgres::target::redact(&self.0))
+            .finish()
+    }
 }
 
 /// What a submitter may ask for.
@@ -169,7 +189,7 @@ impl ServiceConfig {
                 c.listen
             )));
         }
-        if let Some(url) = &c.database_url {
+        if let Some(DatabaseUrl(url)) = &c.database_url {
             crate::store::postgres::target::Target::parse(url).map_err(|e| {
                 err(format!(
                     "`database_url`: `{}` is not a PostgreSQL connection string: {}",
@@ -248,9 +268,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            c.database_url.as_deref(),
+            c.database_url.as_ref().map(DatabaseUrl::as_str),
             Some("postgres://ralph@/ralph?host=/run/postgresql")
         );
+        let c = ServiceConfig::parse("database_url = \"postgres://r:s3cret@db/r\"\n", "c").unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();

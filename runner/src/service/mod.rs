@@ -137,7 +137,11 @@ impl Service {
             ))
         })?;
         config.state_dir = state_dir.clone();
-        let store = Arc::new(Store::open(&state_dir, config.database_url.as_deref())?);
+        let database_url = config
+            .database_url
+            .as_ref()
+            .map(config::DatabaseUrl::as_str);
+        let store = Arc::new(Store::open(&state_dir, database_url)?);
         if config.database_url.is_some() {
             log(&format!("state store: {}", store.location()));
         }
