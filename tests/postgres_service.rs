@@ -502,3 +502,52 @@ fn ralph_run_journals_into_the_shared_store_and_a_server_cancels_it() {
     let view = store.load(&running[0]).unwrap();
     assert_eq!(view.outcome().map(|o| o.as_str()), Some("cancelled"));
 }
+
+#[test]
+fn a_journal_changed_by_another_runner_is_never_failed_by_the_service() {
+    let Some(db) = TestDatabase::create("foreign_change") else {
+        return;
+    };
+    let s = Server::with_database("", &db.url);
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "slow-complete.sh",
+        &format!(
+            "touch \"$RALPH_WORKSPACE/started\"\nsleep 1\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
+    );
+    let (code, created) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job(&ws, &agent, json!({}))] }).to_string()),
+    );
+    assert_eq!(code, 201, "{created}");
+    let id = created["jobs"][0]["id"].as_str().unwrap().to_owned();
+    common::wait_for_file(&ws.join("started"), Duration::from_secs(30));
+    // Another runner (say, a misconfigured host) journals something other than a cancel
+    // request while the round runs.
+    let store = std::sync::Arc::new(Store::open_postgres(&db.url).unwrap());
+    let mut other = ralph_runner::store::Journal::open(store.clone(), &id, vec![]).unwrap();
+    other
+        .record(EventKind::Interrupted {
+            message: "written by another runner".into(),
+        })
+        .unwrap();
+    let seq = other.view().seq;
+    wait_until(
+        "the service gives the job up",
+        Duration::from_secs(30),
+        || s.log_text().contains("another runner changed its journal"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // The service appended nothing after the foreign event: no `error` outcome of its own.
+    let view = store.load(&id).unwrap();
+    assert_eq!(view.seq, seq, "{:?}", store.events(&id).unwrap());
+    assert_eq!(view.state, JobState::Running);
+    assert!(
+        !s.log_text().contains("failed to close it"),
+        "{}",
+        s.log_text()
+    );
+}

@@ -96,6 +96,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchJob { id } => ApiError::not_found(&id),
+            // Another runner sharing the store changed the job meanwhile.
+            conflict @ StoreError::Conflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", conflict.to_string())
+            }
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
