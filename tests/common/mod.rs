@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod server;
+#[path = "../../runner/src/store/test_db.rs"]
+pub mod test_db;
 
 /// The `ralph` binary under test.
 pub fn ralph_bin() -> PathBuf {

@@ -22,6 +22,8 @@ pub struct Server {
     pub port: u16,
     pub child: Option<Child>,
     pub log: PathBuf,
+    /// The shared PostgreSQL store, when the server uses one instead of SQLite.
+    pub database_url: Option<String>,
 }
 
 fn free_port() -> u16 {
@@ -35,6 +37,15 @@ fn free_port() -> u16 {
 impl Server {
     /// A server whose `[limits]` and other settings are `extra` (TOML appended to the base).
     pub fn new(extra: &str) -> Self {
+        Self::build(extra, None)
+    }
+
+    /// Like [`Server::new`], with its journal and queue in the PostgreSQL database at `url`.
+    pub fn with_database(extra: &str, url: &str) -> Self {
+        Self::build(extra, Some(url))
+    }
+
+    fn build(extra: &str, database_url: Option<&str>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ralph-serve-")
             .tempdir()
@@ -59,10 +70,12 @@ impl Server {
                 root.display()
             )
         };
+        let database =
+            database_url.map_or_else(String::new, |u| format!("database_url = \"{u}\"\n"));
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n{limits}",
+                "listen = \"127.0.0.1:{port}\"\nstate_dir = \"{}\"\n{database}{limits}",
                 state.display()
             ),
         )
@@ -77,6 +90,7 @@ impl Server {
             port,
             child: None,
             log,
+            database_url: database_url.map(str::to_owned),
         };
         s.start();
         s
@@ -240,7 +254,8 @@ impl Server {
 
     /// The journal of a job, from the store on disk.
     pub fn events(&self, id: &str) -> Vec<Value> {
-        let store = ralph_runner::store::Store::open_sqlite(&self.state).unwrap();
+        let store =
+            ralph_runner::store::Store::open(&self.state, self.database_url.as_deref()).unwrap();
         store
             .events(id)
             .unwrap()

@@ -38,6 +38,16 @@ pub struct RunArgs {
     /// warning). Grouping: URL/metrics/job/ralph/instance/<hostname> unless URL has its own.
     #[arg(long, value_name = "URL")]
     pub pushgateway: Option<String>,
+    /// Journal the job in this PostgreSQL store (the one `ralph serve` hosts share; e.g.
+    /// postgres://ralph@/ralph?host=/run/postgresql) instead of SQLite in the state directory.
+    /// Artifacts stay in the state directory.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RALPH_DATABASE_URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
 }
 
 fn overlaps(a: &Path, b: &Path) -> bool {
@@ -100,8 +110,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         None => None,
     };
     let metrics = Arc::new(Metrics::new(false).map_err(|e| CliError::internal(e.to_string()))?);
-    let store =
-        Arc::new(Store::open_sqlite(&state_dir).map_err(|e| CliError::internal(e.to_string()))?);
+    let database_url = args.database_url.as_deref().filter(|u| !u.is_empty());
+    let store = Arc::new(
+        Store::open(&state_dir, database_url).map_err(|e| CliError::internal(e.to_string()))?,
+    );
     let engine = Engine::new(
         store,
         Backends::new("/proc/self/exe", super::sandbox_args::load_policies()?),
@@ -109,7 +121,8 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         runner,
         RunnerEnv::capture(),
     );
-    let job_id = engine.submit(&spec).map_err(|e| match e {
+    // Journalled as started at once: a service sharing the store never takes this job.
+    let job_id = engine.submit_started(&spec).map_err(|e| match e {
         EngineError::Spec(s) => spec_error(&s),
         EngineError::Config { message } => CliError::usage(message),
         other => CliError::internal(other.to_string()),

@@ -14,7 +14,8 @@ use super::verify::VerifyEnd;
 use crate::agent::Agent;
 use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
 use crate::report::Status;
-use crate::store::{EventKind, JobState, Journal};
+use crate::store::journal::blocking;
+use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
 use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 
 /// Longest pause between retries.
@@ -96,10 +97,28 @@ impl<'e> JobRun<'e> {
 
     /// Runs the job to its end.
     pub(super) async fn run(mut self) -> Result<JobResult, EngineError> {
-        if self.journal.view().state != JobState::Running {
-            self.journal.record(EventKind::JobStarted {
-                runner: self.engine.runner.clone(),
-            })?;
+        // A job the service claimed is already running under this runner (the claim journalled
+        // its `job_started`); one that runs under another runner is not ours to touch.
+        let view = self.journal.view();
+        match view.state {
+            JobState::Running if view.runner.as_ref() != Some(&self.engine.runner) => {
+                return Err(EngineError::Conflict {
+                    message: format!(
+                        "job `{}` is running under another runner{}",
+                        view.id,
+                        view.runner.as_ref().map_or_else(String::new, |r| format!(
+                            " (`ralph {}`, pid {} on {})",
+                            r.role, r.pid, r.host
+                        ))
+                    ),
+                });
+            }
+            JobState::Running => self.announce_start()?,
+            JobState::Queued | JobState::Finished => {
+                self.journal.record(EventKind::JobStarted {
+                    runner: self.engine.runner.clone(),
+                })?;
+            }
         }
         match self.preflight() {
             Ok(()) => match self.spec.kind {
@@ -109,6 +128,21 @@ impl<'e> JobRun<'e> {
             Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None)?,
         }
         self.result()
+    }
+
+    /// The `job_started` of a job claimed for this runner was journalled by the claim, before
+    /// this run's observers (progress, metrics, followers) existed: they hear it now.
+    fn announce_start(&self) -> Result<(), EngineError> {
+        let id = &self.journal.view().id;
+        let events = blocking(|| self.engine.store.events(id))?;
+        if let Some(i) = events
+            .iter()
+            .rposition(|e| matches!(e.kind, EventKind::JobStarted { .. }))
+        {
+            let view = JobView::project(&events[..=i]).map_err(StoreError::from)?;
+            self.journal.announce(&view, &events[i]);
+        }
+        Ok(())
     }
 
     /// Fails closed before any round when the sandbox or workspace cannot work.

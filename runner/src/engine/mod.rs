@@ -13,6 +13,7 @@
 mod artifacts;
 mod backends;
 mod cancel;
+mod cancel_watch;
 pub mod env;
 mod job_run;
 pub mod prompt;
@@ -93,6 +94,23 @@ impl EngineError {
     }
 }
 
+/// How often a cancel request is tried again when the job changes under it.
+const CANCEL_TRIES: usize = 8;
+
+/// What [`Engine::request_cancel`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelRequest {
+    /// The job was queued: it is now finished as cancelled.
+    Cancelled,
+    /// The job runs: the request is journalled, and its runner stops it.
+    Requested,
+    /// The job had already finished; nothing to cancel.
+    NotActive {
+        /// Its outcome.
+        state: &'static str,
+    },
+}
+
 /// Runs jobs.
 pub struct Engine {
     store: Arc<Store>,
@@ -163,6 +181,13 @@ impl Engine {
         Ok(self.store.submit(spec)?)
     }
 
+    /// Validates and journals a new job as started by this runner (`ralph run`): it is never in
+    /// the queue, so no service sharing the store can take it.
+    pub fn submit_started(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
+        self.check(spec)?;
+        Ok(self.store.submit_started(spec, &self.runner)?)
+    }
+
     /// Validates and journals a new job with a queue priority.
     pub fn submit_with_priority(
         &self,
@@ -213,6 +238,13 @@ impl Engine {
         let agent = Agent::resolve(&view.spec.agent).map_err(|e| EngineError::Config {
             message: e.to_string(),
         })?;
+        let since = cancel_watch::run_epoch(&self.store, job_id)?;
+        let _watch = cancel_watch::CancelWatch::start(
+            self.store.clone(),
+            job_id.to_owned(),
+            since,
+            cancel.clone(),
+        )?;
         job_run::JobRun::new(self, journal, agent, cancel)
             .run()
             .await
@@ -234,6 +266,47 @@ impl Engine {
         );
         journal.record(crate::store::EventKind::Resumed { message })?;
         Ok(())
+    }
+
+    /// Asks a job to stop, wherever it runs: a queued job is cancelled at once; for a job that
+    /// runs, `cancel_requested` is journalled and its runner (this process or another one
+    /// sharing the store) stops it when it sees the request. A job running in this process is
+    /// better cancelled through its [`Cancel`] (no polling delay).
+    pub fn request_cancel(&self, job_id: &str, by: &str) -> Result<CancelRequest, EngineError> {
+        for _ in 0..CANCEL_TRIES {
+            match self.cancel_queued(job_id, by) {
+                Ok(true) => return Ok(CancelRequest::Cancelled),
+                Ok(false) => {}
+                Err(EngineError::Store(StoreError::Conflict { .. })) => continue,
+                Err(e) => return Err(e),
+            }
+            let mut journal = Journal::open(self.store.clone(), job_id, self.observers.clone())?;
+            match journal.view().state {
+                JobState::Queued => continue,
+                JobState::Finished => {
+                    return Ok(CancelRequest::NotActive {
+                        state: journal.view().outcome().map_or("finished", |o| o.as_str()),
+                    });
+                }
+                JobState::Running if journal.view().cancel_requested => {
+                    return Ok(CancelRequest::Requested);
+                }
+                JobState::Running => {
+                    match journal
+                        .record(crate::store::EventKind::CancelRequested { by: by.to_owned() })
+                    {
+                        Ok(_) => return Ok(CancelRequest::Requested),
+                        Err(StoreError::Conflict { .. }) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        Err(EngineError::Conflict {
+            message: format!(
+                "job `{job_id}` kept changing while it was being cancelled; try again"
+            ),
+        })
     }
 
     /// Cancels a job that has not started: journals the request and the outcome. Returns

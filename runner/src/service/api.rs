@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::Service;
 use super::admission::{Asked, admit};
 use super::auth;
-use crate::engine::EngineError;
+use crate::engine::{CancelRequest, EngineError};
 use crate::job::request::{Format, parse_job_file};
 use crate::job::{JobSpec, Outcome};
 use crate::store::journal::blocking;
@@ -96,6 +96,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchJob { id } => ApiError::not_found(&id),
+            // Another runner sharing the store changed the job meanwhile.
+            conflict @ StoreError::Conflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", conflict.to_string())
+            }
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -131,6 +135,9 @@ impl From<EngineError> for ApiError {
 }
 
 type Svc = State<Arc<Service>>;
+
+/// How long a followed event stream waits for a broadcast before it reads the store.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The API router.
 pub fn router(svc: Arc<Service>) -> Router {
@@ -443,6 +450,7 @@ async fn job_events(
         svc: Arc<Service>,
         stored_until: u64,
         final_seq: Option<u64>,
+        polled: std::time::Instant,
     }
     // Not following: the stored events, then the end. Following a finished job: up to its final
     // `job_finished`. Following a live job: until a new `job_finished` arrives.
@@ -455,6 +463,7 @@ async fn job_events(
         svc: svc.clone(),
         stored_until: last,
         final_seq,
+        polled: std::time::Instant::now(),
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         loop {
@@ -471,14 +480,18 @@ async fn job_events(
             if st.done {
                 return None;
             }
-            match st.rx.recv().await {
-                Ok(ev) if ev.job_id == st.id && ev.seq > st.last => {
+            // Events journalled by this process arrive through the broadcast; those of another
+            // runner sharing the store (another host, or a `ralph run`) only in the store: after
+            // a quiet second, or when the broadcast lagged, catch up from the store.
+            let wait = FOLLOW_POLL.saturating_sub(st.polled.elapsed());
+            match tokio::time::timeout(wait, st.rx.recv()).await {
+                Ok(Ok(ev)) if ev.job_id == st.id && ev.seq > st.last => {
                     st.last = ev.seq;
                     st.pending.push_back(ev);
                 }
-                Ok(_) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    // Fell behind: catch up from the store.
+                Ok(Ok(_)) => {}
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) | Err(_) => {
+                    st.polled = std::time::Instant::now();
                     let (svc, id, last) = (st.svc.clone(), st.id.clone(), st.last);
                     if let Ok(events) = blocking(|| svc.engine().store().events(&id)) {
                         for ev in events.into_iter().filter(|e| e.seq > last) {
@@ -487,7 +500,7 @@ async fn job_events(
                         }
                     }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
             }
         }
     });
@@ -570,21 +583,23 @@ async fn cancel_job(
             axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
         ));
     }
-    if blocking(|| svc.engine().cancel_queued(&id, "api"))? {
-        return Ok((
+    // Queued: cancelled now. Running elsewhere (another runner sharing the store): the request
+    // is journalled and that runner stops the job when it sees it.
+    match blocking(|| svc.engine().request_cancel(&id, "api"))? {
+        CancelRequest::Cancelled => Ok((
             StatusCode::OK,
             axum::Json(json!({"id": id, "state": "finished", "outcome": "cancelled"})),
-        ));
+        )),
+        CancelRequest::Requested => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
+        )),
+        CancelRequest::NotActive { state } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("job `{id}` is {state}: nothing to cancel"),
+        )),
     }
-    let view = blocking(|| svc.engine().store().load(&id))?;
-    Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "conflict",
-        format!(
-            "job `{id}` is {}: nothing to cancel",
-            view.outcome().map_or(view.state.as_str(), |o| o.as_str())
-        ),
-    ))
 }
 
 async fn resume_job(

@@ -38,9 +38,31 @@ pub struct ServiceConfig {
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
+    /// The shared PostgreSQL store (absent: SQLite in `state_dir`).
+    pub database_url: Option<DatabaseUrl>,
     /// Admission limits.
     #[serde(default)]
     pub limits: Limits,
+}
+
+/// A PostgreSQL connection string; its `Debug` form has the password redacted.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(pub String);
+
+impl DatabaseUrl {
+    /// The connection string as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DatabaseUrl")
+            .field(&crate::store::postgres::target::redact(&self.0))
+            .finish()
+    }
 }
 
 /// What a submitter may ask for.
@@ -167,6 +189,15 @@ impl ServiceConfig {
                 c.listen
             )));
         }
+        if let Some(DatabaseUrl(url)) = &c.database_url {
+            crate::store::postgres::target::Target::parse(url).map_err(|e| {
+                err(format!(
+                    "`database_url`: `{}` is not a PostgreSQL connection string: {}",
+                    crate::store::postgres::target::redact(url),
+                    crate::store::postgres::worker::describe(&e)
+                ))
+            })?;
+        }
         if c.listen.is_empty() && c.unix_socket.is_none() {
             return Err(err(
                 "`listen` is empty and no `unix_socket` is set: nothing to listen on".into(),
@@ -224,6 +255,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("listen"), "{e}");
+        let e = ServiceConfig::parse(
+            "database_url = \"postgres://ralph:s3cret@db/ralph?sslmode=sometimes\"\n",
+            "c",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("database_url") && !e.contains("s3cret"), "{e}");
+        let c = ServiceConfig::parse(
+            "database_url = \"postgres://ralph@/ralph?host=/run/postgresql\"\n",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(
+            c.database_url.as_ref().map(DatabaseUrl::as_str),
+            Some("postgres://ralph@/ralph?host=/run/postgresql")
+        );
+        let c = ServiceConfig::parse("database_url = \"postgres://r:s3cret@db/r\"\n", "c").unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast};
 
-use crate::engine::{Backends, Cancel, Engine, RunnerEnv};
+use crate::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv};
 use crate::job::{FinishReason, Outcome};
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store};
@@ -105,6 +105,20 @@ fn log(msg: &str) {
     eprintln!("ralph serve: {msg}");
 }
 
+/// How often a job the engine could not finish is tried to be closed, and the pause between.
+const FAIL_TRIES: u32 = 12;
+const FAIL_PAUSE: Duration = Duration::from_secs(5);
+
+/// Whether the engine stopped because another process changed the job (another runner sharing
+/// the store): such a job is not this runner's to fail.
+fn changed_by_another_runner(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Store(crate::store::StoreError::Conflict { .. })
+            | EngineError::Conflict { .. }
+    )
+}
+
 impl Service {
     /// Loads the configuration, opens the store, recovers, and builds the service.
     pub fn start(options: ServeOptions) -> Result<Arc<Service>, ServiceError> {
@@ -123,7 +137,14 @@ impl Service {
             ))
         })?;
         config.state_dir = state_dir.clone();
-        let store = Arc::new(Store::open_sqlite(&state_dir)?);
+        let database_url = config
+            .database_url
+            .as_ref()
+            .map(config::DatabaseUrl::as_str);
+        let store = Arc::new(Store::open(&state_dir, database_url)?);
+        if config.database_url.is_some() {
+            log(&format!("state store: {}", store.location()));
+        }
         let token = auth::load_or_create(&config.token_path())?;
         let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
         let runner = RunnerInfo::current("serve");
@@ -237,13 +258,18 @@ impl Service {
                 if running.len() >= max {
                     break;
                 }
-                let next =
-                    crate::store::journal::blocking(|| self.engine.store().next_queued(&running));
+                // The claim journals `job_started` atomically: another runner sharing the
+                // store never gets the same job.
+                let next = crate::store::journal::blocking(|| {
+                    self.engine
+                        .store()
+                        .claim_next(self.engine.runner(), &running)
+                });
                 match next {
                     Ok(Some(id)) => self.clone().launch(id),
                     Ok(None) => break,
                     Err(e) => {
-                        log(&format!("failed to read the queue: {e}"));
+                        log(&format!("failed to claim a job from the queue: {e}"));
                         break;
                     }
                 }
@@ -266,9 +292,12 @@ impl Service {
                     "job {id}: {} after {} round(s): {}",
                     r.outcome, r.rounds, r.message
                 )),
+                Err(e) if changed_by_another_runner(&e) => log(&format!(
+                    "job {id}: left as it is, another runner changed its journal: {e}"
+                )),
                 Err(e) => {
                     log(&format!("job {id}: {e}"));
-                    self.fail(&id, &e.to_string());
+                    self.fail_with_retries(&id, &e.to_string()).await;
                 }
             }
             if let Ok(mut m) = self.running.lock() {
@@ -278,17 +307,52 @@ impl Service {
         });
     }
 
-    /// Closes a job the engine could not finish (infrastructure failure), if it can.
-    fn fail(&self, id: &str, message: &str) {
-        let Ok(mut j) = Journal::open(self.engine.store().clone(), id, self.engine.observers())
-        else {
-            return;
-        };
+    /// [`Service::fail`], tried again for a while when the store cannot be written (e.g. the
+    /// database is briefly down); a job still not closed then is left running in the store,
+    /// and the next start's recovery closes it as interrupted.
+    async fn fail_with_retries(&self, id: &str, message: &str) {
+        for attempt in 1..=FAIL_TRIES {
+            let e = match crate::store::journal::blocking(|| self.fail(id, message)) {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            if matches!(e, crate::store::StoreError::Conflict { .. }) {
+                log(&format!(
+                    "job {id}: left as it is, another runner changed its journal: {e}"
+                ));
+                return;
+            }
+            if attempt == FAIL_TRIES {
+                log(&format!(
+                    "job {id}: failed to close it as an error ({e}); it stays running in the store until this service restarts"
+                ));
+                return;
+            }
+            log(&format!(
+                "job {id}: failed to close it as an error ({e}); trying again in {}s",
+                FAIL_PAUSE.as_secs()
+            ));
+            tokio::time::sleep(FAIL_PAUSE).await;
+        }
+    }
+
+    /// Closes a job the engine could not finish (infrastructure failure). A job that runs
+    /// under another runner is left alone.
+    fn fail(&self, id: &str, message: &str) -> Result<(), crate::store::StoreError> {
+        let mut j = Journal::open(self.engine.store().clone(), id, self.engine.observers())?;
         if j.view().state == JobState::Finished {
-            return;
+            return Ok(());
+        }
+        if j.view().state == JobState::Running
+            && j.view().runner.as_ref() != Some(self.engine.runner())
+        {
+            log(&format!(
+                "job {id}: not closed as an error: it runs under another runner"
+            ));
+            return Ok(());
         }
         if let Some((round, attempt)) = j.view().open_attempt {
-            let _ = j.record(EventKind::RoundFinished {
+            j.record(EventKind::RoundFinished {
                 round,
                 attempt,
                 result: crate::store::AttemptResult::Interrupted,
@@ -300,19 +364,20 @@ impl Service {
                 sandbox_violations: Vec::new(),
                 sandbox_setup_ms: None,
                 agent_retries: Default::default(),
-            });
+            })?;
         }
         if j.view().state == JobState::Queued {
-            let _ = j.record(EventKind::JobStarted {
+            j.record(EventKind::JobStarted {
                 runner: self.engine.runner().clone(),
-            });
+            })?;
         }
-        let _ = j.record(EventKind::JobFinished {
+        j.record(EventKind::JobFinished {
             outcome: Outcome::Error,
             reason: FinishReason::InternalError,
             message: crate::util::text::bounded(message, 4096),
             exit_code: None,
-        });
+        })?;
+        Ok(())
     }
 
     /// Stops taking work and lets running jobs stop after their round; after `grace`, or on a
@@ -373,6 +438,7 @@ impl Service {
                 new.unix_socket = old.unix_socket.clone();
                 new.state_dir = old.state_dir.clone();
                 new.token_file = old.token_file.clone();
+                new.database_url = old.database_url.clone();
                 if let Ok(mut c) = self.config.write() {
                     *c = new;
                 }

@@ -3,10 +3,15 @@
 //! - [`event`]: the event types.
 //! - [`projection`]: a job's state as a fold of its events.
 //! - [`journal`]: appending events while a job runs.
-//! - [`sqlite`]: the embedded SQLite backend.
+//! - [`sqlite`]: the embedded SQLite backend (the default: a file in the state directory).
+//! - [`postgres`]: the PostgreSQL backend (several runner hosts sharing one queue).
+//!
+//! [`Store`] dispatches to one of them; both keep the same tables and the same semantics
+//! (append-only events, optimistic sequence check, atomic claim of queued jobs).
 
 pub mod event;
 pub mod journal;
+pub mod postgres;
 pub mod projection;
 pub mod sqlite;
 
@@ -41,13 +46,32 @@ pub enum StoreError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A PostgreSQL operation failed (after the connection's retries).
+    #[error(
+        "failed to {action} the PostgreSQL store `{target}`: {}",
+        postgres::worker::describe(source)
+    )]
+    Postgres {
+        /// What was being done.
+        action: &'static str,
+        /// The connection string, password redacted.
+        target: String,
+        /// The client's error.
+        source: ::postgres::Error,
+    },
+    /// The thread that owns the PostgreSQL connection is gone.
+    #[error("the PostgreSQL connection thread of `{target}` stopped")]
+    PostgresWorker {
+        /// The connection string, password redacted.
+        target: String,
+    },
     /// The database was written by a newer `ralph`.
     #[error(
-        "the state store `{path}` has schema version {found}; this ralph supports up to {supported}"
+        "the state store `{location}` has schema version {found}; this ralph supports up to {supported}"
     )]
     NewerSchema {
-        /// The database file.
-        path: PathBuf,
+        /// The database file or the redacted connection string.
+        location: String,
         /// Its version.
         found: i64,
         /// Ours.
@@ -92,18 +116,49 @@ pub enum StoreError {
     Poisoned,
 }
 
-/// The state store (SQLite today; the API is what the runner and service use).
+/// The state store: the API the runner and the service use, over one of the backends.
 #[derive(Debug)]
 pub struct Store {
-    backend: sqlite::SqliteStore,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+/// Calls the same method on whichever backend is in use.
+macro_rules! dispatch {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match &$self.backend {
+            Backend::Sqlite(b) => b.$method($($arg),*),
+            Backend::Postgres(b) => b.$method($($arg),*),
+        }
+    };
 }
 
 impl Store {
     /// Opens the embedded SQLite store in `state_dir`.
     pub fn open_sqlite(state_dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
-            backend: sqlite::SqliteStore::open(state_dir)?,
+            backend: Backend::Sqlite(sqlite::SqliteStore::open(state_dir)?),
         })
+    }
+
+    /// Connects to the PostgreSQL store at `url` (creating its schema if needed).
+    pub fn open_postgres(url: &str) -> Result<Self, StoreError> {
+        Ok(Self {
+            backend: Backend::Postgres(postgres::PgStore::open(url)?),
+        })
+    }
+
+    /// PostgreSQL at `database_url` when one is given, else SQLite in `state_dir`.
+    pub fn open(state_dir: &Path, database_url: Option<&str>) -> Result<Self, StoreError> {
+        match database_url {
+            Some(url) => Self::open_postgres(url),
+            None => Self::open_sqlite(state_dir),
+        }
     }
 
     /// Accepts a new job: journals `job_submitted` and returns its id.
@@ -123,18 +178,69 @@ impl Store {
             },
         };
         let view = JobView::submitted(&event)?;
-        self.backend.insert_job(&event, &view, priority)?;
+        dispatch!(self.insert_job(&[event], &view, priority))?;
+        Ok(id)
+    }
+
+    /// Accepts a new job already started by `runner` (`ralph run`): journals `job_submitted`
+    /// and `job_started` in one transaction, so no service sharing the store can claim it.
+    pub fn submit_started(&self, spec: &JobSpec, runner: &RunnerInfo) -> Result<JobId, StoreError> {
+        let id = new_job_id();
+        let at = now_rfc3339();
+        let submitted = Event {
+            job_id: id.clone(),
+            seq: 1,
+            at: at.clone(),
+            kind: EventKind::JobSubmitted {
+                spec: Box::new(spec.clone()),
+            },
+        };
+        let started = Event {
+            job_id: id.clone(),
+            seq: 2,
+            at,
+            kind: EventKind::JobStarted {
+                runner: runner.clone(),
+            },
+        };
+        let mut view = JobView::submitted(&submitted)?;
+        view.apply(&started)?;
+        dispatch!(self.insert_job(&[submitted, started], &view, 0))?;
         Ok(id)
     }
 
     /// Appends an event (see [`Journal::record`], which is how callers should append).
     pub fn append(&self, event: &Event, after: &JobView) -> Result<(), StoreError> {
-        self.backend.append(event, after)
+        dispatch!(self.append(event, after))
+    }
+
+    /// Claims the next queued job (priority, then age) not in `skip` for `runner`: journals its
+    /// `job_started` and makes it running, atomically, so no two runners sharing the store
+    /// start the same job. Returns its id, or `None` when nothing is queued.
+    pub fn claim_next(
+        &self,
+        runner: &RunnerInfo,
+        skip: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        let started = EventKind::JobStarted {
+            runner: runner.clone(),
+        };
+        dispatch!(self.claim_next(&started, &now_rfc3339(), skip))
     }
 
     /// The journal of a job.
     pub fn events(&self, job_id: &str) -> Result<Vec<Event>, StoreError> {
-        self.backend.events(job_id)
+        dispatch!(self.events(job_id))
+    }
+
+    /// Who asked to cancel `job_id` in an event after `after_seq`, if anyone did (how a runner
+    /// hears of a cancel journalled by another process, e.g. another host's API).
+    pub fn cancel_requested_after(
+        &self,
+        job_id: &str,
+        after_seq: u64,
+    ) -> Result<Option<String>, StoreError> {
+        dispatch!(self.cancel_requested_after(job_id, after_seq))
     }
 
     /// The projection of a job's journal.
@@ -144,27 +250,39 @@ impl Store {
 
     /// Ids of jobs in `state`, oldest first.
     pub fn job_ids_in_state(&self, state: JobState) -> Result<Vec<String>, StoreError> {
-        self.backend.job_ids_in_state(state.as_str())
+        dispatch!(self.job_ids_in_state(state.as_str()))
     }
 
     /// How many jobs are in `state`.
     pub fn count_in_state(&self, state: JobState) -> Result<u64, StoreError> {
-        self.backend.count_in_state(state.as_str())
+        dispatch!(self.count_in_state(state.as_str()))
     }
 
     /// Jobs matching `filter`, newest first.
     pub fn list(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
-        self.backend.list(filter)
+        dispatch!(self.list(filter))
     }
 
     /// The next queued job to run (priority, then age), skipping `skip`.
     pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
-        self.backend.next_queued(skip)
+        dispatch!(self.next_queued(skip))
     }
 
-    /// Where the data lives (for messages).
-    pub fn location(&self) -> &Path {
-        self.backend.path()
+    /// Where the data lives, for messages: the database file, or the connection string with
+    /// its password redacted.
+    pub fn location(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(b) => b.path().display().to_string(),
+            Backend::Postgres(b) => b.target().to_owned(),
+        }
+    }
+
+    /// The SQLite database file, when that is the backend.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sqlite(b) => Some(b.path()),
+            Backend::Postgres(_) => None,
+        }
     }
 }
 
@@ -207,5 +325,7 @@ pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
+#[cfg(test)]
+mod test_db;
 #[cfg(test)]
 mod tests;

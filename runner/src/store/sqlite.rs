@@ -104,7 +104,7 @@ impl SqliteStore {
             .map_err(db_err(&path, "read the schema of"))?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
-                path,
+                location: path.display().to_string(),
                 found: version,
                 supported: SCHEMA_VERSION,
             });
@@ -126,13 +126,17 @@ impl SqliteStore {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
 
-    /// Records a new job: its `jobs` row and its first event, in one transaction.
+    /// Records a new job: its `jobs` row (the projection columns of `view`, the view after
+    /// `events`) and its first events, in one transaction.
     pub fn insert_job(
         &self,
-        first: &Event,
+        events: &[Event],
         view: &JobView,
         priority: i32,
     ) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            return Ok(());
+        };
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "insert a job into");
         conn.set_durability(first.kind.durability()).map_err(&err)?;
@@ -140,11 +144,13 @@ impl SqliteStore {
         let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
         tx.execute(
             "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
-             VALUES (?1, ?2, ?3, NULL, 0, ?7, ?4, ?4, ?5, ?6)",
-            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, first.seq, spec, priority],
+             VALUES (?1, ?2, ?3, NULL, 0, ?7, ?4, ?8, ?5, ?6)",
+            params![view.id, view.spec.kind.as_str(), view.state.as_str(), first.at, last.seq, spec, priority, last.at],
         )
         .map_err(&err)?;
-        insert_event(&tx, first).map_err(&err)?;
+        for event in events {
+            insert_event(&tx, event).map_err(&err)?;
+        }
         tx.commit().map_err(&err)
     }
 
@@ -190,6 +196,92 @@ impl SqliteStore {
         )
         .map_err(&err)?;
         tx.commit().map_err(&err)
+    }
+
+    /// Takes the next queued job not in `skip` (priority, then age) and journals `started` (a
+    /// `job_started` event) as its next event, inside one IMMEDIATE transaction (which holds
+    /// the database's write lock: no other process can claim or append meanwhile). Returns the
+    /// job id.
+    pub fn claim_next(
+        &self,
+        started: &EventKind,
+        at: &str,
+        skip: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        let mut conn = self.conn()?;
+        let err = db_err(&self.path, "claim a job from");
+        conn.set_durability(started.durability()).map_err(&err)?;
+        let tx = conn
+            .db
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let mut next = None;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id, last_seq FROM jobs WHERE state = 'queued'
+                     ORDER BY priority DESC, created_at, id",
+                )
+                .map_err(&err)?;
+            let mut rows = stmt.query([]).map_err(&err)?;
+            while let Some(row) = rows.next().map_err(&err)? {
+                let id: String = row.get(0).map_err(&err)?;
+                if !skip.contains(&id) {
+                    next = Some((id, row.get::<_, i64>(1).map_err(&err)?));
+                    break;
+                }
+            }
+        }
+        let Some((id, last)) = next else {
+            return Ok(None);
+        };
+        let event = Event {
+            job_id: id.clone(),
+            seq: u64::try_from(last).unwrap_or(0) + 1,
+            at: at.to_owned(),
+            kind: started.clone(),
+        };
+        insert_event(&tx, &event).map_err(&err)?;
+        tx.execute(
+            "UPDATE jobs SET state = 'running', updated_at = ?2, last_seq = ?3 WHERE id = ?1",
+            params![id, event.at, event.seq],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(Some(id))
+    }
+
+    /// Who asked to cancel the job in an event after `after_seq`, if anyone did.
+    pub fn cancel_requested_after(
+        &self,
+        job_id: &str,
+        after_seq: u64,
+    ) -> Result<Option<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "read events from");
+        let row: Option<(i64, String)> = conn
+            .db
+            .prepare_cached(
+                "SELECT seq, data FROM events
+                 WHERE job_id = ?1 AND seq > ?2 AND type = 'cancel_requested'
+                 ORDER BY seq LIMIT 1",
+            )
+            .map_err(&err)?
+            .query_row(params![job_id, after_seq], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(&err)?;
+        let Some((seq, data)) = row else {
+            return Ok(None);
+        };
+        let kind: EventKind = serde_json::from_str(&data).map_err(|e| StoreError::Decode {
+            id: job_id.to_owned(),
+            seq: u64::try_from(seq).unwrap_or(0),
+            message: e.to_string(),
+        })?;
+        Ok(match kind {
+            EventKind::CancelRequested { by } => Some(by),
+            _ => None,
+        })
     }
 
     /// The whole journal of a job, in order.

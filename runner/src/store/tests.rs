@@ -1,12 +1,94 @@
-//! Store tests against a real SQLite file in a temporary directory.
+//! Store tests against real databases: each scenario runs on a SQLite file in a temporary
+//! directory and on a throwaway PostgreSQL database ([`super::test_db`]; skipped with a message
+//! when no server is reachable, a failure under `CI`).
 
 use std::sync::Arc;
 
 use serde_json::json;
 
+use super::test_db::TestDatabase;
 use super::*;
 use crate::job::{AgentSpec, FinishReason, JobSpec, Outcome, RoundFailure};
 use crate::usage::RoundUsage;
+
+/// A database for one test.
+enum Db {
+    Sqlite(tempfile::TempDir),
+    Postgres(TestDatabase),
+}
+
+impl Db {
+    fn sqlite() -> Self {
+        Db::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    fn postgres(label: &str) -> Option<Self> {
+        TestDatabase::create(label).map(Db::Postgres)
+    }
+
+    /// A new store on this database (each one its own connection).
+    fn store(&self) -> Store {
+        match self {
+            Db::Sqlite(dir) => Store::open_sqlite(dir.path()).unwrap(),
+            Db::Postgres(db) => Store::open_postgres(&db.url).unwrap(),
+        }
+    }
+
+    /// Runs raw SQL outside the store; the database's error message on failure.
+    fn exec(&self, sql: &str) -> Result<(), String> {
+        match self {
+            Db::Sqlite(dir) => rusqlite::Connection::open(dir.path().join(sqlite::DB_FILE))
+                .unwrap()
+                .execute_batch(sql)
+                .map_err(|e| e.to_string()),
+            Db::Postgres(db) => db.client().batch_execute(sql).map_err(|e| {
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned())
+            }),
+        }
+    }
+
+    fn drop_append_only_trigger(&self) {
+        match self {
+            Db::Sqlite(_) => self.exec("DROP TRIGGER events_append_only_update"),
+            Db::Postgres(_) => self.exec("DROP TRIGGER events_append_only ON events"),
+        }
+        .unwrap();
+    }
+}
+
+/// Runs `scenario` once per backend: `NAME::sqlite` and `NAME::postgres`.
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            #[test]
+            fn sqlite() {
+                super::$scenario(&super::Db::sqlite());
+            }
+            #[test]
+            fn postgres() {
+                if let Some(db) = super::Db::postgres(stringify!($scenario)) {
+                    super::$scenario(&db);
+                }
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    journal_round_trip_and_projection,
+    out_of_order_events_are_refused_and_not_stored,
+    events_are_append_only_in_the_database,
+    a_concurrent_writer_is_detected,
+    a_tampered_report_is_rejected_when_read_back,
+    listing_is_newest_first_filtered_and_paged,
+    the_queue_is_priority_then_age_and_counts_by_state,
+    a_claim_journals_job_started_and_skips,
+    concurrent_claims_take_each_job_exactly_once,
+    a_running_job_folds_in_a_foreign_cancel_request,
+    cancel_requests_are_found_after_a_sequence_number,
+    a_newer_schema_is_refused,
+);
 
 fn spec() -> JobSpec {
     JobSpec::new(
@@ -50,10 +132,17 @@ fn report() -> serde_json::Value {
     json!({"status":"continue","summary":"s","evidence":[],"nextSteps":["n"],"blocker":""})
 }
 
-#[test]
-fn journal_round_trip_and_projection() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_sqlite(dir.path()).unwrap());
+fn cancelled() -> EventKind {
+    EventKind::JobFinished {
+        outcome: Outcome::Cancelled,
+        reason: FinishReason::CancelRequested,
+        message: String::new(),
+        exit_code: None,
+    }
+}
+
+fn journal_round_trip_and_projection(db: &Db) {
+    let store = Arc::new(db.store());
     let id = store.submit(&spec()).unwrap();
     let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
     j.record(EventKind::JobStarted { runner: runner() })
@@ -78,15 +167,12 @@ fn journal_round_trip_and_projection() {
     j.record(started(1, 2)).unwrap();
     j.record(finished(1, 2, AttemptResult::Reported { report: report() }))
         .unwrap();
-    let fin = || EventKind::JobFinished {
-        outcome: Outcome::Cancelled,
-        reason: FinishReason::CancelRequested,
-        message: String::new(),
-        exit_code: None,
-    };
-    j.record(fin()).unwrap();
+    j.record(cancelled()).unwrap();
     // A finished job cannot finish twice, and sequence numbers are dense.
-    assert!(matches!(j.record(fin()), Err(StoreError::Projection(_))));
+    assert!(matches!(
+        j.record(cancelled()),
+        Err(StoreError::Projection(_))
+    ));
     let events = store.events(&id).unwrap();
     assert_eq!(
         events.iter().map(|e| e.seq).collect::<Vec<_>>(),
@@ -99,12 +185,29 @@ fn journal_round_trip_and_projection() {
         (1, 2, 1)
     );
     assert_eq!(view.last_report.as_ref().unwrap().summary, "s");
+    // The listing columns follow the journal.
+    let listed = store.list(&JobFilter {
+        limit: 10,
+        ..Default::default()
+    });
+    let listed = listed.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].state.as_str(),
+            listed[0].outcome.as_deref(),
+            listed[0].rounds
+        ),
+        ("finished", Some("cancelled"), 1)
+    );
+    assert!(matches!(
+        store.events("no-such-job"),
+        Err(StoreError::NoSuchJob { .. })
+    ));
 }
 
-#[test]
-fn out_of_order_events_are_refused_and_not_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_sqlite(dir.path()).unwrap());
+fn out_of_order_events_are_refused_and_not_stored(db: &Db) {
+    let store = Arc::new(db.store());
     let id = store.submit(&spec()).unwrap();
     let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
     // Not started yet: no round may begin.
@@ -125,26 +228,32 @@ fn out_of_order_events_are_refused_and_not_stored() {
     assert_eq!(store.events(&id).unwrap().len(), 2);
 }
 
-#[test]
-fn events_are_append_only_in_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_sqlite(dir.path()).unwrap();
+fn events_are_append_only_in_the_database(db: &Db) {
+    let store = db.store();
     let id = store.submit(&spec()).unwrap();
-    let conn = rusqlite::Connection::open(store.location()).unwrap();
-    let upd = conn
-        .execute("UPDATE events SET data = '{}' WHERE job_id = ?1", [&id])
+    let upd = db
+        .exec(&format!(
+            "UPDATE events SET data = '{{}}' WHERE job_id = '{id}'"
+        ))
         .unwrap_err();
-    assert!(upd.to_string().contains("append-only"), "{upd}");
-    let del = conn
-        .execute("DELETE FROM events WHERE job_id = ?1", [&id])
+    assert!(upd.contains("append-only"), "{upd}");
+    let del = db
+        .exec(&format!("DELETE FROM events WHERE job_id = '{id}'"))
         .unwrap_err();
-    assert!(del.to_string().contains("append-only"), "{del}");
+    assert!(del.contains("append-only"), "{del}");
+    if let Db::Postgres(_) = db {
+        let trunc = db.exec("TRUNCATE events").unwrap_err();
+        assert!(trunc.contains("append-only"), "{trunc}");
+        let spec = db
+            .exec(&format!("UPDATE jobs SET spec = '{{}}' WHERE id = '{id}'"))
+            .unwrap_err();
+        assert!(spec.contains("immutable"), "{spec}");
+    }
+    assert_eq!(store.events(&id).unwrap().len(), 1);
 }
 
-#[test]
-fn a_concurrent_writer_is_detected() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_sqlite(dir.path()).unwrap());
+fn a_concurrent_writer_is_detected(db: &Db) {
+    let store = Arc::new(db.store());
     let id = store.submit(&spec()).unwrap();
     let mut a = Journal::open(store.clone(), &id, vec![]).unwrap();
     let mut b = Journal::open(store.clone(), &id, vec![]).unwrap();
@@ -154,12 +263,26 @@ fn a_concurrent_writer_is_detected() {
         .record(EventKind::CancelRequested { by: "b".into() })
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    // Through a second connection too (another process or host).
+    let other = Arc::new(db.store());
+    let mut c = Journal::open(other, &id, vec![]).unwrap();
+    a.record(cancelled()).unwrap();
+    let err = c.record(cancelled()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Conflict {
+                expected: 2,
+                found: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
-#[test]
-fn a_tampered_report_is_rejected_when_read_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_sqlite(dir.path()).unwrap());
+fn a_tampered_report_is_rejected_when_read_back(db: &Db) {
+    let store = Arc::new(db.store());
     let id = store.submit(&spec()).unwrap();
     let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
     j.record(EventKind::JobStarted { runner: runner() })
@@ -168,17 +291,317 @@ fn a_tampered_report_is_rejected_when_read_back() {
     j.record(finished(1, 1, AttemptResult::Reported { report: report() }))
         .unwrap();
     // Someone with database access edits the stored report past the contract.
-    let conn = rusqlite::Connection::open(store.location()).unwrap();
-    conn.execute_batch("DROP TRIGGER events_append_only_update")
-        .unwrap();
-    conn.execute("UPDATE events SET data = replace(data, '\"blocker\":\"\"', '\"blocker\":\"\",\"extra\":1') WHERE job_id = ?1 AND seq = 4", [&id])
-        .unwrap();
+    db.drop_append_only_trigger();
+    db.exec(&format!(
+        "UPDATE events SET data = replace(data, '\"blocker\":\"\"', '\"blocker\":\"\",\"extra\":1') WHERE job_id = '{id}' AND seq = 4"
+    ))
+    .unwrap();
     let err = store.load(&id).unwrap_err();
     assert!(
         err.to_string().contains("stored report is invalid"),
         "{err}"
     );
     assert!(err.to_string().contains("extra"), "{err}");
+}
+
+/// Submits `n` jobs one after the other (ids and submission times increase).
+fn submit_n(store: &Store, n: usize, priority: i32) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let id = store.submit_with_priority(&spec(), priority).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            id
+        })
+        .collect()
+}
+
+fn listing_is_newest_first_filtered_and_paged(db: &Db) {
+    let store = Arc::new(db.store());
+    let ids = submit_n(&store, 5, 0);
+    // Finish two of them (cancelled before they started).
+    for id in &ids[1..3] {
+        let mut j = Journal::open(store.clone(), id, vec![]).unwrap();
+        j.record(EventKind::CancelRequested { by: "t".into() })
+            .unwrap();
+        j.record(cancelled()).unwrap();
+    }
+    let page = |before: Option<&str>, limit, state, outcome| -> Vec<String> {
+        store
+            .list(&JobFilter {
+                state,
+                outcome,
+                before: before.map(str::to_owned),
+                limit,
+            })
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    };
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(page(None, 100, None, None), newest_first);
+    // Paging: each page starts after the last id of the previous one.
+    let first = page(None, 2, None, None);
+    let second = page(Some(&first[1]), 2, None, None);
+    let third = page(Some(&second[1]), 2, None, None);
+    assert_eq!(
+        [first, second, third.clone()].concat(),
+        newest_first,
+        "pages"
+    );
+    assert_eq!(third.len(), 1);
+    assert_eq!(
+        page(None, 100, Some(JobState::Finished), None),
+        vec![ids[2].clone(), ids[1].clone()]
+    );
+    assert_eq!(
+        page(None, 100, Some(JobState::Queued), None),
+        vec![ids[4].clone(), ids[3].clone(), ids[0].clone()]
+    );
+    assert_eq!(
+        page(None, 100, None, Some(Outcome::Cancelled)),
+        vec![ids[2].clone(), ids[1].clone()]
+    );
+    assert!(page(None, 100, None, Some(Outcome::Complete)).is_empty());
+    let summary = &store
+        .list(&JobFilter {
+            limit: 1,
+            ..Default::default()
+        })
+        .unwrap()[0];
+    assert_eq!(
+        (
+            summary.kind.as_str(),
+            summary.state.as_str(),
+            summary.priority
+        ),
+        ("loop", "queued", 0)
+    );
+    assert!(summary.created_at.ends_with('Z'), "{summary:?}");
+}
+
+fn the_queue_is_priority_then_age_and_counts_by_state(db: &Db) {
+    let store = Arc::new(db.store());
+    let low = submit_n(&store, 2, 0);
+    let high = submit_n(&store, 2, 5);
+    assert_eq!(store.next_queued(&[]).unwrap(), Some(high[0].clone()));
+    assert_eq!(
+        store.next_queued(&[high[0].clone()]).unwrap(),
+        Some(high[1].clone())
+    );
+    assert_eq!(
+        store.next_queued(&high).unwrap(),
+        Some(low[0].clone()),
+        "older first within a priority"
+    );
+    assert_eq!(
+        store
+            .next_queued(&[high.clone(), low.clone()].concat())
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.count_in_state(JobState::Queued).unwrap(), 4);
+    assert_eq!(store.count_in_state(JobState::Running).unwrap(), 0);
+    let mut j = Journal::open(store.clone(), &low[1], vec![]).unwrap();
+    j.record(EventKind::JobStarted { runner: runner() })
+        .unwrap();
+    assert_eq!(store.count_in_state(JobState::Running).unwrap(), 1);
+    assert_eq!(
+        store.job_ids_in_state(JobState::Queued).unwrap(),
+        vec![low[0].clone(), high[0].clone(), high[1].clone()],
+        "oldest first"
+    );
+    assert_eq!(
+        store.job_ids_in_state(JobState::Running).unwrap(),
+        vec![low[1].clone()]
+    );
+    assert!(
+        store
+            .job_ids_in_state(JobState::Finished)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+fn a_claim_journals_job_started_and_skips(db: &Db) {
+    let store = Arc::new(db.store());
+    let low = submit_n(&store, 1, 0);
+    let high = submit_n(&store, 2, 3);
+    let me = runner();
+    assert_eq!(
+        store.claim_next(&me, &[high[0].clone()]).unwrap(),
+        Some(high[1].clone())
+    );
+    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(high[0].clone()));
+    let view = store.load(&high[1]).unwrap();
+    assert_eq!(
+        (view.state, view.seq, view.runner.as_ref()),
+        (JobState::Running, 2, Some(&me))
+    );
+    let listed = store
+        .list(&JobFilter {
+            state: Some(JobState::Running),
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(listed.len(), 2);
+    // The runner goes on appending after the claim's event.
+    let mut j = Journal::open(store.clone(), &high[1], vec![]).unwrap();
+    j.record(started(1, 1)).unwrap();
+    assert_eq!(store.claim_next(&me, &low).unwrap(), None);
+    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(low[0].clone()));
+    assert_eq!(store.claim_next(&me, &[]).unwrap(), None);
+    assert_eq!(store.count_in_state(JobState::Queued).unwrap(), 0);
+    // A resumed job is claimed again.
+    let mut j = Journal::open(store.clone(), &low[0], vec![]).unwrap();
+    j.record(cancelled()).unwrap();
+    j.record(EventKind::Resumed {
+        message: "again".into(),
+    })
+    .unwrap();
+    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(low[0].clone()));
+    assert_eq!(store.load(&low[0]).unwrap().state, JobState::Running);
+}
+
+fn concurrent_claims_take_each_job_exactly_once(db: &Db) {
+    const JOBS: usize = 60;
+    const CLAIMERS: usize = 6;
+    let store = db.store();
+    let ids = submit_n(&store, JOBS, 0);
+    // Each claimer has its own store (connection), as separate runner processes would.
+    let claimed: Vec<Vec<String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLAIMERS)
+            .map(|i| {
+                let store = db.store();
+                s.spawn(move || {
+                    let mut me = runner();
+                    me.pid += u32::try_from(i).unwrap();
+                    let mut mine = Vec::new();
+                    while let Some(id) = store.claim_next(&me, &[]).unwrap() {
+                        mine.push(id);
+                        // A runner does something with its job before it claims again.
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<String> = claimed.concat();
+    all.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(all, want, "every job claimed exactly once");
+    for id in &ids {
+        let events = store.events(id).unwrap();
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::JobStarted { .. }))
+            .count();
+        assert_eq!((events.len(), starts), (2, 1), "{id}");
+    }
+    assert!(
+        claimed.iter().filter(|c| !c.is_empty()).count() > 1,
+        "only one claimer got work: {:?}",
+        claimed.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+}
+
+fn a_running_job_folds_in_a_foreign_cancel_request(db: &Db) {
+    let store = Arc::new(db.store());
+    let id = store.submit(&spec()).unwrap();
+    let me = runner();
+    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(id.clone()));
+    let mut runner_side = Journal::open(store.clone(), &id, vec![]).unwrap();
+    runner_side.record(started(1, 1)).unwrap();
+    // Another host's API journals a cancel request through its own connection.
+    let api_side = Arc::new(db.store());
+    let mut api = Journal::open(api_side, &id, vec![]).unwrap();
+    api.record(EventKind::CancelRequested { by: "api".into() })
+        .unwrap();
+    // The runner's next event lands after it, and its view now knows of the request.
+    runner_side
+        .record(finished(1, 1, AttemptResult::Cancelled))
+        .unwrap();
+    assert!(runner_side.view().cancel_requested);
+    // Its own cancel request is not journalled twice.
+    let again = runner_side
+        .record(EventKind::CancelRequested {
+            by: "runner".into(),
+        })
+        .unwrap();
+    assert!(matches!(&again.kind, EventKind::CancelRequested { by } if by == "runner"));
+    runner_side.record(cancelled()).unwrap();
+    let types: Vec<&str> = store
+        .events(&id)
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.name())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "job_submitted",
+            "job_started",
+            "round_started",
+            "cancel_requested",
+            "round_finished",
+            "cancel_requested",
+            "job_finished"
+        ]
+    );
+    // Any other concurrent change stays a conflict.
+    let id2 = store.submit(&spec()).unwrap();
+    store.claim_next(&me, &[]).unwrap();
+    let mut a = Journal::open(store.clone(), &id2, vec![]).unwrap();
+    let mut b = Journal::open(store.clone(), &id2, vec![]).unwrap();
+    a.record(started(1, 1)).unwrap();
+    assert!(matches!(
+        b.record(started(1, 1)),
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
+fn cancel_requests_are_found_after_a_sequence_number(db: &Db) {
+    let store = Arc::new(db.store());
+    let id = store.submit(&spec()).unwrap();
+    assert_eq!(store.cancel_requested_after(&id, 0).unwrap(), None);
+    let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
+    j.record(EventKind::CancelRequested { by: "api".into() })
+        .unwrap();
+    assert_eq!(
+        store.cancel_requested_after(&id, 0).unwrap().as_deref(),
+        Some("api")
+    );
+    assert_eq!(store.cancel_requested_after(&id, 2).unwrap(), None);
+    assert_eq!(store.cancel_requested_after("nope", 0).unwrap(), None);
+}
+
+fn a_newer_schema_is_refused(db: &Db) {
+    drop(db.store());
+    match db {
+        Db::Sqlite(_) => db.exec("PRAGMA user_version = 99").unwrap(),
+        Db::Postgres(_) => db.exec("UPDATE ralph_schema SET version = 99").unwrap(),
+    }
+    let err = match db {
+        Db::Sqlite(dir) => Store::open_sqlite(dir.path()).unwrap_err(),
+        Db::Postgres(t) => Store::open_postgres(&t.url).unwrap_err(),
+    };
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -190,5 +613,72 @@ fn the_database_directory_is_private() {
     assert_eq!(
         std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
         0o700
+    );
+}
+
+#[test]
+fn the_postgres_store_reconnects_after_its_connection_is_killed() {
+    let Some(db) = TestDatabase::create("reconnect") else {
+        return;
+    };
+    let store = Arc::new(Store::open_postgres(&db.url).unwrap());
+    let id = store.submit(&spec()).unwrap();
+    let kill = || {
+        let mut admin = db.client();
+        let killed: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert!(killed >= 1);
+    };
+    kill();
+    // Reads and appends work again on a new connection.
+    assert_eq!(store.events(&id).unwrap().len(), 1);
+    kill();
+    let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
+    kill();
+    j.record(EventKind::CancelRequested { by: "t".into() })
+        .unwrap();
+    kill();
+    assert_eq!(store.claim_next(&runner(), &[]).unwrap(), Some(id.clone()));
+    assert_eq!(store.claim_next(&runner(), &[]).unwrap(), None);
+    let view = store.load(&id).unwrap();
+    assert_eq!((view.seq, view.state), (3, JobState::Running));
+}
+
+#[test]
+fn postgres_errors_name_the_target_without_its_password() {
+    let Some(db) = TestDatabase::create("password") else {
+        return;
+    };
+    // A wrong password for the test role on the test server.
+    let url = db
+        .url
+        .replacen("://", "://ralph_test:not-the-password-x1@", 1);
+    let url = match url.split_once("@") {
+        Some((head, tail)) => match tail.split_once('@') {
+            Some((_, host)) => format!("{head}@{host}"),
+            None => url.clone(),
+        },
+        None => url.clone(),
+    };
+    let err = Store::open_postgres(&url).unwrap_err().to_string();
+    assert!(!err.contains("not-the-password-x1"), "{err}");
+    assert!(err.contains("ralph_test:***@"), "{err}");
+    assert!(
+        err.starts_with("failed to connect to the PostgreSQL store"),
+        "{err}"
+    );
+    // Nothing listens on port 1: a clear error after the bounded retries.
+    let err = Store::open_postgres("postgres://u:hunter2@127.0.0.1:1/x?connect_timeout=1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("u:***@127.0.0.1:1") && !err.contains("hunter2"),
+        "{err}"
     );
 }

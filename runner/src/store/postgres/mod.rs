@@ -1,0 +1,384 @@
+//! The PostgreSQL state store, for several runner hosts sharing one queue (SPEC §8).
+//!
+//! The same tables and semantics as the SQLite store: a `jobs` row per job (the immutable spec
+//! plus projection columns for listing) and an append-only `events` table (a trigger refuses
+//! UPDATE, DELETE and TRUNCATE). Each append is one transaction that locks the job row
+//! (`SELECT last_seq … FOR UPDATE`), checks the expected sequence number
+//! ([`StoreError::Conflict`] otherwise), inserts the event and updates the projection columns.
+//! [`PgStore::claim_next`] takes the next queued job with `FOR UPDATE SKIP LOCKED` and journals
+//! its `job_started` in the same transaction, so two hosts never start the same job.
+//!
+//! Durability: commits are flushed to the server's WAL before they return
+//! (`synchronous_commit = on`, the server default) for [`Durability::Immediate`] events;
+//! [`Durability::Deferred`] events commit with `SET LOCAL synchronous_commit = off` (visible at
+//! once, flushed by the WAL writer within a few hundred milliseconds or by the next immediate
+//! commit; a crash of the database server may lose them, never a crash of ralph).
+//!
+//! - [`target`]: the connection string (defaults, redaction).
+//! - [`worker`]: the connection thread, reconnects and retries.
+//! - [`schema`]: `schema.sql` and its version.
+
+pub mod schema;
+pub mod target;
+pub mod worker;
+
+use postgres::Transaction;
+
+use super::event::{Durability, Event, EventKind};
+use super::projection::JobView;
+use super::{JobFilter, JobSummary, StoreError};
+use target::Target;
+use worker::{Attempt, CallError, Connection};
+
+/// The PostgreSQL store.
+#[derive(Debug)]
+pub struct PgStore {
+    conn: Connection,
+}
+
+/// One stored event row: (seq, at, data).
+type Row = (i64, String, String);
+
+impl PgStore {
+    /// Connects to `url`, creating or checking the schema.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let target = Target::parse(url).map_err(|source| StoreError::Postgres {
+            action: "parse the connection string of",
+            target: target::redact(url),
+            source,
+        })?;
+        let conn = Connection::start(target)?;
+        schema::ensure(&conn)?;
+        Ok(Self { conn })
+    }
+
+    /// The connection string, password redacted.
+    pub fn target(&self) -> &str {
+        self.conn.target()
+    }
+
+    /// Records a new job: its `jobs` row (the projection columns of `view`, the view after
+    /// `events`) and its first events, in one transaction.
+    pub fn insert_job(
+        &self,
+        events: &[Event],
+        view: &JobView,
+        priority: i32,
+    ) -> Result<(), StoreError> {
+        let events = events.to_vec();
+        let (Some(first), Some(last)) = (events.first().cloned(), events.last().cloned()) else {
+            return Ok(());
+        };
+        let data = events
+            .iter()
+            .map(|e| encode(&e.kind))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first_data = data.first().cloned().unwrap_or_default();
+        let spec = serde_json::to_string(&view.spec).map_err(StoreError::Encode)?;
+        let (id, kind, state) = (
+            view.id.clone(),
+            view.spec.kind.as_str(),
+            view.state.as_str(),
+        );
+        self.conn
+            .call("insert a job into", move |client, attempt| {
+                let mut tx = client.transaction()?;
+                if attempt == Attempt::MaybeCommitted && stored(&mut tx, &first, &first_data)? {
+                    return Ok(());
+                }
+                durability(&mut tx, first.kind.durability())?;
+                tx.execute(
+                    "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
+                     VALUES ($1, $2, $3, NULL, 0, $4, $5, $6, $7, $8)",
+                    &[&id, &kind, &state, &priority, &first.at, &last.at, &seq_i64(last.seq), &spec],
+                )?;
+                for (event, data) in events.iter().zip(&data) {
+                    insert_event(&mut tx, event, data)?;
+                }
+                tx.commit()?;
+                Ok(())
+            })
+    }
+
+    /// Appends `event` (whose seq must be the next one) and stores the projection columns of
+    /// `after`, in one transaction holding the job row's lock.
+    pub fn append(&self, event: &Event, after: &JobView) -> Result<(), StoreError> {
+        let event = event.clone();
+        let data = encode(&event.kind)?;
+        let (state, outcome, rounds) = (
+            after.state.as_str(),
+            after.outcome().map(|o| o.as_str()),
+            i32::try_from(after.rounds_started).unwrap_or(i32::MAX),
+        );
+        self.conn
+            .call("append an event to", move |client, attempt| {
+                let mut tx = client.transaction()?;
+                if attempt == Attempt::MaybeCommitted && stored(&mut tx, &event, &data)? {
+                    return Ok(());
+                }
+                durability(&mut tx, event.kind.durability())?;
+                let last: i64 = tx
+                    .query_opt(
+                        "SELECT last_seq FROM jobs WHERE id = $1 FOR UPDATE",
+                        &[&event.job_id],
+                    )?
+                    .ok_or_else(|| StoreError::NoSuchJob {
+                        id: event.job_id.clone(),
+                    })?
+                    .try_get(0)?;
+                if u64::try_from(last).ok() != event.seq.checked_sub(1) {
+                    return Err(CallError::Store(StoreError::Conflict {
+                        id: event.job_id.clone(),
+                        expected: event.seq.saturating_sub(1),
+                        found: last,
+                    }));
+                }
+                insert_event(&mut tx, &event, &data)?;
+                tx.execute(
+                    "UPDATE jobs SET state = $2, outcome = $3, rounds = $4, updated_at = $5, last_seq = $6
+                     WHERE id = $1",
+                    &[&event.job_id, &state, &outcome, &rounds, &event.at, &seq_i64(event.seq)],
+                )?;
+                tx.commit()?;
+                Ok(())
+            })
+    }
+
+    /// Takes the next queued job not in `skip` (priority, then age) and journals `started` (a
+    /// `job_started` event) as its next event, in one transaction: rows another runner is
+    /// claiming are skipped, not waited for. Returns the job id.
+    pub fn claim_next(
+        &self,
+        started: &EventKind,
+        at: &str,
+        skip: &[String],
+    ) -> Result<Option<String>, StoreError> {
+        let data = encode(started)?;
+        let durable = started.durability();
+        let (at, skip) = (at.to_owned(), skip.to_vec());
+        self.conn.call("claim a job from", move |client, attempt| {
+            let mut tx = client.transaction()?;
+            if attempt == Attempt::MaybeCommitted {
+                // The claim may have committed before the connection broke: find it again.
+                let mine = tx.query_opt(
+                    "SELECT j.id FROM jobs j JOIN events e ON e.job_id = j.id AND e.seq = j.last_seq
+                     WHERE j.state = 'running' AND e.type = 'job_started' AND e.data = $1
+                       AND NOT (j.id = ANY($2))
+                     LIMIT 1",
+                    &[&data, &skip],
+                )?;
+                if let Some(row) = mine {
+                    return Ok(Some(row.try_get(0)?));
+                }
+            }
+            durability(&mut tx, durable)?;
+            let claimed = tx.query_opt(
+                "WITH next AS (
+                     SELECT id FROM jobs
+                     WHERE state = 'queued' AND NOT (id = ANY($1))
+                     ORDER BY priority DESC, created_at, id
+                     LIMIT 1
+                     FOR UPDATE SKIP LOCKED
+                 )
+                 UPDATE jobs SET state = 'running', updated_at = $2, last_seq = jobs.last_seq + 1
+                 FROM next WHERE jobs.id = next.id
+                 RETURNING jobs.id, jobs.last_seq",
+                &[&skip, &at],
+            )?;
+            let Some(row) = claimed else {
+                return Ok(None);
+            };
+            let (id, seq): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+            tx.execute(
+                "INSERT INTO events (job_id, seq, at, type, data) VALUES ($1, $2, $3, 'job_started', $4)",
+                &[&id, &seq, &at, &data],
+            )?;
+            tx.commit()?;
+            Ok(Some(id))
+        })
+    }
+
+    /// The whole journal of a job, in order.
+    pub fn events(&self, job_id: &str) -> Result<Vec<Event>, StoreError> {
+        let id = job_id.to_owned();
+        let rows: Vec<Row> = self.conn.call("read events from", move |client, _| {
+            let rows = client.query(
+                "SELECT seq, at, data FROM events WHERE job_id = $1 ORDER BY seq",
+                &[&id],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+                .collect::<Result<Vec<Row>, postgres::Error>>()?)
+        })?;
+        if rows.is_empty() {
+            return Err(StoreError::NoSuchJob {
+                id: job_id.to_owned(),
+            });
+        }
+        rows.into_iter()
+            .map(|(seq, at, data)| decode(job_id, seq, at, &data))
+            .collect()
+    }
+
+    /// Who asked to cancel the job in an event after `after_seq`, if anyone did.
+    pub fn cancel_requested_after(
+        &self,
+        job_id: &str,
+        after_seq: u64,
+    ) -> Result<Option<String>, StoreError> {
+        let id = job_id.to_owned();
+        let row: Option<Row> = self.conn.call("read events from", move |client, _| {
+            let row = client.query_opt(
+                "SELECT seq, at, data FROM events
+                 WHERE job_id = $1 AND seq > $2 AND type = 'cancel_requested'
+                 ORDER BY seq LIMIT 1",
+                &[&id, &seq_i64(after_seq)],
+            )?;
+            Ok(match row {
+                Some(r) => Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
+                None => None,
+            })
+        })?;
+        row.map(|(seq, at, data)| decode(job_id, seq, at, &data))
+            .transpose()
+            .map(|e| match e.map(|e| e.kind) {
+                Some(EventKind::CancelRequested { by }) => Some(by),
+                _ => None,
+            })
+    }
+
+    /// Ids of jobs in `state`, oldest first.
+    pub fn job_ids_in_state(&self, state: &str) -> Result<Vec<String>, StoreError> {
+        let state = state.to_owned();
+        self.conn.call("list jobs in", move |client, _| {
+            let rows = client.query(
+                "SELECT id FROM jobs WHERE state = $1 ORDER BY created_at, id",
+                &[&state],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<Vec<String>, _>>()?)
+        })
+    }
+
+    /// How many jobs are in `state`.
+    pub fn count_in_state(&self, state: &str) -> Result<u64, StoreError> {
+        let state = state.to_owned();
+        self.conn.call("count jobs in", move |client, _| {
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM jobs WHERE state = $1", &[&state])?
+                .try_get(0)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    /// Jobs matching `filter`, newest first.
+    pub fn list(&self, filter: &JobFilter) -> Result<Vec<JobSummary>, StoreError> {
+        let state = filter.state.map(|s| s.as_str());
+        let outcome = filter.outcome.map(|o| o.as_str());
+        let before = filter.before.clone();
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        self.conn.call("list jobs in", move |client, _| {
+            let rows = client.query(
+                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at FROM jobs
+                 WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR outcome = $2)
+                   AND ($3::text IS NULL OR id < $3)
+                 ORDER BY id DESC LIMIT $4",
+                &[&state, &outcome, &before, &limit],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let rounds: i32 = r.try_get(4)?;
+                out.push(JobSummary {
+                    id: r.try_get(0)?,
+                    kind: r.try_get(1)?,
+                    state: r.try_get(2)?,
+                    outcome: r.try_get(3)?,
+                    rounds: u32::try_from(rounds).unwrap_or(0),
+                    priority: r.try_get(5)?,
+                    created_at: r.try_get(6)?,
+                    updated_at: r.try_get(7)?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// The next queued job: highest priority first, then oldest.
+    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
+        let skip = skip.to_vec();
+        self.conn.call("read the queue of", move |client, _| {
+            let row = client.query_opt(
+                "SELECT id FROM jobs WHERE state = 'queued' AND NOT (id = ANY($1))
+                 ORDER BY priority DESC, created_at, id LIMIT 1",
+                &[&skip],
+            )?;
+            Ok(match row {
+                Some(r) => Some(r.try_get(0)?),
+                None => None,
+            })
+        })
+    }
+}
+
+fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+fn encode(kind: &EventKind) -> Result<String, StoreError> {
+    serde_json::to_string(kind).map_err(StoreError::Encode)
+}
+
+fn decode(job_id: &str, seq: i64, at: String, data: &str) -> Result<Event, StoreError> {
+    let seq = u64::try_from(seq).unwrap_or(0);
+    let kind: EventKind = serde_json::from_str(data).map_err(|e| StoreError::Decode {
+        id: job_id.to_owned(),
+        seq,
+        message: e.to_string(),
+    })?;
+    Ok(Event {
+        job_id: job_id.to_owned(),
+        seq,
+        at,
+        kind,
+    })
+}
+
+/// Lets a deferred event commit without waiting for the WAL flush (this transaction only).
+fn durability(tx: &mut Transaction<'_>, d: Durability) -> Result<(), postgres::Error> {
+    match d {
+        Durability::Immediate => Ok(()),
+        Durability::Deferred => tx.batch_execute("SET LOCAL synchronous_commit = off"),
+    }
+}
+
+fn insert_event(tx: &mut Transaction<'_>, event: &Event, data: &str) -> Result<(), CallError> {
+    tx.execute(
+        "INSERT INTO events (job_id, seq, at, type, data) VALUES ($1, $2, $3, $4, $5)",
+        &[
+            &event.job_id,
+            &seq_i64(event.seq),
+            &event.at,
+            &event.kind.name(),
+            &data,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Whether exactly this event is already stored (an earlier try committed it).
+fn stored(tx: &mut Transaction<'_>, event: &Event, data: &str) -> Result<bool, CallError> {
+    let row = tx.query_opt(
+        "SELECT at, data FROM events WHERE job_id = $1 AND seq = $2",
+        &[&event.job_id, &seq_i64(event.seq)],
+    )?;
+    Ok(match row {
+        Some(r) => {
+            let (at, stored): (String, String) = (r.try_get(0)?, r.try_get(1)?);
+            at == event.at && stored == data
+        }
+        None => false,
+    })
+}
