@@ -61,6 +61,12 @@ pub enum SandboxError {
         /// The helper's message.
         message: String,
     },
+    /// The container engine failed a request (the engine is there, but broke).
+    #[error("the container engine failed: {message}")]
+    Engine {
+        /// The request and the engine's answer.
+        message: String,
+    },
     /// An I/O operation around the run failed.
     #[error("failed to {action} `{path}`: {source}")]
     Io {
@@ -83,6 +89,7 @@ impl SandboxError {
             | SandboxError::HelperLost { .. }
             | SandboxError::BadResult { .. }
             | SandboxError::Helper { .. }
+            | SandboxError::Engine { .. }
             | SandboxError::Io { .. } => ErrorClass::Internal,
         }
     }
