@@ -16,6 +16,7 @@
 //! - [`seccomp`]: the profile (`policies/docker-seccomp.json` + the mode's deny list).
 //! - [`client`]: connection, API version negotiation, bounded requests.
 //! - [`image`]: missing images (never pulled). [`labels`], [`reap`]: leftovers.
+//! - [`run`]: one container's life. [`doctor`]: what `ralph doctor` reports.
 
 pub mod client;
 pub mod container;
