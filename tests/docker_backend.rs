@@ -325,3 +325,72 @@ fn doctor_fails_closed_on_a_missing_image_or_engine() {
     assert!(out.stdout.contains("not reachable"), "{}", out.stdout);
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+/// `ralph sandbox exec --backend docker` with a job label, for the checks below.
+fn sandbox_exec(job: &str, ws: &Path, flags: &[&str], cmd: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(common::ralph_bin());
+    c.args(["sandbox", "exec", "--backend", "docker", "--workspace"])
+        .arg(ws)
+        .args(flags)
+        .args(["--env", "RALPH_JOB_ID", "--"])
+        .args(cmd)
+        .env("RALPH_JOB_ID", job)
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// The CLI's exit codes: 124 on timeout, 130 when cancelled with SIGTERM, 137 (128 + SIGKILL)
+/// for the OOM kill, the command's status otherwise; no container left in any case.
+#[test]
+fn sandbox_exec_exit_codes_and_no_container_left() {
+    if !ready("sandbox_exec_exit_codes_and_no_container_left") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let job = format!("exec-{}", std::process::id());
+    let started = Instant::now();
+    let out = sandbox_exec(
+        &job,
+        ws.path(),
+        &["--timeout", "1s", "--kill-grace", "1s"],
+        &["sh", "-c", "trap '' TERM; sleep 60"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(containers_with_label(labels::JOB, &job).is_empty());
+
+    let out = sandbox_exec(
+        &job,
+        ws.path(),
+        &["--memory", "64M"],
+        &["python3", "-c", "x = bytearray(512 << 20)"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert!(containers_with_label(labels::JOB, &job).is_empty());
+
+    let mut child = sandbox_exec(&job, ws.path(), &[], &["sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while containers_with_label(labels::JOB, &job).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no container");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        containers_with_label(labels::JOB, &job).is_empty(),
+        "a cancelled run left its container"
+    );
+}
