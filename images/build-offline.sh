@@ -5,6 +5,7 @@
 # tree when debootstrap cannot run. /tmp is mode 1777 (a tmpfs on /tmp takes the image's mode).
 #
 # Usage: images/build-offline.sh [TAG]      (default ralph-agent-base:latest; run as root)
+#        BUSYBOX=1 images/build-offline.sh TAG   forces the busybox tree
 # Skips the build when the tag exists already (FORCE=1 rebuilds). Nothing is cached outside
 # the clone: the tree is built in a temporary directory and removed.
 set -euo pipefail
@@ -61,7 +62,7 @@ build_busybox() {
     printf 'root:x:0:\nagent:x:1000:\n' >"$tree/etc/group"
 }
 
-build_debootstrap || build_busybox
+if [ "${BUSYBOX:-0}" = 1 ]; then build_busybox; else build_debootstrap || build_busybox; fi
 mkdir -p "$tree/tmp"
 chmod 1777 "$tree/tmp"
 tar --numeric-owner -C "$tree" -c . | docker import \
