@@ -24,6 +24,7 @@ use ralph_sandbox::{
     Backend, ExecIo, ExecSpec, Limits, Mode, PrivateDirs, Running, SandboxRequest, StderrMode,
     StdinMode, Termination,
 };
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -244,6 +245,17 @@ esac"#,
     assert_eq!(j["rounds"], 2, "{j}");
     assert_eq!(f.read_ws("done.txt"), "done\n");
     let job = out.job_id();
+    // The round's account, as natively: the enforcement report names the docker backend.
+    let result = f
+        .state
+        .join("jobs")
+        .join(&job)
+        .join("rounds/2/1/sandbox-result.json");
+    let result: Value = serde_json::from_slice(&std::fs::read(&result).unwrap()).unwrap();
+    assert_eq!(
+        result["outcome"]["enforcement"]["backend"], "docker",
+        "{result}"
+    );
     assert!(containers_with_label(labels::JOB, &job).is_empty());
 }
 

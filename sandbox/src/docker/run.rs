@@ -121,6 +121,7 @@ pub struct DockerRun {
     enforcement: Enforcement,
     placeholders: Vec<PathBuf>,
     absent: Vec<PathBuf>,
+    control_dir: PathBuf,
 }
 
 impl DockerRun {
@@ -235,6 +236,7 @@ pub async fn start(
             enforcement: plan.enforcement,
             placeholders,
             absent: plan.absent,
+            control_dir: spec.control_dir.clone(),
         }),
         Err(e) => {
             let _ = c.remove().await;
@@ -384,7 +386,29 @@ impl Running for DockerRun {
             }
         }
         cleanup_host(&self.placeholders);
+        if let Ok(report) = &result {
+            write_result(&self.control_dir, &report.outcome);
+        }
         result
+    }
+}
+
+/// The run's account in the control directory, as the native helper leaves it
+/// (`sandbox-result.json`, for the round's artifacts). Best effort: the caller has the outcome.
+fn write_result(control_dir: &std::path::Path, outcome: &ExecOutcome) {
+    let result = crate::native::HelperResult::Ran {
+        outcome: outcome.clone(),
+    };
+    let Ok(bytes) = serde_json::to_vec(&result) else {
+        return;
+    };
+    if std::fs::create_dir_all(control_dir).is_err() {
+        return;
+    }
+    let path = control_dir.join(crate::native::protocol::RESULT_FILE);
+    let tmp = path.with_extension("json.tmp");
+    if std::fs::write(&tmp, bytes).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
     }
 }
 
