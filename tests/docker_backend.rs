@@ -406,3 +406,35 @@ fn sandbox_exec_exit_codes_and_no_container_left() {
         "a cancelled run left its container"
     );
 }
+
+/// A run dropped without being waited for (the caller failed between spawn and wait) still
+/// removes its container.
+#[test]
+fn a_dropped_run_removes_its_container() {
+    if !ready("a_dropped_run_removes_its_container") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let label = format!("dropped-{}", std::process::id());
+    rt().block_on(async {
+        let backend = DockerBackend::new(Arc::new(PolicySet::embedded().unwrap()));
+        let s = spec(
+            &dir,
+            &["sleep", "60"],
+            vec![("RALPH_JOB_ID".into(), label.clone())],
+        );
+        let io = ExecIo {
+            stdin: None,
+            stdout: Box::new(Buf::default()),
+            stderr: Box::new(Buf::default()),
+        };
+        let run = backend.spawn(&s, io).await.unwrap();
+        assert_eq!(containers_with_label(labels::JOB, &label).len(), 1);
+        drop(run);
+    });
+    assert!(
+        containers_with_label(labels::JOB, &label).is_empty(),
+        "the dropped run's container is still there"
+    );
+}

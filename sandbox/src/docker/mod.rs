@@ -16,17 +16,20 @@
 //! - [`seccomp`]: the profile (`policies/docker-seccomp.json` + the mode's deny list).
 //! - [`client`]: connection, API version negotiation, bounded requests.
 //! - [`image`]: missing images (never pulled). [`labels`], [`reap`]: leftovers.
-//! - [`run`]: one container's life. [`doctor`]: what `ralph doctor` reports.
+//! - [`run`]: one container's life; [`handle`]: removal on every way out; [`streams`]: its
+//!   stdin and output. [`doctor`]: what `ralph doctor` reports.
 
 pub mod client;
 pub mod container;
 pub mod doctor;
+pub mod handle;
 pub mod image;
 pub mod labels;
 pub mod plan;
 pub mod reap;
 pub mod run;
 pub mod seccomp;
+pub mod streams;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,16 +1,13 @@
 //! One container's life: create, attach, start; then wait (killing it on timeout or cancel),
 //! drain its output, inspect it and remove it. The container is removed with force on every
-//! path out once it exists, errors included ([`Container`] removes it when dropped armed).
+//! path out once it exists, errors included (see [`super::handle`]).
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bollard::container::LogOutput;
 use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, RemoveContainerOptions,
-    WaitContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -18,10 +15,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Engine, EngineError, bounded};
+use super::handle::Container;
 use super::plan::ContainerPlan;
+use super::streams::{forward_own_stdin, pump};
 use super::{container, image};
 use crate::backend::{ExecIo, Running};
-use crate::capture::OutputSink;
 use crate::error::SandboxError;
 use crate::outcome::{
     CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
@@ -31,83 +29,6 @@ use crate::spec::{ExecSpec, StderrMode, StdinMode};
 
 /// How long output may still arrive after the container stopped.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-
-/// A created container, removed with force when dropped unless [`Container::removed`] said
-/// it is gone.
-#[derive(Debug)]
-struct Container {
-    engine: Engine,
-    id: String,
-    armed: bool,
-}
-
-impl Container {
-    async fn remove(&mut self) -> Result<(), EngineError> {
-        let opts = RemoveContainerOptions {
-            force: true,
-            v: true,
-            ..Default::default()
-        };
-        match bounded(
-            "remove the container",
-            self.engine.docker.remove_container(&self.id, Some(opts)),
-        )
-        .await
-        {
-            Ok(()) => {}
-            Err(e) if e.status() == Some(404) => {}
-            Err(e) => return Err(e),
-        }
-        self.armed = false;
-        Ok(())
-    }
-
-    async fn kill(&self, signal: &str) {
-        let opts = KillContainerOptions {
-            signal: signal.to_owned(),
-        };
-        // Not running any more (409) or gone (404): the wait ends on its own.
-        let _ = bounded(
-            "signal the container",
-            self.engine.docker.kill_container(&self.id, Some(opts)),
-        )
-        .await;
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // An error or a dropped run left it: remove it on a thread of its own (no runtime may
-        // be running here, or the current one may be shutting down).
-        let (docker, id) = (self.engine.docker.clone(), self.id.clone());
-        let _ = std::thread::Builder::new()
-            .name("ralph-docker-rm".into())
-            .spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                rt.block_on(async move {
-                    let opts = RemoveContainerOptions {
-                        force: true,
-                        v: true,
-                        ..Default::default()
-                    };
-                    let _ = bounded(
-                        "remove the container",
-                        docker.remove_container(&id, Some(opts)),
-                    )
-                    .await;
-                });
-            })
-            .map(|t| t.join());
-    }
-}
 
 /// A container running one command.
 #[derive(Debug)]
@@ -295,68 +216,6 @@ async fn start_created(
         return Err(refused("start", &e));
     }
     Ok((pump, writer))
-}
-
-/// Copies this process's stdin into the container (a thread reads it: a blocking read of a
-/// terminal must not hold up the runtime).
-async fn forward_own_stdin(mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
-    let spawned = std::thread::Builder::new()
-        .name("ralph-stdin".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match stdin.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    if spawned.is_ok() {
-        while let Some(chunk) = rx.recv().await {
-            if input.write_all(&chunk).await.is_err() {
-                return;
-            }
-        }
-    }
-    let _ = input.shutdown().await;
-}
-
-async fn pump(
-    mut output: std::pin::Pin<
-        Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
-    >,
-    mut stdout: Box<dyn OutputSink>,
-    mut stderr: Box<dyn OutputSink>,
-    merged: bool,
-) -> std::io::Result<(CaptureSummary, CaptureSummary)> {
-    while let Some(item) = output.next().await {
-        match item {
-            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                stdout.write(&message)?;
-            }
-            Ok(LogOutput::StdErr { message }) if merged => stdout.write(&message)?,
-            Ok(LogOutput::StdErr { message }) => stderr.write(&message)?,
-            Ok(LogOutput::StdIn { .. }) => {}
-            // The connection ended with the container.
-            Err(_) => break,
-        }
-    }
-    let out = stdout.finish()?;
-    let err = stderr.finish()?;
-    Ok((
-        out,
-        if merged {
-            CaptureSummary::default()
-        } else {
-            err
-        },
-    ))
 }
 
 /// The termination from the container's exit status: the init (`init: true`) exits 128 + n
