@@ -61,6 +61,12 @@ pub enum SandboxError {
         /// The helper's message.
         message: String,
     },
+    /// The container engine failed a request (the engine is there, but broke).
+    #[error("the container engine failed: {message}")]
+    Engine {
+        /// The request and the engine's answer.
+        message: String,
+    },
     /// An I/O operation around the run failed.
     #[error("failed to {action} `{path}`: {source}")]
     Io {
@@ -83,6 +89,7 @@ impl SandboxError {
             | SandboxError::HelperLost { .. }
             | SandboxError::BadResult { .. }
             | SandboxError::Helper { .. }
+            | SandboxError::Engine { .. }
             | SandboxError::Io { .. } => ErrorClass::Internal,
         }
     }
@@ -94,6 +101,7 @@ impl SandboxError {
             SandboxError::Unavailable { restriction, .. } => restriction_label(restriction),
             SandboxError::InvalidRequest { .. } => "invalid_request",
             SandboxError::SpawnHelper { .. } => "helper_spawn",
+            SandboxError::Engine { .. } => "engine",
             SandboxError::HelperLost { .. }
             | SandboxError::BadResult { .. }
             | SandboxError::Helper { .. } => "helper",
@@ -130,6 +138,8 @@ pub const SETUP_FAILURE_REASONS: &[&str] = &[
     "rlimits",
     "docker",
     "image",
+    "limits",
+    "engine",
     "process",
     "invalid_request",
     "helper_spawn",
@@ -148,6 +158,7 @@ fn restriction_label(restriction: &str) -> &'static str {
         ("cgroup", "cgroups"),
         ("rlimit", "rlimits"),
         ("image", "image"),
+        ("container limits", "limits"),
         ("docker", "docker"),
         ("mount", "mounts"),
         ("network", "network"),
@@ -176,6 +187,10 @@ mod tests {
             ("network isolation", "network"),
             ("the docker backend", "docker"),
             ("the image `x`", "image"),
+            ("the container image `x`", "image"),
+            ("the container limits", "limits"),
+            ("the docker backend (container engine)", "docker"),
+            ("the container sandbox (docker create)", "docker"),
             ("something new", "other"),
         ];
         for (restriction, want) in cases {

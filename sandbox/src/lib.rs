@@ -4,6 +4,7 @@
 //! - [`spec`]: what to run and under which restrictions (plain data).
 //! - [`backend`]: the interface every backend implements ([`Backend`], [`Running`]).
 //! - [`native`]: the native backend (a helper process supervises the command).
+//! - [`docker`]: the docker backend (a fresh hardened container per run).
 //! - [`capture`]: bounded output capture.
 //! - [`outcome`]: how a run ended, what it used, and how much isolation was enforced.
 //!
@@ -15,6 +16,7 @@
 
 pub mod backend;
 pub mod capture;
+pub mod docker;
 pub mod doctor;
 pub mod error;
 pub mod host;

@@ -717,9 +717,14 @@ pub fn resolve(
     })
 }
 
-enum Protect {
+/// How one protected path is kept read-only (shared with the docker backend).
+pub(crate) enum Protect {
+    /// It exists: bind it read-only.
     Bind(PathBuf),
+    /// It does not exist yet: an empty read-only placeholder at this path.
     Placeholder(PathBuf),
+    /// Nothing to protect (a policy default whose parent is missing, a symlink leaving the
+    /// workspace).
     Skip,
 }
 
@@ -727,7 +732,11 @@ enum Protect {
 /// create an empty read-only placeholder so it cannot be created. A policy default whose parent
 /// is missing is skipped (protecting `.git/hooks` must not stop `git init`); an explicit
 /// `--protect` gets its first missing component as the placeholder.
-fn protect_step(workspace: &Path, rel: &Path, explicit: bool) -> Result<Protect, SandboxError> {
+pub(crate) fn protect_step(
+    workspace: &Path,
+    rel: &Path,
+    explicit: bool,
+) -> Result<Protect, SandboxError> {
     let path = workspace.join(rel);
     if let Ok(meta) = std::fs::symlink_metadata(&path) {
         if !meta.file_type().is_symlink() {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod docker;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;

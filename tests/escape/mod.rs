@@ -582,6 +582,14 @@ pub struct Launch {
     pub inherit: Option<PathBuf>,
 }
 
+/// Flags every run of this test binary adds (the docker matrix: `--backend docker --image …`).
+static BACKEND_FLAGS: std::sync::OnceLock<Vec<OsString>> = std::sync::OnceLock::new();
+
+/// Makes every `ralph sandbox exec` of this test binary use these backend flags.
+pub fn set_backend_flags(flags: Vec<OsString>) {
+    let _ = BACKEND_FLAGS.set(flags);
+}
+
 /// Runs `ralph sandbox exec` in `sb` with the extra `flags` and `cmd`.
 pub fn exec(
     sb: Sb,
@@ -592,6 +600,7 @@ pub fn exec(
     launch: &Launch,
 ) -> Run {
     let mut argv = argv!["sandbox", "exec"];
+    argv.extend(BACKEND_FLAGS.get().cloned().unwrap_or_default());
     argv.extend(sb.flags());
     argv.extend(argv!["--workspace", ws, "--read", bin_dir()]);
     // A hung case must not hang the suite (unless the case sets its own timeout).

@@ -10,6 +10,7 @@ pub mod job_args;
 pub mod progress;
 pub mod run;
 pub mod sandbox_args;
+pub mod sandbox_docker;
 pub mod sandbox_exec;
 pub mod serve;
 pub mod state_dir;

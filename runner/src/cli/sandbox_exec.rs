@@ -48,16 +48,13 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         &cwd,
     )?;
     let (read, write) = args.sandbox.resolved_paths(&cwd)?;
-    if args.sandbox.backend.unwrap_or_default() != BackendKind::Native {
-        return Err(CliError {
-            exit: Exit::SandboxUnavailable,
-            message: "sandbox unavailable: this build does not include the docker backend yet"
-                .into(),
-        });
-    }
-    // The private HOME and TMPDIR live only as long as the command: on tmpfs when there is one.
-    let scratch = [std::path::Path::new("/dev/shm"), &std::env::temp_dir()]
+    let backend = args.sandbox.backend.unwrap_or_default();
+    // The private HOME and TMPDIR live only as long as the command: on tmpfs when there is one
+    // (natively; a container gets them under the host's TMPDIR, mounted at the same path).
+    let shm = std::path::Path::new("/dev/shm");
+    let scratch = [shm, &std::env::temp_dir()]
         .into_iter()
+        .filter(|d| backend == BackendKind::Native || *d != shm)
         .find(|d| nix::unistd::access(*d, nix::unistd::AccessFlags::W_OK).is_ok())
         .map(std::path::Path::to_path_buf)
         .unwrap_or_else(std::env::temp_dir);
@@ -115,8 +112,11 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     };
     // One command, one mode: only that mode's policy is read.
     let policies = ralph_sandbox::policy::PolicySet::lazy(Some(&super::sandbox_args::config_dir()));
-    let backend = NativeBackend::new("/proc/self/exe", policies);
-    match exec_inline(&backend, &spec) {
+    let result = match backend {
+        BackendKind::Native => exec_inline(&NativeBackend::new("/proc/self/exe", policies), &spec),
+        BackendKind::Docker => super::sandbox_docker::exec(policies, &spec),
+    };
+    match result {
         Ok(outcome) => Ok(match outcome.ended_by {
             EndedBy::Timeout => Exit::Timeout,
             EndedBy::Cancel | EndedBy::RunnerGone => Exit::Cancelled,

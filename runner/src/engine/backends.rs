@@ -1,7 +1,9 @@
 //! The backends a job can ask for, behind one enum so the loop does not care which runs it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use ralph_sandbox::docker::{DockerBackend, DockerRun};
 use ralph_sandbox::native::{NativeBackend, NativeRun};
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
@@ -13,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone, Debug)]
 pub struct Backends {
     native: NativeBackend,
+    docker: DockerBackend,
 }
 
 /// A run in progress on some backend.
@@ -20,13 +23,19 @@ pub struct Backends {
 pub enum Run {
     /// On the native backend.
     Native(NativeRun),
+    /// In a container.
+    Docker(DockerRun),
 }
 
 impl Backends {
     /// Backends whose native helper is `helper_exe` (the `ralph` binary), enforcing `policies`.
+    /// The docker backend removes this host's leftover containers (of runners that are gone)
+    /// when it starts its first container.
     pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
+        let policies = Arc::new(policies);
         Self {
-            native: NativeBackend::new(helper_exe, policies),
+            native: NativeBackend::with_shared_policies(helper_exe, policies.clone()),
+            docker: DockerBackend::new(policies).reaping_leftovers(),
         }
     }
 
@@ -35,14 +44,16 @@ impl Backends {
         &self.native
     }
 
+    /// The docker backend.
+    pub fn docker(&self) -> &DockerBackend {
+        &self.docker
+    }
+
     /// Fails closed when `kind` cannot enforce `req` on this host.
     pub fn preflight(&self, kind: BackendKind, req: &SandboxRequest) -> Result<(), SandboxError> {
         match kind {
             BackendKind::Native => self.native.preflight(req),
-            BackendKind::Docker => Err(SandboxError::unavailable(
-                "the docker backend",
-                "this build does not include the docker backend yet",
-            )),
+            BackendKind::Docker => self.docker.preflight(req),
         }
     }
 
@@ -55,19 +66,17 @@ impl Backends {
     ) -> Result<Run, SandboxError> {
         match kind {
             BackendKind::Native => Ok(Run::Native(self.native.spawn(spec, io).await?)),
-            BackendKind::Docker => Err(SandboxError::unavailable(
-                "the docker backend",
-                "this build does not include the docker backend yet",
-            )),
+            BackendKind::Docker => Ok(Run::Docker(self.docker.spawn(spec, io).await?)),
         }
     }
 }
 
 impl Run {
-    /// Host pid of the supervising process.
+    /// Host pid of the supervising process (none for a container).
     pub fn pid(&self) -> Option<u32> {
         match self {
             Run::Native(r) => r.pid(),
+            Run::Docker(r) => r.pid(),
         }
     }
 
@@ -75,6 +84,7 @@ impl Run {
     pub async fn wait(self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
         match self {
             Run::Native(r) => r.wait(cancel).await,
+            Run::Docker(r) => r.wait(cancel).await,
         }
     }
 }

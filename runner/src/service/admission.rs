@@ -169,8 +169,13 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
             None => s.pids = Some(max),
         }
     }
-    if let Some(img) = &s.image {
-        if s.backend == BackendKind::Docker && !limits.allowed_images.contains(img) {
+    if s.backend == BackendKind::Docker {
+        // A docker job without an image runs the default one, which must be allowed too.
+        let img = s
+            .image
+            .as_deref()
+            .unwrap_or(ralph_sandbox::docker::DEFAULT_IMAGE);
+        if !limits.allowed_images.iter().any(|a| a == img) {
             return refuse(
                 "allowed_images",
                 "image",
@@ -310,6 +315,20 @@ mod tests {
             "allowed_env",
             "env",
         );
+    }
+
+    #[test]
+    fn docker_images_must_be_allowed_the_default_one_too() {
+        let (_d, mut spec, mut limits) = setup();
+        spec.sandbox.backend = ralph_sandbox::BackendKind::Docker;
+        let r = admit(&mut spec.clone(), &limits, &Asked::default()).unwrap_err();
+        assert_eq!((r.rule, r.field), ("allowed_images", "image"), "{r}");
+        assert!(r.to_string().contains("ralph-agent-base:latest"), "{r}");
+        limits.allowed_images = vec!["ralph-agent-base:latest".into()];
+        admit(&mut spec.clone(), &limits, &Asked::default()).unwrap();
+        spec.sandbox.image = Some("other:1".into());
+        let r = admit(&mut spec, &limits, &Asked::default()).unwrap_err();
+        assert_eq!(r.rule, "allowed_images", "{r}");
     }
 
     #[test]

@@ -160,14 +160,18 @@ impl Service {
         ];
         // Recovery before any work is taken.
         let report = recovery::recover(&store, &state_dir, &runner, &observers)?;
-        if !report.interrupted.is_empty() || report.helpers_killed > 0 || report.cgroups_removed > 0
+        if !report.interrupted.is_empty()
+            || report.helpers_killed > 0
+            || report.cgroups_removed > 0
+            || report.containers_removed > 0
         {
             log(&format!(
-                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed",
+                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed",
                 report.interrupted.len(),
                 report.interrupted.join(", "),
                 report.helpers_killed,
-                report.cgroups_removed
+                report.cgroups_removed,
+                report.containers_removed
             ));
         }
         let engine = Engine::new(

@@ -1,7 +1,8 @@
 //! Start-up reconciliation, before any work is taken (SPEC §8): every round left open by a dead
 //! runner is closed as `interrupted` and its job finished as `interrupted` — never re-run;
 //! resuming is explicit (`ralph resume`). Then what a killed instance may have left is reaped:
-//! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds.
+//! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds, and
+//! this host's ralph containers whose runner is gone (found by their `io.ralph.*` labels).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct RecoveryReport {
     pub helpers_killed: u32,
     /// Leftover cgroups removed.
     pub cgroups_removed: u32,
+    /// Leftover containers removed (docker backend).
+    pub containers_removed: u32,
 }
 
 /// Reconciles the store in `state_dir` for the runner `me`.
@@ -36,6 +39,7 @@ pub fn recover(
     let mut report = RecoveryReport {
         helpers_killed: kill_orphaned_helpers(),
         cgroups_removed: remove_leftover_cgroups(),
+        containers_removed: remove_leftover_containers(),
         ..Default::default()
     };
     for id in store.job_ids_in_state(JobState::Running)? {
@@ -123,6 +127,16 @@ fn kill_orphaned_helpers() -> u32 {
         }
     }
     killed
+}
+
+/// Containers of this runner host whose owning process is gone. No engine (or an engine that
+/// does not answer in time) means nothing to remove.
+fn remove_leftover_containers() -> u32 {
+    let filter = ralph_sandbox::docker::Filter::this_runner();
+    match ralph_sandbox::docker::reap_leftovers(&filter) {
+        Ok(gone) => u32::try_from(gone.len()).unwrap_or(u32::MAX),
+        Err(_) => 0,
+    }
 }
 
 /// `ralph-<pid>-<n>` cgroups whose supervisor is dead: their processes killed, the directories

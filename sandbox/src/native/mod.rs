@@ -63,9 +63,14 @@ impl NativeBackend {
     /// A backend that starts `helper_exe __sandbox-helper` for each run and enforces `policies`.
     /// Pass the `ralph` executable (`/proc/self/exe` keeps working even if the file is replaced).
     pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
+        Self::with_shared_policies(helper_exe, Arc::new(policies))
+    }
+
+    /// Like [`NativeBackend::new`], with policies shared with another backend.
+    pub fn with_shared_policies(helper_exe: impl Into<PathBuf>, policies: Arc<PolicySet>) -> Self {
         Self {
             helper_exe: helper_exe.into(),
-            policies: Arc::new(policies),
+            policies,
             host: Arc::new(OnceLock::new()),
         }
     }

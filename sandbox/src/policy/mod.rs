@@ -106,6 +106,27 @@ pub struct LimitDefaults {
     pub open_files: Option<u64>,
     /// `RLIMIT_FSIZE`.
     pub file_size: Option<ByteSize>,
+    /// CPU limit in CPUs (e.g. 1.5); the docker backend only.
+    #[serde(default)]
+    pub cpus: Option<Cpus>,
+}
+
+/// A CPU limit, kept in thousandths of a CPU; written as a number of CPUs (`2`, `1.5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cpus(pub u64);
+
+impl<'de> Deserialize<'de> for Cpus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(0.001..=4096.0).contains(&v) {
+            return Err(serde::de::Error::custom(format!(
+                "`cpus` must be within 0.001..=4096, not {v}"
+            )));
+        }
+        // In range, so the product fits.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(Cpus((v * 1000.0).round() as u64))
+    }
 }
 
 /// A policy file that cannot be used.

@@ -1,0 +1,102 @@
+//! The container's create request, built from a [`ContainerPlan`] and an [`ExecSpec`] as pure
+//! data: every hardening option in one place.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum,
+    MountType, ResourcesUlimits,
+};
+
+use super::plan::ContainerPlan;
+use super::seccomp;
+use crate::mode::Network;
+use crate::spec::{ExecSpec, StdinMode};
+
+/// Options of the private `/tmp`: world-writable with the sticky bit, whatever the image's
+/// `/tmp` mode is (the engine otherwise copies it), no devices, no setuid.
+pub const TMP_OPTIONS: &str = "rw,nosuid,nodev,mode=1777";
+
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn ulimit(name: &str, v: u64) -> ResourcesUlimits {
+    ResourcesUlimits {
+        name: Some(name.to_owned()),
+        soft: Some(i64_of(v)),
+        hard: Some(i64_of(v)),
+    }
+}
+
+/// The create request.
+pub fn body(
+    plan: &ContainerPlan,
+    spec: &ExecSpec,
+    labels: HashMap<String, String>,
+) -> Result<ContainerCreateBody, String> {
+    let mounts = plan
+        .mounts
+        .iter()
+        .map(|m| Mount {
+            target: Some(m.path.display().to_string()),
+            source: Some(m.path.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(m.read_only),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let mut ulimits = vec![ulimit("core", 0)];
+    ulimits.extend(plan.open_files.map(|n| ulimit("nofile", n)));
+    ulimits.extend(plan.file_size.map(|n| ulimit("fsize", n)));
+    let host_config = HostConfig {
+        mounts: Some(mounts),
+        tmpfs: Some(HashMap::from([("/tmp".to_owned(), TMP_OPTIONS.to_owned())])),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec![
+            "no-new-privileges".into(),
+            seccomp::security_opt(&plan.seccomp)?,
+        ]),
+        network_mode: Some(
+            match plan.network {
+                Network::None => "none",
+                Network::Full => "bridge",
+            }
+            .into(),
+        ),
+        init: Some(true),
+        privileged: Some(false),
+        memory: plan.memory.map(i64_of),
+        memory_swap: plan.memory.map(i64_of),
+        pids_limit: plan.pids.map(i64_of),
+        nano_cpus: plan.cpu_millis.map(|m| i64_of(m.saturating_mul(1_000_000))),
+        ulimits: Some(ulimits),
+        ipc_mode: Some("private".into()),
+        auto_remove: Some(false),
+        ..Default::default()
+    };
+    let stdin = spec.stdin != StdinMode::Null;
+    Ok(ContainerCreateBody {
+        image: Some(plan.image.clone()),
+        cmd: Some(spec.argv.clone()),
+        // The image's entrypoint would run before the command: none.
+        entrypoint: Some(Vec::new()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        working_dir: Some(spec.cwd.display().to_string()),
+        user: Some(format!("{}:{}", plan.uid, plan.gid)),
+        labels: Some(labels),
+        attach_stdin: Some(stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(stdin),
+        stdin_once: Some(stdin),
+        tty: Some(false),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}

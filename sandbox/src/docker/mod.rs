@@ -1,0 +1,152 @@
+//! The docker backend: a fresh hardened container per run, through the Docker Engine API.
+//!
+//! ```text
+//! spawn: plan (pure) ─▶ placeholders, chown ─▶ create ─▶ attach ─▶ start ─┐
+//! wait:  wait ◀─ timeout / cancel: kill TERM, grace, kill KILL ◀──────────┘
+//!        ─▶ drain output ─▶ inspect (exit code, OOMKilled) ─▶ remove (force)
+//! ```
+//!
+//! Every path is mounted at its host path, so the round's environment (`RALPH_WORKSPACE`, the
+//! prompt, report and usage files, HOME, TMPDIR) means the same inside. A container that was
+//! created is removed with force on every path out, errors included; one whose runner was killed
+//! is found by its labels ([`labels`]) and removed by [`reap`] at the next start.
+//!
+//! - [`plan`]: request + policy → mounts, user, limits, enforcement (pure).
+//! - [`container`]: the create request (every hardening option).
+//! - [`seccomp`]: the profile (`policies/docker-seccomp.json` + the mode's deny list).
+//! - [`client`]: connection, API version negotiation, bounded requests.
+//! - [`image`]: missing images (never pulled). [`labels`], [`reap`]: leftovers.
+//! - [`run`]: one container's life; [`handle`]: removal on every way out; [`streams`]: its
+//!   stdin and output. [`doctor`]: what `ralph doctor` reports.
+
+pub mod client;
+pub mod container;
+pub mod doctor;
+pub mod handle;
+pub mod image;
+pub mod labels;
+pub mod plan;
+pub mod reap;
+pub mod run;
+pub mod seccomp;
+pub mod streams;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::OnceCell;
+
+use crate::backend::{Backend, ExecIo};
+use crate::error::SandboxError;
+use crate::mode::BackendKind;
+use crate::policy::PolicySet;
+use crate::spec::{ExecSpec, SandboxRequest};
+
+pub use client::Engine;
+pub use plan::{ContainerPlan, DEFAULT_IMAGE};
+pub use reap::{Filter, Leftover, list_leftovers, reap_leftovers};
+pub use run::DockerRun;
+
+/// Runs commands in containers.
+#[derive(Clone, Debug)]
+pub struct DockerBackend {
+    policies: Arc<PolicySet>,
+    socket: PathBuf,
+    engine: Arc<OnceCell<Engine>>,
+    runner: String,
+    owner: labels::Owner,
+    reap_first: bool,
+    reaped: Arc<AtomicBool>,
+}
+
+impl DockerBackend {
+    /// A backend on the engine at `DOCKER_HOST` (or `/var/run/docker.sock`), enforcing
+    /// `policies`. Nothing is contacted until the first run.
+    pub fn new(policies: Arc<PolicySet>) -> Self {
+        Self {
+            policies,
+            socket: client::socket_path(),
+            engine: Arc::new(OnceCell::new()),
+            runner: labels::runner_id(),
+            owner: labels::Owner::current(),
+            reap_first: false,
+            reaped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Also removes this host's leftover containers (of dead runners), in the background, the
+    /// first time a container is started (long-lived runners: `ralph run`, `ralph serve`).
+    pub fn reaping_leftovers(mut self) -> Self {
+        self.reap_first = true;
+        self
+    }
+
+    /// The policies in force.
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    /// The connected engine (connected and negotiated on first use).
+    pub async fn engine(&self) -> Result<&Engine, SandboxError> {
+        self.engine
+            .get_or_try_init(|| client::connect(&self.socket))
+            .await
+    }
+
+    /// Resolves the plan for `req`, failing closed when it cannot be enforced.
+    pub fn plan(&self, req: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {
+        let policy = self
+            .policies
+            .get(req.mode)
+            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        plan::resolve(
+            policy,
+            req,
+            &plan::engine_sockets(&self.socket),
+            nix::unistd::geteuid().as_raw(),
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                .map_or(u64::MAX, |(_, hard)| hard),
+        )
+    }
+
+    /// Checks up front what can be checked without the engine (the engine itself is checked
+    /// when the first container is created).
+    pub fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
+        self.plan(req).map(|_| ())
+    }
+}
+
+impl Backend for DockerBackend {
+    type Running = DockerRun;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    async fn spawn(&self, spec: &ExecSpec, io: ExecIo) -> Result<DockerRun, SandboxError> {
+        crate::native::validate(spec)?;
+        let plan = self.plan(&spec.sandbox)?;
+        let engine = self.engine().await?;
+        if self.reap_first && !self.reaped.swap(true, Ordering::SeqCst) {
+            let (engine, filter) = (
+                engine.clone(),
+                reap::Filter {
+                    runner: self.runner.clone(),
+                },
+            );
+            tokio::spawn(async move {
+                if let Ok(gone) = reap::reap(&engine, &filter).await {
+                    for c in gone {
+                        eprintln!(
+                            "ralph: removed leftover container {} (job {}, round {}) of a runner that is gone",
+                            c.id, c.job, c.round
+                        );
+                    }
+                }
+            });
+        }
+        let labels = labels::for_spec(spec, &self.runner, &self.owner);
+        run::start(engine, plan, spec, io, labels).await
+    }
+}

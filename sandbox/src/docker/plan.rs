@@ -1,0 +1,451 @@
+//! The container plan: a mode's [`Policy`] and a job's [`SandboxRequest`] resolved into what
+//! the container gets — bind mounts (every path at its host path, so the round's environment
+//! needs no translation), the user, network, limits and the seccomp profile — plus the
+//! enforcement report. Pure data; every refusal happens here, before the engine is asked.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::SandboxError;
+use crate::mode::{BackendKind, Mode, Network};
+use crate::outcome::{Enforcement, Level, Restriction};
+use crate::plan::{Placeholder, Protect, protect_step};
+use crate::policy::{Policy, WorkspaceAccess};
+use crate::spec::SandboxRequest;
+
+use super::seccomp::{self, Profile};
+
+/// The image used when a request names none.
+pub const DEFAULT_IMAGE: &str = "ralph-agent-base:latest";
+
+/// One bind mount, at the same path inside as outside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindMount {
+    /// The host path (= the path in the container).
+    pub path: PathBuf,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// Everything the container is created with.
+#[derive(Clone, Debug)]
+pub struct ContainerPlan {
+    /// The mode.
+    pub mode: Mode,
+    /// The image.
+    pub image: String,
+    /// `uid:gid` the command runs as (the workspace owner's).
+    pub uid: u32,
+    /// The group.
+    pub gid: u32,
+    /// Bind mounts, parents before children.
+    pub mounts: Vec<BindMount>,
+    /// Missing protected paths to create (empty directories) before the run.
+    pub placeholders: Vec<Placeholder>,
+    /// Paths that must not come into existence (removed after the run and reported).
+    pub absent: Vec<PathBuf>,
+    /// Run-owned directories and files handed to the container's user (root runner only).
+    pub chown: Vec<PathBuf>,
+    /// The network.
+    pub network: Network,
+    /// Memory limit (memory-swap is the same: no swap).
+    pub memory: Option<u64>,
+    /// Process limit.
+    pub pids: Option<u64>,
+    /// CPU limit in thousandths of a CPU.
+    pub cpu_millis: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+    /// `RLIMIT_FSIZE`.
+    pub file_size: Option<u64>,
+    /// The seccomp profile.
+    pub seccomp: Profile,
+    /// What this plan enforces.
+    pub enforcement: Enforcement,
+}
+
+fn invalid(field: &str, message: String) -> SandboxError {
+    SandboxError::invalid(field, message)
+}
+
+/// The engine sockets a container must never see (the one in use and the usual ones).
+pub fn engine_sockets(socket: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in [
+        socket,
+        Path::new("/var/run/docker.sock"),
+        Path::new("/run/docker.sock"),
+        Path::new("/run/containerd/containerd.sock"),
+    ] {
+        out.push(p.to_path_buf());
+        if let Ok(c) = std::fs::canonicalize(p) {
+            out.push(c);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Refuses a mount source that is, or contains, an engine socket.
+fn refuse_sockets(flag: &str, path: &Path, sockets: &[PathBuf]) -> Result<(), SandboxError> {
+    if let Some(s) = sockets.iter().find(|s| s.starts_with(path)) {
+        return Err(invalid(
+            flag,
+            format!(
+                "`{}` is or contains the container engine's socket `{}`: a command that can reach it controls the host; it is never mounted",
+                path.display(),
+                s.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
+/// ([`engine_sockets`]); `runner_euid` decides whether run-owned paths are handed over;
+/// `nofile_hard` caps the open-files limit (an engine cannot raise it above its own hard limit,
+/// which on the usual setup is the runner's too).
+pub fn resolve(
+    policy: &Policy,
+    req: &SandboxRequest,
+    sockets: &[PathBuf],
+    runner_euid: u32,
+    nofile_hard: u64,
+) -> Result<ContainerPlan, SandboxError> {
+    let mode = req.mode;
+    let fs = &policy.filesystem;
+    let mut e = Enforcement::new(BackendKind::Docker, mode);
+
+    let network = req.network.unwrap_or(policy.network.default);
+    if network == Network::Full && !policy.network.allow_full {
+        return Err(invalid(
+            "network",
+            format!("mode `{mode}` does not allow `--network full`"),
+        ));
+    }
+    if !req.write.is_empty() && !fs.extra_write {
+        return Err(invalid(
+            "write",
+            format!("mode `{mode}` does not allow extra writable directories"),
+        ));
+    }
+    if fs.unrestricted && !req.protect.is_empty() {
+        return Err(invalid(
+            "protect",
+            "protected paths need a filesystem sandbox; mode `full-access` has none".into(),
+        ));
+    }
+    let meta = std::fs::metadata(&req.workspace)
+        .map_err(|err| invalid("workspace", format!("`{}`: {err}", req.workspace.display())))?;
+    let (uid, gid) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.uid(), meta.gid())
+    };
+
+    // Mounts: the workspace, the job's paths, the run's private directories.
+    let workspace_rw = fs.unrestricted || fs.workspace == WorkspaceAccess::Write;
+    let mut mounts = vec![BindMount {
+        path: req.workspace.clone(),
+        read_only: !workspace_rw,
+    }];
+    refuse_sockets("workspace", &req.workspace, sockets)?;
+    for p in &req.read {
+        if std::fs::symlink_metadata(p).is_err() {
+            return Err(invalid("read", format!("`{}` does not exist", p.display())));
+        }
+        refuse_sockets("read", p, sockets)?;
+        mounts.push(BindMount {
+            path: p.clone(),
+            read_only: true,
+        });
+    }
+    for p in &req.write {
+        if !p.is_dir() {
+            return Err(invalid(
+                "write",
+                format!("`{}` is not a directory", p.display()),
+            ));
+        }
+        refuse_sockets("write", p, sockets)?;
+        mounts.push(BindMount {
+            path: p.clone(),
+            read_only: false,
+        });
+    }
+    let private_rw = [&req.private.home, &req.private.tmp]
+        .into_iter()
+        .chain(&req.private.writable);
+    for p in private_rw {
+        refuse_sockets("private directory", p, sockets)?;
+        mounts.push(BindMount {
+            path: p.clone(),
+            read_only: false,
+        });
+    }
+    for p in &req.private.readable {
+        refuse_sockets("private directory", p, sockets)?;
+        mounts.push(BindMount {
+            path: p.clone(),
+            read_only: true,
+        });
+    }
+    // The runner's own state stays invisible: no mounted tree may contain it.
+    for f in &req.forbidden {
+        if let Some(m) = mounts.iter().find(|m| f.starts_with(&m.path)) {
+            return Err(invalid(
+                "state-dir",
+                format!(
+                    "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
+                    f.display(),
+                    m.path.display()
+                ),
+            ));
+        }
+    }
+    let chown = if runner_euid == 0 && uid != 0 {
+        [&req.private.home, &req.private.tmp]
+            .into_iter()
+            .chain(&req.private.writable)
+            .chain(&req.private.readable)
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    e.record(
+        Restriction::Filesystem,
+        if fs.unrestricted {
+            Level::Partial
+        } else {
+            Level::Full
+        },
+        format!(
+            "read-only image root, tmpfs /tmp, {} bind mount(s) ({} read-only); nothing else of the host{}",
+            mounts.len(),
+            mounts.iter().filter(|m| m.read_only).count(),
+            if fs.unrestricted {
+                "; full-access in docker: workspace writable, no host filesystem"
+            } else {
+                ""
+            }
+        ),
+    );
+
+    // Protected paths: each parent directory bound onto itself (a mount point cannot be
+    // renamed), the path itself bound read-only.
+    let mut placeholders = Vec::new();
+    let mut absent = Vec::new();
+    if fs.unrestricted {
+        e.record(
+            Restriction::ProtectedPaths,
+            Level::NotRequested,
+            "full-access",
+        );
+    } else if fs.workspace == WorkspaceAccess::Write {
+        let mut anchors: Vec<PathBuf> = Vec::new();
+        let mut protected = Vec::new();
+        for (rel, explicit) in policy
+            .protect
+            .paths
+            .iter()
+            .map(|p| (p, false))
+            .chain(req.protect.iter().map(|p| (p, true)))
+        {
+            let path = match protect_step(&req.workspace, rel, explicit)? {
+                Protect::Bind(path) => path,
+                Protect::Placeholder(path) => {
+                    placeholders.push(Placeholder {
+                        path: path.clone(),
+                        remove_after: explicit,
+                    });
+                    path
+                }
+                Protect::Skip => continue,
+            };
+            let mut ancestor = path.parent();
+            while let Some(a) = ancestor {
+                if a == req.workspace || !a.starts_with(&req.workspace) {
+                    break;
+                }
+                if a.is_dir() && !anchors.iter().any(|x| x == a) {
+                    anchors.push(a.to_path_buf());
+                }
+                ancestor = a.parent();
+            }
+            protected.push(path);
+        }
+        for p in policy.protect.absent.iter().map(|r| req.workspace.join(r)) {
+            if std::fs::symlink_metadata(&p).is_ok() {
+                protected.push(p);
+            } else {
+                absent.push(p);
+            }
+        }
+        e.record(
+            Restriction::ProtectedPaths,
+            Level::Full,
+            format!(
+                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent",
+                protected.len(),
+                absent.len()
+            ),
+        );
+        mounts.extend(anchors.into_iter().map(|path| BindMount {
+            path,
+            read_only: false,
+        }));
+        mounts.extend(protected.into_iter().map(|path| BindMount {
+            path,
+            read_only: true,
+        }));
+    } else {
+        e.record(
+            Restriction::ProtectedPaths,
+            Level::Full,
+            "the whole workspace is read-only",
+        );
+    }
+    // Parents before children; the same path twice is writable only if every mount says so
+    // (a protected path stays read-only whatever else names it).
+    mounts.sort_by(|a, b| a.path.cmp(&b.path));
+    mounts.dedup_by(|later, earlier| {
+        let same = later.path == earlier.path;
+        if same {
+            earlier.read_only |= later.read_only;
+        }
+        same
+    });
+    e.record(
+        Restriction::HiddenSecrets,
+        Level::Full,
+        "the host's /etc, /root and home directories are not mounted (the image has its own)",
+    );
+
+    // Network.
+    let network_off = network == Network::None;
+    if network_off {
+        e.record(
+            Restriction::Network,
+            Level::Full,
+            "network mode none (loopback only), non-AF_UNIX sockets refused",
+        );
+    } else {
+        e.record(Restriction::Network, Level::NotRequested, "bridge network");
+    }
+
+    let seccomp =
+        seccomp::profile(policy, network_off).map_err(|m| SandboxError::invalid("policy", m))?;
+    e.record(
+        Restriction::Syscalls,
+        Level::Full,
+        format!(
+            "seccomp profile: {} rule(s), io_uring refused",
+            seccomp.syscalls.len()
+        ),
+    );
+    e.record(Restriction::Capabilities, Level::Full, "cap_drop ALL");
+    e.record(
+        Restriction::NoNewPrivs,
+        Level::Full,
+        "security_opt no-new-privileges",
+    );
+    e.record(
+        Restriction::Environment,
+        Level::Full,
+        "only the request's environment",
+    );
+    e.record(
+        Restriction::Descriptors,
+        Level::Full,
+        "a fresh container: only stdin, stdout and stderr",
+    );
+    e.record(
+        Restriction::ProcessTree,
+        Level::Full,
+        "own pid namespace with an init; the container is killed and removed at the end",
+    );
+    e.record(Restriction::CoreDumps, Level::Full, "ulimit core 0");
+    e.record(
+        Restriction::Scoping,
+        Level::Full,
+        "own pid, ipc and network namespaces",
+    );
+
+    let memory = req
+        .limits
+        .memory_bytes
+        .or(policy.limits.memory.map(|m| m.0));
+    match memory {
+        Some(m) => e.record(
+            Restriction::Memory,
+            Level::Full,
+            format!("cgroup memory {m} bytes, memory-swap the same"),
+        ),
+        None => e.record(Restriction::Memory, Level::NotRequested, "no memory limit"),
+    }
+    let pids = req.limits.pids.or(policy.limits.pids);
+    match pids {
+        Some(n) => e.record(Restriction::Pids, Level::Full, format!("pids_limit {n}")),
+        None => e.record(Restriction::Pids, Level::NotRequested, "no process limit"),
+    }
+    let open_files = req
+        .limits
+        .open_files
+        .or(policy.limits.open_files)
+        .map(|n| n.min(nofile_hard));
+    match open_files {
+        Some(n) => e.record(
+            Restriction::OpenFiles,
+            Level::Full,
+            format!("ulimit nofile {n}"),
+        ),
+        None => e.record(
+            Restriction::OpenFiles,
+            Level::NotRequested,
+            "engine default",
+        ),
+    }
+    let file_size = req
+        .limits
+        .file_size_bytes
+        .or(policy.limits.file_size.map(|s| s.0));
+    match file_size {
+        Some(n) => e.record(
+            Restriction::FileSize,
+            Level::Full,
+            format!("ulimit fsize {n}"),
+        ),
+        None => e.record(Restriction::FileSize, Level::NotRequested, "engine default"),
+    }
+    if let Some(n) = memory.filter(|m| *m < 6 * 1024 * 1024) {
+        return Err(invalid(
+            "memory",
+            format!("the docker engine needs at least 6 MiB of memory; {n} bytes requested"),
+        ));
+    }
+
+    Ok(ContainerPlan {
+        mode,
+        image: req
+            .image
+            .clone()
+            .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
+        uid,
+        gid,
+        mounts,
+        placeholders,
+        absent,
+        chown,
+        network,
+        memory,
+        pids,
+        cpu_millis: policy.limits.cpus.map(|c| c.0),
+        open_files,
+        file_size,
+        seccomp,
+        enforcement: e,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::policy::PolicySet;
+use crate::spec::{Limits, PrivateDirs};
+
+struct World {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    private: PathBuf,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let private = root.join("private");
+    for d in [&ws, &private, &private.join("home"), &private.join("tmp")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    World {
+        _dir: dir,
+        ws,
+        private,
+    }
+}
+
+fn req(w: &World, mode: Mode) -> SandboxRequest {
+    SandboxRequest {
+        mode,
+        network: None,
+        workspace: w.ws.clone(),
+        protect: Vec::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        private: PrivateDirs {
+            home: w.private.join("home"),
+            tmp: w.private.join("tmp"),
+            readable: Vec::new(),
+            writable: Vec::new(),
+        },
+        limits: Limits::default(),
+        image: None,
+        forbidden: Vec::new(),
+    }
+}
+
+fn resolve_in(r: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {
+    let set = PolicySet::embedded().unwrap();
+    resolve(
+        set.get(r.mode).unwrap(),
+        r,
+        &engine_sockets(Path::new("/var/run/docker.sock")),
+        1000,
+        1 << 20,
+    )
+}
+
+fn mount<'a>(p: &'a ContainerPlan, path: &Path) -> Option<&'a BindMount> {
+    p.mounts.iter().find(|m| m.path == path)
+}
+
+#[test]
+fn modes_mount_the_workspace_as_they_should() {
+    let w = world();
+    let ro = resolve_in(&req(&w, Mode::ReadOnly)).unwrap();
+    assert!(mount(&ro, &w.ws).unwrap().read_only);
+    assert_eq!(ro.network, Network::None);
+    assert_eq!(ro.image, DEFAULT_IMAGE);
+    let ww = resolve_in(&req(&w, Mode::WorkspaceWrite)).unwrap();
+    assert!(!mount(&ww, &w.ws).unwrap().read_only);
+    assert!(!mount(&ww, &w.private.join("home")).unwrap().read_only);
+    assert_eq!(ww.network, Network::None);
+    assert_eq!(ww.pids, Some(4096));
+    let fa = resolve_in(&req(&w, Mode::FullAccess)).unwrap();
+    assert!(!mount(&fa, &w.ws).unwrap().read_only);
+    assert_eq!(fa.network, Network::Full);
+}
+
+#[test]
+fn protected_paths_are_read_only_with_their_parents_pinned() {
+    let w = world();
+    std::fs::create_dir_all(w.ws.join(".git/hooks")).unwrap();
+    std::fs::write(w.ws.join(".git/config"), "").unwrap();
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.protect.push(PathBuf::from("tests/unit"));
+    let p = resolve_in(&r).unwrap();
+    assert!(mount(&p, &w.ws.join(".git/hooks")).unwrap().read_only);
+    assert!(mount(&p, &w.ws.join(".git/config")).unwrap().read_only);
+    assert!(!mount(&p, &w.ws.join(".git")).unwrap().read_only);
+    // Missing: placeholders (`.ralph` stays, the explicit one is removed after the run).
+    assert!(mount(&p, &w.ws.join(".ralph")).unwrap().read_only);
+    assert!(mount(&p, &w.ws.join("tests")).unwrap().read_only);
+    let ph: Vec<_> = p
+        .placeholders
+        .iter()
+        .map(|x| (x.path.clone(), x.remove_after))
+        .collect();
+    assert_eq!(
+        ph,
+        [(w.ws.join(".ralph"), false), (w.ws.join("tests"), true)]
+    );
+    assert_eq!(p.absent, [w.ws.join(".git/commondir")]);
+    // Parents before children.
+    let paths: Vec<_> = p.mounts.iter().map(|m| m.path.clone()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+}
+
+#[test]
+fn the_engine_socket_is_never_mounted() {
+    let w = world();
+    for (flag, path) in [("read", "/var/run"), ("read", "/run"), ("read", "/")] {
+        let mut r = req(&w, Mode::WorkspaceWrite);
+        r.read.push(PathBuf::from(path));
+        let e = resolve_in(&r).unwrap_err().to_string();
+        assert!(
+            e.contains(flag) && e.contains("container engine's socket"),
+            "{path}: {e}"
+        );
+    }
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.write.push(PathBuf::from("/run"));
+    let e = resolve_in(&r).unwrap_err().to_string();
+    assert!(e.contains("invalid sandbox request: write"), "{e}");
+}
+
+#[test]
+fn refusals_match_the_native_backend() {
+    let w = world();
+    let mut r = req(&w, Mode::ReadOnly);
+    r.network = Some(Network::Full);
+    assert!(
+        resolve_in(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("does not allow `--network full`")
+    );
+    let mut r = req(&w, Mode::ReadOnly);
+    r.write.push(w.private.clone());
+    assert!(
+        resolve_in(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("does not allow extra writable directories")
+    );
+    let mut r = req(&w, Mode::FullAccess);
+    r.protect.push(PathBuf::from("tests"));
+    assert!(resolve_in(&r).unwrap_err().to_string().contains("protect"));
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.forbidden.push(w.ws.join("state"));
+    assert!(
+        resolve_in(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("state-dir")
+    );
+}
+
+#[test]
+fn limits_come_from_the_request_then_the_policy() {
+    let w = world();
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.limits.memory_bytes = Some(64 << 20);
+    r.limits.pids = Some(64);
+    let p = resolve_in(&r).unwrap();
+    assert_eq!((p.memory, p.pids), (Some(64 << 20), Some(64)));
+    assert_eq!(p.open_files, Some(65536));
+    r.limits.memory_bytes = Some(1 << 20);
+    assert!(resolve_in(&r).unwrap_err().to_string().contains("6 MiB"));
+}

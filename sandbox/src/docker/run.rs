@@ -1,0 +1,427 @@
+//! One container's life: create, attach, start; then wait (killing it on timeout or cancel),
+//! drain its output, inspect it and remove it. The container is removed with force on every
+//! path out once it exists, errors included (see [`super::handle`]).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::client::{Engine, EngineError, bounded};
+use super::handle::Container;
+use super::plan::ContainerPlan;
+use super::streams::{forward_own_stdin, pump};
+use super::{container, image};
+use crate::backend::{ExecIo, Running};
+use crate::error::SandboxError;
+use crate::outcome::{
+    CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
+};
+use crate::plan::Placeholder;
+use crate::spec::{ExecSpec, StderrMode, StdinMode};
+
+/// How long output may still arrive after the container stopped.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// A container running one command.
+#[derive(Debug)]
+pub struct DockerRun {
+    container: Container,
+    started: Instant,
+    /// From the request to create the container until it was started.
+    setup: Duration,
+    timeout: Option<Duration>,
+    grace: Duration,
+    pump: JoinHandle<std::io::Result<(CaptureSummary, CaptureSummary)>>,
+    stdin: Option<JoinHandle<()>>,
+    enforcement: Enforcement,
+    placeholders: Vec<PathBuf>,
+    absent: Vec<PathBuf>,
+    control_dir: PathBuf,
+}
+
+impl DockerRun {
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.container.id
+    }
+}
+
+/// Creates the host paths the plan needs: placeholders (returns those to remove afterwards),
+/// and the run's own directories handed to the container's user.
+fn prepare_host(plan: &ContainerPlan) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut remove_after = Vec::new();
+    for Placeholder {
+        path,
+        remove_after: remove,
+    } in &plan.placeholders
+    {
+        match std::fs::create_dir(path) {
+            Ok(()) => {
+                if *remove {
+                    remove_after.push(path.clone());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(SandboxError::Io {
+                    action: "create the placeholder",
+                    path: path.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    for p in &plan.chown {
+        std::os::unix::fs::chown(p, Some(plan.uid), Some(plan.gid)).map_err(|source| {
+            SandboxError::Io {
+                action: "hand over",
+                path: p.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(remove_after)
+}
+
+fn cleanup_host(placeholders: &[PathBuf]) {
+    for p in placeholders {
+        let _ = std::fs::remove_dir(p);
+    }
+}
+
+/// The engine refused the container we asked for: the sandbox cannot be had.
+fn refused(step: &str, e: &EngineError) -> SandboxError {
+    SandboxError::unavailable(
+        format!("the container sandbox (docker {step})"),
+        e.to_string(),
+    )
+}
+
+/// Creates, attaches and starts the container for `spec`.
+pub async fn start(
+    engine: &Engine,
+    plan: ContainerPlan,
+    spec: &ExecSpec,
+    io: ExecIo,
+    labels: HashMap<String, String>,
+) -> Result<DockerRun, SandboxError> {
+    let setup_began = Instant::now();
+    let body =
+        container::body(&plan, spec, labels).map_err(|m| SandboxError::invalid("policy", m))?;
+    let placeholders = prepare_host(&plan)?;
+    let created = bounded(
+        "create the container",
+        engine
+            .docker
+            .create_container(None::<CreateContainerOptions>, body),
+    )
+    .await;
+    let created = match created {
+        Ok(c) => c,
+        Err(e) => {
+            cleanup_host(&placeholders);
+            return Err(if e.status() == Some(404) {
+                image::missing(&plan.image)
+            } else {
+                refused("create", &e)
+            });
+        }
+    };
+    let mut c = Container {
+        engine: engine.clone(),
+        id: created.id,
+        armed: true,
+    };
+    // The engine says when it dropped a limit (e.g. no memory cgroup): fail closed.
+    let started = if created.warnings.is_empty() {
+        start_created(&mut c, spec, io).await
+    } else {
+        Err(SandboxError::unavailable(
+            "the container limits",
+            format!("the engine warned: {}", created.warnings.join("; ")),
+        ))
+    };
+    match started {
+        Ok((pump, stdin)) => Ok(DockerRun {
+            container: c,
+            started: Instant::now(),
+            setup: setup_began.elapsed(),
+            timeout: spec.timeout,
+            grace: spec.kill_grace,
+            pump,
+            stdin,
+            enforcement: plan.enforcement,
+            placeholders,
+            absent: plan.absent,
+            control_dir: spec.control_dir.clone(),
+        }),
+        Err(e) => {
+            let _ = c.remove().await;
+            cleanup_host(&placeholders);
+            Err(e)
+        }
+    }
+}
+
+type Pump = JoinHandle<std::io::Result<(CaptureSummary, CaptureSummary)>>;
+
+async fn start_created(
+    c: &mut Container,
+    spec: &ExecSpec,
+    io: ExecIo,
+) -> Result<(Pump, Option<JoinHandle<()>>), SandboxError> {
+    let stdin = spec.stdin != StdinMode::Null;
+    let opts = AttachContainerOptions {
+        stdin,
+        stdout: true,
+        stderr: true,
+        stream: true,
+        logs: false,
+        detach_keys: None,
+    };
+    let attached = bounded(
+        "attach to the container",
+        c.engine.docker.attach_container(&c.id, Some(opts)),
+    )
+    .await
+    .map_err(|e| refused("attach", &e))?;
+    let merged = spec.stderr == StderrMode::MergedIntoStdout;
+    let pump = tokio::spawn(pump(attached.output, io.stdout, io.stderr, merged));
+    let mut input = attached.input;
+    let writer = match (spec.stdin, io.stdin) {
+        (StdinMode::Null, _) => None,
+        (StdinMode::Piped, bytes) => Some(tokio::spawn(async move {
+            // A command that does not read its stdin may end first: that is fine.
+            if let Some(bytes) = bytes {
+                let _ = input.write_all(&bytes).await;
+            }
+            let _ = input.shutdown().await;
+        })),
+        (StdinMode::Inherit, _) => Some(tokio::spawn(forward_own_stdin(input))),
+    };
+    if let Err(e) = bounded(
+        "start the container",
+        c.engine.docker.start_container(&c.id, None),
+    )
+    .await
+    {
+        if let Some(w) = writer {
+            w.abort();
+        }
+        pump.abort();
+        return Err(refused("start", &e));
+    }
+    Ok((pump, writer))
+}
+
+/// The termination from the container's exit status: the init (`init: true`) exits 128 + n
+/// when signal n killed the command, and the engine reports 128 + n when it killed the init.
+pub fn termination(code: i64) -> Termination {
+    match code {
+        129..=192 => Termination::Signaled {
+            signal: i32::try_from(code - 128).unwrap_or(9),
+        },
+        c => Termination::Exited {
+            code: i32::try_from(c).unwrap_or(255),
+        },
+    }
+}
+
+impl Running for DockerRun {
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+        let result = self.wait_inner(cancel).await;
+        if let Err(e) = self.container.remove().await {
+            // The outcome is known; the container is not gone: say so (the reaper gets it).
+            if result.is_ok() {
+                return Err(e.into());
+            }
+        }
+        cleanup_host(&self.placeholders);
+        if let Ok(report) = &result {
+            write_result(&self.control_dir, &report.outcome);
+        }
+        result
+    }
+}
+
+/// The run's account in the control directory, as the native helper leaves it
+/// (`sandbox-result.json`, for the round's artifacts). Best effort: the caller has the outcome.
+fn write_result(control_dir: &std::path::Path, outcome: &ExecOutcome) {
+    let result = crate::native::HelperResult::Ran {
+        outcome: outcome.clone(),
+    };
+    let Ok(bytes) = serde_json::to_vec(&result) else {
+        return;
+    };
+    if std::fs::create_dir_all(control_dir).is_err() {
+        return;
+    }
+    let path = control_dir.join(crate::native::protocol::RESULT_FILE);
+    let tmp = path.with_extension("json.tmp");
+    if std::fs::write(&tmp, bytes).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+}
+
+impl DockerRun {
+    async fn wait_inner(&mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+        let opts = WaitContainerOptions {
+            condition: "not-running".into(),
+        };
+        let mut waiting = self
+            .container
+            .engine
+            .docker
+            .wait_container(&self.container.id, Some(opts));
+        let deadline = self
+            .timeout
+            .map(|t| tokio::time::Instant::from_std(self.started) + t);
+        let mut ended_by = EndedBy::Exit;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let waited = loop {
+            let timeout = async {
+                match deadline {
+                    Some(d) if ended_by == EndedBy::Exit => tokio::time::sleep_until(d).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            let escalate = async {
+                match kill_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = waiting.next() => break r,
+                () = timeout => {
+                    ended_by = EndedBy::Timeout;
+                    self.container.kill("SIGTERM").await;
+                    kill_at = Some(tokio::time::Instant::now() + self.grace);
+                }
+                () = cancel.cancelled(), if ended_by == EndedBy::Exit => {
+                    ended_by = EndedBy::Cancel;
+                    self.container.kill("SIGTERM").await;
+                    kill_at = Some(tokio::time::Instant::now() + self.grace);
+                }
+                () = escalate => {
+                    self.container.kill("SIGKILL").await;
+                    kill_at = None;
+                }
+            }
+        };
+        let wall = self.started.elapsed();
+        let code = match waited {
+            Some(Ok(r)) => r.status_code,
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) => {
+                return Err(EngineError::Request {
+                    action: "wait for the container",
+                    source: e,
+                }
+                .into());
+            }
+            None => {
+                return Err(SandboxError::Engine {
+                    message: "the wait for the container ended without a status".into(),
+                });
+            }
+        };
+        if let Some(w) = self.stdin.take() {
+            w.abort();
+        }
+        let (stdout, stderr) = match tokio::time::timeout(DRAIN_LIMIT, &mut self.pump).await {
+            Ok(Ok(Ok(s))) => s,
+            Ok(Ok(Err(e))) => {
+                return Err(SandboxError::Engine {
+                    message: format!("failed to capture output: {e}"),
+                });
+            }
+            Ok(Err(e)) => {
+                return Err(SandboxError::Engine {
+                    message: format!("output capture task failed: {e}"),
+                });
+            }
+            Err(_) => {
+                self.pump.abort();
+                (CaptureSummary::default(), CaptureSummary::default())
+            }
+        };
+        let state = bounded(
+            "inspect the container",
+            self.container
+                .engine
+                .docker
+                .inspect_container(&self.container.id, None),
+        )
+        .await?
+        .state
+        .unwrap_or_default();
+        let code = state.exit_code.unwrap_or(code);
+        if ended_by == EndedBy::Exit && state.oom_killed == Some(true) {
+            ended_by = EndedBy::MemoryLimit;
+        }
+        let mut violations = Vec::new();
+        for p in &self.absent {
+            if std::fs::symlink_metadata(p).is_ok() {
+                let removed = if p.is_dir() {
+                    std::fs::remove_dir_all(p)
+                } else {
+                    std::fs::remove_file(p)
+                };
+                violations.push(match removed {
+                    Ok(()) => format!(
+                        "`{}` was created during the run and has been removed",
+                        p.display()
+                    ),
+                    Err(e) => format!(
+                        "`{}` was created during the run and could not be removed: {e}",
+                        p.display()
+                    ),
+                });
+            }
+        }
+        Ok(ExecReport {
+            outcome: ExecOutcome {
+                termination: termination(code),
+                ended_by,
+                wall,
+                setup: Some(self.setup),
+                resources: ResourceUsage::default(),
+                leftovers_killed: 0,
+                exec_error: None,
+                violations,
+                enforcement: self.enforcement.clone(),
+            },
+            stdout,
+            stderr,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_map_like_a_shell() {
+        assert_eq!(termination(0), Termination::Exited { code: 0 });
+        assert_eq!(termination(42), Termination::Exited { code: 42 });
+        assert_eq!(termination(127), Termination::Exited { code: 127 });
+        assert_eq!(termination(128), Termination::Exited { code: 128 });
+        assert_eq!(termination(137), Termination::Signaled { signal: 9 });
+        assert_eq!(termination(143), Termination::Signaled { signal: 15 });
+        assert_eq!(termination(255), Termination::Exited { code: 255 });
+    }
+}

@@ -1,0 +1,258 @@
+//! The container's seccomp profile, built as pure data: the embedded base
+//! (`policies/docker-seccomp.json`) plus what the mode's policy refuses, so that a container
+//! refuses at least what the native backend refuses in the same mode.
+//!
+//! The Docker profile format cannot AND two conditions on one argument (runc ORs them), so the
+//! personality(2) restriction ("only 0 and 0xffffffff") is written as one single-condition rule
+//! per bit: refused when bit *b* is set and bit 31 is clear, or bit 31 is set and bit *b* clear.
+//! The only values no rule matches are 0 and those whose low 32 bits are all set (the query).
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{Policy, syscalls};
+
+const BASE: &str = include_str!("../../../policies/docker-seccomp.json");
+
+const EPERM: i64 = libc::EPERM as i64;
+const ENOSYS: i64 = libc::ENOSYS as i64;
+
+/// The namespace flags refused in clone(2) (as in the native filter).
+const NS_CLONE_FLAGS: [u64; 7] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+/// A profile (the subset of the Docker format ralph uses).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Profile {
+    /// Documentation of the data file; never sent.
+    #[serde(default, skip_serializing)]
+    pub comment: Vec<String>,
+    /// What happens to a syscall no rule matches.
+    pub default_action: String,
+    /// Allowed architectures.
+    pub architectures: Vec<String>,
+    /// The rules.
+    pub syscalls: Vec<Rule>,
+}
+
+/// One rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Rule {
+    /// Why; never sent.
+    #[serde(default, skip_serializing)]
+    pub comment: String,
+    /// The syscalls.
+    pub names: Vec<String>,
+    /// `SCMP_ACT_ERRNO`.
+    pub action: String,
+    /// The errno.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno_ret: Option<i64>,
+    /// Conditions, all on different arguments (ANDed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Arg>,
+}
+
+/// A condition on one argument.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Arg {
+    /// Argument index.
+    pub index: u32,
+    /// Compared value (for `SCMP_CMP_MASKED_EQ`: the mask).
+    pub value: u64,
+    /// For `SCMP_CMP_MASKED_EQ`: the value the masked argument must equal.
+    #[serde(default)]
+    pub value_two: u64,
+    /// `SCMP_CMP_NE`, `SCMP_CMP_MASKED_EQ`, ...
+    pub op: String,
+}
+
+fn deny(names: Vec<String>, errno: i64, args: Vec<Arg>, comment: &str) -> Rule {
+    Rule {
+        comment: comment.to_owned(),
+        names,
+        action: "SCMP_ACT_ERRNO".into(),
+        errno_ret: Some(errno),
+        args,
+    }
+}
+
+fn masked(mask: u64, value: u64) -> Arg {
+    Arg {
+        index: 0,
+        value: mask,
+        value_two: value,
+        op: "SCMP_CMP_MASKED_EQ".into(),
+    }
+}
+
+/// The embedded base profile.
+pub fn base() -> Result<Profile, String> {
+    serde_json::from_str(BASE).map_err(|e| format!("invalid embedded docker-seccomp.json: {e}"))
+}
+
+/// The profile of one container of `policy`'s mode.
+pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
+    let mut p = base()?;
+    let sys = &policy.syscalls;
+    if let Some(unknown) = sys.deny.iter().find(|n| syscalls::number(n).is_none()) {
+        return Err(format!("unknown syscall `{unknown}` in the policy"));
+    }
+    if !sys.deny.is_empty() {
+        p.syscalls
+            .push(deny(sys.deny.clone(), EPERM, Vec::new(), "policy"));
+    }
+    if network_off {
+        for name in ["socket", "socketpair"] {
+            p.syscalls.push(deny(
+                vec![name.into()],
+                EPERM,
+                vec![Arg {
+                    index: 0,
+                    value: libc::AF_UNIX as u64,
+                    value_two: 0,
+                    op: "SCMP_CMP_NE".into(),
+                }],
+                "network off: only AF_UNIX",
+            ));
+        }
+    }
+    if sys.restrict_personality {
+        const QUERY_BIT: u64 = 1 << 31;
+        for bit in (0..31).map(|b| 1u64 << b) {
+            for value in [bit, QUERY_BIT] {
+                p.syscalls.push(deny(
+                    vec!["personality".into()],
+                    EPERM,
+                    vec![masked(bit | QUERY_BIT, value)],
+                    "personality: only PER_LINUX and the query",
+                ));
+            }
+        }
+    }
+    if sys.deny_namespace_clone {
+        for flag in NS_CLONE_FLAGS {
+            p.syscalls.push(deny(
+                vec!["clone".into()],
+                EPERM,
+                vec![masked(flag, flag)],
+                "clone with a namespace flag",
+            ));
+        }
+        p.syscalls.push(deny(
+            vec!["clone3".into()],
+            ENOSYS,
+            Vec::new(),
+            "clone3: flags unreadable by seccomp; libc falls back to clone",
+        ));
+    }
+    Ok(p)
+}
+
+/// The profile as the engine takes it (`SecurityOpt` `seccomp=<json>`).
+pub fn security_opt(p: &Profile) -> Result<String, String> {
+    serde_json::to_string(p)
+        .map(|json| format!("seccomp={json}"))
+        .map_err(|e| format!("failed to encode the seccomp profile: {e}"))
+}
+
+/// Whether `p` refuses `name` unconditionally with `errno`.
+pub fn refuses(p: &Profile, name: &str, errno: i64) -> bool {
+    p.syscalls.iter().any(|r| {
+        r.args.is_empty()
+            && r.action == "SCMP_ACT_ERRNO"
+            && r.errno_ret == Some(errno)
+            && r.names.iter().any(|n| n == name)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::Mode;
+    use crate::policy::PolicySet;
+
+    /// Evaluates the personality rules the way the kernel filter would.
+    fn personality_refused(p: &Profile, value: u64) -> bool {
+        p.syscalls
+            .iter()
+            .filter(|r| r.names.iter().any(|n| n == "personality"))
+            .any(|r| {
+                r.args
+                    .iter()
+                    .all(|a| a.op == "SCMP_CMP_MASKED_EQ" && value & a.value == a.value_two)
+            })
+    }
+
+    #[test]
+    fn every_mode_refuses_at_least_what_native_refuses() {
+        let set = PolicySet::embedded().unwrap();
+        for mode in Mode::ALL {
+            let policy = set.get(mode).unwrap();
+            let p = profile(policy, true).unwrap();
+            for name in &policy.syscalls.deny {
+                assert!(refuses(&p, name, EPERM), "{mode}: {name} is not refused");
+            }
+            for name in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+                assert!(refuses(&p, name, EPERM), "{mode}: {name} is allowed");
+            }
+            assert_eq!(p.default_action, "SCMP_ACT_ALLOW");
+            assert_eq!(p.architectures, ["SCMP_ARCH_X86_64"]);
+            let json = security_opt(&p).unwrap();
+            assert!(json.starts_with("seccomp={") && !json.contains("comment"));
+        }
+        let ww = set.get(Mode::WorkspaceWrite).unwrap();
+        let p = profile(ww, false).unwrap();
+        assert!(!p.syscalls.iter().any(|r| r.names == ["socket"]));
+        assert!(refuses(&p, "clone3", ENOSYS));
+        let p = profile(ww, true).unwrap();
+        assert!(p.syscalls.iter().any(|r| r.names == ["socket"]
+            && r.args[0].op == "SCMP_CMP_NE"
+            && r.args[0].value == libc::AF_UNIX as u64));
+    }
+
+    #[test]
+    fn personality_allows_exactly_per_linux_and_the_query() {
+        let set = PolicySet::embedded().unwrap();
+        let p = profile(set.get(Mode::WorkspaceWrite).unwrap(), true).unwrap();
+        for allowed in [0u64, 0xffff_ffff, 0x1_ffff_ffff] {
+            assert!(!personality_refused(&p, allowed), "{allowed:#x} refused");
+        }
+        for refused in [
+            0x0040000u64, // ADDR_NO_RANDOMIZE
+            0x0400000,    // READ_IMPLIES_EXEC
+            0x8000_0000 | 0x0040000,
+            0x8000_0000,
+            0x7fff_ffff,
+            0xffff_fffe,
+            1,
+            8,
+        ] {
+            assert!(personality_refused(&p, refused), "{refused:#x} allowed");
+        }
+        let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
+        assert!(!personality_refused(&fa, 0x0040000));
+    }
+
+    #[test]
+    fn each_rule_has_at_most_one_condition_per_argument() {
+        let set = PolicySet::embedded().unwrap();
+        for mode in Mode::ALL {
+            let p = profile(set.get(mode).unwrap(), true).unwrap();
+            for r in &p.syscalls {
+                let mut idx: Vec<u32> = r.args.iter().map(|a| a.index).collect();
+                idx.dedup();
+                assert_eq!(idx.len(), r.args.len(), "{r:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! A runner killed with SIGKILL mid-round leaves its container; `ralph doctor` reports it as a
+//! leftover and the next `ralph serve` start-up removes it. Alone in its test binary: the
+//! `ralph run` of other tests reaps leftovers when it starts its first container, which would
+//! race with the checks here.
+//!
+//! Needs a Docker engine and the image `ralph-agent-base:latest` (see `tests/docker_backend.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::docker::{containers_with_label, ready};
+use ralph_sandbox::docker::labels;
+use serde_json::Value;
+
+/// `ralph sandbox exec --backend docker` killed with SIGKILL mid-run leaves its container;
+/// `ralph doctor` lists it as a leftover, and the next `ralph serve` start-up removes it.
+#[test]
+fn a_killed_runner_leaves_a_container_that_the_next_start_removes() {
+    if !ready("a_killed_runner_leaves_a_container_that_the_next_start_removes") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let job = format!("killed-{}", std::process::id());
+    let mut child = std::process::Command::new(common::ralph_bin())
+        .args(["sandbox", "exec", "--backend", "docker", "--workspace"])
+        .arg(ws.path())
+        .args(["--env", "RALPH_JOB_ID", "--", "sleep", "300"])
+        .env("RALPH_JOB_ID", &job)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while containers_with_label(labels::JOB, &job).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no container");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Running, not just created.
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = containers_with_label(labels::JOB, &job);
+    assert_eq!(
+        left.len(),
+        1,
+        "the SIGKILLed runner's container is gone already"
+    );
+
+    let doctor = common::Ralph::new()
+        .args(["doctor", "--json", "--backend", "docker"])
+        .output();
+    let d: Value = serde_json::from_str(&doctor.stdout).unwrap();
+    let listed = d["docker"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["job"] == job.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("doctor does not list the leftover: {d:#}"));
+    assert_eq!(listed["owner_alive"], false, "{listed}");
+    assert_eq!(d["docker"]["engine"]["ok"], true, "{d:#}");
+    assert_eq!(d["docker"]["image_status"]["ok"], true, "{d:#}");
+
+    let mut server = common::server::Server::new("");
+    let log = server.log_text();
+    server.terminate();
+    assert!(
+        containers_with_label(labels::JOB, &job).is_empty(),
+        "the service start-up did not remove the leftover; log:\n{log}"
+    );
+    assert!(log.contains("leftover container(s) removed"), "{log}");
+}
