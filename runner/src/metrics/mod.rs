@@ -10,6 +10,7 @@
 //! never a job id, path or free text in a label.
 
 pub mod event;
+pub mod exposition;
 pub mod from_journal;
 pub mod names;
 pub mod push;
