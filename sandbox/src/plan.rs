@@ -411,58 +411,21 @@ pub fn resolve(
         );
 
         // Protected paths: their ancestors anchored (no rename), then bound read-only.
-        let mut protected = 0;
         if fs.workspace == WorkspaceAccess::Write {
-            let mut anchors: Vec<PathBuf> = Vec::new();
-            let mut protect_steps = Vec::new();
-            for (rel, explicit) in policy
-                .protect
-                .paths
-                .iter()
-                .map(|p| (p, false))
-                .chain(req.protect.iter().map(|p| (p, true)))
-            {
-                let path = match protect_step(&req.workspace, rel, explicit)? {
-                    Protect::Bind(path) => path,
-                    Protect::Placeholder(path) => {
-                        placeholders.push(Placeholder {
-                            path: path.clone(),
-                            remove_after: explicit,
-                        });
-                        path
-                    }
-                    Protect::Skip => continue,
-                };
-                let mut ancestor = path.parent();
-                while let Some(a) = ancestor {
-                    if a == req.workspace || !a.starts_with(&req.workspace) {
-                        break;
-                    }
-                    if a.is_dir() && !anchors.contains(&a.to_path_buf()) {
-                        anchors.push(a.to_path_buf());
-                    }
-                    ancestor = a.parent();
-                }
-                protect_steps.push(MountStep::ProtectReadOnly { path });
-                protected += 1;
-            }
-            anchors.sort();
-            mounts.extend(anchors.into_iter().map(|path| MountStep::Anchor { path }));
-            mounts.extend(protect_steps);
-            // A path that must stay absent: if it already exists (rare), it is kept read-only
-            // instead, so it cannot be pointed elsewhere.
-            for p in policy
-                .protect
-                .absent
-                .iter()
-                .map(|rel| req.workspace.join(rel))
-            {
-                if exists(&p) {
-                    mounts.push(MountStep::ProtectReadOnly { path: p });
-                } else {
-                    absent.push(p);
-                }
-            }
+            let set = protected_set(policy, req)?;
+            let protected = set.protected.len();
+            placeholders.extend(set.placeholders);
+            mounts.extend(
+                set.anchors
+                    .into_iter()
+                    .map(|path| MountStep::Anchor { path }),
+            );
+            mounts.extend(
+                set.protected
+                    .into_iter()
+                    .map(|path| MountStep::ProtectReadOnly { path }),
+            );
+            absent.extend(set.absent);
             e.record(
                 Restriction::ProtectedPaths,
                 Level::Full,
@@ -717,8 +680,76 @@ pub fn resolve(
     })
 }
 
+/// The protected paths of a workspace-write run, resolved on the host (shared by the backends).
+#[derive(Debug, Default)]
+pub(crate) struct ProtectedSet {
+    /// Directories between the workspace and a protected path, each bound onto itself so it
+    /// cannot be renamed away (sorted, parents first).
+    pub anchors: Vec<PathBuf>,
+    /// Paths bound read-only: the policy's and the request's protected paths, and any path
+    /// that must stay absent but already exists (kept read-only so it cannot be pointed
+    /// elsewhere).
+    pub protected: Vec<PathBuf>,
+    /// Paths that must stay absent (removed after the run if the command creates them).
+    pub absent: Vec<PathBuf>,
+    /// Missing protected paths to create as empty read-only placeholders.
+    pub placeholders: Vec<Placeholder>,
+}
+
+/// Resolves the protected paths of `policy` and `req` (policy defaults first).
+pub(crate) fn protected_set(
+    policy: &Policy,
+    req: &SandboxRequest,
+) -> Result<ProtectedSet, SandboxError> {
+    let mut set = ProtectedSet::default();
+    for (rel, explicit) in policy
+        .protect
+        .paths
+        .iter()
+        .map(|p| (p, false))
+        .chain(req.protect.iter().map(|p| (p, true)))
+    {
+        let path = match protect_step(&req.workspace, rel, explicit)? {
+            Protect::Bind(path) => path,
+            Protect::Placeholder(path) => {
+                set.placeholders.push(Placeholder {
+                    path: path.clone(),
+                    remove_after: explicit,
+                });
+                path
+            }
+            Protect::Skip => continue,
+        };
+        let mut ancestor = path.parent();
+        while let Some(a) = ancestor {
+            if a == req.workspace || !a.starts_with(&req.workspace) {
+                break;
+            }
+            if a.is_dir() && !set.anchors.iter().any(|x| x == a) {
+                set.anchors.push(a.to_path_buf());
+            }
+            ancestor = a.parent();
+        }
+        set.protected.push(path);
+    }
+    set.anchors.sort();
+    for p in policy
+        .protect
+        .absent
+        .iter()
+        .map(|rel| req.workspace.join(rel))
+    {
+        if exists(&p) {
+            set.protected.push(p);
+        } else {
+            set.absent.push(p);
+        }
+    }
+    Ok(set)
+}
+
 /// How one protected path is kept read-only (shared with the docker backend).
-pub(crate) enum Protect {
+enum Protect {
     /// It exists: bind it read-only.
     Bind(PathBuf),
     /// It does not exist yet: an empty read-only placeholder at this path.
@@ -732,11 +763,7 @@ pub(crate) enum Protect {
 /// create an empty read-only placeholder so it cannot be created. A policy default whose parent
 /// is missing is skipped (protecting `.git/hooks` must not stop `git init`); an explicit
 /// `--protect` gets its first missing component as the placeholder.
-pub(crate) fn protect_step(
-    workspace: &Path,
-    rel: &Path,
-    explicit: bool,
-) -> Result<Protect, SandboxError> {
+fn protect_step(workspace: &Path, rel: &Path, explicit: bool) -> Result<Protect, SandboxError> {
     let path = workspace.join(rel);
     if let Ok(meta) = std::fs::symlink_metadata(&path) {
         if !meta.file_type().is_symlink() {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::output::{Carry, OutputReader, PresetOutput, u64_field};
+use super::output::{Carry, OutputReader, PresetOutput, json_objects, overlong, u64_field};
 use super::{Preset, RoundFiles, retry};
 use crate::usage::{RoundUsage, UNKNOWN_MODEL, UsageTotals};
 use crate::util::text::bounded;
@@ -150,23 +150,13 @@ impl ClaudeReader {
 
 impl OutputReader for ClaudeReader {
     fn line(&mut self, line: &[u8]) {
-        match serde_json::from_slice::<Value>(line) {
-            Ok(Value::Array(items)) => {
-                for item in &items {
-                    self.message(item);
-                }
-            }
-            Ok(v) if v.is_object() => self.message(&v),
-            Ok(_) => self.problems.push("a line is not a JSON object".into()),
-            Err(e) => self
-                .problems
-                .push(bounded(&format!("a line is not JSON: {e}"), 256)),
+        for v in json_objects(line, &mut self.problems) {
+            self.message(&v);
         }
     }
 
     fn skipped(&mut self, len: usize) {
-        self.problems
-            .push(format!("a {len}-byte line was too long to read"));
+        self.problems.push(overlong(len));
     }
 
     fn finish(self: Box<Self>, _carry: &mut Carry) -> PresetOutput {

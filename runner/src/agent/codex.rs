@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::output::{Carry, OutputReader, PresetOutput, u64_field};
+use super::output::{Carry, OutputReader, PresetOutput, json_objects, overlong, u64_field};
 use super::{Preset, RoundFiles, retry};
 use crate::usage::{RoundUsage, UNKNOWN_MODEL, UsageTotals};
 use crate::util::text::bounded;
@@ -153,18 +153,13 @@ impl CodexReader {
 
 impl OutputReader for CodexReader {
     fn line(&mut self, line: &[u8]) {
-        match serde_json::from_slice::<Value>(line) {
-            Ok(v) if v.is_object() => self.event(&v),
-            Ok(_) => self.problems.push("a line is not a JSON object".into()),
-            Err(e) => self
-                .problems
-                .push(bounded(&format!("a line is not JSON: {e}"), 256)),
+        for v in json_objects(line, &mut self.problems) {
+            self.event(&v);
         }
     }
 
     fn skipped(&mut self, len: usize) {
-        self.problems
-            .push(format!("a {len}-byte line was too long to read"));
+        self.problems.push(overlong(len));
     }
 
     fn finish(self: Box<Self>, carry: &mut Carry) -> PresetOutput {

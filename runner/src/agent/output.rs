@@ -157,6 +157,32 @@ pub fn read_all(
     reader.finish(carry)
 }
 
+/// The JSON objects of one output line: the line itself, or each element when it is an array
+/// (`--output-format json --verbose` prints one array). Anything else is noted in `problems`.
+pub(super) fn json_objects(line: &[u8], problems: &mut Vec<String>) -> Vec<serde_json::Value> {
+    use serde_json::Value;
+    match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Array(items)) => items.into_iter().filter(Value::is_object).collect(),
+        Ok(v) if v.is_object() => vec![v],
+        Ok(_) => {
+            problems.push("a line is not a JSON object".into());
+            Vec::new()
+        }
+        Err(e) => {
+            problems.push(crate::util::text::bounded(
+                &format!("a line is not JSON: {e}"),
+                256,
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// The problem noted for a line too long to read.
+pub(super) fn overlong(len: usize) -> String {
+    format!("a {len}-byte line was too long to read")
+}
+
 /// Adds `n` to a JSON number field of `v`, reading a missing or non-number as 0.
 pub(super) fn u64_field(v: &serde_json::Value, key: &str) -> u64 {
     v.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0)

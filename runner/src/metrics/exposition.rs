@@ -220,33 +220,9 @@ fn sample(line: &str) -> Result<(String, Labels, f64), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use ralph_sandbox::BackendKind;
-
     use super::*;
     use crate::metrics::registry::encode;
-    use crate::metrics::{MetricEvent, Metrics, RoundOutcome};
-    use crate::usage::UsageTotals;
-
-    fn one_run(model: &str, tokens: u64) -> Vec<MetricFamily> {
-        let m = Metrics::new(false).unwrap();
-        m.record(&MetricEvent::RoundFinished {
-            outcome: RoundOutcome::Complete,
-            backend: BackendKind::Native,
-            duration: Duration::from_secs(2),
-            handoff_bytes: Some(200),
-            setup: None,
-        });
-        m.record(&MetricEvent::Tokens {
-            model: model.into(),
-            usage: UsageTotals {
-                input_tokens: tokens,
-                ..UsageTotals::default()
-            },
-        });
-        m.gather()
-    }
+    use crate::metrics::test_support::one_run;
 
     #[test]
     fn the_encoding_parses_back_to_itself() {

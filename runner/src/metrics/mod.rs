@@ -64,3 +64,36 @@ pub enum MetricsError {
         message: String,
     },
 }
+
+/// Shared by the tests of this module's files.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::time::Duration;
+
+    use prometheus::proto::MetricFamily;
+    use ralph_sandbox::BackendKind;
+
+    use super::{MetricEvent, Metrics, RoundOutcome};
+    use crate::usage::UsageTotals;
+
+    /// The metrics of one run: a complete round and `tokens` input tokens of `model`.
+    pub(crate) fn one_run(model: &str, tokens: u64) -> Vec<MetricFamily> {
+        let m = Metrics::new(false).unwrap();
+        m.record(&MetricEvent::RoundFinished {
+            outcome: RoundOutcome::Complete,
+            backend: BackendKind::Native,
+            duration: Duration::from_secs(2),
+            handoff_bytes: Some(200),
+            setup: None,
+        });
+        m.record(&MetricEvent::Tokens {
+            model: model.into(),
+            usage: UsageTotals {
+                input_tokens: tokens,
+                ..UsageTotals::default()
+            },
+        });
+        m.set_jobs(0, 1);
+        m.gather()
+    }
+}

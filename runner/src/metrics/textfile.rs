@@ -185,33 +185,8 @@ fn add_into(m: &mut Metric, prev: &Metric, t: MetricType) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use ralph_sandbox::BackendKind;
-
     use super::*;
-    use crate::metrics::{MetricEvent, Metrics, RoundOutcome};
-    use crate::usage::UsageTotals;
-
-    fn one_run(model: &str, tokens: u64) -> Vec<MetricFamily> {
-        let m = Metrics::new(false).unwrap();
-        m.record(&MetricEvent::RoundFinished {
-            outcome: RoundOutcome::Complete,
-            backend: BackendKind::Native,
-            duration: Duration::from_secs(2),
-            handoff_bytes: Some(200),
-            setup: None,
-        });
-        m.record(&MetricEvent::Tokens {
-            model: model.into(),
-            usage: UsageTotals {
-                input_tokens: tokens,
-                ..UsageTotals::default()
-            },
-        });
-        m.set_jobs(0, 1);
-        m.gather()
-    }
+    use crate::metrics::test_support::one_run;
 
     #[test]
     fn counters_and_histograms_add_up_across_runs_and_gauges_are_replaced() {

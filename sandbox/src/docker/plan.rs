@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::error::SandboxError;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
-use crate::plan::{Placeholder, Protect, protect_step};
+use crate::plan::{Placeholder, protected_set};
 use crate::policy::{Policy, WorkspaceAccess};
 use crate::spec::SandboxRequest;
 
@@ -242,45 +242,10 @@ pub fn resolve(
             "full-access",
         );
     } else if fs.workspace == WorkspaceAccess::Write {
-        let mut anchors: Vec<PathBuf> = Vec::new();
-        let mut protected = Vec::new();
-        for (rel, explicit) in policy
-            .protect
-            .paths
-            .iter()
-            .map(|p| (p, false))
-            .chain(req.protect.iter().map(|p| (p, true)))
-        {
-            let path = match protect_step(&req.workspace, rel, explicit)? {
-                Protect::Bind(path) => path,
-                Protect::Placeholder(path) => {
-                    placeholders.push(Placeholder {
-                        path: path.clone(),
-                        remove_after: explicit,
-                    });
-                    path
-                }
-                Protect::Skip => continue,
-            };
-            let mut ancestor = path.parent();
-            while let Some(a) = ancestor {
-                if a == req.workspace || !a.starts_with(&req.workspace) {
-                    break;
-                }
-                if a.is_dir() && !anchors.iter().any(|x| x == a) {
-                    anchors.push(a.to_path_buf());
-                }
-                ancestor = a.parent();
-            }
-            protected.push(path);
-        }
-        for p in policy.protect.absent.iter().map(|r| req.workspace.join(r)) {
-            if std::fs::symlink_metadata(&p).is_ok() {
-                protected.push(p);
-            } else {
-                absent.push(p);
-            }
-        }
+        let set = protected_set(policy, req)?;
+        let (anchors, protected) = (set.anchors, set.protected);
+        placeholders.extend(set.placeholders);
+        absent.extend(set.absent);
         e.record(
             Restriction::ProtectedPaths,
             Level::Full,
