@@ -14,6 +14,7 @@
 //! process irreversibly runs in a throwaway process: the end-to-end tests in the repository's
 //! `tests/` drive the `ralph` binary, which hosts the helper.
 
+pub mod absent;
 pub mod backend;
 pub mod capture;
 pub mod docker;

@@ -105,12 +105,7 @@ impl PresetSink {
 impl OutputSink for PresetSink {
     fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
         self.inner.write(chunk)?;
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            let (part, newline) = match rest.iter().position(|b| *b == b'\n') {
-                Some(i) => (&rest[..i], true),
-                None => (rest, false),
-            };
+        crate::util::lines::for_each_part(chunk, |part, ends_line| {
             match self.overlong.as_mut() {
                 Some(len) => *len += part.len(),
                 None if self.line.len() + part.len() > MAX_EVENT_LINE => {
@@ -119,15 +114,10 @@ impl OutputSink for PresetSink {
                 }
                 None => self.line.extend_from_slice(part),
             }
-            rest = if newline {
-                &rest[part.len() + 1..]
-            } else {
-                &[]
-            };
-            if newline {
+            if ends_line {
                 self.end_line();
             }
-        }
+        });
         Ok(())
     }
 

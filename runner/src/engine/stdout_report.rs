@@ -75,24 +75,14 @@ impl ReportLineSink {
 impl OutputSink for ReportLineSink {
     fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
         self.inner.write(chunk)?;
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            let (part, newline) = match rest.iter().position(|b| *b == b'\n') {
-                Some(i) => (&rest[..i], true),
-                None => (rest, false),
-            };
+        crate::util::lines::for_each_part(chunk, |part, ends_line| {
             self.line_len += part.len();
             let room = (self.max_line + 1).saturating_sub(self.line.len());
             self.line.extend_from_slice(&part[..part.len().min(room)]);
-            rest = if newline {
-                &rest[part.len() + 1..]
-            } else {
-                &[]
-            };
-            if newline {
+            if ends_line {
                 self.end_line();
             }
-        }
+        });
         Ok(())
     }
 

@@ -1,4 +1,5 @@
-//! Small shared helpers: units and bounded text.
+//! Small shared helpers: units, bounded text, line splitting.
 
+pub mod lines;
 pub mod text;
 pub mod units;

@@ -372,26 +372,7 @@ impl DockerRun {
         if ended_by == EndedBy::Exit && state.oom_killed == Some(true) {
             ended_by = EndedBy::MemoryLimit;
         }
-        let mut violations = Vec::new();
-        for p in &self.absent {
-            if std::fs::symlink_metadata(p).is_ok() {
-                let removed = if p.is_dir() {
-                    std::fs::remove_dir_all(p)
-                } else {
-                    std::fs::remove_file(p)
-                };
-                violations.push(match removed {
-                    Ok(()) => format!(
-                        "`{}` was created during the run and has been removed",
-                        p.display()
-                    ),
-                    Err(e) => format!(
-                        "`{}` was created during the run and could not be removed: {e}",
-                        p.display()
-                    ),
-                });
-            }
-        }
+        let violations = crate::absent::remove_created(&self.absent);
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),

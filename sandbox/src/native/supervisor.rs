@@ -486,27 +486,7 @@ impl Supervisor {
             }
         };
         // Paths the agent may not create (the tree is dead: nothing races this).
-        let mut violations = Vec::new();
-        for p in &self.absent {
-            let Ok(meta) = std::fs::symlink_metadata(p) else {
-                continue;
-            };
-            let removed = if meta.is_dir() {
-                std::fs::remove_dir_all(p)
-            } else {
-                std::fs::remove_file(p)
-            };
-            violations.push(match removed {
-                Ok(()) => format!(
-                    "`{}` was created during the run and has been removed",
-                    p.display()
-                ),
-                Err(e) => format!(
-                    "`{}` was created during the run and could not be removed: {e}",
-                    p.display()
-                ),
-            });
-        }
+        let violations = crate::absent::remove_created(&self.absent);
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }
