@@ -14,7 +14,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::server::{Server, job};
+use common::server::{Server, executions, job, started_attempts};
 use common::test_db::TestDatabase;
 use common::{complete_report, continue_report, processes_with};
 use ralph_runner::job::{AgentSpec, JobSpec};
@@ -206,20 +206,9 @@ fi"#,
     let mut by_runner: BTreeMap<u32, usize> = BTreeMap::new();
     let mut edges: BTreeMap<u32, Vec<(String, i32)>> = BTreeMap::new();
     for (id, ws) in ids.iter().zip(&workspaces) {
-        let log = std::fs::read_to_string(ws.join("executions")).unwrap_or_default();
-        let mut runs: BTreeMap<(u64, u64), usize> = BTreeMap::new();
-        for line in log.lines() {
-            let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-            *runs
-                .entry((it.next().unwrap(), it.next().unwrap()))
-                .or_default() += 1;
-        }
+        let runs = executions(ws);
         let events: Vec<Value> = a.events(id);
-        let started: BTreeSet<(u64, u64)> = events
-            .iter()
-            .filter(|e| e["type"] == "round_started")
-            .map(|e| (e["round"].as_u64().unwrap(), e["attempt"].as_u64().unwrap()))
-            .collect();
+        let started = started_attempts(&events);
         let reported: BTreeSet<(u64, u64)> = events
             .iter()
             .filter(|e| e["type"] == "round_finished" && e["result"]["kind"] == "reported")

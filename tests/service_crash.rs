@@ -8,11 +8,11 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::processes_with;
-use common::server::{Server, job};
+use common::server::{Server, executions, job, started_attempts};
 use serde_json::{Value, json};
 
 const KILLS: usize = 20;
@@ -193,20 +193,9 @@ fi"#,
     // Count: every execution in the workspace log must have its round_started in the journal, no
     // (round, attempt) may have run twice, and each job used exactly its budget of round numbers.
     for (id, ws) in &all {
-        let log = std::fs::read_to_string(ws.join("executions")).unwrap_or_default();
-        let mut runs: BTreeMap<(u64, u64), usize> = BTreeMap::new();
-        for line in log.lines() {
-            let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-            *runs
-                .entry((it.next().unwrap(), it.next().unwrap()))
-                .or_default() += 1;
-        }
+        let runs = executions(ws);
         let events: Vec<Value> = s.events(id);
-        let started: BTreeSet<(u64, u64)> = events
-            .iter()
-            .filter(|e| e["type"] == "round_started")
-            .map(|e| (e["round"].as_u64().unwrap(), e["attempt"].as_u64().unwrap()))
-            .collect();
+        let started = started_attempts(&events);
         for (key, n) in &runs {
             if *n > 1 {
                 duplicated += n - 1;

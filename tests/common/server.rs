@@ -319,3 +319,26 @@ pub fn job(workspace: &Path, agent: &Path, extra: Value) -> Value {
     }
     j
 }
+
+/// The (round, attempt) pairs an agent logged in `<ws>/executions` (one "ROUND ATTEMPT" line per
+/// execution), with how often each ran.
+pub fn executions(ws: &Path) -> std::collections::BTreeMap<(u64, u64), usize> {
+    let log = std::fs::read_to_string(ws.join("executions")).unwrap_or_default();
+    let mut runs = std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let mut it = line.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+        *runs
+            .entry((it.next().unwrap(), it.next().unwrap()))
+            .or_default() += 1;
+    }
+    runs
+}
+
+/// The (round, attempt) pairs whose `round_started` is in a job's journal.
+pub fn started_attempts(events: &[Value]) -> std::collections::BTreeSet<(u64, u64)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "round_started")
+        .map(|e| (e["round"].as_u64().unwrap(), e["attempt"].as_u64().unwrap()))
+        .collect()
+}
