@@ -1927,7 +1927,9 @@ impl CommondirRound {
             .run(&agent)
             .args(["--max-rounds", "1", "--round-retries", "0"])
             .output();
-        out.expect_code(0);
+        // The round's report is not trusted: it fails as tampered, and with no retry left, so
+        // does the job.
+        out.expect_code(3);
         Some(Self {
             fixture,
             out,
@@ -1939,15 +1941,15 @@ impl CommondirRound {
     /// What the supervisor reports for the removed file.
     fn violation(&self) -> String {
         format!(
-            "`{}` was created during the run and has been removed",
+            "`{}`: was created during the run, and must not exist; it has been removed",
             self.fixture.ws.join(".git/commondir").display()
         )
     }
 }
 
-/// The round goes on as usual, the supervisor removes `.git/commondir`, the journal's
-/// `round_finished` says so in `sandbox_violations`, and the host's git is unaffected (see
-/// `protect_git_commondir` for `sandbox exec`).
+/// The supervisor removes `.git/commondir`, the round fails as `workspace_tampered` whatever it
+/// reported, the journal's `round_finished` says what was removed in `sandbox_violations`, and
+/// the host's git is unaffected (see `protect_git_commondir` for `sandbox exec`).
 #[test]
 fn git_commondir_created_in_a_round_is_journalled() {
     let Some(r) = CommondirRound::run() else {
@@ -1964,6 +1966,15 @@ fn git_commondir_created_in_a_round_is_journalled() {
     assert_eq!(
         finished[0]["sandbox_violations"],
         json!([r.violation()]),
+        "{:#}",
+        finished[0]
+    );
+    assert_eq!(finished[0]["result"]["reason"], "workspace_tampered");
+    assert!(
+        finished[0]["result"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&r.violation()),
         "{:#}",
         finished[0]
     );

@@ -14,8 +14,8 @@
 //! process irreversibly runs in a throwaway process: the end-to-end tests in the repository's
 //! `tests/` drive the `ralph` binary, which hosts the helper.
 
-pub mod absent;
 pub mod backend;
+pub mod beneath;
 pub mod capture;
 pub mod docker;
 pub mod doctor;
@@ -26,6 +26,7 @@ pub mod native;
 pub mod outcome;
 pub mod plan;
 pub mod policy;
+pub mod protect;
 pub mod spec;
 pub mod sys;
 pub mod units;

@@ -199,11 +199,44 @@ pub struct ExecOutcome {
     pub leftovers_killed: u32,
     /// Set when the command could not be executed at all (not found, not executable).
     pub exec_error: Option<String>,
-    /// What the sandbox had to undo after the run (e.g. a forbidden `.git/commondir` removed).
+    /// What the run left that the sandbox's rules forbid, found and undone after it (a symlink
+    /// planted where a protected path should be, a `.git/commondir` created).
     #[serde(default)]
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// How much isolation was enforced.
     pub enforcement: Enforcement,
+}
+
+/// What kind of rule a run broke on the host side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViolationKind {
+    /// A symlink where a protected path or one of its parents must be a real path.
+    Symlink,
+    /// A path that must stay absent (e.g. `.git/commondir`) was created.
+    CreatedAbsent,
+    /// A protected path could not be checked after the run.
+    Uncheckable,
+}
+
+/// One thing a run left in a writable tree against the rules, and what was done about it. Any
+/// violation fails a round (`workspace_tampered`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// What rule.
+    pub kind: ViolationKind,
+    /// The host path.
+    pub path: PathBuf,
+    /// What was found and done, in words (agent-controlled parts quoted and bounded).
+    pub detail: String,
+    /// Whether it was undone (removed).
+    pub undone: bool,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}`: {}", self.path.display(), self.detail)
+    }
 }
 
 /// What a capture sink kept of one output stream.

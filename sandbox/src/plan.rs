@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::host::Host;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::{Policy, WorkspaceAccess, syscalls};
+use crate::protect::{self, Placeholder};
 use crate::spec::SandboxRequest;
 
 /// Lowest Landlock ABI whose filesystem rules cover every write path (ABI 3 adds truncate).
@@ -54,16 +56,18 @@ pub struct RootPlan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum MountStep {
-    /// Bind a directory onto itself, so that it cannot be renamed or replaced (ancestors of
-    /// protected paths, e.g. `.git` above `.git/hooks`).
+    /// Bind a directory inside the workspace onto itself, so that it cannot be renamed or
+    /// replaced (ancestors of protected paths, e.g. `.git` above `.git/hooks`). Reached without
+    /// following a symlink.
     Anchor {
         /// The directory.
-        path: PathBuf,
+        at: TreePath,
     },
-    /// Bind `path` over itself, read-only (recursively).
+    /// Bind a path inside the workspace over itself, read-only (recursively). Reached without
+    /// following a symlink.
     ProtectReadOnly {
         /// The path.
-        path: PathBuf,
+        at: TreePath,
     },
     /// An empty mode-000 file over a secret file.
     HideFile {
@@ -83,17 +87,6 @@ pub enum MountStep {
     /// A fresh procfs for the pid namespace at `/proc` (without a new root; a new root always
     /// gets one).
     Proc,
-}
-
-/// An empty directory created where a protected path does not exist yet, so the agent cannot
-/// create it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Placeholder {
-    /// Where.
-    pub path: PathBuf,
-    /// Removed after the run (explicit `--protect`); the policy's own defaults (such as
-    /// `.ralph/`) stay, empty, so they are not recreated every round.
-    pub remove_after: bool,
 }
 
 /// The Landlock ruleset.
@@ -161,7 +154,10 @@ pub struct SandboxPlan {
     pub mounts: Vec<MountStep>,
     /// Paths in the workspace that must not be created (e.g. `.git/commondir`, which would
     /// redirect the host's git to agent-made hooks); removed after the run if they appear.
-    pub absent: Vec<PathBuf>,
+    pub absent: Vec<TreePath>,
+    /// Protected paths checked after the run: a symlink planted where one of them or a parent
+    /// should be is removed and reported.
+    pub watch: Vec<TreePath>,
     /// Missing protected paths to create as empty read-only placeholders.
     pub placeholders: Vec<Placeholder>,
     /// Landlock, unless unrestricted.
@@ -251,6 +247,7 @@ pub fn resolve(
     let mut mounts = Vec::new();
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
+    let mut watch = Vec::new();
     let mut root = None;
     let landlock = if fs.unrestricted {
         e.record(
@@ -412,20 +409,17 @@ pub fn resolve(
 
         // Protected paths: their ancestors anchored (no rename), then bound read-only.
         if fs.workspace == WorkspaceAccess::Write {
-            let set = protected_set(policy, req)?;
+            let set = protect::resolve(policy, req)?;
             let protected = set.protected.len();
             placeholders.extend(set.placeholders);
-            mounts.extend(
-                set.anchors
-                    .into_iter()
-                    .map(|path| MountStep::Anchor { path }),
-            );
+            mounts.extend(set.anchors.into_iter().map(|at| MountStep::Anchor { at }));
             mounts.extend(
                 set.protected
                     .into_iter()
-                    .map(|path| MountStep::ProtectReadOnly { path }),
+                    .map(|at| MountStep::ProtectReadOnly { at }),
             );
             absent.extend(set.absent);
+            watch.extend(set.watch);
             e.record(
                 Restriction::ProtectedPaths,
                 Level::Full,
@@ -662,6 +656,7 @@ pub fn resolve(
         root,
         mounts,
         absent,
+        watch,
         placeholders,
         landlock,
         seccomp: SeccompPlan {
@@ -678,116 +673,6 @@ pub fn resolve(
         pids,
         enforcement: e,
     })
-}
-
-/// The protected paths of a workspace-write run, resolved on the host (shared by the backends).
-#[derive(Debug, Default)]
-pub(crate) struct ProtectedSet {
-    /// Directories between the workspace and a protected path, each bound onto itself so it
-    /// cannot be renamed away (sorted, parents first).
-    pub anchors: Vec<PathBuf>,
-    /// Paths bound read-only: the policy's and the request's protected paths, and any path
-    /// that must stay absent but already exists (kept read-only so it cannot be pointed
-    /// elsewhere).
-    pub protected: Vec<PathBuf>,
-    /// Paths that must stay absent (removed after the run if the command creates them).
-    pub absent: Vec<PathBuf>,
-    /// Missing protected paths to create as empty read-only placeholders.
-    pub placeholders: Vec<Placeholder>,
-}
-
-/// Resolves the protected paths of `policy` and `req` (policy defaults first).
-pub(crate) fn protected_set(
-    policy: &Policy,
-    req: &SandboxRequest,
-) -> Result<ProtectedSet, SandboxError> {
-    let mut set = ProtectedSet::default();
-    for (rel, explicit) in policy
-        .protect
-        .paths
-        .iter()
-        .map(|p| (p, false))
-        .chain(req.protect.iter().map(|p| (p, true)))
-    {
-        let path = match protect_step(&req.workspace, rel, explicit)? {
-            Protect::Bind(path) => path,
-            Protect::Placeholder(path) => {
-                set.placeholders.push(Placeholder {
-                    path: path.clone(),
-                    remove_after: explicit,
-                });
-                path
-            }
-            Protect::Skip => continue,
-        };
-        let mut ancestor = path.parent();
-        while let Some(a) = ancestor {
-            if a == req.workspace || !a.starts_with(&req.workspace) {
-                break;
-            }
-            if a.is_dir() && !set.anchors.iter().any(|x| x == a) {
-                set.anchors.push(a.to_path_buf());
-            }
-            ancestor = a.parent();
-        }
-        set.protected.push(path);
-    }
-    set.anchors.sort();
-    for p in policy
-        .protect
-        .absent
-        .iter()
-        .map(|rel| req.workspace.join(rel))
-    {
-        if exists(&p) {
-            set.protected.push(p);
-        } else {
-            set.absent.push(p);
-        }
-    }
-    Ok(set)
-}
-
-/// How one protected path is kept read-only (shared with the docker backend).
-enum Protect {
-    /// It exists: bind it read-only.
-    Bind(PathBuf),
-    /// It does not exist yet: an empty read-only placeholder at this path.
-    Placeholder(PathBuf),
-    /// Nothing to protect (a policy default whose parent is missing, a symlink leaving the
-    /// workspace).
-    Skip,
-}
-
-/// How to protect `rel` inside `workspace`: bind what exists; for what does not exist yet,
-/// create an empty read-only placeholder so it cannot be created. A policy default whose parent
-/// is missing is skipped (protecting `.git/hooks` must not stop `git init`); an explicit
-/// `--protect` gets its first missing component as the placeholder.
-fn protect_step(workspace: &Path, rel: &Path, explicit: bool) -> Result<Protect, SandboxError> {
-    let path = workspace.join(rel);
-    if let Ok(meta) = std::fs::symlink_metadata(&path) {
-        if !meta.file_type().is_symlink() {
-            return Ok(Protect::Bind(path));
-        }
-        // A symlinked protected path: protect what it points to, if that is in the workspace
-        // (anything outside is not writable anyway).
-        return match std::fs::canonicalize(&path) {
-            Ok(target) if target.starts_with(workspace) => Ok(Protect::Bind(target)),
-            Ok(_) | Err(_) => Ok(Protect::Skip),
-        };
-    }
-    let mut first_missing = workspace.to_path_buf();
-    for c in rel.components() {
-        first_missing.push(c);
-        if !exists(&first_missing) {
-            break;
-        }
-    }
-    if first_missing == path || explicit {
-        Ok(Protect::Placeholder(first_missing))
-    } else {
-        Ok(Protect::Skip)
-    }
 }
 
 #[cfg(test)]

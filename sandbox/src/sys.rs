@@ -145,3 +145,106 @@ pub fn reset_signals() -> io::Result<()> {
     }
     Ok(())
 }
+
+const OPEN_TREE_CLONE: u32 = 1;
+const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+const AT_EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
+const AT_RECURSIVE: u32 = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const EMPTY: &std::ffi::CStr = c"";
+
+/// A detached copy of the mount tree at `fd` (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`,
+/// Linux 5.2+): the same as a recursive bind mount's source, taken from a descriptor, so no path
+/// is resolved.
+pub fn clone_tree(fd: &impl AsRawFd) -> io::Result<OwnedFd> {
+    // SAFETY: a valid descriptor and an empty NUL-terminated path (AT_EMPTY_PATH); returns a new
+    // descriptor or -1.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(rc)
+        .map_err(|_| io::Error::other("open_tree returned an out-of-range fd"))?;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes the (detached or attached) mount tree at `fd` read-only, every mount in it
+/// (`mount_setattr(AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_RDONLY)`, Linux 5.12+).
+pub fn make_tree_read_only(fd: &impl AsRawFd) -> io::Result<()> {
+    set_mount_read_only(fd.as_raw_fd(), EMPTY, AT_EMPTY_PATH | AT_RECURSIVE)
+}
+
+/// Makes the mount at `path` read-only (every mount below it too with `recursive`):
+/// `mount_setattr(MOUNT_ATTR_RDONLY)`, Linux 5.12+; ENOSYS on older kernels.
+pub fn make_path_read_only(path: &std::ffi::CStr, recursive: bool) -> io::Result<()> {
+    set_mount_read_only(
+        libc::AT_FDCWD,
+        path,
+        if recursive { AT_RECURSIVE } else { 0 },
+    )
+}
+
+fn set_mount_read_only(dirfd: RawFd, path: &std::ffi::CStr, flags: u32) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a valid descriptor (or AT_FDCWD), a NUL-terminated path and a mount_attr of the
+    // size passed, all alive for the call; the kernel only reads them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Attaches the detached mount tree `tree` on top of what `target` refers to
+/// (`move_mount(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)`, Linux 5.2+): a mount made
+/// on a descriptor, not on a path that could be swapped.
+pub fn attach_tree(tree: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: two valid descriptors and two empty NUL-terminated paths alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            EMPTY.as_ptr(),
+            target.as_raw_fd(),
+            EMPTY.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -226,6 +226,10 @@ fn dispatch(action: &str, a: &Args) -> Outcome {
             a.want(&["PATH"])?;
             unix_bind(a.get(0, "PATH")?)
         }
+        "unix-connect" => {
+            a.want(&["PATH"])?;
+            unix_connect(a.get(0, "PATH")?)
+        }
         "abstract-connect" => {
             a.want(&["NAME"])?;
             abstract_connect(a.get(0, "NAME")?)
@@ -712,6 +716,17 @@ fn unix_bind(path: &OsStr) -> Outcome {
     } else {
         Err(Failure::errno(libc::EIO, "recv"))
     }
+}
+
+/// Connects to the unix socket at a filesystem path.
+fn unix_connect(path: &OsStr) -> Outcome {
+    let addr = SockAddr::unix(path.as_bytes(), false)?;
+    let fd = socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)?;
+    let (ptr, len) = addr.raw();
+    // SAFETY: `ptr` points to a live socket address of `len` bytes.
+    let ret = unsafe { libc::connect(fd.as_raw_fd(), ptr, len) };
+    check(c_long::from(ret), "connect")?;
+    done()
 }
 
 fn abstract_connect(name: &OsStr) -> Outcome {

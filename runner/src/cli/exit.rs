@@ -68,6 +68,7 @@ impl Exit {
             Outcome::Interrupted => Exit::Interrupted,
             Outcome::Error => match reason {
                 FinishReason::SandboxUnavailable => Exit::SandboxUnavailable,
+                FinishReason::Configuration => Exit::Usage,
                 FinishReason::Reported
                 | FinishReason::Verified
                 | FinishReason::MaxRounds

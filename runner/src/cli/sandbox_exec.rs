@@ -62,7 +62,14 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         .prefix("ralph-sandbox-")
         .tempdir_in(&scratch)
         .map_err(|e| CliError::internal(format!("failed to create a private directory: {e}")))?;
-    let (home, tmp) = (private.path().join("home"), private.path().join("tmp"));
+    // Canonical: the docker backend refuses to mount a path that runs through a symlink.
+    let private_dir = std::fs::canonicalize(private.path()).map_err(|e| {
+        CliError::internal(format!(
+            "failed to resolve `{}`: {e}",
+            private.path().display()
+        ))
+    })?;
+    let (home, tmp) = (private_dir.join("home"), private_dir.join("tmp"));
     for d in [&home, &tmp] {
         std::fs::create_dir(d)
             .map_err(|e| CliError::internal(format!("failed to create `{}`: {e}", d.display())))?;
@@ -108,7 +115,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
             image: args.sandbox.image,
             forbidden: Vec::new(),
         },
-        control_dir: private.path().to_owned(),
+        control_dir: private_dir.clone(),
     };
     // One command, one mode: only that mode's policy is read.
     let policies = ralph_sandbox::policy::PolicySet::lazy(Some(&super::sandbox_args::config_dir()));
@@ -116,6 +123,11 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         BackendKind::Native => exec_inline(&NativeBackend::new("/proc/self/exe", policies), &spec),
         BackendKind::Docker => super::sandbox_docker::exec(policies, &spec),
     };
+    if let Ok(outcome) = &result {
+        for v in &outcome.violations {
+            eprintln!("ralph: the command left what the sandbox forbids (undone): {v}");
+        }
+    }
     match result {
         Ok(outcome) => Ok(match outcome.ended_by {
             EndedBy::Timeout => Exit::Timeout,

@@ -161,13 +161,7 @@ impl<'e> JobRun<'e> {
         self.engine
             .backends
             .preflight(self.spec.sandbox.backend, &req)
-            .map_err(|e| {
-                let reason = match e.class() {
-                    ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
-                    ErrorClass::Usage | ErrorClass::Internal => FinishReason::InternalError,
-                };
-                (reason, e.to_string())
-            })
+            .map_err(|e| (finish_reason_of(e.class()), e.to_string()))
     }
 
     async fn run_loop(&mut self) -> Result<(), EngineError> {
@@ -428,11 +422,12 @@ impl<'e> JobRun<'e> {
     }
 
     fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {
-        let reason = match e.class() {
-            ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
-            ErrorClass::Usage | ErrorClass::Internal => FinishReason::InternalError,
-        };
-        self.finish(Outcome::Error, reason, &e.to_string(), None)
+        self.finish(
+            Outcome::Error,
+            finish_reason_of(e.class()),
+            &e.to_string(),
+            None,
+        )
     }
 
     fn finish(
@@ -475,6 +470,16 @@ impl<'e> JobRun<'e> {
         };
         result.check()?;
         Ok(result)
+    }
+}
+
+/// How a sandbox that could not be set up ends a job: the host cannot enforce it (69), the
+/// request cannot run as given (64), or something broke (70).
+fn finish_reason_of(class: ErrorClass) -> FinishReason {
+    match class {
+        ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
+        ErrorClass::Usage => FinishReason::Configuration,
+        ErrorClass::Internal => FinishReason::InternalError,
     }
 }
 

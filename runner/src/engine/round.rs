@@ -270,7 +270,13 @@ impl JobRun<'_> {
             resources: exec.as_ref().map(|e| e.outcome.resources),
             sandbox_violations: exec
                 .as_ref()
-                .map(|e| e.outcome.violations.clone())
+                .map(|e| {
+                    e.outcome
+                        .violations
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect()
+                })
                 .unwrap_or_default(),
             sandbox_setup_ms: exec
                 .as_ref()
@@ -327,6 +333,26 @@ impl JobRun<'_> {
         deadline_bound: bool,
     ) -> AttemptEnd {
         let o = &exec.outcome;
+        match o.ended_by {
+            EndedBy::Cancel | EndedBy::RunnerGone => return AttemptEnd::Cancelled,
+            EndedBy::Timeout if deadline_bound => return AttemptEnd::Deadline,
+            _ => {}
+        }
+        // Whatever the round claims, it broke the sandbox's rules on the host side (undone by
+        // now): its report is not trusted.
+        if !o.violations.is_empty() {
+            let found: Vec<String> = o.violations.iter().map(ToString::to_string).collect();
+            return AttemptEnd::Failed(
+                RoundFailure::WorkspaceTampered,
+                bounded(
+                    &format!(
+                        "the round left what the sandbox forbids: {}",
+                        found.join("; ")
+                    ),
+                    2048,
+                ),
+            );
+        }
         match o.ended_by {
             EndedBy::Cancel | EndedBy::RunnerGone => return AttemptEnd::Cancelled,
             EndedBy::Timeout if deadline_bound => return AttemptEnd::Deadline,

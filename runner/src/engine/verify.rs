@@ -90,7 +90,7 @@ impl JobRun<'_> {
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let _ = dirs.remove_private();
-        let (end, exit, ended_by) = match outcome {
+        let (end, exit, ended_by, violations) = match outcome {
             Err(e) => {
                 let message = e.to_string();
                 self.journal.record(EventKind::VerifyFinished {
@@ -106,14 +106,18 @@ impl JobRun<'_> {
             }
             Ok(r) => {
                 let o = r.outcome;
+                let violations = o.violations;
                 let end = match o.ended_by {
                     EndedBy::Cancel | EndedBy::RunnerGone => VerifyEnd::Cancelled,
                     EndedBy::Timeout if deadline_bound => VerifyEnd::Deadline,
+                    // What runs as verify comes from the workspace too: if it broke the
+                    // sandbox's rules (undone by now), its verdict is not trusted.
+                    _ if !violations.is_empty() => VerifyEnd::Failed,
                     EndedBy::Timeout | EndedBy::MemoryLimit => VerifyEnd::Failed,
                     EndedBy::Exit if o.termination.success() => VerifyEnd::Passed,
                     EndedBy::Exit => VerifyEnd::Failed,
                 };
-                (end, Some(o.termination), Some(o.ended_by))
+                (end, Some(o.termination), Some(o.ended_by), violations)
             }
         };
         if matches!(end, VerifyEnd::Cancelled) {
@@ -122,6 +126,11 @@ impl JobRun<'_> {
         let mut tail = tail_of(&log, VERIFY_TAIL_BYTES);
         if ended_by == Some(EndedBy::Timeout) {
             tail.push_str("\n[ralph: the verify command timed out and was killed]");
+        }
+        for v in &violations {
+            tail.push_str(&format!(
+                "\n[ralph: verify failed: it left what the sandbox forbids: {v}]"
+            ));
         }
         self.journal.record(EventKind::VerifyFinished {
             round,

@@ -82,17 +82,22 @@ pub enum RoundFailure {
     ExecFailed,
     /// The agent CLI reported that its own run failed (a preset saw `is_error`, `turn.failed`).
     AgentError,
+    /// The round left something in the workspace that the sandbox's rules forbid (a symlink
+    /// where a protected path should be, a `.git/commondir`); it was undone, and whatever the
+    /// round reported is not trusted.
+    WorkspaceTampered,
 }
 
 impl RoundFailure {
     /// Every failure reason (for metric labels).
-    pub const ALL: [RoundFailure; 6] = [
+    pub const ALL: [RoundFailure; 7] = [
         RoundFailure::NoReport,
         RoundFailure::InvalidReport,
         RoundFailure::Timeout,
         RoundFailure::Crashed,
         RoundFailure::ExecFailed,
         RoundFailure::AgentError,
+        RoundFailure::WorkspaceTampered,
     ];
 
     /// The reason's name.
@@ -104,6 +109,7 @@ impl RoundFailure {
             RoundFailure::Crashed => "crashed",
             RoundFailure::ExecFailed => "exec_failed",
             RoundFailure::AgentError => "agent_error",
+            RoundFailure::WorkspaceTampered => "workspace_tampered",
         }
     }
 }
@@ -138,6 +144,9 @@ pub enum FinishReason {
     RunnerDied,
     /// The requested sandbox could not be enforced.
     SandboxUnavailable,
+    /// The job's request cannot run as given (e.g. a protected path that is a symlink); the
+    /// message says how to fix it.
+    Configuration,
     /// Something broke in the runner or host.
     InternalError,
 }
@@ -156,6 +165,7 @@ impl FinishReason {
             FinishReason::CancelRequested => "cancel_requested",
             FinishReason::RunnerDied => "runner_died",
             FinishReason::SandboxUnavailable => "sandbox_unavailable",
+            FinishReason::Configuration => "configuration",
             FinishReason::InternalError => "internal_error",
         }
     }

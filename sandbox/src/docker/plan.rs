@@ -5,11 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
-use crate::plan::{Placeholder, protected_set};
 use crate::policy::{Policy, WorkspaceAccess};
+use crate::protect::{self, Placeholder};
 use crate::spec::SandboxRequest;
 
 use super::seccomp::{self, Profile};
@@ -24,6 +25,8 @@ pub struct BindMount {
     pub path: PathBuf,
     /// Mounted read-only.
     pub read_only: bool,
+    /// What asked for it (the flag named in a refusal).
+    pub origin: &'static str,
 }
 
 /// Everything the container is created with.
@@ -42,7 +45,9 @@ pub struct ContainerPlan {
     /// Missing protected paths to create (empty directories) before the run.
     pub placeholders: Vec<Placeholder>,
     /// Paths that must not come into existence (removed after the run and reported).
-    pub absent: Vec<PathBuf>,
+    pub absent: Vec<TreePath>,
+    /// Protected paths on whose way no symlink may stand after the run.
+    pub watch: Vec<TreePath>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
     /// The network.
@@ -86,17 +91,54 @@ pub fn engine_sockets(socket: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Refuses a mount source that is, or contains, an engine socket.
-fn refuse_sockets(flag: &str, path: &Path, sockets: &[PathBuf]) -> Result<(), SandboxError> {
-    if let Some(s) = sockets.iter().find(|s| s.starts_with(path)) {
+/// The checks every bind mount passes, whoever asked for it: its source is free of symlinks
+/// (the engine would mount what they point to, and a round could have planted one), it is not
+/// and does not contain an engine socket (a command that reaches one controls the host), and it
+/// does not contain the runner's own state.
+fn check_mount(
+    m: &BindMount,
+    sockets: &[PathBuf],
+    forbidden: &[PathBuf],
+) -> Result<(), SandboxError> {
+    let flag = m.origin;
+    if let Some(s) = sockets.iter().find(|s| s.starts_with(&m.path)) {
         return Err(invalid(
             flag,
             format!(
                 "`{}` is or contains the container engine's socket `{}`: a command that can reach it controls the host; it is never mounted",
-                path.display(),
+                m.path.display(),
                 s.display()
             ),
         ));
+    }
+    if let Some(f) = forbidden.iter().find(|f| f.starts_with(&m.path)) {
+        return Err(invalid(
+            "state-dir",
+            format!(
+                "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
+                f.display(),
+                m.path.display()
+            ),
+        ));
+    }
+    match beneath::first_symlink(&m.path) {
+        Ok(None) => {}
+        Ok(Some(link)) => {
+            return Err(invalid(
+                flag,
+                format!(
+                    "`{}` resolves through the symlink `{}`; the engine would mount what it points to, so every mounted path must be real",
+                    m.path.display(),
+                    link.display()
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(invalid(
+                flag,
+                format!("cannot check `{}`: {e}", m.path.display()),
+            ));
+        }
     }
     Ok(())
 }
@@ -147,16 +189,16 @@ pub fn resolve(
     let mut mounts = vec![BindMount {
         path: req.workspace.clone(),
         read_only: !workspace_rw,
+        origin: "workspace",
     }];
-    refuse_sockets("workspace", &req.workspace, sockets)?;
     for p in &req.read {
         if std::fs::symlink_metadata(p).is_err() {
             return Err(invalid("read", format!("`{}` does not exist", p.display())));
         }
-        refuse_sockets("read", p, sockets)?;
         mounts.push(BindMount {
             path: p.clone(),
             read_only: true,
+            origin: "read",
         });
     }
     for p in &req.write {
@@ -166,42 +208,25 @@ pub fn resolve(
                 format!("`{}` is not a directory", p.display()),
             ));
         }
-        refuse_sockets("write", p, sockets)?;
         mounts.push(BindMount {
             path: p.clone(),
             read_only: false,
+            origin: "write",
         });
     }
     let private_rw = [&req.private.home, &req.private.tmp]
         .into_iter()
         .chain(&req.private.writable);
-    for p in private_rw {
-        refuse_sockets("private directory", p, sockets)?;
-        mounts.push(BindMount {
-            path: p.clone(),
-            read_only: false,
-        });
-    }
-    for p in &req.private.readable {
-        refuse_sockets("private directory", p, sockets)?;
-        mounts.push(BindMount {
-            path: p.clone(),
-            read_only: true,
-        });
-    }
-    // The runner's own state stays invisible: no mounted tree may contain it.
-    for f in &req.forbidden {
-        if let Some(m) = mounts.iter().find(|m| f.starts_with(&m.path)) {
-            return Err(invalid(
-                "state-dir",
-                format!(
-                    "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
-                    f.display(),
-                    m.path.display()
-                ),
-            ));
-        }
-    }
+    mounts.extend(private_rw.map(|p| BindMount {
+        path: p.clone(),
+        read_only: false,
+        origin: "private directory",
+    }));
+    mounts.extend(req.private.readable.iter().map(|p| BindMount {
+        path: p.clone(),
+        read_only: true,
+        origin: "private directory",
+    }));
     let chown = if runner_euid == 0 && uid != 0 {
         [&req.private.home, &req.private.tmp]
             .into_iter()
@@ -212,6 +237,7 @@ pub fn resolve(
     } else {
         Vec::new()
     };
+    let requested = mounts.len();
     e.record(
         Restriction::Filesystem,
         if fs.unrestricted {
@@ -220,8 +246,7 @@ pub fn resolve(
             Level::Full
         },
         format!(
-            "read-only image root, tmpfs /tmp, {} bind mount(s) ({} read-only); nothing else of the host{}",
-            mounts.len(),
+            "read-only image root, tmpfs /tmp, {requested} bind mount(s) ({} read-only); nothing else of the host{}",
             mounts.iter().filter(|m| m.read_only).count(),
             if fs.unrestricted {
                 "; full-access in docker: workspace writable, no host filesystem"
@@ -231,10 +256,11 @@ pub fn resolve(
         ),
     );
 
-    // Protected paths: each parent directory bound onto itself (a mount point cannot be
-    // renamed), the path itself bound read-only.
+    // Protected paths, resolved without following a symlink: each parent directory bound onto
+    // itself (a mount point cannot be renamed), the path itself bound read-only.
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
+    let mut watch = Vec::new();
     if fs.unrestricted {
         e.record(
             Restriction::ProtectedPaths,
@@ -242,10 +268,11 @@ pub fn resolve(
             "full-access",
         );
     } else if fs.workspace == WorkspaceAccess::Write {
-        let set = protected_set(policy, req)?;
+        let set = protect::resolve(policy, req)?;
         let (anchors, protected) = (set.anchors, set.protected);
         placeholders.extend(set.placeholders);
         absent.extend(set.absent);
+        watch.extend(set.watch);
         e.record(
             Restriction::ProtectedPaths,
             Level::Full,
@@ -255,13 +282,15 @@ pub fn resolve(
                 absent.len()
             ),
         );
-        mounts.extend(anchors.into_iter().map(|path| BindMount {
-            path,
+        mounts.extend(anchors.iter().map(|at| BindMount {
+            path: at.full(),
             read_only: false,
+            origin: "protected path's parent",
         }));
-        mounts.extend(protected.into_iter().map(|path| BindMount {
-            path,
+        mounts.extend(protected.iter().map(|at| BindMount {
+            path: at.full(),
             read_only: true,
+            origin: "protected path",
         }));
     } else {
         e.record(
@@ -280,6 +309,12 @@ pub fn resolve(
         }
         same
     });
+    // Every mount, whatever asked for it, passes the same checks: the engine resolves a source
+    // path itself (following symlinks), so a source must be free of them; no engine socket and
+    // none of the runner's own state may be in what is mounted.
+    for m in &mounts {
+        check_mount(m, sockets, &req.forbidden)?;
+    }
     e.record(
         Restriction::HiddenSecrets,
         Level::Full,
@@ -400,6 +435,7 @@ pub fn resolve(
         mounts,
         placeholders,
         absent,
+        watch,
         chown,
         network,
         memory,

@@ -20,11 +20,12 @@ use super::plan::ContainerPlan;
 use super::streams::{forward_own_stdin, pump};
 use super::{container, image};
 use crate::backend::{ExecIo, Running};
+use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
 use crate::outcome::{
     CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
 };
-use crate::plan::Placeholder;
+use crate::protect::{self, Placeholder};
 use crate::spec::{ExecSpec, StderrMode, StdinMode};
 
 /// How long output may still arrive after the container stopped.
@@ -42,8 +43,9 @@ pub struct DockerRun {
     pump: JoinHandle<std::io::Result<(CaptureSummary, CaptureSummary)>>,
     stdin: Option<JoinHandle<()>>,
     enforcement: Enforcement,
-    placeholders: Vec<PathBuf>,
-    absent: Vec<PathBuf>,
+    placeholders: Vec<TreePath>,
+    absent: Vec<TreePath>,
+    watch: Vec<TreePath>,
     control_dir: PathBuf,
 }
 
@@ -56,26 +58,23 @@ impl DockerRun {
 
 /// Creates the host paths the plan needs: placeholders (returns those to remove afterwards),
 /// and the run's own directories handed to the container's user.
-fn prepare_host(plan: &ContainerPlan) -> Result<Vec<PathBuf>, SandboxError> {
+fn prepare_host(plan: &ContainerPlan) -> Result<Vec<TreePath>, SandboxError> {
     let mut remove_after = Vec::new();
     for Placeholder {
-        path,
+        at,
         remove_after: remove,
     } in &plan.placeholders
     {
-        match std::fs::create_dir(path) {
-            Ok(()) => {
-                if *remove {
-                    remove_after.push(path.clone());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(SandboxError::Io {
-                    action: "create the placeholder",
-                    path: path.clone(),
-                    source,
-                });
+        // Never through a symlink: one planted in its parent fails the run closed.
+        match beneath::mkdir(at, 0o555) {
+            Ok(true) if *remove => remove_after.push(at.clone()),
+            Ok(_) => {}
+            Err(e) => {
+                cleanup_host(&remove_after);
+                return Err(SandboxError::invalid(
+                    "protect",
+                    format!("failed to create the protected placeholder: {e}"),
+                ));
             }
         }
     }
@@ -91,9 +90,9 @@ fn prepare_host(plan: &ContainerPlan) -> Result<Vec<PathBuf>, SandboxError> {
     Ok(remove_after)
 }
 
-fn cleanup_host(placeholders: &[PathBuf]) {
-    for p in placeholders {
-        let _ = std::fs::remove_dir(p);
+fn cleanup_host(placeholders: &[TreePath]) {
+    for p in placeholders.iter().rev() {
+        let _ = beneath::rmdir_if_empty(p);
     }
 }
 
@@ -161,6 +160,7 @@ pub async fn start(
             enforcement: plan.enforcement,
             placeholders,
             absent: plan.absent,
+            watch: plan.watch,
             control_dir: spec.control_dir.clone(),
         }),
         Err(e) => {
@@ -372,7 +372,7 @@ impl DockerRun {
         if ended_by == EndedBy::Exit && state.oom_killed == Some(true) {
             ended_by = EndedBy::MemoryLimit;
         }
-        let violations = crate::absent::remove_created(&self.absent);
+        let violations = protect::check_after_run(&self.watch, &self.absent);
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),

@@ -17,7 +17,9 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
 use super::step::{StepFailure, restriction};
+use crate::beneath::{self, TreePath};
 use crate::plan::{MountStep, RootPlan, SandboxPlan};
+use crate::sys;
 
 const NONE: Option<&str> = None;
 const OLD: &str = "/oldroot";
@@ -50,15 +52,6 @@ fn under(prefix: &str, path: &Path) -> PathBuf {
 /// (`mount_setattr`, Linux 5.12+; older kernels: a read-only remount of the top mount, keeping
 /// its locked flags).
 fn make_read_only(path: &Path, recursive: bool) -> Result<(), StepFailure> {
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
-    const MOUNT_ATTR_RDONLY: u64 = 0x1;
-    const AT_RECURSIVE: u32 = 0x8000;
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
         StepFailure::new(
             restriction::MOUNTS,
@@ -66,28 +59,10 @@ fn make_read_only(path: &Path, recursive: bool) -> Result<(), StepFailure> {
             "path contains a NUL byte",
         )
     })?;
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
+    let err = match sys::make_path_read_only(&c, recursive) {
+        Ok(()) => return Ok(()),
+        Err(err) => err,
     };
-    // SAFETY: a NUL-terminated path and a mount_attr struct of the size passed, both alive for
-    // the call; the kernel only reads them.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            if recursive { AT_RECURSIVE } else { 0 },
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
     if err.raw_os_error() != Some(libc::ENOSYS) {
         return Err(io_fail("mount_setattr(MOUNT_ATTR_RDONLY)", path, &err));
     }
@@ -177,6 +152,33 @@ fn chdir(p: &str) -> Result<(), StepFailure> {
     nix::unistd::chdir(p).map_err(|e| fail("chdir", Path::new(p), e))
 }
 
+/// Binds a path inside the workspace onto itself (read-only with `read_only`), reached without
+/// following any symlink and mounted on descriptors, not paths: the walk opens each component
+/// with `O_NOFOLLOW` from the workspace's copy in the root being built, `open_tree` clones the
+/// mount tree found there, `mount_setattr` makes the detached clone read-only, and `move_mount`
+/// attaches it on the very inode that was walked to. A symlink swapped in after the plan was
+/// made fails the set-up; it is never mounted over or through.
+fn bind_in_place(prefix: &str, at: &TreePath, read_only: bool) -> Result<(), StepFailure> {
+    let inside = TreePath {
+        root: under(prefix, &at.root),
+        rel: at.rel.clone(),
+    };
+    let failed = |call: &str, e: &std::io::Error| io_fail(call, &at.full(), e);
+    let (fd, _) = beneath::open_path(&inside).map_err(|e| {
+        StepFailure::new(
+            restriction::MOUNTS,
+            "openat(O_NOFOLLOW)",
+            format!("failed to protect `{}`: {e}", at.full().display()),
+        )
+    })?;
+    let tree = sys::clone_tree(&fd).map_err(|e| failed("open_tree(OPEN_TREE_CLONE)", &e))?;
+    if read_only {
+        sys::make_tree_read_only(&tree)
+            .map_err(|e| failed("mount_setattr(MOUNT_ATTR_RDONLY)", &e))?;
+    }
+    sys::attach_tree(&tree, &fd).map_err(|e| failed("move_mount", &e))
+}
+
 /// Applies one step; paths are taken under `prefix` (the root being built, or `/`), and a mask
 /// file under `mask_prefix`.
 fn apply_step(
@@ -185,15 +187,8 @@ fn apply_step(
     hidden_file: Option<&Path>,
 ) -> Result<(), StepFailure> {
     match step {
-        MountStep::Anchor { path } => {
-            let p = under(prefix, path);
-            bind(&p, &p)
-        }
-        MountStep::ProtectReadOnly { path } => {
-            let p = under(prefix, path);
-            bind(&p, &p)?;
-            make_read_only(&p, true)
-        }
+        MountStep::Anchor { at } => bind_in_place(prefix, at, false),
+        MountStep::ProtectReadOnly { at } => bind_in_place(prefix, at, true),
         MountStep::HideFile { path } => {
             let p = under(prefix, path);
             let mask = hidden_file.ok_or_else(|| {

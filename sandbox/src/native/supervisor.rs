@@ -25,11 +25,13 @@ use super::init::{self, InitPipes};
 use super::protocol::{HelperResult, SetupFailure};
 use super::step::StepFailure;
 use super::{ns, tree};
+use crate::beneath::{self, TreePath};
 use crate::mode::BackendKind;
 use crate::outcome::{
     EndedBy, Enforcement, ExecOutcome, Level, ResourceUsage, Restriction, Termination,
 };
 use crate::plan::SandboxPlan;
+use crate::protect;
 use crate::spec::ExecSpec;
 use crate::sys::{self, WaitAny};
 
@@ -93,14 +95,16 @@ struct Supervisor {
     enforcement: Enforcement,
     cleanup: Cleanup,
     /// Paths that must not exist after the run.
-    absent: Vec<PathBuf>,
+    absent: Vec<TreePath>,
+    /// Protected paths on whose way no symlink may stand after the run.
+    watch: Vec<TreePath>,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
 #[derive(Debug, Default)]
 struct Cleanup {
     cgroups: RunCgroups,
-    placeholders: Vec<PathBuf>,
+    placeholders: Vec<TreePath>,
     mask: Option<PathBuf>,
 }
 
@@ -115,9 +119,10 @@ impl Cleanup {
     fn run(&mut self) {
         self.drop_mask();
         self.cgroups.remove();
-        // Placeholders are removed only while still empty (the agent could not write in them).
+        // Placeholders are removed only while still empty (the agent could not write in them),
+        // never through a symlink.
         for p in self.placeholders.drain(..).rev() {
-            let _ = std::fs::remove_dir(&p);
+            let _ = beneath::rmdir_if_empty(&p);
         }
     }
 }
@@ -186,19 +191,16 @@ impl Supervisor {
             Err(f) => return Ok(Started::Failed(f)),
         }
         for ph in &plan.placeholders {
-            use std::os::unix::fs::DirBuilderExt;
-            let p = &ph.path;
-            match std::fs::DirBuilder::new().mode(0o555).create(p) {
-                Ok(()) if ph.remove_after => cleanup.placeholders.push(p.clone()),
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            // Never through a symlink: a link planted in its parent fails the run closed.
+            match beneath::mkdir(&ph.at, 0o555) {
+                Ok(true) if ph.remove_after => cleanup.placeholders.push(ph.at.clone()),
+                Ok(_) => {}
                 Err(e) => {
                     cleanup.run();
-                    return Ok(Started::Failed(StepFailure::io(
+                    return Ok(Started::Failed(StepFailure::new(
                         super::step::restriction::MOUNTS,
-                        "mkdir",
-                        &format!("create the protected placeholder `{}`", p.display()),
-                        &e,
+                        "mkdirat",
+                        format!("failed to create the protected placeholder: {e}"),
                     )));
                 }
             }
@@ -322,6 +324,7 @@ impl Supervisor {
             enforcement: base_enforcement(spec, plan),
             cleanup,
             absent: plan.absent.clone(),
+            watch: plan.watch.clone(),
         })))
     }
 
@@ -485,8 +488,9 @@ impl Supervisor {
                 code: libc::WEXITSTATUS(raw),
             }
         };
-        // Paths the agent may not create (the tree is dead: nothing races this).
-        let violations = crate::absent::remove_created(&self.absent);
+        // Symlinks where protected paths should be, paths the agent may not create (the tree is
+        // dead: nothing races this).
+        let violations = protect::check_after_run(&self.watch, &self.absent);
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }

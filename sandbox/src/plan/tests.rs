@@ -267,27 +267,27 @@ fn protected_paths_bind_or_get_a_placeholder() {
     r.protect = vec![PathBuf::from("tests/unit"), PathBuf::from("README.md")];
     std::fs::write(w.ws.join("README.md"), "").unwrap();
     let p = plan(&r, &host()).unwrap();
-    let protected: Vec<&Path> = p
+    let protected: Vec<PathBuf> = p
         .mounts
         .iter()
         .filter_map(|m| match m {
-            MountStep::ProtectReadOnly { path } => Some(path.as_path()),
+            MountStep::ProtectReadOnly { at } => Some(at.full()),
             _ => None,
         })
         .collect();
-    assert!(protected.contains(&w.ws.join(".git/hooks").as_path()));
-    assert!(protected.contains(&w.ws.join(".git/config").as_path()));
-    assert!(protected.contains(&w.ws.join("README.md").as_path()));
+    assert!(protected.contains(&w.ws.join(".git/hooks")));
+    assert!(protected.contains(&w.ws.join(".git/config")));
+    assert!(protected.contains(&w.ws.join("README.md")));
     // `.ralph` (policy) does not exist: its placeholder; `tests/unit` (explicit): `tests`.
     assert_eq!(
         p.placeholders,
         vec![
             Placeholder {
-                path: w.ws.join(".ralph"),
+                at: TreePath::new(&w.ws, Path::new(".ralph")).unwrap(),
                 remove_after: false
             },
             Placeholder {
-                path: w.ws.join("tests"),
+                at: TreePath::new(&w.ws, Path::new("tests")).unwrap(),
                 remove_after: true
             }
         ]
@@ -299,7 +299,7 @@ fn default_git_paths_are_skipped_without_a_repository() {
     let w = world();
     let p = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
     assert!(
-        !p.placeholders.iter().any(|x| x.path.ends_with(".git")),
+        !p.placeholders.iter().any(|x| x.at.rel.starts_with(".git")),
         "`git init` must stay possible"
     );
 }
@@ -345,14 +345,23 @@ fn protected_paths_pin_their_parents_and_commondir_stays_absent() {
     let anchor = p
         .mounts
         .iter()
-        .position(|m| matches!(m, MountStep::Anchor { path } if *path == w.ws.join(".git")))
+        .position(|m| matches!(m, MountStep::Anchor { at } if at.full() == w.ws.join(".git")))
         .unwrap();
-    let protect = p.mounts.iter().position(|m| matches!(m, MountStep::ProtectReadOnly { path } if *path == w.ws.join(".git/hooks"))).unwrap();
+    let protect = p
+        .mounts
+        .iter()
+        .position(
+            |m| matches!(m, MountStep::ProtectReadOnly { at } if at.full() == w.ws.join(".git/hooks")),
+        )
+        .unwrap();
     assert!(
         anchor < protect,
         "the parent is pinned before the protected path is bound"
     );
-    assert_eq!(p.absent, vec![w.ws.join(".git/commondir")]);
+    assert_eq!(
+        p.absent,
+        vec![TreePath::new(&w.ws, Path::new(".git/commondir")).unwrap()]
+    );
 }
 
 #[test]

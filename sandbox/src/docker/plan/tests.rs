@@ -94,13 +94,16 @@ fn protected_paths_are_read_only_with_their_parents_pinned() {
     let ph: Vec<_> = p
         .placeholders
         .iter()
-        .map(|x| (x.path.clone(), x.remove_after))
+        .map(|x| (x.at.full(), x.remove_after))
         .collect();
     assert_eq!(
         ph,
         [(w.ws.join(".ralph"), false), (w.ws.join("tests"), true)]
     );
-    assert_eq!(p.absent, [w.ws.join(".git/commondir")]);
+    assert_eq!(
+        p.absent.iter().map(|a| a.full()).collect::<Vec<_>>(),
+        [w.ws.join(".git/commondir")]
+    );
     // Parents before children.
     let paths: Vec<_> = p.mounts.iter().map(|m| m.path.clone()).collect();
     let mut sorted = paths.clone();
