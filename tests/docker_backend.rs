@@ -68,6 +68,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
             limits: Limits::default(),
             image: Some(IMAGE.into()),
             forbidden: Vec::new(),
+            agent_user: None,
         },
         control_dir: dir.join("control"),
     }

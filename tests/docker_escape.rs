@@ -274,11 +274,10 @@ fn filesystem() -> Vec<Case> {
         Case::new("mkfifo_tmpdir", ALL, |_, _| {
             Spec::sh(r#"exec "$0" mkfifo "$TMPDIR/fifo""#, argv![], ok())
         }),
-        Case::new("mknod_char_device", ALL, |w, sb| {
-            Spec::probe(
-                argv!["mknod-char", w.ws.join("null")],
-                sb.pick(erofs("mknod"), eperm("mknod"), eperm("mknod")),
-            )
+        // The set-id guard refuses device nodes before the read-only mount is looked at (EPERM
+        // in read-only too); full-access has no guard and no capability (EPERM).
+        Case::new("mknod_char_device", ALL, |w, _| {
+            Spec::probe(argv!["mknod-char", w.ws.join("null")], eperm("mknod"))
         }),
         Case::new("unix_bind_workspace", ALL, |w, sb| {
             Spec::probe(
@@ -973,10 +972,13 @@ fn processes() -> Vec<Case> {
             .keep(host)
         }),
         // pid 1 is the engine's init, running as the command's own user, in the container's
-        // pid namespace: signal 0 reaches it in every mode (native: Landlock scoping refuses
-        // it in the filesystem modes). Killing it only ends the container.
-        Case::new("kill_init", ALL, |_, _| {
-            Spec::probe(argv!["kill", "1", "0"], ok())
+        // pid namespace. The init guard refuses any signal to pid 1 in the confined modes; full-access trusts
+        // the command (the init runs as its user, so signalling it is allowed).
+        Case::new("kill_init", ALL, |_, sb| {
+            Spec::probe(
+                argv!["kill", "1", "0"],
+                sb.pick(eperm("kill"), eperm("kill"), ok()),
+            )
         }),
         // /proc/1/root is the container's own root (the init runs as the same user, so the link
         // is readable, unlike native's EACCES): `/proc/1/root/root` is the image's `/root`, a
@@ -1060,10 +1062,16 @@ fn processes() -> Vec<Case> {
                 }
             })
         }),
-        // The container's stdin is a pipe (ralph forwards its own stdin into it), never the
-        // user's terminal: TIOCSTI has no terminal to push into (ENOTTY; native: EPERM).
-        Case::new("tiocsti_terminal_injection", ALL, |_, _| {
-            Spec::py(TIOCSTI, argv![], err("ENOTTY", "ioctl")).pty()
+        // No terminal reaches a container (tty off, stdin /dev/null when ralph's is a terminal):
+        // ENOTTY in full-access; the confined modes' guard refuses TIOCSTI before the kernel looks
+        // at the descriptor (EPERM).
+        Case::new("tiocsti_terminal_injection", ALL, |_, sb| {
+            Spec::py(
+                TIOCSTI,
+                argv![],
+                sb.pick(eperm("ioctl"), eperm("ioctl"), err("ENOTTY", "ioctl")),
+            )
+            .pty()
         }),
         Case::new("own_pid_namespace", ALL, |_, _| {
             Spec::probe(

@@ -93,10 +93,6 @@ fn outside_file_after(sb: Sb) -> &'static str {
     }
 }
 
-fn uid() -> u32 {
-    nix::unistd::geteuid().as_raw()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Filesystem: writes outside the workspace, reads of secrets, what must keep working
 // ---------------------------------------------------------------------------------------------
@@ -208,10 +204,18 @@ fn filesystem() -> Vec<Case> {
                 },
             )
         }),
+        // The outside file is the test user's (mode 0644): a root runner's round is another
+        // uid and has no write permission (EACCES); an unprivileged runner's round is its owner
+        // and meets the read-only mount (EROFS).
         Case::new("truncate_outside", ALL, |w, sb| {
+            let refused = if is_root() {
+                err("EACCES", "truncate")
+            } else {
+                erofs("truncate")
+            };
             Spec::probe(
                 argv!["truncate", w.outside_file()],
-                confined_or(sb, erofs("truncate"), ok()),
+                confined_or(sb, refused, ok()),
             )
             .flags(argv!["--read", w.out])
             .visible(argv!["read", w.outside_file()])
@@ -385,13 +389,10 @@ fn filesystem() -> Vec<Case> {
         Case::new("mkfifo_tmpdir", ALL, |_, _| {
             Spec::sh(r#"exec "$0" mkfifo "$TMPDIR/fifo""#, argv![], ok())
         }),
-        // read-only: the read-only workspace mount answers before the capability check;
-        // elsewhere: no CAP_MKNOD.
-        Case::new("mknod_char_device", ALL, |w, sb| {
-            Spec::probe(
-                argv!["mknod-char", w.ws.join("null")],
-                sb.pick(erofs("mknod"), eperm("mknod"), eperm("mknod")),
-            )
+        // The confined modes' set-id guard refuses device nodes before the read-only mount is
+        // looked at; full-access: no CAP_MKNOD.
+        Case::new("mknod_char_device", ALL, |w, _| {
+            Spec::probe(argv!["mknod-char", w.ws.join("null")], eperm("mknod"))
         }),
         Case::new("unix_bind_workspace", ALL, |w, sb| {
             Spec::probe(
@@ -1534,9 +1535,11 @@ fn processes() -> Vec<Case> {
                 }
             })
         }),
-        // The command is a session leader without a controlling terminal, so it cannot push
-        // input into the terminal of the user who started ralph.
-        Case::new("tiocsti_terminal_injection", ALL, |_, _| {
+        // The terminal ralph was started from never reaches the command: its stdin is /dev/null
+        // then (full-access: ENOTTY), and the confined modes' guard refuses TIOCSTI on any
+        // descriptor before the kernel looks at it (EPERM). The command is a session leader
+        // without a controlling terminal besides.
+        Case::new("tiocsti_terminal_injection", ALL, |_, sb| {
             if !Path::new(PYTHON).is_file() {
                 return Spec::skip("python3 is not installed");
             }
@@ -1544,12 +1547,17 @@ fn processes() -> Vec<Case> {
             if host["ok"] != Value::Bool(true) {
                 return Spec::skip(format!("TIOCSTI is refused on this host anyway: {host}"));
             }
-            Spec::py(TIOCSTI, argv![], eperm("ioctl")).pty()
+            Spec::py(
+                TIOCSTI,
+                argv![],
+                sb.pick(eperm("ioctl"), eperm("ioctl"), err("ENOTTY", "ioctl")),
+            )
+            .pty()
         }),
-        Case::new("own_pid_namespace", ALL, |_, _| {
+        Case::new("own_pid_namespace", ALL, |_, sb| {
             Spec::probe(
                 argv!["whoami"],
-                ok_with(vec![("uid", json!(uid())), ("ppid", json!(1))]),
+                ok_with(vec![("uid", json!(agent_uid(sb))), ("ppid", json!(1))]),
             )
             .after(|run| {
                 let pid = run.json().unwrap()["pid"].as_i64().unwrap_or(-1);
@@ -1614,7 +1622,7 @@ fn privileges() -> Vec<Case> {
         }),
         // no_new_privs: the setuid bit is ignored (the probe reads the ids and capabilities of
         // the exec'd process from /proc/PID/status, the sandbox's own /proc in every mode).
-        Case::new("setuid_binary", ALL, |_, _| {
+        Case::new("setuid_binary", ALL, |_, sb| {
             let passwd = Path::new("/usr/bin/passwd");
             let Ok(meta) = passwd.metadata() else {
                 return Spec::skip("/usr/bin/passwd is not installed");
@@ -1626,8 +1634,8 @@ fn privileges() -> Vec<Case> {
             Spec::probe(
                 argv!["setuid-exec", passwd],
                 ok_with(vec![
-                    ("ruid", json!(uid())),
-                    ("euid", json!(uid())),
+                    ("ruid", json!(agent_uid(sb))),
+                    ("euid", json!(agent_uid(sb))),
                     ("capeff", json!("0000000000000000")),
                 ]),
             )

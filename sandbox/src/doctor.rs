@@ -170,6 +170,11 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                         deny_inet_sockets: false,
                         restrict_personality: true,
                         deny_namespace_clone: true,
+                        guards: crate::policy::guards::Switches {
+                            deny_setid: true,
+                            deny_tty_injection: true,
+                            protect_init: true,
+                        },
                     };
                     let progs = crate::native::seccomp::build(&plan)?;
                     crate::native::seccomp::install(&progs).map_err(|f| f.reason)
@@ -241,6 +246,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                 limits: Limits::default(),
                 image: None,
                 forbidden: Vec::new(),
+                agent_user: None,
             };
             let r = policies
                 .get(*mode)

@@ -21,6 +21,7 @@ pub mod docker;
 pub mod doctor;
 pub mod error;
 pub mod host;
+pub mod identity;
 pub mod mode;
 pub mod native;
 pub mod outcome;

@@ -116,6 +116,8 @@ pub enum Restriction {
     OpenFiles,
     /// Signals and abstract unix sockets scoped to the sandbox.
     Scoping,
+    /// Who the command is on the host (never uid 0 in the confined modes).
+    Identity,
 }
 
 /// How much of one restriction was enforced.

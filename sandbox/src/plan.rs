@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::host::Host;
+use crate::identity::{self, Ids};
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::policy::guards::Switches;
 use crate::policy::{Policy, WorkspaceAccess, syscalls};
 use crate::protect::{self, Placeholder};
 use crate::spec::SandboxRequest;
@@ -36,6 +38,23 @@ pub struct Bind {
     pub path: PathBuf,
     /// Writable, or read-only.
     pub write: bool,
+    /// Mounted idmapped: files its owner owns on disk appear as the command's, and what the
+    /// command creates is its owner's on disk.
+    #[serde(default)]
+    pub idmap: Option<OwnerMap>,
+}
+
+/// An idmapped bind: the tree's owner on disk ↔ the command's ids inside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OwnerMap {
+    /// The owner's uid on disk.
+    pub disk_uid: u32,
+    /// The owner's gid on disk.
+    pub disk_gid: u32,
+    /// The command's uid.
+    pub uid: u32,
+    /// The command's gid.
+    pub gid: u32,
 }
 
 /// The sandbox's own root: a tmpfs holding only what the mode allows. Everything else of the
@@ -120,6 +139,8 @@ pub struct SeccompPlan {
     pub restrict_personality: bool,
     /// clone(2) with namespace flags refused; clone3(2) answers ENOSYS.
     pub deny_namespace_clone: bool,
+    /// The host-boundary guards ([`crate::policy::guards`]).
+    pub guards: Switches,
 }
 
 /// Which cgroup limits to set.
@@ -140,6 +161,10 @@ pub struct SandboxPlan {
     pub mode: Mode,
     /// A user namespace mapping the runner's ids (when not root).
     pub user_namespace: Option<IdMap>,
+    /// The ids the command switches to (a root runner's confined modes: never uid 0).
+    pub identity: Option<Ids>,
+    /// Run-owned directories handed to [`SandboxPlan::identity`] before the run.
+    pub hand_over: Vec<PathBuf>,
     /// A pid namespace (the tree dies with its init).
     pub pid_namespace: bool,
     /// A private mount namespace.
@@ -186,6 +211,28 @@ fn unavailable(restriction: impl Into<String>, reason: impl Into<String>) -> San
 
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
+}
+
+/// The owner (uid, gid) of a path.
+fn owner_of(p: &Path) -> Result<(u32, u32), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p)
+        .map(|m| (m.uid(), m.gid()))
+        .map_err(|e| SandboxError::invalid("workspace", format!("`{}`: {e}", p.display())))
+}
+
+/// Who a root runner's command runs as: the workspace's owner when that is not root, else the
+/// agent user ([`identity::agent_user`]).
+pub(crate) fn command_identity(req: &SandboxRequest) -> Result<Ids, SandboxError> {
+    let (uid, gid) = owner_of(&req.workspace)?;
+    if uid != 0 && gid != 0 {
+        return Ok(Ids {
+            uid,
+            gid,
+            name: "the workspace's owner".into(),
+        });
+    }
+    identity::agent_user(req.agent_user.as_deref(), Path::new("/etc"))
 }
 
 /// Resolves a plan, failing closed when the host cannot enforce what the mode needs.
@@ -248,6 +295,8 @@ pub fn resolve(
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
     let mut watch = Vec::new();
+    let mut identity = None;
+    let mut hand_over = Vec::new();
     let mut root = None;
     let landlock = if fs.unrestricted {
         e.record(
@@ -264,6 +313,11 @@ pub fn resolve(
             Restriction::HiddenSecrets,
             Level::NotRequested,
             "full-access",
+        );
+        e.record(
+            Restriction::Identity,
+            Level::NotRequested,
+            format!("full-access: the runner's uid {}", host.euid),
         );
         if !req.protect.is_empty() {
             return Err(SandboxError::invalid(
@@ -304,6 +358,7 @@ pub fn resolve(
                 Ok(_) => binds.push(Bind {
                     path: p.clone(),
                     write: false,
+                    idmap: None,
                 }),
                 Err(_) => skipped.push(p.display().to_string()),
             }
@@ -318,15 +373,18 @@ pub fn resolve(
             binds.push(Bind {
                 path: p.clone(),
                 write: false,
+                idmap: None,
             });
         }
         binds.extend(req.private.readable.iter().map(|p| Bind {
             path: p.clone(),
             write: false,
+            idmap: None,
         }));
         binds.push(Bind {
             path: req.workspace.clone(),
             write: fs.workspace == WorkspaceAccess::Write,
+            idmap: None,
         });
         if !req.write.is_empty() {
             if !fs.extra_write {
@@ -345,20 +403,24 @@ pub fn resolve(
                 binds.push(Bind {
                     path: p.clone(),
                     write: true,
+                    idmap: None,
                 });
             }
         }
         binds.push(Bind {
             path: req.private.home.clone(),
             write: true,
+            idmap: None,
         });
         binds.push(Bind {
             path: req.private.tmp.clone(),
             write: true,
+            idmap: None,
         });
         binds.extend(req.private.writable.iter().map(|p| Bind {
             path: p.clone(),
             write: true,
+            idmap: None,
         }));
         // Parents before children; a path asked for twice is writable if any asks so.
         binds.sort_by(|a, b| a.path.cmp(&b.path));
@@ -381,6 +443,47 @@ pub fn resolve(
                     ),
                 ));
             }
+        }
+        // Who the command is: a root runner's round never holds host uid 0.
+        if host.euid == 0 {
+            let agent = command_identity(req)?;
+            for b in binds
+                .iter_mut()
+                .filter(|b| b.path == req.workspace || req.write.contains(&b.path))
+            {
+                let (disk_uid, disk_gid) = owner_of(&b.path)?;
+                if (disk_uid, disk_gid) != (agent.uid, agent.gid) {
+                    b.idmap = Some(OwnerMap {
+                        disk_uid,
+                        disk_gid,
+                        uid: agent.uid,
+                        gid: agent.gid,
+                    });
+                }
+            }
+            hand_over.extend(
+                [&req.private.home, &req.private.tmp]
+                    .into_iter()
+                    .chain(&req.private.readable)
+                    .chain(&req.private.writable)
+                    .cloned(),
+            );
+            let mapped = binds.iter().filter(|b| b.idmap.is_some()).count();
+            e.record(
+                Restriction::Identity,
+                Level::Full,
+                format!(
+                    "uid {} gid {} ({}), never host uid 0; {mapped} tree(s) idmapped so that what it writes belongs to their owner",
+                    agent.uid, agent.gid, agent.name
+                ),
+            );
+            identity = Some(agent);
+        } else {
+            e.record(
+                Restriction::Identity,
+                Level::Full,
+                format!("the runner's own uid {} (in a user namespace)", host.euid),
+            );
         }
         let devices: Vec<PathBuf> = fs.devices.iter().filter(|p| exists(p)).cloned().collect();
         let read: Vec<PathBuf> = binds
@@ -434,7 +537,8 @@ pub fn resolve(
         }
         let mut hidden = 0;
         for p in &fs.hidden {
-            if !binds.iter().any(|b| p.starts_with(&b.path)) {
+            // Under a bound tree, or in the sandbox's own /proc (whose entries are the host's).
+            if !binds.iter().any(|b| p.starts_with(&b.path)) && !p.starts_with("/proc") {
                 continue;
             }
             match std::fs::symlink_metadata(p) {
@@ -649,6 +753,8 @@ pub fn resolve(
     Ok(SandboxPlan {
         mode,
         user_namespace,
+        identity,
+        hand_over,
         pid_namespace: can_ns,
         mount_namespace: need_mount_ns && can_ns,
         net_namespace: net_off,
@@ -664,6 +770,7 @@ pub fn resolve(
             deny_inet_sockets: net_off,
             restrict_personality: policy.syscalls.restrict_personality,
             deny_namespace_clone: policy.syscalls.deny_namespace_clone,
+            guards: policy.syscalls.switches(),
         },
         drop_capabilities: true,
         open_files,

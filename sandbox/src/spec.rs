@@ -82,6 +82,10 @@ pub struct SandboxRequest {
     /// Paths that must stay unreadable whatever the policy says (the runner's own state). The
     /// private directories may lie inside them.
     pub forbidden: Vec<PathBuf>,
+    /// Who a root runner's command runs as when the workspace is root's (`NAME`, `UID` or
+    /// `UID:GID`; `None`: the default agent user, see [`crate::identity`]).
+    #[serde(default)]
+    pub agent_user: Option<String>,
 }
 
 /// Directories that belong to one run and nobody else.

@@ -203,6 +203,22 @@ pub fn make_path_read_only(path: &std::ffi::CStr, recursive: bool) -> io::Result
     )
 }
 
+/// Makes the detached mount tree `tree` idmapped through the user namespace `userns` (and
+/// read-only with `read_only`): `mount_setattr(MOUNT_ATTR_IDMAP)`, Linux 5.12+, on filesystems
+/// that support idmapped mounts.
+pub fn idmap_tree(tree: &impl AsRawFd, userns: &impl AsRawFd, read_only: bool) -> io::Result<()> {
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    let userns_fd = u64::try_from(userns.as_raw_fd())
+        .map_err(|_| io::Error::other("invalid user namespace descriptor"))?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd,
+    };
+    mount_setattr(tree.as_raw_fd(), EMPTY, AT_EMPTY_PATH | AT_RECURSIVE, &attr)
+}
+
 fn set_mount_read_only(dirfd: RawFd, path: &std::ffi::CStr, flags: u32) -> io::Result<()> {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
@@ -210,6 +226,15 @@ fn set_mount_read_only(dirfd: RawFd, path: &std::ffi::CStr, flags: u32) -> io::R
         propagation: 0,
         userns_fd: 0,
     };
+    mount_setattr(dirfd, path, flags, &attr)
+}
+
+fn mount_setattr(
+    dirfd: RawFd,
+    path: &std::ffi::CStr,
+    flags: u32,
+    attr: &MountAttr,
+) -> io::Result<()> {
     // SAFETY: a valid descriptor (or AT_FDCWD), a NUL-terminated path and a mount_attr of the
     // size passed, all alive for the call; the kernel only reads them.
     let rc = unsafe {
@@ -218,7 +243,7 @@ fn set_mount_read_only(dirfd: RawFd, path: &std::ffi::CStr, flags: u32) -> io::R
             dirfd,
             path.as_ptr(),
             flags,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };

@@ -47,6 +47,25 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The uid the sandboxed command runs as in `sb`, in a world made by the user running the
+/// tests: that user's own uid, except under a root runner in the confined modes, where rounds
+/// never hold uid 0: the default agent user (`ralph-agent` when it exists, else 65534).
+pub fn agent_uid(sb: Sb) -> u32 {
+    if !is_root() || !sb.confined() {
+        return nix::unistd::geteuid().as_raw();
+    }
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"ralph-agent"))
+                .then(|| f.get(2)?.parse().ok())
+                .flatten()
+        })
+        .unwrap_or(65534)
+}
+
 /// Builds a `Vec<OsString>` from strings and paths.
 macro_rules! argv {
     ($($x:expr),* $(,)?) => {
@@ -582,12 +601,20 @@ pub struct Launch {
     pub inherit: Option<PathBuf>,
 }
 
-/// Flags every run of this test binary adds (the docker matrix: `--backend docker --image …`).
-static BACKEND_FLAGS: std::sync::OnceLock<Vec<OsString>> = std::sync::OnceLock::new();
+thread_local! {
+    /// Flags every run of the current test adds (the docker matrix: `--backend docker …`). Per
+    /// thread, that is per test: one binary may run the same cases against several backends.
+    static BACKEND_FLAGS: std::cell::RefCell<Vec<OsString>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-/// Makes every `ralph sandbox exec` of this test binary use these backend flags.
+/// Makes every `ralph sandbox exec` of the current test use these backend flags.
 pub fn set_backend_flags(flags: Vec<OsString>) {
-    let _ = BACKEND_FLAGS.set(flags);
+    BACKEND_FLAGS.with(|f| *f.borrow_mut() = flags);
+}
+
+/// The backend flags of the current test.
+pub fn backend_flags() -> Vec<OsString> {
+    BACKEND_FLAGS.with(|f| f.borrow().clone())
 }
 
 /// Runs `ralph sandbox exec` in `sb` with the extra `flags` and `cmd`.
@@ -600,7 +627,7 @@ pub fn exec(
     launch: &Launch,
 ) -> Run {
     let mut argv = argv!["sandbox", "exec"];
-    argv.extend(BACKEND_FLAGS.get().cloned().unwrap_or_default());
+    argv.extend(backend_flags());
     argv.extend(sb.flags());
     argv.extend(argv!["--workspace", ws, "--read", bin_dir()]);
     // A hung case must not hang the suite (unless the case sets its own timeout).

@@ -182,6 +182,14 @@ fn dispatch(action: &str, a: &Args) -> Outcome {
             a.want(&["PATH", "MODE_OCTAL"])?;
             chmod(&a.path(0, "PATH")?, parse_octal(a.text(1, "MODE_OCTAL")?)?)
         }
+        "create-mode" => {
+            a.want(&["PATH", "MODE_OCTAL"])?;
+            create_mode(&a.path(0, "PATH")?, parse_octal(a.text(1, "MODE_OCTAL")?)?)
+        }
+        "openat2" => {
+            a.want(&["PATH"])?;
+            openat2(&a.path(0, "PATH")?)
+        }
         "exec" => {
             if a.0.is_empty() {
                 return Err(usage("missing PATH"));
@@ -284,6 +292,14 @@ fn dispatch(action: &str, a: &Args) -> Outcome {
                 libc::makedev(1, 3),
             )
         }
+        "mknod-block" => {
+            a.want(&["PATH"])?;
+            mknod(
+                &a.path(0, "PATH")?,
+                libc::S_IFBLK | 0o600,
+                libc::makedev(8, 0),
+            )
+        }
         "mkfifo" => {
             a.want(&["PATH"])?;
             mknod(&a.path(0, "PATH")?, libc::S_IFIFO | 0o600, 0)
@@ -355,6 +371,18 @@ fn dispatch(action: &str, a: &Args) -> Outcome {
         "whoami" => {
             a.want(&[])?;
             whoami()
+        }
+        "tiocsti" => {
+            a.want(&["FD"])?;
+            tiocsti(a.parse(0, "FD")?)
+        }
+        "isatty" => {
+            a.want(&["FD"])?;
+            isatty(a.parse(0, "FD")?)
+        }
+        "prlimit-pid" => {
+            a.want(&["PID"])?;
+            prlimit_pid(a.parse(0, "PID")?)
         }
 
         // Limits.
@@ -531,6 +559,98 @@ fn chmod(path: &CStr, mode: libc::mode_t) -> Outcome {
     // SAFETY: `path` is NUL-terminated and outlives the call.
     let ret = unsafe { libc::syscall(libc::SYS_chmod, path.as_ptr(), c_long::from(mode)) };
     check(ret, "chmod")?;
+    done()
+}
+
+/// Creates a new file with exactly `mode` (openat(O_CREAT | O_EXCL), umask cleared first).
+fn create_mode(path: &CStr, mode: libc::mode_t) -> Outcome {
+    // SAFETY: umask takes no pointers.
+    unsafe { libc::umask(0) };
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            c_long::from(libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC),
+            c_long::from(mode),
+        )
+    };
+    let fd = check(ret, "openat")?;
+    // SAFETY: the kernel just returned this descriptor.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+    done()
+}
+
+/// openat2(2) of `path` for reading.
+fn openat2(path: &CStr) -> Outcome {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: libc::O_RDONLY as u64 | libc::O_CLOEXEC as u64,
+        mode: 0,
+        resolve: 0,
+    };
+    // SAFETY: `path` is NUL-terminated and `how` is a live open_how of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    let fd = check(ret, "openat2")?;
+    // SAFETY: the kernel just returned this descriptor.
+    drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+    done()
+}
+
+/// Pushes the byte `x` into the input of the terminal behind `fd` (ioctl TIOCSTI).
+fn tiocsti(fd: c_int) -> Outcome {
+    let byte: c_char = b'x' as c_char;
+    // SAFETY: `byte` is a live char the kernel only reads.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            c_long::from(fd),
+            libc::TIOCSTI as c_long,
+            &byte as *const c_char,
+        )
+    };
+    check(ret, "ioctl")?;
+    done()
+}
+
+/// Whether `fd` is a terminal (`tty` field).
+fn isatty(fd: c_int) -> Outcome {
+    // SAFETY: isatty takes no pointers.
+    let tty = unsafe { libc::isatty(fd) } == 1;
+    Ok(vec![("tty", json!(tty))])
+}
+
+/// Lowers `pid`'s RLIMIT_NOFILE to 64 (prlimit64 with a new limit).
+fn prlimit_pid(pid: pid_t) -> Outcome {
+    let new = libc::rlimit64 {
+        rlim_cur: 64,
+        rlim_max: 64,
+    };
+    // SAFETY: `new` is a live rlimit64 the kernel only reads; no old-limit pointer.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            c_long::from(pid),
+            c_long::from(libc::RLIMIT_NOFILE as c_int),
+            &new as *const libc::rlimit64,
+            std::ptr::null_mut::<libc::rlimit64>(),
+        )
+    };
+    check(ret, "prlimit64")?;
     done()
 }
 

@@ -48,6 +48,11 @@ pub struct RunArgs {
         hide_env_values = true
     )]
     pub database_url: Option<String>,
+    /// Run as root: the user rounds run as when the workspace is root's (NAME, UID or UID:GID;
+    /// default ralph-agent, else nobody). Rounds never hold uid 0 in read-only and
+    /// workspace-write; a workspace owned by another user is worked on as that user.
+    #[arg(long, value_name = "USER")]
+    pub agent_user: Option<String>,
 }
 
 fn overlaps(a: &Path, b: &Path) -> bool {
@@ -120,7 +125,8 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         state_dir,
         runner,
         RunnerEnv::capture(),
-    );
+    )
+    .with_agent_user(args.agent_user.clone());
     // Journalled as started at once: a service sharing the store never takes this job.
     let job_id = engine.submit_started(&spec).map_err(|e| match e {
         EngineError::Spec(s) => spec_error(&s),

@@ -1,6 +1,7 @@
 //! `ralph sandbox exec`: one command run the way a round would, in this process (no runtime,
 //! no threads), with its exit status passed through (69: no sandbox, 124: timeout, 130: cancel).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -30,6 +31,10 @@ pub struct ExecArgs {
     /// Time between SIGTERM and SIGKILL when the tree is stopped.
     #[arg(long, value_name = "DUR", default_value = "2s")]
     pub kill_grace: HumanDuration,
+    /// Run as root: the user the command runs as when the workspace is root's (NAME, UID or
+    /// UID:GID; default ralph-agent, else nobody).
+    #[arg(long, value_name = "USER")]
+    pub agent_user: Option<String>,
     /// Pass this variable of the environment to the command; repeatable.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
@@ -86,7 +91,13 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         argv: args.command,
         cwd,
         env,
-        stdin: StdinMode::Inherit,
+        // Never a terminal: a command holding one could push input into it (TIOCSTI is refused
+        // by the filter as well) or read what the user types next.
+        stdin: if std::io::stdin().is_terminal() {
+            StdinMode::Null
+        } else {
+            StdinMode::Inherit
+        },
         stderr: StderrMode::Separate,
         timeout: args.timeout.map(|t| t.0),
         kill_grace: args.kill_grace.0,
@@ -114,6 +125,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
             },
             image: args.sandbox.image,
             forbidden: Vec::new(),
+            agent_user: args.agent_user,
         },
         control_dir: private_dir.clone(),
     };

@@ -120,6 +120,7 @@ pub struct Engine {
     env: RunnerEnv,
     ceilings: Ceilings,
     observers: Vec<Arc<dyn Observer>>,
+    agent_user: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -149,7 +150,15 @@ impl Engine {
             env,
             ceilings: Ceilings::default(),
             observers: Vec::new(),
+            agent_user: None,
         }
+    }
+
+    /// The user a root runner's rounds run as when the workspace is root's (`None`: the
+    /// sandbox's default, see `ralph_sandbox::identity`).
+    pub fn with_agent_user(mut self, agent_user: Option<String>) -> Self {
+        self.agent_user = agent_user;
+        self
     }
 
     /// Observers that hear every event this engine journals (metrics, live followers), on top

@@ -319,6 +319,7 @@ impl JobRun<'_> {
             image: s.image.clone(),
             // The journal and other jobs' artifacts stay out of the agent's reach.
             forbidden: vec![self.engine.state_dir.clone()],
+            agent_user: self.engine.agent_user.clone(),
         }
     }
 

@@ -43,6 +43,9 @@ pub struct ServiceConfig {
     /// Admission limits.
     #[serde(default)]
     pub limits: Limits,
+    /// The user rounds run as when the service runs as root and a workspace is root's (`NAME`,
+    /// `UID` or `UID:GID`; default `ralph-agent`, else `nobody`). Never root.
+    pub agent_user: Option<String>,
 }
 
 /// A PostgreSQL connection string; its `Debug` form has the password redacted.
@@ -182,6 +185,10 @@ impl ServiceConfig {
                     r.display()
                 )));
             }
+        }
+        if let Some(u) = &c.agent_user {
+            ralph_sandbox::identity::agent_user(Some(u), std::path::Path::new("/etc"))
+                .map_err(|e| err(format!("`agent_user`: {e}")))?;
         }
         if !c.listen.is_empty() && c.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(err(format!(

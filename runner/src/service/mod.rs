@@ -182,7 +182,8 @@ impl Service {
             RunnerEnv::capture(),
         )
         .with_ceilings(ceilings)
-        .with_observers(observers);
+        .with_observers(observers)
+        .with_agent_user(config.agent_user.clone());
         Ok(Arc::new(Service {
             engine,
             config: RwLock::new(config),

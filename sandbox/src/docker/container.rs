@@ -77,6 +77,7 @@ pub fn body(
         nano_cpus: plan.cpu_millis.map(|m| i64_of(m.saturating_mul(1_000_000))),
         ulimits: Some(ulimits),
         ipc_mode: Some("private".into()),
+        masked_paths: Some(plan.masked.clone()),
         auto_remove: Some(false),
         ..Default::default()
     };

@@ -50,6 +50,9 @@ pub struct ContainerPlan {
     pub watch: Vec<TreePath>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
+    /// Kernel paths masked in the container (`MaskedPaths`; replaces the engine's default list,
+    /// so it holds that list too).
+    pub masked: Vec<String>,
     /// The network.
     pub network: Network,
     /// Memory limit (memory-swap is the same: no swap).
@@ -143,6 +146,39 @@ fn check_mount(
     Ok(())
 }
 
+/// What Docker 20.10 masks by default (`MaskedPaths` replaces this list, so it is repeated).
+const ENGINE_MASKED: [&str; 10] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+
+/// The engine's masked paths plus the policy's hidden kernel paths (under `/proc` and `/sys`),
+/// in every mode but full-access.
+fn masked_paths(policy: &Policy) -> Vec<String> {
+    let mut out: Vec<String> = ENGINE_MASKED.iter().map(|p| (*p).to_owned()).collect();
+    if !policy.filesystem.unrestricted {
+        out.extend(
+            policy
+                .filesystem
+                .hidden
+                .iter()
+                .filter(|p| p.starts_with("/proc") || p.starts_with("/sys"))
+                .map(|p| p.display().to_string()),
+        );
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
 /// ([`engine_sockets`]); `runner_euid` decides whether run-owned paths are handed over;
 /// `nofile_hard` caps the open-files limit (an engine cannot raise it above its own hard limit,
@@ -179,10 +215,37 @@ pub fn resolve(
     }
     let meta = std::fs::metadata(&req.workspace)
         .map_err(|err| invalid("workspace", format!("`{}`: {err}", req.workspace.display())))?;
-    let (uid, gid) = {
+    let owner = {
         use std::os::unix::fs::MetadataExt;
         (meta.uid(), meta.gid())
     };
+    // Who the command is: the workspace's owner. On a root-owned workspace that is uid 0
+    // without capabilities: Docker Engine 20.10 cannot idmap a bind mount, so an unprivileged
+    // uid could neither write it nor, for git, own it (the native backend runs such a round as
+    // the agent user on an idmapped workspace). Reported as partial.
+    let (uid, gid) = owner;
+    let root_owned = uid == 0 || gid == 0;
+    if fs.unrestricted {
+        e.record(
+            Restriction::Identity,
+            Level::NotRequested,
+            format!("full-access: the workspace's owner, uid {uid} gid {gid}"),
+        );
+    } else if root_owned {
+        e.record(
+            Restriction::Identity,
+            Level::Partial,
+            format!(
+                "the workspace is root's: uid {uid} gid {gid} without any capability, with the set-id, device and init guards (Docker Engine 20.10 has no idmapped bind mounts; the native backend runs such a round as the agent user, or chown the workspace to an unprivileged user)"
+            ),
+        );
+    } else {
+        e.record(
+            Restriction::Identity,
+            Level::Full,
+            format!("the workspace's owner, uid {uid} gid {gid}, never host uid 0"),
+        );
+    }
 
     // Mounts: the workspace, the job's paths, the run's private directories.
     let workspace_rw = fs.unrestricted || fs.workspace == WorkspaceAccess::Write;
@@ -315,10 +378,14 @@ pub fn resolve(
     for m in &mounts {
         check_mount(m, sockets, &req.forbidden)?;
     }
+    let masked = masked_paths(policy);
     e.record(
         Restriction::HiddenSecrets,
         Level::Full,
-        "the host's /etc, /root and home directories are not mounted (the image has its own)",
+        format!(
+            "the host's /etc, /root and home directories are not mounted (the image has its own); {} kernel path(s) masked",
+            masked.len()
+        ),
     );
 
     // Network.
@@ -437,6 +504,7 @@ pub fn resolve(
         absent,
         watch,
         chown,
+        masked,
         network,
         memory,
         pids,

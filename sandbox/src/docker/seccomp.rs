@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Policy, syscalls};
+use crate::policy::{Policy, guards, syscalls};
 
 const BASE: &str = include_str!("../../../policies/docker-seccomp.json");
 
@@ -155,7 +155,40 @@ pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
             "clone3: flags unreadable by seccomp; libc falls back to clone",
         ));
     }
+    for g in guards::guards(sys.switches()) {
+        let args = g.conds.iter().map(guard_arg).collect();
+        p.syscalls.push(deny(
+            vec![g.syscall.into()],
+            i64::from(g.errno),
+            args,
+            g.why,
+        ));
+    }
     Ok(p)
+}
+
+/// One guard condition in the profile's terms. libseccomp compares all 64 bits of an argument,
+/// while the kernel reads a 32-bit argument's low half only: a 32-bit equality is written as a
+/// masked comparison of the low half, so garbage in the upper half cannot slip past it.
+fn guard_arg(c: &guards::Cond) -> Arg {
+    let (op, value, value_two) = match (c.op, c.width) {
+        (guards::Op::Eq(v), guards::Width::Dword) => ("SCMP_CMP_MASKED_EQ", 0xffff_ffff, v),
+        (guards::Op::Eq(v), guards::Width::Qword) => ("SCMP_CMP_EQ", v, 0),
+        // Wider than the kernel's view: refuses a little more, never less.
+        (guards::Op::Ne(v), _) => ("SCMP_CMP_NE", v, 0),
+        (guards::Op::MaskedEq { mask, value }, guards::Width::Dword) => {
+            ("SCMP_CMP_MASKED_EQ", mask & 0xffff_ffff, value)
+        }
+        (guards::Op::MaskedEq { mask, value }, guards::Width::Qword) => {
+            ("SCMP_CMP_MASKED_EQ", mask, value)
+        }
+    };
+    Arg {
+        index: u32::from(c.arg),
+        value,
+        value_two,
+        op: op.into(),
+    }
 }
 
 /// The profile as the engine takes it (`SecurityOpt` `seccomp=<json>`).
@@ -241,6 +274,76 @@ mod tests {
         }
         let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
         assert!(!personality_refused(&fa, 0x0040000));
+    }
+
+    /// Whether the profile refuses `name` with these argument values (rules ORed, conditions
+    /// ANDed, compared on 64 bits as libseccomp does).
+    fn refused_with(p: &Profile, name: &str, args: [u64; 6]) -> Option<i64> {
+        p.syscalls
+            .iter()
+            .filter(|r| r.names.iter().any(|n| n == name))
+            .find(|r| {
+                r.args.iter().all(|a| {
+                    let v = args[a.index as usize];
+                    match a.op.as_str() {
+                        "SCMP_CMP_EQ" => v == a.value,
+                        "SCMP_CMP_NE" => v != a.value,
+                        "SCMP_CMP_MASKED_EQ" => v & a.value == a.value_two,
+                        other => panic!("op {other}"),
+                    }
+                })
+            })
+            .and_then(|r| r.errno_ret)
+    }
+
+    #[test]
+    fn the_host_boundary_guards_are_in_the_confined_profiles() {
+        let set = PolicySet::embedded().unwrap();
+        for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
+            let p = profile(set.get(mode).unwrap(), true).unwrap();
+            assert_eq!(
+                refused_with(&p, "chmod", [0, 0o4755, 0, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "fchmodat", [3, 0, 0o2755, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(refused_with(&p, "chmod", [0, 0o755, 0, 0, 0, 0]), None);
+            let creat = (libc::O_CREAT | libc::O_WRONLY) as u64;
+            assert_eq!(
+                refused_with(&p, "openat", [3, 0, creat, 0o4755, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(refused_with(&p, "openat", [3, 0, creat, 0o644, 0, 0]), None);
+            assert_eq!(refused_with(&p, "openat2", [0; 6]), Some(ENOSYS));
+            let chr = (libc::S_IFCHR | 0o600) as u64;
+            assert_eq!(
+                refused_with(&p, "mknodat", [3, 0, chr, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "ioctl", [0, 0x5412, 0, 0, 0, 0]),
+                Some(EPERM)
+            );
+            // Garbage in the upper half of a 32-bit argument does not slip past.
+            assert_eq!(
+                refused_with(&p, "ioctl", [0, 0x5412 | (1 << 40), 0, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "kill", [1 | (1 << 35), 9, 0, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(refused_with(&p, "kill", [2, 9, 0, 0, 0, 0]), None);
+            assert_eq!(
+                refused_with(&p, "prlimit64", [1, 7, 0x7000, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(refused_with(&p, "prlimit64", [0, 7, 0x7000, 0, 0, 0]), None);
+        }
+        let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
+        assert_eq!(refused_with(&fa, "chmod", [0, 0o4755, 0, 0, 0, 0]), None);
     }
 
     #[test]

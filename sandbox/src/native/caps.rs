@@ -13,6 +13,12 @@ fn last_cap() -> u32 {
 
 /// Drops all capabilities of the calling (single-threaded) process.
 pub fn drop_all() -> Result<(), StepFailure> {
+    drop_bounding_and_ambient()?;
+    clear()
+}
+
+/// Empties the bounding and ambient sets (needs `CAP_SETPCAP`: done before any uid change).
+pub fn drop_bounding_and_ambient() -> Result<(), StepFailure> {
     for cap in 0..=last_cap() {
         // SAFETY: PR_CAPBSET_DROP takes an integer capability number and touches no memory.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
@@ -47,6 +53,11 @@ pub fn drop_all() -> Result<(), StepFailure> {
             &std::io::Error::last_os_error(),
         ));
     }
+    Ok(())
+}
+
+/// Empties the effective, permitted and inheritable sets (`capset`; needs no privilege).
+pub fn clear() -> Result<(), StepFailure> {
     #[repr(C)]
     struct Header {
         version: u32,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::step::{StepFailure, restriction};
 use super::{caps, landlock, seccomp};
+use crate::identity::Ids;
 use crate::plan::SandboxPlan;
 use crate::spec::{ExecSpec, StderrMode, StdinMode};
 use crate::sys;
@@ -209,8 +210,19 @@ pub fn exec(spec: &ExecSpec, plan: Option<&SandboxPlan>, exec: &ExecPlan, err_w:
             ),
         );
     }
-    if plan.is_some_and(|p| p.drop_capabilities) {
-        if let Err(f) = caps::drop_all() {
+    let drop_caps = plan.is_some_and(|p| p.drop_capabilities);
+    if drop_caps {
+        if let Err(f) = caps::drop_bounding_and_ambient() {
+            die(err_w, f);
+        }
+    }
+    if let Some(ids) = plan.and_then(|p| p.identity.as_ref()) {
+        if let Err(f) = become_user(ids) {
+            die(err_w, f);
+        }
+    }
+    if drop_caps {
+        if let Err(f) = caps::clear() {
             die(err_w, f);
         }
     }
@@ -245,6 +257,37 @@ pub fn exec(spec: &ExecSpec, plan: Option<&SandboxPlan>, exec: &ExecPlan, err_w:
         );
     }
     exec_command(exec, err_w)
+}
+
+/// Switches to `ids` for good (no supplementary groups; real, effective and saved ids), and
+/// checks that uid 0 is gone.
+fn become_user(ids: &Ids) -> Result<(), StepFailure> {
+    let fail = |step: &str, e: nix::Error| {
+        StepFailure::nix(
+            restriction::PROCESS,
+            step,
+            &format!("become uid {} gid {} ({})", ids.uid, ids.gid, ids.name),
+            e,
+        )
+    };
+    nix::unistd::setgroups(&[]).map_err(|e| fail("setgroups", e))?;
+    let gid = nix::unistd::Gid::from_raw(ids.gid);
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| fail("setresgid", e))?;
+    let uid = nix::unistd::Uid::from_raw(ids.uid);
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| fail("setresuid", e))?;
+    let (r, e, s) = (
+        nix::unistd::getuid(),
+        nix::unistd::geteuid(),
+        nix::unistd::getresuid().map(|u| u.saved),
+    );
+    if r.is_root() || e.is_root() || !matches!(s, Ok(s) if !s.is_root()) {
+        return Err(StepFailure::new(
+            restriction::PROCESS,
+            "setresuid",
+            format!("uid 0 is still held after switching to uid {}", ids.uid),
+        ));
+    }
+    Ok(())
 }
 
 /// The final `execve`, trying each `PATH` candidate like `execvp` does.

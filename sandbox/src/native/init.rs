@@ -14,6 +14,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::child::{self, ChildFailure, ExecPlan};
+use super::idmap::Idmaps;
 use super::step::StepFailure;
 use super::{mounts, net, ns};
 use crate::plan::SandboxPlan;
@@ -47,6 +48,7 @@ pub fn run(
     plan: &SandboxPlan,
     exec: &ExecPlan,
     hidden_file: Option<&Path>,
+    idmaps: &Idmaps,
     pipes: InitPipes,
 ) -> ! {
     let InitPipes {
@@ -77,7 +79,7 @@ pub fn run(
         }
     }
     if plan.mount_namespace {
-        if let Err(f) = mounts::apply(plan, hidden_file) {
+        if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
             die(&err_w, f);
         }
     }

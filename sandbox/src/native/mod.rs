@@ -14,6 +14,7 @@
 pub mod caps;
 pub mod cgroup;
 pub mod child;
+pub mod idmap;
 pub mod init;
 pub mod landlock;
 pub mod mounts;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
+use super::idmap::Idmaps;
 use super::step::{StepFailure, restriction};
 use crate::beneath::{self, TreePath};
 use crate::plan::{MountStep, RootPlan, SandboxPlan};
@@ -179,6 +180,42 @@ fn bind_in_place(prefix: &str, at: &TreePath, read_only: bool) -> Result<(), Ste
     sys::attach_tree(&tree, &fd).map_err(|e| failed("move_mount", &e))
 }
 
+/// Binds `src` at `dst` idmapped through `userns` (read-only with `read_only`): a clone of the
+/// tree, made idmapped while detached, attached at `dst`. A filesystem that cannot be idmapped
+/// fails the set-up (never a plain bind in its place).
+fn bind_idmapped(
+    src: &Path,
+    dst: &Path,
+    userns: std::os::fd::BorrowedFd<'_>,
+    read_only: bool,
+) -> Result<(), StepFailure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+            .open(p)
+            .map_err(|e| io_fail("open(O_PATH)", p, &e))
+    };
+    let source = open(src)?;
+    let tree =
+        sys::clone_tree(&source).map_err(|e| io_fail("open_tree(OPEN_TREE_CLONE)", src, &e))?;
+    sys::idmap_tree(&tree, &userns, read_only).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EINVAL) {
+            " (the filesystem cannot be idmapped; chown the tree to an unprivileged user, or run ralph as one)"
+        } else {
+            ""
+        };
+        StepFailure::new(
+            restriction::MOUNTS,
+            "mount_setattr(MOUNT_ATTR_IDMAP)",
+            format!("failed to idmap `{}`: {e}{hint}", src.display()),
+        )
+    })?;
+    let target = open(dst)?;
+    sys::attach_tree(&tree, &target).map_err(|e| io_fail("move_mount", dst, &e))
+}
+
 /// Applies one step; paths are taken under `prefix` (the root being built, or `/`), and a mask
 /// file under `mask_prefix`.
 fn apply_step(
@@ -226,13 +263,17 @@ fn apply_step(
 }
 
 /// Sets up the plan's filesystem view. `hidden_file` is the host path of an empty mode-000 file
-/// (present whenever the plan masks a file).
-pub fn apply(plan: &SandboxPlan, hidden_file: Option<&Path>) -> Result<(), StepFailure> {
+/// (present whenever the plan masks a file); `idmaps` the user namespaces of idmapped binds.
+pub fn apply(
+    plan: &SandboxPlan,
+    hidden_file: Option<&Path>,
+    idmaps: &Idmaps,
+) -> Result<(), StepFailure> {
     // Nothing done here may leak back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| fail("mount(MS_REC|MS_PRIVATE)", Path::new("/"), e))?;
     match &plan.root {
-        Some(root) => build_root(root, &plan.mounts, hidden_file),
+        Some(root) => build_root(root, &plan.mounts, hidden_file, idmaps),
         None => plan
             .mounts
             .iter()
@@ -251,6 +292,7 @@ fn build_root(
     root: &RootPlan,
     steps: &[MountStep],
     hidden_file: Option<&Path>,
+    idmaps: &Idmaps,
 ) -> Result<(), StepFailure> {
     let tmpfs = |at: &Path, opts: &str| {
         mount(
@@ -284,9 +326,23 @@ fn build_root(
     for b in &root.binds {
         let (src, dst) = (under(OLD, &b.path), under(NEW, &b.path));
         mount_point(&src, &dst)?;
-        bind(&src, &dst)?;
-        if !b.write {
-            make_read_only(&dst, true)?;
+        match &b.idmap {
+            Some(map) => {
+                let userns = idmaps.get(map).ok_or_else(|| {
+                    StepFailure::new(
+                        restriction::MOUNTS,
+                        "mount_setattr(MOUNT_ATTR_IDMAP)",
+                        format!("no user namespace for the idmapped `{}`", b.path.display()),
+                    )
+                })?;
+                bind_idmapped(&src, &dst, userns, !b.write)?;
+            }
+            None => {
+                bind(&src, &dst)?;
+                if !b.write {
+                    make_read_only(&dst, true)?;
+                }
+            }
         }
     }
     let dev = under(NEW, Path::new("/dev"));

@@ -16,6 +16,8 @@ use seccompiler::{
 
 use super::step::{StepFailure, restriction};
 use crate::plan::SeccompPlan;
+use crate::policy::guards::{self, Op, Width};
+use crate::policy::syscalls;
 
 /// The namespace flags refused in `clone(2)`.
 const NS_CLONE_FLAGS: [u64; 7] = [
@@ -86,13 +88,55 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
             .collect::<Result<Vec<_>, _>>()?;
         rules.insert(libc::SYS_clone, per_flag);
     }
+    let mut enosys = Vec::new();
+    if plan.deny_namespace_clone {
+        enosys.push(libc::SYS_clone3);
+    }
+    for g in guards::guards(plan.guards) {
+        let nr = syscalls::number(g.syscall)
+            .ok_or_else(|| format!("unknown syscall `{}` in a guard", g.syscall))?;
+        if g.errno == libc::ENOSYS && g.conds.is_empty() {
+            enosys.push(nr);
+            continue;
+        }
+        if g.errno != libc::EPERM {
+            return Err(format!(
+                "guard on `{}`: only EPERM or a plain ENOSYS",
+                g.syscall
+            ));
+        }
+        let conds = g
+            .conds
+            .iter()
+            .map(|c| {
+                let len = match c.width {
+                    Width::Dword => SeccompCmpArgLen::Dword,
+                    Width::Qword => SeccompCmpArgLen::Qword,
+                };
+                let (op, value) = match c.op {
+                    Op::Eq(v) => (SeccompCmpOp::Eq, v),
+                    Op::Ne(v) => (SeccompCmpOp::Ne, v),
+                    Op::MaskedEq { mask, value } => (SeccompCmpOp::MaskedEq(mask), value),
+                };
+                cond(c.arg, op, value, len)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        match rules.get_mut(&nr) {
+            // Refused unconditionally already.
+            Some(existing) if existing.is_empty() => {}
+            Some(existing) => existing.push(rule(conds)?),
+            None => {
+                rules.insert(nr, vec![rule(conds)?]);
+            }
+        }
+    }
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
     let main =
         SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch).map_err(|e| format!("{e}"))?;
     let main: BpfProgram = main
         .try_into()
         .map_err(|e: seccompiler::BackendError| format!("{e}"))?;
-    let mut program = prefix(plan.deny_namespace_clone);
+    let mut program = prefix(&enosys);
     program.extend(main);
     if program.len() > 4096 {
         return Err(format!(
@@ -119,13 +163,15 @@ fn ins(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 }
 
 /// Checks that run before the rule program: every x32-ABI syscall number refused (x86_64: they
-/// carry the native arch value and would bypass number-based rules), and `clone3` answering
-/// ENOSYS. A foreign architecture skips straight to the rule program, which kills it.
-fn prefix(deny_clone3: bool) -> BpfProgram {
+/// carry the native arch value and would bypass number-based rules), and the `enosys` syscalls
+/// (`clone3`, `openat2`: arguments in memory seccomp cannot read, so libc falls back to the
+/// older call whose arguments the rules check) answering ENOSYS. A foreign architecture skips
+/// straight to the rule program, which kills it.
+fn prefix(enosys: &[i64]) -> BpfProgram {
     let mut tail: BpfProgram = Vec::new();
-    if deny_clone3 {
+    for nr in enosys {
         tail.push(ins(LD_W_ABS, 0, 0, OFFSET_NR));
-        tail.push(ins(JMP_JEQ_K, 0, 1, libc::SYS_clone3 as u32));
+        tail.push(ins(JMP_JEQ_K, 0, 1, *nr as u32));
         tail.push(ins(RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32));
     }
     #[cfg(target_arch = "x86_64")]
@@ -220,6 +266,11 @@ mod tests {
             deny_inet_sockets: inet,
             restrict_personality: true,
             deny_namespace_clone: true,
+            guards: guards::Switches {
+                deny_setid: true,
+                deny_tty_injection: true,
+                protect_init: true,
+            },
         }
     }
 
@@ -336,6 +387,68 @@ mod tests {
         );
         // x32: read(2) with the x32 bit set.
         assert_eq!(verdict(&p, 0x4000_0000, [0; 6]), EPERM);
+    }
+
+    #[test]
+    fn setid_bits_device_nodes_tty_injection_and_the_init_are_guarded() {
+        let p = plan(true);
+        let eperm = |nr, args| verdict(&p, nr, args) == EPERM;
+        // chmod family: any set-id bit refused, plain modes allowed.
+        assert!(eperm(libc::SYS_chmod, [0, 0o4755, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_fchmod, [3, 0o2755, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_fchmodat, [3, 0, 0o6755, 0, 0, 0]));
+        assert!(eperm(libc::SYS_fchmodat2, [3, 0, 0o4000, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_chmod, [0, 0o755, 0, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_fchmodat, [3, 0, 0o1777, 0, 0, 0]));
+        // A mode's high bits beyond 32 are not part of mode_t.
+        assert!(!eperm(libc::SYS_chmod, [0, 0o4755 << 32, 0, 0, 0, 0]));
+        // Creation with a set-id mode.
+        let creat = (libc::O_CREAT | libc::O_WRONLY) as u64;
+        assert!(eperm(libc::SYS_openat, [3, 0, creat, 0o4755, 0, 0]));
+        assert!(eperm(libc::SYS_open, [0, creat, 0o2755, 0, 0, 0]));
+        assert!(eperm(libc::SYS_creat, [0, 0o4755, 0, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_openat, [3, 0, creat, 0o644, 0, 0]));
+        assert_eq!(
+            verdict(&p, libc::SYS_openat2, [3, 0, 0, 24, 0, 0]),
+            RET_ERRNO | libc::ENOSYS as u32
+        );
+        // Device nodes; FIFOs and sockets stay possible.
+        assert!(eperm(
+            libc::SYS_mknodat,
+            [3, 0, (libc::S_IFCHR | 0o600) as u64, 0x0103, 0, 0]
+        ));
+        assert!(eperm(
+            libc::SYS_mknod,
+            [0, (libc::S_IFBLK | 0o600) as u64, 0x0800, 0, 0, 0]
+        ));
+        assert!(!eperm(
+            libc::SYS_mknodat,
+            [3, 0, (libc::S_IFIFO | 0o600) as u64, 0, 0, 0]
+        ));
+        assert!(!eperm(
+            libc::SYS_mknodat,
+            [3, 0, (libc::S_IFSOCK | 0o600) as u64, 0, 0, 0]
+        ));
+        // Terminal injection.
+        assert!(eperm(libc::SYS_ioctl, [0, 0x5412, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_ioctl, [1, 0x541c, 0, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_ioctl, [1, libc::TIOCGWINSZ, 0, 0, 0, 0]));
+        // The init: no limits set on another process, no signal to pid 1.
+        assert!(eperm(
+            libc::SYS_prlimit64,
+            [1, libc::RLIMIT_NOFILE as u64, 0x7000, 0, 0, 0]
+        ));
+        assert!(!eperm(
+            libc::SYS_prlimit64,
+            [0, libc::RLIMIT_NOFILE as u64, 0x7000, 0, 0, 0]
+        ));
+        assert!(!eperm(
+            libc::SYS_prlimit64,
+            [1, libc::RLIMIT_NOFILE as u64, 0, 0x7000, 0, 0]
+        ));
+        assert!(eperm(libc::SYS_kill, [1, 9, 0, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_kill, [2, 9, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_pidfd_open, [1, 0, 0, 0, 0, 0]));
     }
 
     #[test]

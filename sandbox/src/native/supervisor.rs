@@ -21,6 +21,7 @@ use nix::unistd::{ForkResult, Pid, fork, pipe2};
 
 use super::cgroup::RunCgroups;
 use super::child::{self, ChildFailure, ExecPlan};
+use super::idmap::Idmaps;
 use super::init::{self, InitPipes};
 use super::protocol::{HelperResult, SetupFailure};
 use super::step::StepFailure;
@@ -225,6 +226,28 @@ impl Supervisor {
         } else {
             None
         };
+        // The command's own ids (a root runner's round): its run-owned directories handed over,
+        // and the user namespaces of the trees it sees idmapped.
+        if let Some(ids) = &plan.identity {
+            for p in &plan.hand_over {
+                if let Err(e) = std::os::unix::fs::chown(p, Some(ids.uid), Some(ids.gid)) {
+                    cleanup.run();
+                    return Ok(Started::Failed(StepFailure::io(
+                        super::step::restriction::PROCESS,
+                        "chown",
+                        &format!("hand `{}` to uid {}", p.display(), ids.uid),
+                        &e,
+                    )));
+                }
+            }
+        }
+        let idmaps = match Idmaps::create(plan) {
+            Ok(m) => m,
+            Err(f) => {
+                cleanup.run();
+                return Ok(Started::Failed(f));
+            }
+        };
         if plan.pid_namespace {
             if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
                 cleanup.run();
@@ -251,6 +274,7 @@ impl Supervisor {
                         plan,
                         &exec_plan,
                         hidden_file.as_deref(),
+                        &idmaps,
                         InitPipes {
                             err_w,
                             status_w,

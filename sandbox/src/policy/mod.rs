@@ -2,6 +2,7 @@
 //! write, which paths stay protected or hidden, the network default, the syscall deny list and
 //! default limits. The three files are embedded; a config directory can replace any of them.
 
+pub mod guards;
 pub mod syscalls;
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,13 @@ pub struct SyscallPolicy {
     pub restrict_personality: bool,
     /// clone(2) with namespace flags refused; clone3(2) answers ENOSYS.
     pub deny_namespace_clone: bool,
+    /// No set-user-ID/set-group-ID bits and no device nodes on files the command makes
+    /// ([`guards`]).
+    pub deny_setid: bool,
+    /// `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)` refused.
+    pub deny_tty_injection: bool,
+    /// The sandbox's init out of reach: no `prlimit64` on another process, no signal to pid 1.
+    pub protect_init: bool,
 }
 
 /// `[limits]`.

@@ -3,7 +3,7 @@
 
 macro_rules! table {
     ($($name:ident),* $(,)?) => {
-        /// (name, number) of every syscall a policy may deny.
+        /// (name, number) of every syscall a policy may name.
         pub const SYSCALLS: &[(&str, i64)] = &[$((stringify!($name), paste_sys!($name))),*];
     };
 }
@@ -141,6 +141,57 @@ macro_rules! paste_sys {
     (sethostname) => {
         libc::SYS_sethostname
     };
+    (chmod) => {
+        libc::SYS_chmod
+    };
+    (fchmod) => {
+        libc::SYS_fchmod
+    };
+    (fchmodat) => {
+        libc::SYS_fchmodat
+    };
+    (fchmodat2) => {
+        libc::SYS_fchmodat2
+    };
+    (creat) => {
+        libc::SYS_creat
+    };
+    (open) => {
+        libc::SYS_open
+    };
+    (openat) => {
+        libc::SYS_openat
+    };
+    (openat2) => {
+        libc::SYS_openat2
+    };
+    (mknod) => {
+        libc::SYS_mknod
+    };
+    (ioctl) => {
+        libc::SYS_ioctl
+    };
+    (prlimit64) => {
+        libc::SYS_prlimit64
+    };
+    (kill) => {
+        libc::SYS_kill
+    };
+    (tkill) => {
+        libc::SYS_tkill
+    };
+    (tgkill) => {
+        libc::SYS_tgkill
+    };
+    (rt_sigqueueinfo) => {
+        libc::SYS_rt_sigqueueinfo
+    };
+    (rt_tgsigqueueinfo) => {
+        libc::SYS_rt_tgsigqueueinfo
+    };
+    (pidfd_open) => {
+        libc::SYS_pidfd_open
+    };
 }
 
 table!(
@@ -188,6 +239,23 @@ table!(
     mknodat,
     setdomainname,
     sethostname,
+    chmod,
+    fchmod,
+    fchmodat,
+    fchmodat2,
+    creat,
+    open,
+    openat,
+    openat2,
+    mknod,
+    ioctl,
+    prlimit64,
+    kill,
+    tkill,
+    tgkill,
+    rt_sigqueueinfo,
+    rt_tgsigqueueinfo,
+    pidfd_open,
 );
 
 /// The number of syscall `name`, if the table knows it.

@@ -47,6 +47,7 @@ fn req(w: &World, protect: &[&str]) -> SandboxRequest {
         limits: Limits::default(),
         image: None,
         forbidden: Vec::new(),
+        agent_user: None,
     }
 }
 

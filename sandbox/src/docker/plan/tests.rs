@@ -42,6 +42,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
         limits: Limits::default(),
         image: None,
         forbidden: Vec::new(),
+        agent_user: None,
     }
 }
 

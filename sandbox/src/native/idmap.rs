@@ -1,0 +1,103 @@
+//! Idmapped mounts for a root runner's rounds (see [`crate::identity`]): the command runs as an
+//! unprivileged uid, and the trees it writes (the workspace, `--write` directories) are bound
+//! *idmapped* so that their owner's files are its own inside, and what it creates belongs to the
+//! owner on the host. The kernel needs a user namespace to describe each mapping
+//! (`mount_setattr(MOUNT_ATTR_IDMAP)`, Linux 5.12+, on filesystems that support it): the
+//! supervisor makes one per distinct mapping by forking a child into a new user namespace,
+//! writing its maps from outside and keeping a descriptor of the namespace; the child exits.
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::sched::CloneFlags;
+use nix::unistd::{ForkResult, fork, pipe2};
+
+use super::step::{StepFailure, restriction};
+use crate::plan::{OwnerMap, SandboxPlan};
+
+/// The user namespaces of a run's idmapped binds, one per mapping.
+#[derive(Debug, Default)]
+pub struct Idmaps {
+    maps: Vec<(OwnerMap, OwnedFd)>,
+}
+
+impl Idmaps {
+    /// One user namespace per distinct mapping of `plan`'s binds (none without any).
+    pub fn create(plan: &SandboxPlan) -> Result<Self, StepFailure> {
+        let mut out = Idmaps::default();
+        let binds = plan.root.iter().flat_map(|r| r.binds.iter());
+        for map in binds.filter_map(|b| b.idmap) {
+            if out.get(&map).is_none() {
+                let fd = userns(&map)?;
+                out.maps.push((map, fd));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The namespace of `map`.
+    pub fn get(&self, map: &OwnerMap) -> Option<BorrowedFd<'_>> {
+        self.maps
+            .iter()
+            .find(|(m, _)| m == map)
+            .map(|(_, fd)| fd.as_fd())
+    }
+}
+
+fn fail(step: &str, what: &str, e: &std::io::Error) -> StepFailure {
+    StepFailure::io(restriction::MOUNTS, step, what, e)
+}
+
+/// A user namespace whose maps send the owner's ids on disk to the command's: a file the owner
+/// owns on disk appears as the command's through a mount idmapped with it.
+fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
+    let (ready_r, ready_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
+    let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
+    // SAFETY: the supervisor is single-threaded; the child only calls async-signal-safe
+    // functions (unshare, write, read, _exit).
+    let child = match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            drop((ready_r, done_w));
+            let ok = nix::sched::unshare(CloneFlags::CLONE_NEWUSER).is_ok();
+            let _ = nix::unistd::write(&ready_w, if ok { b"1" } else { b"0" });
+            let mut b = [0u8; 1];
+            let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
+            // SAFETY: _exit in a forked child.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => return Err(fail("fork", "start the idmap namespace", &e.into())),
+    };
+    drop((ready_w, done_r));
+    let reap = |done_w: OwnedFd| {
+        drop(done_w);
+        let _ = nix::sys::wait::waitpid(child, None);
+    };
+    let mut b = [0u8; 1];
+    let got = std::fs::File::from(ready_r).read(&mut b);
+    if !matches!(got, Ok(1)) || b[0] != b'1' {
+        reap(done_w);
+        return Err(StepFailure::new(
+            restriction::MOUNTS,
+            "unshare(CLONE_NEWUSER)",
+            "failed to create the user namespace of an idmapped mount",
+        ));
+    }
+    let dir = format!("/proc/{}", child.as_raw());
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("{dir}/{file}"), text)
+            .map_err(|e| fail("write", &format!("write the idmap namespace's {file}"), &e))
+    };
+    let result = write("uid_map", format!("{} {} 1\n", map.disk_uid, map.uid))
+        .and_then(|()| write("setgroups", "deny\n".into()))
+        .and_then(|()| write("gid_map", format!("{} {} 1\n", map.disk_gid, map.gid)))
+        .and_then(|()| {
+            std::fs::File::open(format!("{dir}/ns/user"))
+                .map(OwnedFd::from)
+                .map_err(|e| fail("open", "open the idmap namespace", &e))
+        });
+    reap(done_w);
+    result
+}

@@ -1,0 +1,315 @@
+//! The host-boundary cases of SPEC §5 that a single run can show (no set-id files, no device
+//! nodes, no terminal injection, the sandbox's init out of reach, kernel information masked),
+//! written once as data and run against each backend: `ralph sandbox exec` with the native
+//! backend and with `--backend docker`, through the escape matrix's machinery
+//! (`tests/escape/mod.rs`). Where a backend answers differently, the case says which and why.
+//! Each case asserts on the host where there is a host effect (the file's mode, no file at all).
+//!
+//! Run as root (`cargo test`) and, for the native backend, as the unprivileged `ralph-ci`
+//! (`.ci/run`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+#[macro_use]
+#[path = "escape/mod.rs"]
+mod escape;
+
+use std::cell::Cell;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use escape::*;
+use serde_json::json;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Native,
+    Docker,
+}
+
+thread_local! {
+    static BACKEND: Cell<Backend> = const { Cell::new(Backend::Native) };
+}
+
+/// The value for the backend the current test runs against.
+fn by_backend<T>(native: T, docker: T) -> T {
+    match BACKEND.with(Cell::get) {
+        Backend::Native => native,
+        Backend::Docker => docker,
+    }
+}
+
+fn eperm(step: &'static str) -> Expect {
+    err("EPERM", step)
+}
+
+/// A copy of the host's `/bin/sh` in the workspace, owned like the workspace, mode 0755.
+fn shell_copy(w: &World) -> PathBuf {
+    let x = w.ws.join("sh-copy");
+    std::fs::copy("/bin/sh", &x).unwrap();
+    std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o755)).unwrap();
+    x
+}
+
+/// After the run: `path` on the host carries neither set-id bit.
+fn no_setid(path: PathBuf) -> impl FnOnce(&Run) -> Result<(), String> {
+    move |_| match std::fs::symlink_metadata(&path) {
+        Err(_) => Ok(()),
+        Ok(m) if m.permissions().mode() & 0o6000 == 0 => Ok(()),
+        Ok(m) => Err(format!(
+            "{} has mode {:o} on the host",
+            path.display(),
+            m.permissions().mode()
+        )),
+    }
+}
+
+/// `ralph-ci`'s uid and gid (created by `.ci/setup`).
+fn unprivileged() -> Option<(u32, u32)> {
+    let u = nix::unistd::User::from_name("ralph-ci").ok().flatten()?;
+    Some((u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// After the run: `path` exists on the host and belongs to `uid`.
+fn owned_by(path: PathBuf, uid: u32) -> impl FnOnce(&Run) -> Result<(), String> {
+    move |_| match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.uid() == uid => Ok(()),
+        Ok(m) => Err(format!(
+            "{} belongs to uid {} on the host, expected {uid}",
+            path.display(),
+            m.uid()
+        )),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // A root runner's round never holds uid 0: natively the agent user on an idmapped
+        // workspace; docker runs as the (root) owner without capabilities (documented deviation:
+        // Docker Engine 20.10 cannot idmap a bind mount).
+        Case::new("who_the_command_is", CONFINED, |_, sb| {
+            Spec::probe(
+                argv!["whoami"],
+                ok_with(vec![(
+                    "uid",
+                    json!(by_backend(agent_uid(sb), nix::unistd::geteuid().as_raw())),
+                )]),
+            )
+        }),
+        // What the round creates belongs to the workspace's owner on the host, not to the agent.
+        Case::new("created_files_belong_to_the_owner", ONLY_WW, |w, _| {
+            let f = w.ws.join("made-by-the-round");
+            let d = w.ws.join("dir-by-the-round");
+            let owner = w.ws.metadata().unwrap().uid();
+            Spec::sh(r#"mkdir "$2" && exec "$0" write "$1""#, argv![f, d], ok())
+                .after(owned_by(f, owner))
+                .after(owned_by(d, owner))
+        }),
+        // A mode-0600 file of the runner's user in a visible tree: natively unreadable to a root
+        // runner's round (another uid); docker's uid 0 reads it (the deviation above).
+        Case::new("root_only_file_in_a_visible_tree", CONFINED, |w, _| {
+            let secret = w.out.join("secret");
+            std::fs::write(&secret, "token\n").unwrap();
+            std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let refused = is_root() && BACKEND.with(Cell::get) == Backend::Native;
+            Spec::probe(
+                argv!["read", secret],
+                if refused { err("EACCES", "open") } else { ok() },
+            )
+            .flags(argv!["--read", w.out])
+            .visible(argv!["readdir", w.out])
+        }),
+        // A workspace owned by an unprivileged user is worked on as that user, on both backends.
+        Case::new("workspace_of_another_user", ONLY_WW, |w, _| {
+            if !is_root() {
+                return Spec::skip("needs root to hand the workspace to another user");
+            }
+            let Some((uid, gid)) = unprivileged() else {
+                assert!(std::env::var_os("CI").is_none(), "CI: no user ralph-ci");
+                return Spec::skip("no user ralph-ci (.ci/setup creates it)");
+            };
+            std::os::unix::fs::chown(&w.ws, Some(uid), Some(gid)).unwrap();
+            // Without an idmap, the file's owner on the host is who the command was.
+            let f = w.ws.join("made-by-the-round");
+            Spec::probe(argv!["write", f], ok()).after(owned_by(f, uid))
+        }),
+        // `cp /bin/bash x; chmod 4755 x` under a root runner left a setuid-root shell that any
+        // local user could run. The filter refuses the bit (before any filesystem check, so the
+        // read-only workspace answers EPERM too).
+        Case::new("setuid_bit_by_chmod", CONFINED, |w, _| {
+            let x = shell_copy(w);
+            Spec::probe(argv!["chmod", x, "4755"], eperm("chmod")).after(no_setid(x))
+        }),
+        Case::new("setgid_bit_by_chmod", CONFINED, |w, _| {
+            let x = shell_copy(w);
+            Spec::probe(argv!["chmod", x, "2755"], eperm("chmod")).after(no_setid(x))
+        }),
+        // Through the shell's own chmod(1), as an agent would do it.
+        Case::new("setuid_bit_by_chmod_1", ONLY_WW, |w, _| {
+            let x = shell_copy(w);
+            Spec::sh(
+                r#"chmod u+s "$1" 2>/dev/null && exit 3; exec "$0" read "$1""#,
+                argv![x],
+                ok(),
+            )
+            .after(no_setid(x))
+        }),
+        Case::new("setuid_bit_at_creation", CONFINED, |w, _| {
+            let y = w.ws.join("created");
+            Spec::probe(argv!["create-mode", y, "4755"], eperm("openat"))
+                .after(exists_iff(y, false))
+        }),
+        // A file in TMPDIR is the run's own, but the rule is the same everywhere.
+        Case::new("setgid_bit_at_creation_in_tmpdir", CONFINED, |_, _| {
+            Spec::sh(
+                r#"exec "$0" create-mode "$TMPDIR/created" 2755"#,
+                Vec::new(),
+                eperm("openat"),
+            )
+        }),
+        Case::new("plain_modes_still_work", ONLY_WW, |w, _| {
+            let y = w.ws.join("script");
+            Spec::sh(
+                r#""$0" create-mode "$1" 644 >/dev/null && exec "$0" chmod "$1" 1755"#,
+                argv![y],
+                ok(),
+            )
+            .after(move |_| match mode_of(&y) {
+                0o1755 => Ok(()),
+                m => Err(format!("mode {m:o} on the host, expected 1755")),
+            })
+        }),
+        // openat2's mode lives in memory the filter cannot read: it answers ENOSYS, and libc
+        // falls back to openat.
+        Case::new("openat2_answers_enosys", CONFINED, |_, _| {
+            Spec::probe(argv!["openat2", "/etc/hostname"], err("ENOSYS", "openat2"))
+        }),
+        Case::new("mknod_block_device", CONFINED, |w, _| {
+            let dev = w.ws.join("sda");
+            Spec::probe(argv!["mknod-block", dev], eperm("mknod")).after(exists_iff(dev, false))
+        }),
+        // A terminal on the command's stdin is replaced by /dev/null (`ralph sandbox exec` from
+        // an interactive shell): nothing it reads or injects reaches the user's terminal.
+        Case::new("stdin_is_never_a_terminal", CONFINED, |_, _| {
+            Spec::probe(argv!["isatty", "0"], ok_with(vec![("tty", json!(false))])).pty()
+        }),
+        // TIOCSTI is refused on any descriptor, before the kernel even looks at it.
+        Case::new("tiocsti_refused", CONFINED, |_, _| {
+            Spec::probe(argv!["tiocsti", "0"], eperm("ioctl")).pty()
+        }),
+        // The sandbox's init (pid 1): its limits cannot be lowered, it cannot be signalled.
+        Case::new("prlimit_on_init", CONFINED, |_, _| {
+            Spec::probe(argv!["prlimit-pid", "1"], eperm("prlimit64"))
+        }),
+        Case::new("signal_to_init", CONFINED, |_, _| {
+            Spec::probe(argv!["kill", "1", "0"], eperm("kill"))
+        }),
+        Case::new("own_limits_still_settable", CONFINED, |_, _| {
+            Spec::probe(argv!["prlimit-pid", "0"], ok())
+        }),
+        // Kernel information container runtimes mask: natively an empty mode-000 file over it
+        // (EACCES); docker masks it with /dev/null (reads as empty).
+        Case::new("proc_keys_masked", CONFINED, |_, _| {
+            assert!(
+                Path::new("/proc/keys").exists(),
+                "no /proc/keys on this host"
+            );
+            Spec::probe(
+                argv!["read", "/proc/keys"],
+                by_backend(err("EACCES", "open"), ok_with(vec![("bytes", json!(0))])),
+            )
+        }),
+        Case::new("proc_timer_list_masked", CONFINED, |_, _| {
+            assert!(Path::new("/proc/timer_list").exists());
+            Spec::probe(
+                argv!["read", "/proc/timer_list"],
+                by_backend(err("EACCES", "open"), ok_with(vec![("bytes", json!(0))])),
+            )
+        }),
+        Case::new("proc_key_users_masked", CONFINED, |_, _| {
+            assert!(Path::new("/proc/key-users").exists());
+            Spec::probe(
+                argv!["read", "/proc/key-users"],
+                by_backend(err("EACCES", "open"), ok_with(vec![("bytes", json!(0))])),
+            )
+        }),
+        // A masked directory: natively an empty mode-000 tmpfs, in docker an empty read-only one
+        // (`.` and `..` only).
+        Case::new("proc_acpi_masked", CONFINED, |_, _| {
+            if !Path::new("/proc/acpi").is_dir() {
+                return Spec::skip("this kernel has no /proc/acpi");
+            }
+            Spec::probe(
+                argv!["readdir", "/proc/acpi"],
+                by_backend(err("EACCES", "open"), ok_with(vec![("entries", json!(2))])),
+            )
+        }),
+    ]
+}
+
+#[test]
+fn the_table_is_well_formed() {
+    check_table(&cases());
+}
+
+#[test]
+fn native_boundary_matrix() {
+    BACKEND.with(|b| b.set(Backend::Native));
+    run_matrix("boundary native", &cases());
+}
+
+#[test]
+fn docker_boundary_matrix() {
+    if !is_root() || !common::docker::ready("docker_boundary_matrix") {
+        return;
+    }
+    BACKEND.with(|b| b.set(Backend::Docker));
+    set_backend_flags(argv!["--backend", "docker"]);
+    run_matrix("boundary docker", &cases());
+}
+
+/// `--agent-user` picks who a root runner's rounds are on a root-owned workspace; root is
+/// refused (64) before anything runs.
+#[test]
+fn native_agent_user_flag() {
+    if !is_root() {
+        eprintln!("native_agent_user_flag: not applicable: the flag concerns root runners only");
+        return;
+    }
+    let w = World::new();
+    let run = |user: &str| {
+        let argv = argv![
+            "sandbox",
+            "exec",
+            "--workspace",
+            w.ws,
+            "--read",
+            bin_dir(),
+            "--agent-user",
+            user,
+            "--",
+            probe(),
+            "whoami"
+        ];
+        run_ralph(&argv, &[], &Launch::default())
+    };
+    let refused = run("root");
+    assert_eq!(refused.code, 64, "{}", refused.describe());
+    assert!(
+        refused.stderr.contains("agent-user"),
+        "{}",
+        refused.describe()
+    );
+    let zero = run("0:1000");
+    assert_eq!(zero.code, 64, "{}", zero.describe());
+    let ok = run("4242:4343");
+    assert_eq!(ok.code, 0, "{}", ok.describe());
+    let j = ok.json().unwrap();
+    assert_eq!(
+        (j["uid"].as_u64(), j["gid"].as_u64()),
+        (Some(4242), Some(4343)),
+        "{j}"
+    );
+}
