@@ -1,8 +1,8 @@
 //! One job at a time per workspace on a host (SPEC §5), end to end: a second `ralph run` on a
 //! busy workspace is refused (64) naming the job that holds it and leaves no job behind; a
 //! `kill -9`ed run holds nothing; `ralph serve` never runs two jobs on one workspace at once,
-//! does not hold other workspaces' jobs up behind a blocked one, and keeps a job queued while a
-//! `ralph run` (another process) holds its workspace.
+//! does not hold other workspaces' jobs up behind a blocked one, and keeps a job (a resumed one
+//! too) queued while a `ralph run` (another process) holds its workspace.
 //!
 //! Agents that must hold a workspace wait for a `release` file the test writes (bounded), so
 //! every ordering below is made by the test, never by a sleep.
@@ -29,16 +29,18 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// An agent that marks the workspace as in use by a round (`mkdir in-round`; finding it there
-/// already is an overlap, recorded in `overlap`), writes `<name>.started` with its job id,
-/// waits (at most a minute) for `release` when `gated`, and reports completion.
+/// already is an overlap, recorded in `overlap`), writes `<name>.started` with its job id (whole:
+/// renamed into place),
+/// waits (at most three minutes, longer than any wait of the tests) for `release` when `gated`,
+/// and reports completion.
 fn holder_body(name: &str, gated: bool) -> String {
     let gate = if gated {
-        "i=0; while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+        "i=0; while [ ! -e release ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i+1)); done\n"
     } else {
         "sleep 0.3\n"
     };
     format!(
-        "cd \"$RALPH_WORKSPACE\"\nmkdir in-round 2>/dev/null || echo \"$RALPH_JOB_ID\" >> overlap\necho \"$RALPH_JOB_ID\" > {name}.started\n{gate}rmdir in-round\necho '{}' > \"$RALPH_REPORT_FILE\"",
+        "cd \"$RALPH_WORKSPACE\"\nmkdir in-round 2>/dev/null || echo \"$RALPH_JOB_ID\" >> overlap\necho \"$RALPH_JOB_ID\" > {name}.tmp && mv {name}.tmp {name}.started\n{gate}rmdir in-round\necho '{}' > \"$RALPH_REPORT_FILE\"",
         complete_report("done")
     )
 }
@@ -347,4 +349,70 @@ fn a_ralph_run_on_a_workspace_a_service_job_holds_names_that_job() {
         1,
         "the refused run left no job"
     );
+}
+
+#[test]
+fn a_resumed_job_waits_for_its_workspace_too() {
+    let s = Server::new("");
+    let ws = s.workspace("ws");
+    let other = s.workspace("other");
+    let run_state = s.dir.path().join("run-state");
+    let gated = s.agent("gated.sh", &holder_body("run", true));
+    let quick = s.agent("quick.sh", &holder_body("served", false));
+    let child = foreground_run(&s, &ws, &run_state, &gated).spawn();
+    wait_for_file(&ws.join("run.started"), LIMIT);
+    let run_id = job_id_in(&ws.join("run.started"));
+    let id = post_jobs(&s, vec![job(&ws, &quick, json!({"max_rounds": 1}))]).remove(0);
+    wait_until("the service logs the wait", LIMIT, || {
+        s.log_text()
+            .contains(&format!("job {id}: waits in the queue"))
+    });
+    // Cancelled while it waits, then resumed: back in the queue, under the same rule.
+    let (code, body) = s.api("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    assert_eq!(
+        (code, body["outcome"].as_str()),
+        (200, Some("cancelled")),
+        "{body}"
+    );
+    s.ralph(&["resume", &id]).expect_code(0);
+    // A job queued after it, on another workspace, starts and ends: the pass that started it
+    // took the resumed job first (older) and left it queued.
+    let later = post_jobs(&s, vec![job(&other, &quick, json!({"max_rounds": 1}))]).remove(0);
+    assert_eq!(s.wait_finished(&later, LIMIT)["outcome"], "complete");
+    assert_eq!(state_of(&s, &id), "queued");
+    let types: Vec<String> = s
+        .events(&id)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "job_submitted",
+            "cancel_requested",
+            "job_finished",
+            "resumed"
+        ]
+    );
+
+    std::fs::write(ws.join("release"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s.wait_finished(&id, LIMIT)["outcome"],
+        "complete",
+        "{}",
+        s.log_text()
+    );
+    let run_store = Store::open_sqlite(&run_state).unwrap();
+    assert!(
+        at_of(&s.events(&id), "job_started")
+            >= at_of(&json_events(&run_store, &run_id), "job_finished")
+    );
+    assert!(!ws.join("overlap").exists());
 }
