@@ -46,6 +46,14 @@ fn running_by_pid(store: &Store) -> BTreeMap<String, u32> {
     out
 }
 
+/// Claims the next queued job for `runner`, the way a server takes work (without locking its
+/// workspace).
+fn claim_next(store: &Store, runner: &RunnerInfo) -> Option<String> {
+    let job = store.next_queued(&[], &[]).unwrap()?;
+    assert!(store.claim(&job.id, runner).unwrap(), "{job:?}");
+    Some(job.id)
+}
+
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
@@ -389,15 +397,12 @@ fn recovery_leaves_running_jobs_of_other_hosts_alone() {
     let mut elsewhere = RunnerInfo::current("serve");
     elsewhere.host = format!("{}-elsewhere", elsewhere.host);
     let remote = store.submit(&spec).unwrap();
-    assert_eq!(
-        store.claim_next(&elsewhere, &[]).unwrap(),
-        Some(remote.clone())
-    );
+    assert_eq!(claim_next(&store, &elsewhere), Some(remote.clone()));
     let mut dead = RunnerInfo::current("serve");
     dead.pid = 0x3fff_fff0;
     dead.start_ticks = 1;
     let local = store.submit(&spec).unwrap();
-    assert_eq!(store.claim_next(&dead, &[]).unwrap(), Some(local.clone()));
+    assert_eq!(claim_next(&store, &dead), Some(local.clone()));
     // A server starting on the shared store recovers.
     let s = Server::with_database("", &db.url);
     let remote_view = store.load(&remote).unwrap();

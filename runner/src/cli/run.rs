@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use ralph_runner::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv};
+use ralph_runner::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv, WorkspaceLockError};
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
 use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
 use ralph_runner::store::{Observer, RunnerInfo, Store};
@@ -127,6 +127,11 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         RunnerEnv::capture(),
     )
     .with_agent_user(args.agent_user.clone());
+    // The workspace first: a job that cannot have it is refused before it is journalled, so
+    // it leaves no record (and certainly no `running` job) behind.
+    let workspace = engine
+        .lock_workspace(&spec.workspace)
+        .map_err(|e| lock_error(&e))?;
     // Journalled as started at once: a service sharing the store never takes this job.
     let job_id = engine.submit_started(&spec).map_err(|e| match e {
         EngineError::Spec(s) => spec_error(&s),
@@ -144,7 +149,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let cancel = Cancel::new();
     let result = rt.block_on(async {
         watch_signals(cancel.clone());
-        let r = engine.run(&job_id, cancel, observers).await;
+        let r = engine.run(&job_id, workspace, cancel, observers).await;
         publish_metrics(
             &metrics,
             args.metrics_textfile.as_deref(),
@@ -157,6 +162,16 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let result = result.map_err(|e| CliError::internal(format!("job {job_id}: {e}")))?;
     print_result(&result, args.json)?;
     Ok(Exit::for_result(&result))
+}
+
+/// A workspace that cannot be locked: in use (SPEC §5) or not openable is a usage error (64);
+/// a filesystem that refuses the lock is one of configuration (64) too.
+fn lock_error(e: &WorkspaceLockError) -> CliError {
+    match e {
+        WorkspaceLockError::Busy { .. }
+        | WorkspaceLockError::Open { .. }
+        | WorkspaceLockError::Lock { .. } => CliError::usage(e.to_string()),
+    }
 }
 
 /// Writes the textfile and pushes to the gateway; failures are warnings, never a failed job.

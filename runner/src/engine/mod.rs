@@ -1,5 +1,7 @@
 //! The engine runs jobs: it owns the state store, the sandbox backends and the runner's view of
-//! its environment, and drives each job through [`job_run`]'s fixed orchestration.
+//! its environment, and drives each job through [`job_run`]'s fixed orchestration. A job runs
+//! only while it holds its workspace's lock ([`workspace_lock`]: one job per workspace on a
+//! host), which its caller takes before the job starts.
 //!
 //! One round, end to end:
 //!
@@ -20,6 +22,7 @@ pub mod prompt;
 mod round;
 pub mod stdout_report;
 mod verify;
+pub mod workspace_lock;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +32,7 @@ pub use backends::{Backends, Run};
 pub use cancel::Cancel;
 pub use env::RunnerEnv;
 pub use job_run::backoff;
+pub use workspace_lock::{Holder, WorkspaceLock, WorkspaceLockError};
 
 use crate::agent::Agent;
 use crate::job::{Ceilings, JobId, JobResult, JobSpec};
@@ -227,10 +231,19 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs a queued job to its end. `cancel` stops it (the round's tree is killed).
+    /// Takes the workspace lock a job needs to run ([`WorkspaceLock`]); when another job or
+    /// process holds it, the error names the holder, as a job of this engine's store where it
+    /// is one. Reads the store only then (blocking).
+    pub fn lock_workspace(&self, workspace: &Path) -> Result<WorkspaceLock, WorkspaceLockError> {
+        WorkspaceLock::try_acquire(workspace).map_err(|e| e.in_store(&self.store))
+    }
+
+    /// Runs a queued job to its end, holding `workspace`, the lock of its workspace, until
+    /// then. `cancel` stops it (the round's tree is killed).
     pub async fn run(
         &self,
         job_id: &str,
+        workspace: WorkspaceLock,
         cancel: Cancel,
         observers: Vec<Arc<dyn Observer>>,
     ) -> Result<JobResult, EngineError> {
@@ -244,6 +257,15 @@ impl Engine {
                 state: view.state.as_str(),
             });
         }
+        if workspace.path() != view.spec.workspace {
+            return Err(EngineError::Internal {
+                message: format!(
+                    "job `{job_id}` runs in `{}` but the lock held is that of `{}`",
+                    view.spec.workspace.display(),
+                    workspace.path().display()
+                ),
+            });
+        }
         let agent = Agent::resolve(&view.spec.agent).map_err(|e| EngineError::Config {
             message: e.to_string(),
         })?;
@@ -254,9 +276,11 @@ impl Engine {
             since,
             cancel.clone(),
         )?;
-        job_run::JobRun::new(self, journal, agent, cancel)
+        let result = job_run::JobRun::new(self, journal, agent, cancel)
             .run()
-            .await
+            .await;
+        drop(workspace);
+        result
     }
 
     /// Re-arms a finished job (interrupted, cancelled, error, round-failed) with its remaining

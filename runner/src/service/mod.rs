@@ -4,6 +4,7 @@
 //! - [`config`]: the configuration file and what a submitter may ask ([`admission`]).
 //! - [`api`]: the HTTP/JSON API under `/v1`, `/healthz`, `/readyz`, `/metrics`.
 //! - [`recovery`]: start-up reconciliation of what a dead instance left.
+//! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
 //! - [`auth`]: the bearer token. [`notify`]: `sd_notify`.
 
 pub mod admission;
@@ -12,6 +13,7 @@ pub mod auth;
 pub mod config;
 pub mod notify;
 pub mod recovery;
+mod scheduler;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -85,7 +87,10 @@ pub struct Service {
     config: RwLock<ServiceConfig>,
     options: ServeOptions,
     token: String,
-    running: Mutex<HashMap<String, Cancel>>,
+    running: Mutex<HashMap<String, scheduler::RunningJob>>,
+    /// Queued jobs found waiting for a workspace another process holds, and the holder's pid
+    /// when that was logged (so each wait is logged once).
+    waiting: Mutex<HashMap<String, Option<u32>>>,
     wake: Notify,
     draining: AtomicBool,
     ready: AtomicBool,
@@ -190,6 +195,7 @@ impl Service {
             options,
             token,
             running: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
@@ -241,7 +247,7 @@ impl Service {
 
     /// The cancel switch of a running job.
     pub fn running_cancel(&self, id: &str) -> Option<Cancel> {
-        self.running.lock().ok()?.get(id).cloned()
+        self.running.lock().ok()?.get(id).map(|r| r.cancel.clone())
     }
 
     fn running_ids(&self) -> Vec<String> {
@@ -249,67 +255,6 @@ impl Service {
             .lock()
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default()
-    }
-
-    /// Takes queued jobs while there is room, until the service drains.
-    async fn schedule(self: Arc<Self>) {
-        loop {
-            if self.draining.load(Ordering::SeqCst) {
-                return;
-            }
-            let max = self.config().max_concurrent_jobs;
-            loop {
-                let running = self.running_ids();
-                if running.len() >= max {
-                    break;
-                }
-                // The claim journals `job_started` atomically: another runner sharing the
-                // store never gets the same job.
-                let next = crate::store::journal::blocking(|| {
-                    self.engine
-                        .store()
-                        .claim_next(self.engine.runner(), &running)
-                });
-                match next {
-                    Ok(Some(id)) => self.clone().launch(id),
-                    Ok(None) => break,
-                    Err(e) => {
-                        log(&format!("failed to claim a job from the queue: {e}"));
-                        break;
-                    }
-                }
-            }
-            tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(Duration::from_secs(2)) => {}
-            }
-        }
-    }
-
-    fn launch(self: Arc<Self>, id: String) {
-        let cancel = Cancel::new();
-        if let Ok(mut m) = self.running.lock() {
-            m.insert(id.clone(), cancel.clone());
-        }
-        tokio::spawn(async move {
-            match self.engine.run(&id, cancel, Vec::new()).await {
-                Ok(r) => log(&format!(
-                    "job {id}: {} after {} round(s): {}",
-                    r.outcome, r.rounds, r.message
-                )),
-                Err(e) if changed_by_another_runner(&e) => log(&format!(
-                    "job {id}: left as it is, another runner changed its journal: {e}"
-                )),
-                Err(e) => {
-                    log(&format!("job {id}: {e}"));
-                    self.fail_with_retries(&id, &e.to_string()).await;
-                }
-            }
-            if let Ok(mut m) = self.running.lock() {
-                m.remove(&id);
-            }
-            self.wake.notify_one();
-        });
     }
 
     /// [`Service::fail`], tried again for a while when the store cannot be written (e.g. the
@@ -394,7 +339,7 @@ impl Service {
         let running: Vec<Cancel> = self
             .running
             .lock()
-            .map(|m| m.values().cloned().collect())
+            .map(|m| m.values().map(|r| r.cancel.clone()).collect())
             .unwrap_or_default();
         log(&format!(
             "draining: {} running job(s) may finish their round within {}",
@@ -428,8 +373,8 @@ impl Service {
 
     fn cancel_all(&self, by: &str) {
         if let Ok(m) = self.running.lock() {
-            for c in m.values() {
-                c.cancel(by);
+            for r in m.values() {
+                r.cancel.cancel(by);
             }
         }
     }

@@ -7,7 +7,7 @@
 //! - [`postgres`]: the PostgreSQL backend (several runner hosts sharing one queue).
 //!
 //! [`Store`] dispatches to one of them; both keep the same tables and the same semantics
-//! (append-only events, optimistic sequence check, atomic claim of queued jobs).
+//! (append-only events, optimistic sequence check, atomic claim of a queued job).
 
 pub mod event;
 pub mod journal;
@@ -214,18 +214,15 @@ impl Store {
         dispatch!(self.append(event, after))
     }
 
-    /// Claims the next queued job (priority, then age) not in `skip` for `runner`: journals its
-    /// `job_started` and makes it running, atomically, so no two runners sharing the store
-    /// start the same job. Returns its id, or `None` when nothing is queued.
-    pub fn claim_next(
-        &self,
-        runner: &RunnerInfo,
-        skip: &[String],
-    ) -> Result<Option<String>, StoreError> {
+    /// Claims the job `job_id` for `runner` if it is still queued: journals its `job_started`
+    /// and makes it running, atomically, so no two runners sharing the store start the same
+    /// job. Returns whether it was claimed. The service finds the job with
+    /// [`Store::next_queued`] and locks its workspace before it claims it.
+    pub fn claim(&self, job_id: &str, runner: &RunnerInfo) -> Result<bool, StoreError> {
         let started = EventKind::JobStarted {
             runner: runner.clone(),
         };
-        dispatch!(self.claim_next(&started, &now_rfc3339(), skip))
+        dispatch!(self.claim(job_id, &started, &now_rfc3339()))
     }
 
     /// The journal of a job.
@@ -263,9 +260,14 @@ impl Store {
         dispatch!(self.list(filter))
     }
 
-    /// The next queued job to run (priority, then age), skipping `skip`.
-    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
-        dispatch!(self.next_queued(skip))
+    /// The next queued job to run (priority, then age) that is not in `skip` and whose
+    /// workspace (as its request names it) is not in `busy`.
+    pub fn next_queued(
+        &self,
+        skip: &[String],
+        busy: &[PathBuf],
+    ) -> Result<Option<QueuedJob>, StoreError> {
+        dispatch!(self.next_queued(skip, busy))
     }
 
     /// Where the data lives, for messages: the database file, or the connection string with
@@ -284,6 +286,15 @@ impl Store {
             Backend::Postgres(_) => None,
         }
     }
+}
+
+/// A queued job, as the scheduler sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedJob {
+    /// Job id.
+    pub id: String,
+    /// Its workspace.
+    pub workspace: PathBuf,
 }
 
 /// Which jobs to list.

@@ -12,9 +12,9 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::StoreError;
 use super::event::{Durability, Event, EventKind};
 use super::projection::JobView;
+use super::{QueuedJob, StoreError};
 
 /// Database file name inside the state directory.
 pub const DB_FILE: &str = "ralph.db";
@@ -198,16 +198,11 @@ impl SqliteStore {
         tx.commit().map_err(&err)
     }
 
-    /// Takes the next queued job not in `skip` (priority, then age) and journals `started` (a
-    /// `job_started` event) as its next event, inside one IMMEDIATE transaction (which holds
-    /// the database's write lock: no other process can claim or append meanwhile). Returns the
-    /// job id.
-    pub fn claim_next(
-        &self,
-        started: &EventKind,
-        at: &str,
-        skip: &[String],
-    ) -> Result<Option<String>, StoreError> {
+    /// Claims the job `job_id` if it is still queued: journals `started` (a `job_started`
+    /// event) as its next event and makes it running, inside one IMMEDIATE transaction (which
+    /// holds the database's write lock: no other process can claim or append meanwhile).
+    /// Returns whether it was claimed (`false`: no longer queued, or no such job).
+    pub fn claim(&self, job_id: &str, started: &EventKind, at: &str) -> Result<bool, StoreError> {
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "claim a job from");
         conn.set_durability(started.durability()).map_err(&err)?;
@@ -215,28 +210,19 @@ impl SqliteStore {
             .db
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let mut next = None;
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT id, last_seq FROM jobs WHERE state = 'queued'
-                     ORDER BY priority DESC, created_at, id",
-                )
-                .map_err(&err)?;
-            let mut rows = stmt.query([]).map_err(&err)?;
-            while let Some(row) = rows.next().map_err(&err)? {
-                let id: String = row.get(0).map_err(&err)?;
-                if !skip.contains(&id) {
-                    next = Some((id, row.get::<_, i64>(1).map_err(&err)?));
-                    break;
-                }
-            }
-        }
-        let Some((id, last)) = next else {
-            return Ok(None);
+        let last: Option<i64> = tx
+            .query_row(
+                "SELECT last_seq FROM jobs WHERE id = ?1 AND state = 'queued'",
+                params![job_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&err)?;
+        let Some(last) = last else {
+            return Ok(false);
         };
         let event = Event {
-            job_id: id.clone(),
+            job_id: job_id.to_owned(),
             seq: u64::try_from(last).unwrap_or(0) + 1,
             at: at.to_owned(),
             kind: started.clone(),
@@ -244,11 +230,11 @@ impl SqliteStore {
         insert_event(&tx, &event).map_err(&err)?;
         tx.execute(
             "UPDATE jobs SET state = 'running', updated_at = ?2, last_seq = ?3 WHERE id = ?1",
-            params![id, event.at, event.seq],
+            params![job_id, event.at, event.seq],
         )
         .map_err(&err)?;
         tx.commit().map_err(&err)?;
-        Ok(Some(id))
+        Ok(true)
     }
 
     /// Who asked to cancel the job in an event after `after_seq`, if anyone did.
@@ -388,21 +374,28 @@ impl SqliteStore {
         rows.collect::<Result<Vec<_>, _>>().map_err(&err)
     }
 
-    /// The next queued job: highest priority first, then oldest.
-    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
+    /// The next queued job (highest priority first, then oldest) that is not in `skip` and whose
+    /// workspace is not in `busy`.
+    pub fn next_queued(
+        &self,
+        skip: &[String],
+        busy: &[PathBuf],
+    ) -> Result<Option<QueuedJob>, StoreError> {
         let conn = self.conn()?;
         let err = db_err(&self.path, "read the queue of");
         let mut stmt = conn
             .db
-            .prepare_cached("SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, created_at, id LIMIT 64")
+            .prepare_cached(
+                "SELECT id, json_extract(spec, '$.workspace') FROM jobs WHERE state = 'queued'
+                 ORDER BY priority DESC, created_at, id",
+            )
             .map_err(&err)?;
-        let ids = stmt
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(&err)?;
-        for id in ids {
-            let id = id.map_err(&err)?;
-            if !skip.contains(&id) {
-                return Ok(Some(id));
+        let mut rows = stmt.query([]).map_err(&err)?;
+        while let Some(row) = rows.next().map_err(&err)? {
+            let id: String = row.get(0).map_err(&err)?;
+            let workspace = PathBuf::from(row.get::<_, String>(1).map_err(&err)?);
+            if !skip.contains(&id) && !busy.contains(&workspace) {
+                return Ok(Some(QueuedJob { id, workspace }));
             }
         }
         Ok(None)

@@ -85,6 +85,9 @@ on_both_backends!(
     the_queue_is_priority_then_age_and_counts_by_state,
     a_claim_journals_job_started_and_skips,
     concurrent_claims_take_each_job_exactly_once,
+    the_queue_passes_over_busy_workspaces,
+    a_claim_takes_only_a_queued_job,
+    concurrent_claims_of_one_job_have_one_winner,
     a_running_job_folds_in_a_foreign_cancel_request,
     cancel_requests_are_found_after_a_sequence_number,
     a_newer_schema_is_refused,
@@ -102,6 +105,23 @@ fn spec() -> JobSpec {
 
 fn runner() -> RunnerInfo {
     RunnerInfo::current("test")
+}
+
+/// How the service takes work, without the workspace locks: the next queued job not in
+/// `skip`, claimed; a job another claimer took meanwhile is passed over.
+fn claim_next(
+    store: &Store,
+    me: &RunnerInfo,
+    skip: &[String],
+) -> Result<Option<String>, StoreError> {
+    let mut passed = skip.to_vec();
+    while let Some(job) = store.next_queued(&passed, &[])? {
+        if store.claim(&job.id, me)? {
+            return Ok(Some(job.id));
+        }
+        passed.push(job.id);
+    }
+    Ok(None)
 }
 
 fn finished(round: u32, attempt: u32, result: AttemptResult) -> EventKind {
@@ -384,20 +404,27 @@ fn the_queue_is_priority_then_age_and_counts_by_state(db: &Db) {
     let store = Arc::new(db.store());
     let low = submit_n(&store, 2, 0);
     let high = submit_n(&store, 2, 5);
-    assert_eq!(store.next_queued(&[]).unwrap(), Some(high[0].clone()));
     assert_eq!(
-        store.next_queued(&[high[0].clone()]).unwrap(),
+        store.next_queued(&[], &[]).unwrap().map(|q| q.id),
+        Some(high[0].clone())
+    );
+    assert_eq!(
+        store
+            .next_queued(&[high[0].clone()], &[])
+            .unwrap()
+            .map(|q| q.id),
         Some(high[1].clone())
     );
     assert_eq!(
-        store.next_queued(&high).unwrap(),
+        store.next_queued(&high, &[]).unwrap().map(|q| q.id),
         Some(low[0].clone()),
         "older first within a priority"
     );
     assert_eq!(
         store
-            .next_queued(&[high.clone(), low.clone()].concat())
-            .unwrap(),
+            .next_queued(&[high.clone(), low.clone()].concat(), &[])
+            .unwrap()
+            .map(|q| q.id),
         None
     );
     assert_eq!(store.count_in_state(JobState::Queued).unwrap(), 4);
@@ -429,10 +456,10 @@ fn a_claim_journals_job_started_and_skips(db: &Db) {
     let high = submit_n(&store, 2, 3);
     let me = runner();
     assert_eq!(
-        store.claim_next(&me, &[high[0].clone()]).unwrap(),
+        claim_next(&store, &me, &[high[0].clone()]).unwrap(),
         Some(high[1].clone())
     );
-    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(high[0].clone()));
+    assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(high[0].clone()));
     let view = store.load(&high[1]).unwrap();
     assert_eq!(
         (view.state, view.seq, view.runner.as_ref()),
@@ -449,9 +476,9 @@ fn a_claim_journals_job_started_and_skips(db: &Db) {
     // The runner goes on appending after the claim's event.
     let mut j = Journal::open(store.clone(), &high[1], vec![]).unwrap();
     j.record(started(1, 1)).unwrap();
-    assert_eq!(store.claim_next(&me, &low).unwrap(), None);
-    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(low[0].clone()));
-    assert_eq!(store.claim_next(&me, &[]).unwrap(), None);
+    assert_eq!(claim_next(&store, &me, &low).unwrap(), None);
+    assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(low[0].clone()));
+    assert_eq!(claim_next(&store, &me, &[]).unwrap(), None);
     assert_eq!(store.count_in_state(JobState::Queued).unwrap(), 0);
     // A resumed job is claimed again.
     let mut j = Journal::open(store.clone(), &low[0], vec![]).unwrap();
@@ -460,7 +487,7 @@ fn a_claim_journals_job_started_and_skips(db: &Db) {
         message: "again".into(),
     })
     .unwrap();
-    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(low[0].clone()));
+    assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(low[0].clone()));
     assert_eq!(store.load(&low[0]).unwrap().state, JobState::Running);
 }
 
@@ -478,7 +505,7 @@ fn concurrent_claims_take_each_job_exactly_once(db: &Db) {
                     let mut me = runner();
                     me.pid += u32::try_from(i).unwrap();
                     let mut mine = Vec::new();
-                    while let Some(id) = store.claim_next(&me, &[]).unwrap() {
+                    while let Some(id) = claim_next(&store, &me, &[]).unwrap() {
                         mine.push(id);
                         // A runner does something with its job before it claims again.
                         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -509,11 +536,119 @@ fn concurrent_claims_take_each_job_exactly_once(db: &Db) {
     );
 }
 
+fn the_queue_passes_over_busy_workspaces(db: &Db) {
+    let store = db.store();
+    let on = |ws: &str, priority: i32| {
+        let mut spec = spec();
+        spec.workspace = ws.into();
+        let id = store.submit_with_priority(&spec, priority).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        id
+    };
+    let a1 = on("/tmp/a", 0);
+    let _a2 = on("/tmp/a", 0);
+    let nested = on("/tmp/a/b", 0);
+    let b = on("/tmp/b", 0);
+    let a_high = on("/tmp/a", 9);
+    let next = |skip: &[String], busy: &[&str]| {
+        let busy: Vec<std::path::PathBuf> = busy.iter().map(Into::into).collect();
+        store.next_queued(skip, &busy).unwrap()
+    };
+    assert_eq!(
+        next(&[], &[]),
+        Some(QueuedJob {
+            id: a_high.clone(),
+            workspace: "/tmp/a".into()
+        })
+    );
+    // Every job of a busy workspace is passed over, whatever its priority; a workspace inside
+    // it is another workspace.
+    assert_eq!(
+        next(&[], &["/tmp/a"]),
+        Some(QueuedJob {
+            id: nested.clone(),
+            workspace: "/tmp/a/b".into()
+        })
+    );
+    assert_eq!(
+        next(&[], &["/tmp/a", "/tmp/a/b"]).map(|q| q.id),
+        Some(b.clone())
+    );
+    assert_eq!(next(&[], &["/tmp/a", "/tmp/a/b", "/tmp/b"]), None);
+    assert_eq!(
+        next(std::slice::from_ref(&a_high), &["/tmp/b"]).map(|q| q.id),
+        Some(a1)
+    );
+}
+
+fn a_claim_takes_only_a_queued_job(db: &Db) {
+    let store = Arc::new(db.store());
+    let me = runner();
+    let ids = submit_n(&store, 2, 0);
+    assert!(
+        store.claim(&ids[1], &me).unwrap(),
+        "any queued job, not only the first"
+    );
+    assert!(!store.claim(&ids[1], &me).unwrap(), "a running job");
+    let view = store.load(&ids[1]).unwrap();
+    assert_eq!(
+        (view.state, view.seq, view.runner.as_ref()),
+        (JobState::Running, 2, Some(&me))
+    );
+    assert_eq!(
+        store.next_queued(&[], &[]).unwrap().map(|q| q.id),
+        Some(ids[0].clone())
+    );
+    let mut j = Journal::open(store.clone(), &ids[0], vec![]).unwrap();
+    j.record(EventKind::CancelRequested { by: "t".into() })
+        .unwrap();
+    j.record(cancelled()).unwrap();
+    assert!(!store.claim(&ids[0], &me).unwrap(), "a finished job");
+    assert!(!store.claim("no-such-job", &me).unwrap());
+    j.record(EventKind::Resumed {
+        message: "again".into(),
+    })
+    .unwrap();
+    assert!(store.claim(&ids[0], &me).unwrap(), "a resumed job");
+    assert_eq!(store.events(&ids[0]).unwrap().len(), 5);
+}
+
+fn concurrent_claims_of_one_job_have_one_winner(db: &Db) {
+    const CLAIMERS: usize = 6;
+    let store = db.store();
+    for _ in 0..5 {
+        let id = store.submit(&spec()).unwrap();
+        let barrier = std::sync::Barrier::new(CLAIMERS);
+        let won: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CLAIMERS)
+                .map(|i| {
+                    let (store, id, barrier) = (db.store(), &id, &barrier);
+                    s.spawn(move || {
+                        let mut me = runner();
+                        me.pid += u32::try_from(i).unwrap();
+                        barrier.wait();
+                        usize::from(store.claim(id, &me).unwrap())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(won, 1, "{id}");
+        let starts = store
+            .events(&id)
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::JobStarted { .. }))
+            .count();
+        assert_eq!(starts, 1, "{id}");
+    }
+}
+
 fn a_running_job_folds_in_a_foreign_cancel_request(db: &Db) {
     let store = Arc::new(db.store());
     let id = store.submit(&spec()).unwrap();
     let me = runner();
-    assert_eq!(store.claim_next(&me, &[]).unwrap(), Some(id.clone()));
+    assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(id.clone()));
     let mut runner_side = Journal::open(store.clone(), &id, vec![]).unwrap();
     runner_side.record(started(1, 1)).unwrap();
     // Another host's API journals a cancel request through its own connection.
@@ -556,7 +691,7 @@ fn a_running_job_folds_in_a_foreign_cancel_request(db: &Db) {
     );
     // Any other concurrent change stays a conflict.
     let id2 = store.submit(&spec()).unwrap();
-    store.claim_next(&me, &[]).unwrap();
+    claim_next(&store, &me, &[]).unwrap();
     let mut a = Journal::open(store.clone(), &id2, vec![]).unwrap();
     let mut b = Journal::open(store.clone(), &id2, vec![]).unwrap();
     a.record(started(1, 1)).unwrap();
@@ -644,8 +779,11 @@ fn the_postgres_store_reconnects_after_its_connection_is_killed() {
     j.record(EventKind::CancelRequested { by: "t".into() })
         .unwrap();
     kill();
-    assert_eq!(store.claim_next(&runner(), &[]).unwrap(), Some(id.clone()));
-    assert_eq!(store.claim_next(&runner(), &[]).unwrap(), None);
+    assert_eq!(
+        claim_next(&store, &runner(), &[]).unwrap(),
+        Some(id.clone())
+    );
+    assert_eq!(claim_next(&store, &runner(), &[]).unwrap(), None);
     let view = store.load(&id).unwrap();
     assert_eq!((view.seq, view.state), (3, JobState::Running));
 }

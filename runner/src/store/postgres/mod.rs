@@ -5,8 +5,8 @@
 //! UPDATE, DELETE and TRUNCATE). Each append is one transaction that locks the job row
 //! (`SELECT last_seq … FOR UPDATE`), checks the expected sequence number
 //! ([`StoreError::Conflict`] otherwise), inserts the event and updates the projection columns.
-//! [`PgStore::claim_next`] takes the next queued job with `FOR UPDATE SKIP LOCKED` and journals
-//! its `job_started` in the same transaction, so two hosts never start the same job.
+//! [`PgStore::claim`] takes a queued job (`UPDATE … WHERE state = 'queued'`, which locks its row)
+//! and journals its `job_started` in the same transaction, so two hosts never start the same job.
 //!
 //! Durability: commits are flushed to the server's WAL before they return
 //! (`synchronous_commit = on`, the server default) for [`Durability::Immediate`] events;
@@ -22,11 +22,13 @@ pub mod schema;
 pub mod target;
 pub mod worker;
 
+use std::path::PathBuf;
+
 use postgres::Transaction;
 
 use super::event::{Durability, Event, EventKind};
 use super::projection::JobView;
-use super::{JobFilter, JobSummary, StoreError};
+use super::{JobFilter, JobSummary, QueuedJob, StoreError};
 use target::Target;
 use worker::{Attempt, CallError, Connection};
 
@@ -144,57 +146,45 @@ impl PgStore {
             })
     }
 
-    /// Takes the next queued job not in `skip` (priority, then age) and journals `started` (a
-    /// `job_started` event) as its next event, in one transaction: rows another runner is
-    /// claiming are skipped, not waited for. Returns the job id.
-    pub fn claim_next(
-        &self,
-        started: &EventKind,
-        at: &str,
-        skip: &[String],
-    ) -> Result<Option<String>, StoreError> {
+    /// Claims the job `job_id` if it is still queued: journals `started` (a `job_started`
+    /// event) as its next event and makes it running, in one transaction that locks the job's
+    /// row (a concurrent claim by another host waits for it, then finds the job running).
+    /// Returns whether it was claimed (`false`: no longer queued, or no such job).
+    pub fn claim(&self, job_id: &str, started: &EventKind, at: &str) -> Result<bool, StoreError> {
         let data = encode(started)?;
         let durable = started.durability();
-        let (at, skip) = (at.to_owned(), skip.to_vec());
+        let (id, at) = (job_id.to_owned(), at.to_owned());
         self.conn.call("claim a job from", move |client, attempt| {
             let mut tx = client.transaction()?;
             if attempt == Attempt::MaybeCommitted {
                 // The claim may have committed before the connection broke: find it again.
                 let mine = tx.query_opt(
-                    "SELECT j.id FROM jobs j JOIN events e ON e.job_id = j.id AND e.seq = j.last_seq
-                     WHERE j.state = 'running' AND e.type = 'job_started' AND e.data = $1
-                       AND NOT (j.id = ANY($2))
-                     LIMIT 1",
-                    &[&data, &skip],
+                    "SELECT 1 FROM jobs j JOIN events e ON e.job_id = j.id AND e.seq = j.last_seq
+                     WHERE j.id = $1 AND j.state = 'running' AND e.type = 'job_started'
+                       AND e.at = $2 AND e.data = $3",
+                    &[&id, &at, &data],
                 )?;
-                if let Some(row) = mine {
-                    return Ok(Some(row.try_get(0)?));
+                if mine.is_some() {
+                    return Ok(true);
                 }
             }
             durability(&mut tx, durable)?;
             let claimed = tx.query_opt(
-                "WITH next AS (
-                     SELECT id FROM jobs
-                     WHERE state = 'queued' AND NOT (id = ANY($1))
-                     ORDER BY priority DESC, created_at, id
-                     LIMIT 1
-                     FOR UPDATE SKIP LOCKED
-                 )
-                 UPDATE jobs SET state = 'running', updated_at = $2, last_seq = jobs.last_seq + 1
-                 FROM next WHERE jobs.id = next.id
-                 RETURNING jobs.id, jobs.last_seq",
-                &[&skip, &at],
+                "UPDATE jobs SET state = 'running', updated_at = $2, last_seq = last_seq + 1
+                 WHERE id = $1 AND state = 'queued'
+                 RETURNING last_seq",
+                &[&id, &at],
             )?;
             let Some(row) = claimed else {
-                return Ok(None);
+                return Ok(false);
             };
-            let (id, seq): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
+            let seq: i64 = row.try_get(0)?;
             tx.execute(
                 "INSERT INTO events (job_id, seq, at, type, data) VALUES ($1, $2, $3, 'job_started', $4)",
                 &[&id, &seq, &at, &data],
             )?;
             tx.commit()?;
-            Ok(Some(id))
+            Ok(true)
         })
     }
 
@@ -306,17 +296,32 @@ impl PgStore {
         })
     }
 
-    /// The next queued job: highest priority first, then oldest.
-    pub fn next_queued(&self, skip: &[String]) -> Result<Option<String>, StoreError> {
+    /// The next queued job (highest priority first, then oldest) that is not in `skip` and whose
+    /// workspace is not in `busy`.
+    pub fn next_queued(
+        &self,
+        skip: &[String],
+        busy: &[PathBuf],
+    ) -> Result<Option<QueuedJob>, StoreError> {
         let skip = skip.to_vec();
+        // A stored spec's workspace is always UTF-8 (it is JSON); other paths match nothing.
+        let busy: Vec<String> = busy
+            .iter()
+            .filter_map(|p| p.to_str().map(str::to_owned))
+            .collect();
         self.conn.call("read the queue of", move |client, _| {
             let row = client.query_opt(
-                "SELECT id FROM jobs WHERE state = 'queued' AND NOT (id = ANY($1))
+                "SELECT id, spec::jsonb ->> 'workspace' FROM jobs
+                 WHERE state = 'queued' AND NOT (id = ANY($1))
+                   AND NOT ((spec::jsonb ->> 'workspace') = ANY($2))
                  ORDER BY priority DESC, created_at, id LIMIT 1",
-                &[&skip],
+                &[&skip, &busy],
             )?;
             Ok(match row {
-                Some(r) => Some(r.try_get(0)?),
+                Some(r) => Some(QueuedJob {
+                    id: r.try_get(0)?,
+                    workspace: PathBuf::from(r.try_get::<_, String>(1)?),
+                }),
                 None => None,
             })
         })

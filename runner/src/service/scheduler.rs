@@ -1,0 +1,189 @@
+//! Which queued job the service starts next: at most `max_concurrent_jobs` at once, and one job
+//! at a time per workspace on this host (SPEC §5).
+//!
+//! A pass over the queue, every 2 s and whenever a job is queued or ends:
+//!
+//! ```text
+//! next_queued(skip: running ids + passed over, busy: workspaces of running jobs + found held)
+//!   └─ WorkspaceLock::try_acquire(its workspace)
+//!        ├─ held by another process ─▶ workspace added to `busy`; the job stays queued
+//!        └─ locked ─▶ claim(id) (journals job_started iff still queued)
+//!                       ├─ claimed ─▶ launch: Engine::run holds the lock to the job's end
+//!                       └─ not queued any more (cancelled, another host took it) ─▶ unlock, pass over
+//! ```
+//!
+//! The lock is taken before the claim and held across it: from the moment the workspace is
+//! found free until the job ends nothing else on this host can take it, so a job is never
+//! journalled `job_started` and then found blocked (a `ralph run` arriving in between is the one
+//! refused). Claiming first and locking after would leave, on a lost race, a started job that
+//! cannot run; probing the lock and releasing it before the claim would leave the same window.
+//! Workspaces of this service's own running jobs are skipped by the queue query without a probe
+//! (their lock would refuse anyway: each job has its own open file description), and a workspace
+//! found held is skipped for the rest of the pass, so jobs of other workspaces start behind a
+//! blocked one (no head-of-line blocking) and each blocked workspace costs one probe per pass.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Service, changed_by_another_runner, log};
+use crate::engine::{Cancel, Holder, WorkspaceLock, WorkspaceLockError};
+use crate::store::QueuedJob;
+use crate::store::journal::blocking;
+
+/// A job this service runs.
+#[derive(Debug)]
+pub(super) struct RunningJob {
+    /// Its cancel switch.
+    pub(super) cancel: Cancel,
+    /// Its workspace (held by its lock while it runs).
+    pub(super) workspace: PathBuf,
+}
+
+impl Service {
+    fn running_workspaces(&self) -> Vec<PathBuf> {
+        self.running
+            .lock()
+            .map(|m| m.values().map(|r| r.workspace.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Starts queued jobs while there is room, until the service drains.
+    pub(super) async fn schedule(self: Arc<Self>) {
+        loop {
+            if self.draining.load(Ordering::SeqCst) {
+                return;
+            }
+            self.start_queued();
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+        }
+    }
+
+    /// One pass over the queue (see the module doc).
+    fn start_queued(self: &Arc<Self>) {
+        let max = self.config().max_concurrent_jobs;
+        let mut passed: Vec<String> = Vec::new();
+        let mut busy = self.running_workspaces();
+        loop {
+            let mut skip = self.running_ids();
+            if skip.len() >= max {
+                return;
+            }
+            skip.extend(passed.iter().cloned());
+            let next = blocking(|| self.engine.store().next_queued(&skip, &busy));
+            let job = match next {
+                Ok(Some(job)) => job,
+                Ok(None) => {
+                    // Every queued job was seen: forget the waits of jobs no longer waiting.
+                    if let Ok(mut w) = self.waiting.lock() {
+                        w.retain(|id, _| passed.contains(id));
+                    }
+                    return;
+                }
+                Err(e) => {
+                    log(&format!("failed to claim a job from the queue: {e}"));
+                    return;
+                }
+            };
+            let lock = match blocking(|| WorkspaceLock::try_acquire(&job.workspace)) {
+                Err(WorkspaceLockError::Busy { holder, .. }) => {
+                    self.note_waiting(&job, holder);
+                    passed.push(job.id);
+                    busy.push(job.workspace);
+                    continue;
+                }
+                // Locked, or unusable (gone, not a directory, refused by the filesystem): such a
+                // job is claimed and closed as an error rather than left queued for ever.
+                other => other,
+            };
+            // The claim journals `job_started` atomically: another runner sharing the store
+            // never gets the same job.
+            match blocking(|| self.engine.store().claim(&job.id, self.engine.runner())) {
+                Ok(true) => {
+                    if let Ok(mut w) = self.waiting.lock() {
+                        w.remove(&job.id);
+                    }
+                    busy.push(job.workspace.clone());
+                    self.clone().launch(job, lock);
+                }
+                Ok(false) => passed.push(job.id),
+                Err(e) => {
+                    log(&format!("failed to claim a job from the queue: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Logs, once per holder, that `job` waits for its workspace.
+    fn note_waiting(&self, job: &QueuedJob, holder: Holder) {
+        let pid = match &holder {
+            Holder::Job { pid, .. } | Holder::Process { pid, .. } => Some(*pid),
+            Holder::Unknown => None,
+        };
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        if waiting.get(&job.id) == Some(&pid) {
+            return;
+        }
+        waiting.insert(job.id.clone(), pid);
+        drop(waiting);
+        let holder = blocking(|| holder.in_store(self.engine.store(), &job.workspace));
+        log(&format!(
+            "job {}: waits in the queue: the workspace `{}` is in use by {holder}",
+            job.id,
+            job.workspace.display()
+        ));
+    }
+
+    /// Runs a claimed job, holding its workspace lock until it ends; a job whose workspace
+    /// could not be locked is closed as an error.
+    fn launch(self: Arc<Self>, job: QueuedJob, lock: Result<WorkspaceLock, WorkspaceLockError>) {
+        let cancel = Cancel::new();
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(
+                job.id.clone(),
+                RunningJob {
+                    cancel: cancel.clone(),
+                    workspace: job.workspace,
+                },
+            );
+        }
+        let id = job.id;
+        tokio::spawn(async move {
+            match lock {
+                Ok(lock) => self.run_job(&id, lock, cancel).await,
+                Err(e) => {
+                    log(&format!("job {id}: {e}"));
+                    self.fail_with_retries(&id, &e.to_string()).await;
+                }
+            }
+            if let Ok(mut m) = self.running.lock() {
+                m.remove(&id);
+            }
+            self.wake.notify_one();
+        });
+    }
+
+    /// Runs a claimed job to its end; one the engine could not finish is closed as an error.
+    async fn run_job(&self, id: &str, lock: WorkspaceLock, cancel: Cancel) {
+        match self.engine.run(id, lock, cancel, Vec::new()).await {
+            Ok(r) => log(&format!(
+                "job {id}: {} after {} round(s): {}",
+                r.outcome, r.rounds, r.message
+            )),
+            Err(e) if changed_by_another_runner(&e) => log(&format!(
+                "job {id}: left as it is, another runner changed its journal: {e}"
+            )),
+            Err(e) => {
+                log(&format!("job {id}: {e}"));
+                self.fail_with_retries(id, &e.to_string()).await;
+            }
+        }
+    }
+}
