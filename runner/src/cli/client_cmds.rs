@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ralph_runner::client::{Client, ClientError, DEFAULT_SERVER};
-use ralph_runner::job::request::{Format, JobRequest, parse_job_file, resolve_existing};
+use ralph_runner::job::request::{Format, JobRequest, parse_job_file};
 use ralph_runner::job::{FinishReason, Outcome};
 use ralph_runner::store::{AttemptResult, Event, EventKind};
 use serde_json::{Value, json};
@@ -87,7 +87,9 @@ pub struct SubmitArgs {
 }
 
 /// Makes a request's paths absolute (against `base`) and inlines its objective file, so the
-/// server gets everything it needs and reads nothing on the submitter's behalf.
+/// server gets everything it needs and reads nothing on the submitter's behalf. The paths are
+/// not resolved here: the server resolves them, against the trees its rounds could have written
+/// (resolving them here would follow a symlink a round planted and send the server its target).
 fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, CliError> {
     let at = |f: &str| format!("job[{index}].{f}");
     if let Some(p) = r.objective_file.take() {
@@ -100,24 +102,10 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
             ))
         })?);
     }
-    let resolve = |field: &'static str, p: &Path| {
-        resolve_existing(field, p, base)
-            .map_err(|e| CliError::usage(format!("{}: {}", at(e.field), e.message)))
-    };
-    r.workspace = Some(resolve(
-        "workspace",
-        r.workspace.as_deref().unwrap_or(Path::new(".")),
-    )?);
-    r.read = r
-        .read
-        .iter()
-        .map(|p| resolve("read", p))
-        .collect::<Result<_, _>>()?;
-    r.write = r
-        .write
-        .iter()
-        .map(|p| resolve("write", p))
-        .collect::<Result<_, _>>()?;
+    let absolute = |p: &Path| base.join(p);
+    r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
+    r.read = r.read.iter().map(|p| absolute(p)).collect();
+    r.write = r.write.iter().map(|p| absolute(p)).collect();
     Ok(r)
 }
 

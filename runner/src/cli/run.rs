@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use ralph_runner::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv, WorkspaceLockError};
+use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
 use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
 use ralph_runner::store::{Observer, RunnerInfo, Store};
@@ -25,6 +26,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub job: JobArgs,
     /// State directory (default: $RALPH_STATE_DIR, $XDG_STATE_HOME/ralph or ~/.local/state/ralph).
+    /// The workspaces and --write directories of the jobs in the store (this one, or
+    /// --database-url's) count as writable trees: --workspace, --read and --write may not run
+    /// through a symlink inside one.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Print the result object as JSON on stdout.
@@ -64,12 +68,13 @@ pub fn spec_error(e: &SpecError) -> CliError {
     CliError::usage(format!("{}: {}", flag_of(e.field), e.message))
 }
 
-/// Builds the job request from the flags; every problem is a usage error naming the flag.
-pub fn build_spec(args: &RunArgs, cwd: &Path) -> Result<JobSpec, CliError> {
+/// Builds the job request from the flags, its paths resolved against the `known` writable trees
+/// (and the job's own); every problem is a usage error naming the flag.
+pub fn build_spec(args: &RunArgs, cwd: &Path, known: &WritableTrees) -> Result<JobSpec, CliError> {
     let (spec, _priority) = args
         .job
         .to_request()
-        .into_spec(cwd)
+        .into_spec(cwd, known)
         .map_err(|e| spec_error(&e))?;
     Ok(spec)
 }
@@ -82,7 +87,6 @@ pub fn flag_of(field: &str) -> String {
 pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
-    let spec = build_spec(&args, &cwd)?;
     let state_dir = match &args.state_dir {
         Some(d) => d.clone(),
         None => state_dir::default_state_dir()?,
@@ -96,13 +100,6 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         .map_err(|e| CliError::usage(e.to_string()))?;
     let state_dir = std::fs::canonicalize(&state_dir)
         .map_err(|e| CliError::usage(format!("--state-dir `{}`: {e}", state_dir.display())))?;
-    if overlaps(&state_dir, &spec.workspace) {
-        return Err(CliError::usage(format!(
-            "the state directory `{}` and the workspace `{}` overlap: the agent could edit the journal; choose another --state-dir",
-            state_dir.display(),
-            spec.workspace.display()
-        )));
-    }
     if let Some(p) = &args.metrics_textfile {
         textfile::check_path(p).map_err(|e| CliError::usage(format!("--metrics-textfile: {e}")))?;
     }
@@ -119,6 +116,20 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let store = Arc::new(
         Store::open(&state_dir, database_url).map_err(|e| CliError::internal(e.to_string()))?,
     );
+    // The job's paths are resolved once the store says where earlier rounds could write.
+    let known = WritableTrees::new(
+        store
+            .writable_trees()
+            .map_err(|e| CliError::internal(e.to_string()))?,
+    );
+    let spec = build_spec(&args, &cwd, &known)?;
+    if overlaps(&state_dir, &spec.workspace) {
+        return Err(CliError::usage(format!(
+            "the state directory `{}` and the workspace `{}` overlap: the agent could edit the journal; choose another --state-dir",
+            state_dir.display(),
+            spec.workspace.display()
+        )));
+    }
     let engine = Engine::new(
         store,
         Backends::new("/proc/self/exe", super::sandbox_args::load_policies()?),

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use ralph_runner::job::paths::{Requested, SandboxPaths, resolve_paths};
+use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::util::units::ByteSize;
 use ralph_sandbox::{BackendKind, Mode, Network};
 
@@ -20,10 +22,12 @@ pub struct SandboxArgs {
     /// Keep PATH (relative to the workspace) read-only; repeatable.
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,
-    /// Make PATH readable; repeatable.
+    /// Make PATH readable; repeatable. A symlink on its way that lies inside the workspace or a
+    /// --write directory is refused (give the real path).
     #[arg(long = "read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
-    /// Make directory PATH writable (workspace-write); repeatable.
+    /// Make directory PATH writable (workspace-write); repeatable. A symlink on its way that lies
+    /// inside the workspace or another --write directory is refused.
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
     /// Network access: none or full (default: the mode's; none except in full-access).
@@ -58,30 +62,19 @@ where
     s.parse::<T>().map_err(|e| e.to_string())
 }
 
-/// Makes `path` absolute (relative to `cwd`) and resolves it; it must exist.
-pub fn resolve_existing(flag: &str, path: &Path, cwd: &Path) -> Result<PathBuf, CliError> {
-    let abs = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        cwd.join(path)
-    };
-    std::fs::canonicalize(&abs)
-        .map_err(|e| CliError::usage(format!("{flag} `{}`: {e}", path.display())))
-}
-
 impl SandboxArgs {
-    /// `--read` and `--write` paths, absolute and resolved.
-    pub fn resolved_paths(&self, cwd: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>), CliError> {
-        let read = self
-            .read
-            .iter()
-            .map(|p| resolve_existing("--read", p, cwd))
-            .collect::<Result<_, _>>()?;
-        let write = self
-            .write
-            .iter()
-            .map(|p| resolve_existing("--write", p, cwd))
-            .collect::<Result<_, _>>()?;
-        Ok((read, write))
+    /// The workspace (`--workspace`), `--read` and `--write` paths, made absolute against `cwd`
+    /// and resolved together: they must exist, and no symlink inside the workspace or a
+    /// `--write` directory is followed on the way (`ralph sandbox exec` keeps no record of other
+    /// runs, so these are the only trees it knows a command could have written).
+    pub fn resolved_paths(&self, workspace: &Path, cwd: &Path) -> Result<SandboxPaths, CliError> {
+        let req = Requested {
+            workspace,
+            read: &self.read,
+            write: &self.write,
+            protect: &self.protect,
+        };
+        resolve_paths(req, cwd, &WritableTrees::none())
+            .map_err(|e| CliError::usage(format!("{}: {e}", super::run::flag_of(e.field))))
     }
 }

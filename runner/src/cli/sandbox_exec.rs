@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use ralph_runner::engine::{RunnerEnv, env};
+use ralph_runner::job::paths::SandboxPaths;
 use ralph_runner::util::units::HumanDuration;
 use ralph_sandbox::native::{NativeBackend, exec_inline};
 use ralph_sandbox::outcome::EndedBy;
@@ -15,7 +16,7 @@ use ralph_sandbox::{
 
 use super::CliError;
 use super::exit::Exit;
-use super::sandbox_args::{SandboxArgs, resolve_existing};
+use super::sandbox_args::SandboxArgs;
 
 /// `ralph sandbox exec` flags.
 #[derive(Args, Debug)]
@@ -47,12 +48,13 @@ pub struct ExecArgs {
 pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
-    let workspace = resolve_existing(
-        "--workspace",
-        args.workspace.as_deref().unwrap_or(&cwd),
-        &cwd,
-    )?;
-    let (read, write) = args.sandbox.resolved_paths(&cwd)?;
+    let SandboxPaths {
+        workspace,
+        read,
+        write,
+    } = args
+        .sandbox
+        .resolved_paths(args.workspace.as_deref().unwrap_or(&cwd), &cwd)?;
     let backend = args.sandbox.backend.unwrap_or_default();
     // The private HOME and TMPDIR live only as long as the command: on tmpfs when there is one
     // (natively; a container gets them under the host's TMPDIR, mounted at the same path).

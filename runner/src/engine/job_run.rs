@@ -156,6 +156,11 @@ impl<'e> JobRun<'e> {
                 ),
             ));
         }
+        let known = self
+            .known_trees()
+            .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
+        self.paths_unchanged(&known)
+            .map_err(|e| (finish_reason_of(e.class()), e.to_string()))?;
         let dirs = super::artifacts::AttemptDirs::new(&self.job_dir, 0, 0);
         let req = self.sandbox_request(&dirs, Vec::new(), Vec::new());
         self.engine

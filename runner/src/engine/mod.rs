@@ -18,6 +18,7 @@ mod cancel;
 mod cancel_watch;
 pub mod env;
 mod job_run;
+mod path_check;
 pub mod prompt;
 mod round;
 pub mod stdout_report;
@@ -35,6 +36,7 @@ pub use job_run::backoff;
 pub use workspace_lock::{Holder, WorkspaceLock, WorkspaceLockError};
 
 use crate::agent::Agent;
+use crate::job::resolve::WritableTrees;
 use crate::job::{Ceilings, JobId, JobResult, JobSpec};
 use crate::store::{JobState, Journal, Observer, RunnerInfo, Store, StoreError};
 
@@ -209,6 +211,14 @@ impl Engine {
     ) -> Result<JobId, EngineError> {
         self.check(spec)?;
         Ok(self.store.submit_with_priority(spec, priority)?)
+    }
+
+    /// The writable trees this engine knows of: the workspaces and `write` directories of the
+    /// jobs in its store ([`Store::writable_trees`]). A new job's paths are resolved against
+    /// these ([`crate::job::request::JobRequest::into_spec`]), and so are a job's before each of
+    /// its rounds.
+    pub fn writable_trees(&self) -> Result<WritableTrees, EngineError> {
+        Ok(WritableTrees::new(self.store.writable_trees()?))
     }
 
     /// Checks a job request against the ceilings, the agent presets and the environment.

@@ -184,6 +184,8 @@ impl JobRun<'_> {
             stderr: Box::new(stderr),
         };
 
+        let known = self.known_trees()?;
+
         // The start is durable before the process exists.
         self.journal.record(EventKind::RoundStarted {
             round,
@@ -191,12 +193,16 @@ impl JobRun<'_> {
             dir: dirs.root.clone(),
         })?;
         let started = Instant::now();
-        let outcome = match self
-            .engine
-            .backends
-            .spawn(self.spec.sandbox.backend, &spec, io)
-            .await
-        {
+        let spawned = match self.paths_unchanged(&known) {
+            Ok(()) => {
+                self.engine
+                    .backends
+                    .spawn(self.spec.sandbox.backend, &spec, io)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let outcome = match spawned {
             Ok(run) => {
                 self.journal.record(EventKind::RoundSpawned {
                     round,

@@ -77,14 +77,19 @@ impl JobRun<'_> {
             stderr: Box::new(Discard::default()),
         };
 
+        let known = self.known_trees()?;
         self.journal.record(EventKind::VerifyStarted { round })?;
         let started = Instant::now();
-        let outcome = match self
-            .engine
-            .backends
-            .spawn(self.spec.sandbox.backend, &spec, io)
-            .await
-        {
+        let spawned = match self.paths_unchanged(&known) {
+            Ok(()) => {
+                self.engine
+                    .backends
+                    .spawn(self.spec.sandbox.backend, &spec, io)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let outcome = match spawned {
             Ok(run) => run.wait(self.cancel.token()).await,
             Err(e) => Err(e),
         };

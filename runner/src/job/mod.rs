@@ -1,7 +1,10 @@
-//! Jobs: the immutable request ([`spec`]) and how a job ends ([`outcome`]).
+//! Jobs: the immutable request ([`spec`]), how a request's host paths are resolved
+//! ([`resolve`]) and how a job ends ([`outcome`]).
 
 pub mod outcome;
+pub mod paths;
 pub mod request;
+pub mod resolve;
 pub mod spec;
 
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use ralph_sandbox::{BackendKind, Mode, Network};
 use serde::{Deserialize, Serialize};
 
+use super::paths::{PathError, Requested, SandboxPaths, resolve_paths};
+use super::resolve::WritableTrees;
 use super::spec::{AgentSpec, JobKind, JobSpec, SandboxSettings, SpecError};
 use crate::util::units::{ByteSize, HumanDuration};
 
@@ -150,21 +152,22 @@ fn err(field: &'static str, message: impl Into<String>) -> SpecError {
     }
 }
 
-/// Makes `p` absolute against `base` and resolves symlinks; it must exist.
-pub fn resolve_existing(field: &'static str, p: &Path, base: &Path) -> Result<PathBuf, SpecError> {
-    let abs = if p.is_absolute() {
-        p.to_owned()
-    } else {
-        base.join(p)
-    };
-    std::fs::canonicalize(&abs).map_err(|e| err(field, format!("`{}`: {e}", p.display())))
+impl From<PathError> for SpecError {
+    fn from(e: PathError) -> Self {
+        err(e.field, e.to_string())
+    }
 }
 
 impl JobRequest {
     /// Turns the request into a job spec: defaults applied, paths made absolute against `base`
-    /// and resolved (they must exist), the objective read from its file if given. The spec is not
-    /// yet validated against ceilings ([`JobSpec::validate`]).
-    pub fn into_spec(self, base: &Path) -> Result<(JobSpec, i32), SpecError> {
+    /// and resolved (they must exist; no symlink inside `known` writable trees or the job's own
+    /// is followed, see [`resolve_paths`]), the objective read from its file if given. The spec
+    /// is not yet validated against ceilings ([`JobSpec::validate`]).
+    pub fn into_spec(
+        self,
+        base: &Path,
+        known: &WritableTrees,
+    ) -> Result<(JobSpec, i32), SpecError> {
         let objective = match (self.objective, self.objective_file) {
             (Some(_), Some(_)) => {
                 return Err(err(
@@ -198,10 +201,19 @@ impl JobRequest {
                 ));
             }
         };
-        let workspace = resolve_existing(
-            "workspace",
-            self.workspace.as_deref().unwrap_or(Path::new(".")),
+        let SandboxPaths {
+            workspace,
+            read,
+            write,
+        } = resolve_paths(
+            Requested {
+                workspace: self.workspace.as_deref().unwrap_or(Path::new(".")),
+                read: &self.read,
+                write: &self.write,
+                protect: &self.protect,
+            },
             base,
+            known,
         )?;
         if !workspace.is_dir() {
             return Err(err(
@@ -209,16 +221,6 @@ impl JobRequest {
                 format!("`{}` is not a directory", workspace.display()),
             ));
         }
-        let read = self
-            .read
-            .iter()
-            .map(|p| resolve_existing("read", p, base))
-            .collect::<Result<Vec<_>, _>>()?;
-        let write = self
-            .write
-            .iter()
-            .map(|p| resolve_existing("write", p, base))
-            .collect::<Result<Vec<_>, _>>()?;
         let mut spec = JobSpec::new(objective, workspace, agent);
         let d = &mut spec;
         d.kind = self.kind.unwrap_or_default();
@@ -298,6 +300,42 @@ mod tests {
     }
 
     #[test]
+    fn into_spec_refuses_a_path_through_a_link_in_a_writable_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let (ws, ws2, host) = (root.join("ws"), root.join("ws2"), root.join("host"));
+        for d in [&ws, &ws2, &host] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::os::unix::fs::symlink(&host, ws.join("cache")).unwrap();
+        let r = JobRequest {
+            objective: Some("x".into()),
+            agent_cmd: Some("true".into()),
+            workspace: Some(ws2.clone()),
+            read: vec![ws.join("cache")],
+            ..Default::default()
+        };
+        // Unknown to this job, `ws` is someone's directory and the link is followed...
+        let (spec, _) = r.clone().into_spec(&root, &WritableTrees::none()).unwrap();
+        assert_eq!(spec.sandbox.read, vec![host.clone()]);
+        // ...known as a writable tree, it is refused, the path and the link named.
+        let e = r
+            .into_spec(&root, &WritableTrees::new([ws.clone()]))
+            .unwrap_err();
+        assert_eq!(e.field, "read", "{e}");
+        assert!(
+            e.message.starts_with(&format!(
+                "`{}`: `{}` is a symlink (to `{}`) inside the writable tree `{}`",
+                ws.join("cache").display(),
+                ws.join("cache").display(),
+                host.display(),
+                ws.display()
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn into_spec_resolves_paths_and_applies_defaults() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("obj.md"), "do it").unwrap();
@@ -308,7 +346,7 @@ mod tests {
             priority: Some(5),
             ..Default::default()
         };
-        let (spec, prio) = r.into_spec(dir.path()).unwrap();
+        let (spec, prio) = r.into_spec(dir.path(), &WritableTrees::none()).unwrap();
         assert_eq!(spec.objective, "do it");
         assert_eq!(spec.workspace, dir.path().canonicalize().unwrap());
         assert_eq!(spec.max_rounds, 20);
@@ -319,11 +357,21 @@ mod tests {
             workspace: Some("/nope/nope".into()),
             ..Default::default()
         };
-        assert_eq!(r.into_spec(dir.path()).unwrap_err().field, "workspace");
+        assert_eq!(
+            r.into_spec(dir.path(), &WritableTrees::none())
+                .unwrap_err()
+                .field,
+            "workspace"
+        );
         let r = JobRequest {
             objective: Some("x".into()),
             ..Default::default()
         };
-        assert_eq!(r.into_spec(dir.path()).unwrap_err().field, "agent_cmd");
+        assert_eq!(
+            r.into_spec(dir.path(), &WritableTrees::none())
+                .unwrap_err()
+                .field,
+            "agent_cmd"
+        );
     }
 }

@@ -264,6 +264,10 @@ async fn create_jobs(
         .field("job"));
     }
     let limits = svc.config().limits;
+    // Where a round may have left a symlink: everything under the workspace roots, and the
+    // workspaces and `write` directories of the jobs in the store (and of this batch).
+    let mut known = blocking(|| svc.engine().writable_trees())?;
+    known.extend(limits.workspace_roots.iter().map(|r| real_root(r)));
     // All or nothing: every job is checked before any is queued.
     let mut specs: Vec<(JobSpec, i32)> = Vec::new();
     for (i, req) in requests.into_iter().enumerate() {
@@ -293,9 +297,12 @@ async fn create_jobs(
             .field(at("workspace")));
         }
         let asked = Asked::of(&req);
-        let (mut spec, prio) = req.into_spec(std::path::Path::new("/")).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message).field(at(e.field))
-        })?;
+        let (mut spec, prio) = req
+            .into_spec(std::path::Path::new("/"), &known)
+            .map_err(|e| {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
+                    .field(at(e.field))
+            })?;
         admit(&mut spec, &limits, &asked).map_err(|r| {
             let mut err =
                 ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
@@ -307,6 +314,11 @@ async fn create_jobs(
             err.field = err.field.map(|f| at(&f));
             err
         })?;
+        if spec.sandbox.mode != ralph_sandbox::Mode::ReadOnly {
+            known.extend(
+                std::iter::once(spec.workspace.clone()).chain(spec.sandbox.write.iter().cloned()),
+            );
+        }
         specs.push((spec, prio));
     }
     let mut jobs = Vec::new();
@@ -316,6 +328,12 @@ async fn create_jobs(
     }
     svc.wake();
     Ok((StatusCode::CREATED, axum::Json(json!({ "jobs": jobs }))))
+}
+
+/// A configured workspace root as a real path (the administrator's, so its own symlinks are
+/// followed); as written when it cannot be resolved (then nothing can be under it).
+fn real_root(root: &std::path::Path) -> std::path::PathBuf {
+    std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned())
 }
 
 #[derive(Deserialize)]

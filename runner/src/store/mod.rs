@@ -270,6 +270,20 @@ impl Store {
         dispatch!(self.next_queued(skip, busy))
     }
 
+    /// Every workspace and `write` directory of the jobs in this store whose rounds could write
+    /// there (any mode but `read-only`), each once, in no particular order: the trees where a
+    /// round may have left a symlink ([`crate::job::resolve::WritableTrees`]). Paths are as
+    /// stored: resolved when the job was made. One query over the stored specs.
+    pub fn writable_trees(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let mut trees: Vec<PathBuf> = dispatch!(self.writable_trees())?
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        trees.sort();
+        trees.dedup();
+        Ok(trees)
+    }
+
     /// Where the data lives, for messages: the database file, or the connection string with
     /// its password redacted.
     pub fn location(&self) -> String {

@@ -49,6 +49,15 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 "#;
 
+/// The workspaces and `write` directories of the stored jobs whose rounds could write.
+const WRITABLE_TREES: &str = "
+WITH w AS (
+    SELECT spec FROM jobs WHERE json_extract(spec, '$.sandbox.mode') IS NOT 'read-only'
+)
+SELECT json_extract(spec, '$.workspace') FROM w
+UNION
+SELECT e.value FROM w, json_each(w.spec, '$.sandbox.write') AS e";
+
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -399,6 +408,18 @@ impl SqliteStore {
             }
         }
         Ok(None)
+    }
+
+    /// The distinct workspaces and `write` directories of jobs not run `read-only`.
+    pub fn writable_trees(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "list the workspaces in");
+        let mut stmt = conn.db.prepare_cached(WRITABLE_TREES).map_err(&err)?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, Option<String>>(0))
+            .map_err(&err)?;
+        let all = rows.collect::<Result<Vec<_>, _>>().map_err(&err)?;
+        Ok(all.into_iter().flatten().collect())
     }
 
     /// The database file.

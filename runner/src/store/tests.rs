@@ -91,6 +91,7 @@ on_both_backends!(
     a_running_job_folds_in_a_foreign_cancel_request,
     cancel_requests_are_found_after_a_sequence_number,
     a_newer_schema_is_refused,
+    writable_trees_are_the_distinct_workspaces_and_write_dirs,
 );
 
 fn spec() -> JobSpec {
@@ -818,5 +819,37 @@ fn postgres_errors_name_the_target_without_its_password() {
     assert!(
         err.contains("u:***@127.0.0.1:1") && !err.contains("hunter2"),
         "{err}"
+    );
+}
+
+fn writable_trees_are_the_distinct_workspaces_and_write_dirs(db: &Db) {
+    let store = db.store();
+    assert!(store.writable_trees().unwrap().is_empty());
+    let mut a = spec();
+    a.workspace = "/srv/ws1".into();
+    a.sandbox.write = vec!["/var/cache/a".into(), "/var/cache/b".into()];
+    let mut b = spec();
+    b.workspace = "/srv/ws1".into();
+    b.sandbox.write = vec!["/var/cache/a".into()];
+    let mut c = spec();
+    c.workspace = "/srv/ws2".into();
+    // A read-only job's rounds write nowhere: its workspace is not a writable tree.
+    let mut ro = spec();
+    ro.workspace = "/srv/readonly".into();
+    ro.sandbox.mode = ralph_sandbox::Mode::ReadOnly;
+    for s in [&a, &b, &c, &ro] {
+        store.submit(s).unwrap();
+    }
+    store.submit_started(&c, &runner()).unwrap();
+    let trees: Vec<String> = store
+        .writable_trees()
+        .unwrap()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        trees,
+        ["/srv/ws1", "/srv/ws2", "/var/cache/a", "/var/cache/b"],
+        "{trees:?}"
     );
 }

@@ -296,6 +296,29 @@ impl PgStore {
         })
     }
 
+    /// The distinct workspaces and `write` directories of jobs not run `read-only`.
+    pub fn writable_trees(&self) -> Result<Vec<String>, StoreError> {
+        self.conn.call("list the workspaces in", move |client, _| {
+            let rows = client.query(
+                "WITH w AS (
+                     SELECT spec::jsonb AS s FROM jobs
+                     WHERE (spec::jsonb #>> '{sandbox,mode}') IS DISTINCT FROM 'read-only'
+                 )
+                 SELECT s ->> 'workspace' FROM w
+                 UNION
+                 SELECT jsonb_array_elements_text(s #> '{sandbox,write}') FROM w",
+                &[],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                if let Some(p) = r.try_get::<_, Option<String>>(0)? {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// The next queued job (highest priority first, then oldest) that is not in `skip` and whose
     /// workspace is not in `busy`.
     pub fn next_queued(

@@ -1,0 +1,40 @@
+//! The job's sandbox-visible paths checked again before its first round and before every spawn
+//! (round or verify). They were resolved when the job was made ([`crate::job::paths`]), but a
+//! round of this job (or of another one sharing a tree) may since have replaced a directory on
+//! one of them with a symlink: `read = WS/cache` becomes `WS/cache -> /etc` in round 1, and
+//! round 2's mount would follow it. Walking the stored (real) path again against the writable
+//! trees finds such a link; the job then ends as a configuration error (exit 64) naming it.
+//!
+//! Only that refusal is decided here: a path that vanished is the sandbox's to report, as before.
+
+use ralph_sandbox::SandboxError;
+
+use super::EngineError;
+use super::job_run::JobRun;
+use crate::job::paths::{Requested, resolve_paths};
+use crate::job::resolve::{ResolveError, WritableTrees};
+use crate::store::journal::blocking;
+
+impl JobRun<'_> {
+    /// The writable trees of the engine's store (this job's own are added by the check).
+    pub(super) fn known_trees(&self) -> Result<WritableTrees, EngineError> {
+        blocking(|| self.engine.writable_trees())
+    }
+
+    /// Fails when one of the job's paths now runs through a symlink inside a writable tree.
+    pub(super) fn paths_unchanged(&self, known: &WritableTrees) -> Result<(), SandboxError> {
+        let s = &self.spec.sandbox;
+        let req = Requested {
+            workspace: &self.spec.workspace,
+            read: &s.read,
+            write: &s.write,
+            protect: &s.protect,
+        };
+        match resolve_paths(req, &self.spec.workspace, known) {
+            Err(e) if matches!(e.source, ResolveError::LinkInWritableTree { .. }) => Err(
+                SandboxError::invalid(e.field, format!("{e} (planted since the job was made)")),
+            ),
+            Ok(_) | Err(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! Resolving the host paths a job makes visible to its rounds (`--workspace`, `--read`,
+//! `--write`) without letting an earlier round steer them (SPEC §5, "The host boundary").
+//!
+//! A round may leave a symlink anywhere it can write, and `std::fs::canonicalize` would follow
+//! it: a later job's `--read WS/cache` would then grant wherever `WS/cache` points. [`resolve`]
+//! walks a path component by component the way `canonicalize` does (`.` dropped, `..` taken
+//! against the real path reached so far, symlinks followed up to [`MAX_LINK_HOPS`] times, the
+//! result must exist), but it refuses to follow a symlink whose own location (judged by its
+//! parent directory's real path) lies inside one of the [`WritableTrees`]: such a link could have
+//! been planted by a round. Symlinks elsewhere (`/var/run -> /run`, `/bin -> usr/bin`, a user's
+//! `~/src -> /data/src`) are followed as before.
+//!
+//! Which trees count is the caller's to say (see `docs/sandbox.md`, "Symlinks in the
+//! workspace"): the job's own workspace and `--write` directories, the workspaces and `--write`
+//! directories of the jobs in the state store, and for the service its `workspace_roots`.
+//!
+//! The walk reads the file system by path; it is a check made when a job is made and again before
+//! each of its rounds, not a lock: a link planted between the check and the mount is covered by
+//! the mounts themselves (see `docs/sandbox.md`).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// How many symlinks one resolution may follow (Linux's own limit, `MAXSYMLINKS`).
+pub const MAX_LINK_HOPS: u32 = 40;
+
+/// Characters of a link's target quoted in a message (the target is agent-controlled text).
+const TARGET_QUOTE: usize = 200;
+
+/// The trees a round could have written into: real (symlink-free) absolute paths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WritableTrees {
+    roots: Vec<PathBuf>,
+}
+
+impl WritableTrees {
+    /// No tree at all: every symlink is followed (what a path outside any job needs).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The trees `roots` (real absolute paths; relative ones are ignored, duplicates dropped).
+    pub fn new(roots: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut t = Self::none();
+        t.extend(roots);
+        t
+    }
+
+    /// Adds trees (real absolute paths; relative ones are ignored, duplicates dropped).
+    pub fn extend(&mut self, roots: impl IntoIterator<Item = PathBuf>) {
+        for r in roots {
+            if r.is_absolute() && !self.roots.contains(&r) {
+                self.roots.push(r);
+            }
+        }
+    }
+
+    /// These trees and `more`.
+    pub fn with(&self, more: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut t = self.clone();
+        t.extend(more);
+        t
+    }
+
+    /// The roots, in the order they were added.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The innermost tree that holds the directory `dir` (a real path), if any: the most precise
+    /// one to name (a job's workspace rather than the service root it lies under).
+    pub fn containing(&self, dir: &Path) -> Option<&Path> {
+        self.roots
+            .iter()
+            .filter(|r| dir.starts_with(r))
+            .max_by_key(|r| r.components().count())
+            .map(PathBuf::as_path)
+    }
+}
+
+/// Why a path cannot be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The walk met a symlink inside a writable tree.
+    #[error(
+        "`{}` is a symlink (to `{target}`) inside the writable tree `{}` (a round could have planted it); give the real path",
+        link.display(),
+        tree.display()
+    )]
+    LinkInWritableTree {
+        /// The symlink.
+        link: PathBuf,
+        /// Where it points, escaped and bounded (it may be agent-controlled text).
+        target: String,
+        /// The writable tree it lies in.
+        tree: PathBuf,
+    },
+    /// A component does not exist.
+    #[error("`{}` does not exist", at.display())]
+    Missing {
+        /// The first missing component (real path of its parent, plus its name).
+        at: PathBuf,
+    },
+    /// A component that the path goes on below is not a directory.
+    #[error("`{}` is not a directory", at.display())]
+    NotDirectory {
+        /// The component.
+        at: PathBuf,
+    },
+    /// More than [`MAX_LINK_HOPS`] symlinks (a loop, most likely).
+    #[error("failed to resolve `{}`: more than {MAX_LINK_HOPS} symlinks on the way (a loop?)", at.display())]
+    TooManyLinks {
+        /// The symlink that would have been one too many.
+        at: PathBuf,
+    },
+    /// A relative path and no absolute base to take it against.
+    #[error("failed to resolve `{}`: it is relative and the base `{}` is not absolute", given.display(), base.display())]
+    RelativeBase {
+        /// The path.
+        given: PathBuf,
+        /// The base.
+        base: PathBuf,
+    },
+    /// A file system call failed.
+    #[error("failed to {action} `{}`: {source}", at.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
+        at: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// One step of the walk still to take.
+enum Step {
+    /// `..`
+    Up,
+    /// A name in the directory reached so far.
+    Name(OsString),
+}
+
+/// Puts the steps of `path` in front of `todo` (`.` and the root dropped: the caller resets the
+/// walk to `/` for an absolute path).
+fn push_front(todo: &mut VecDeque<Step>, path: &Path) {
+    let steps: Vec<Step> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(Step::Name(n.to_owned())),
+            Component::ParentDir => Some(Step::Up),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => None,
+        })
+        .collect();
+    for s in steps.into_iter().rev() {
+        todo.push_front(s);
+    }
+}
+
+/// A link target for a message: control characters escaped, bounded.
+fn shown(target: &Path) -> String {
+    let text = target.to_string_lossy();
+    let escaped: String = text.chars().flat_map(char::escape_default).collect();
+    if escaped.chars().count() > TARGET_QUOTE {
+        let cut: String = escaped.chars().take(TARGET_QUOTE).collect();
+        format!("{cut}…")
+    } else {
+        escaped
+    }
+}
+
+/// Resolves `given` (absolute, or relative to the absolute `base`) to the real path it names,
+/// which must exist; a symlink on the way whose parent directory lies inside one of `trees` is
+/// refused, never followed.
+pub fn resolve(given: &Path, base: &Path, trees: &WritableTrees) -> Result<PathBuf, ResolveError> {
+    let abs = if given.is_absolute() {
+        given.to_owned()
+    } else if base.is_absolute() {
+        base.join(given)
+    } else {
+        return Err(ResolveError::RelativeBase {
+            given: given.to_owned(),
+            base: base.to_owned(),
+        });
+    };
+    let mut todo = VecDeque::new();
+    push_front(&mut todo, &abs);
+    let mut real = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(step) = todo.pop_front() {
+        let name = match step {
+            Step::Up => {
+                // `/..` is `/`, as for the kernel.
+                real.pop();
+                continue;
+            }
+            Step::Name(name) => name,
+        };
+        let here = real.join(&name);
+        let meta = std::fs::symlink_metadata(&here).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound => ResolveError::Missing { at: here.clone() },
+            _ => ResolveError::Io {
+                action: "inspect",
+                at: here.clone(),
+                source,
+            },
+        })?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&here).map_err(|source| ResolveError::Io {
+                action: "read the symlink",
+                at: here.clone(),
+                source,
+            })?;
+            if let Some(tree) = trees.containing(&real) {
+                return Err(ResolveError::LinkInWritableTree {
+                    link: here,
+                    target: shown(&target),
+                    tree: tree.to_owned(),
+                });
+            }
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(ResolveError::TooManyLinks { at: here });
+            }
+            if target.is_absolute() {
+                real = PathBuf::from("/");
+            }
+            push_front(&mut todo, &target);
+            continue;
+        }
+        if !meta.is_dir() && !todo.is_empty() {
+            return Err(ResolveError::NotDirectory { at: here });
+        }
+        real = here;
+    }
+    Ok(real)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,285 @@
+//! The resolver on real temporary trees: what it follows, what it refuses, and that it agrees
+//! with `canonicalize` wherever it follows.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// A temporary world: `ws/` (a writable tree in most tests), `host/` (outside any tree, with a
+/// file in it), `out/` (outside, where user links live).
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    host: PathBuf,
+    out: PathBuf,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let (ws, host, out) = (root.join("ws"), root.join("host"), root.join("out"));
+        for d in [&ws, &host, &out] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(host.join("secret"), "s").unwrap();
+        Self {
+            _dir: dir,
+            root,
+            ws,
+            host,
+            out,
+        }
+    }
+
+    fn trees(&self) -> WritableTrees {
+        WritableTrees::new([self.ws.clone()])
+    }
+}
+
+fn refused_at(r: Result<PathBuf, ResolveError>, link: &Path, tree: &Path) -> String {
+    match r {
+        Err(e @ ResolveError::LinkInWritableTree { .. }) => {
+            let ResolveError::LinkInWritableTree {
+                link: l, tree: t, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((l.as_path(), t.as_path()), (link, tree), "{e}");
+            e.to_string()
+        }
+        other => panic!("want a refusal at `{}`, got {other:?}", link.display()),
+    }
+}
+
+#[test]
+fn a_link_inside_a_writable_tree_is_refused_and_named() {
+    let w = World::new();
+    let link = w.ws.join("cache");
+    symlink(&w.host, &link).unwrap();
+    let msg = refused_at(resolve(&link, &w.root, &w.trees()), &link, &w.ws);
+    assert!(
+        msg.contains(&format!(
+            "`{}` is a symlink (to `{}`)",
+            link.display(),
+            w.host.display()
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("inside the writable tree `{}`", w.ws.display())),
+        "{msg}"
+    );
+    assert!(msg.contains("give the real path"), "{msg}");
+    // Relative to a base inside the tree, too.
+    refused_at(resolve(Path::new("cache"), &w.ws, &w.trees()), &link, &w.ws);
+}
+
+#[test]
+fn the_same_link_outside_any_writable_tree_is_followed() {
+    let w = World::new();
+    let link = w.ws.join("cache");
+    symlink(&w.host, &link).unwrap();
+    let got = resolve(&link, &w.root, &WritableTrees::none()).unwrap();
+    assert_eq!(got, w.host);
+    assert_eq!(got, link.canonicalize().unwrap());
+    // And a link in `out/` when only `ws/` is writable.
+    let user = w.out.join("src");
+    symlink(&w.host, &user).unwrap();
+    assert_eq!(resolve(&user, &w.root, &w.trees()).unwrap(), w.host);
+}
+
+#[test]
+fn a_link_in_the_middle_of_the_path_is_refused() {
+    let w = World::new();
+    let link = w.ws.join("sub");
+    symlink(&w.host, &link).unwrap();
+    let deep = link.join("secret");
+    refused_at(resolve(&deep, &w.root, &w.trees()), &link, &w.ws);
+    // A real directory in the tree, then the link below it.
+    std::fs::create_dir(w.ws.join("a")).unwrap();
+    let inner = w.ws.join("a/b");
+    symlink("../../host", &inner).unwrap();
+    refused_at(
+        resolve(&inner.join("secret"), &w.root, &w.trees()),
+        &inner,
+        &w.ws,
+    );
+}
+
+#[test]
+fn the_location_of_a_link_is_judged_by_its_parents_real_path() {
+    let w = World::new();
+    // `out/ws -> ../ws` is the user's (outside the tree) and followed; `ws/cache` behind it is
+    // inside the tree once the walk is there, and refused.
+    let user = w.out.join("ws");
+    symlink("../ws", &user).unwrap();
+    let planted = w.ws.join("cache");
+    symlink(&w.host, &planted).unwrap();
+    refused_at(
+        resolve(&user.join("cache"), &w.root, &w.trees()),
+        &planted,
+        &w.ws,
+    );
+    // The tree's root reached through the user's link is fine.
+    assert_eq!(resolve(&user, &w.root, &w.trees()).unwrap(), w.ws);
+    // A link outside the tree pointing at a link inside it: the inner one is refused.
+    let hop = w.out.join("hop");
+    symlink(&planted, &hop).unwrap();
+    refused_at(resolve(&hop, &w.root, &w.trees()), &planted, &w.ws);
+}
+
+#[test]
+fn dotdot_after_a_link_is_taken_against_the_real_path() {
+    let w = World::new();
+    std::fs::create_dir_all(w.host.join("a/b")).unwrap();
+    let link = w.out.join("l");
+    symlink(w.host.join("a/b"), &link).unwrap();
+    let given = link.join("..");
+    assert_eq!(
+        resolve(&given, &w.root, &w.trees()).unwrap(),
+        w.host.join("a")
+    );
+    assert_eq!(given.canonicalize().unwrap(), w.host.join("a"));
+    // `..` above `/` stays at `/`; `.` is dropped.
+    assert_eq!(
+        resolve(Path::new("/../.././"), &w.root, &w.trees()).unwrap(),
+        Path::new("/")
+    );
+    // Lexical `..` is not what happens: `out/l/../secret` is not `out/secret`.
+    std::fs::write(w.host.join("a/x"), "x").unwrap();
+    assert_eq!(
+        resolve(&link.join("../x"), &w.root, &w.trees()).unwrap(),
+        w.host.join("a/x")
+    );
+}
+
+#[test]
+fn relative_link_targets_are_taken_from_the_links_directory() {
+    let w = World::new();
+    std::fs::create_dir(w.out.join("d")).unwrap();
+    let link = w.out.join("d/up");
+    symlink("../../host/./secret", &link).unwrap();
+    assert_eq!(
+        resolve(&link, &w.root, &w.trees()).unwrap(),
+        w.host.join("secret")
+    );
+    assert_eq!(link.canonicalize().unwrap(), w.host.join("secret"));
+    // A chain of relative links.
+    let a = w.out.join("a");
+    symlink("d/up", &a).unwrap();
+    assert_eq!(
+        resolve(&a, &w.root, &w.trees()).unwrap(),
+        w.host.join("secret")
+    );
+}
+
+#[test]
+fn loops_are_refused_not_followed_forever() {
+    let w = World::new();
+    let (a, b) = (w.out.join("a"), w.out.join("b"));
+    symlink("b", &a).unwrap();
+    symlink("a", &b).unwrap();
+    let e = resolve(&a, &w.root, &w.trees()).unwrap_err();
+    assert!(matches!(e, ResolveError::TooManyLinks { .. }), "{e}");
+    assert!(e.to_string().contains("more than 40 symlinks"), "{e}");
+    let me = w.out.join("me");
+    symlink("me/x", &me).unwrap();
+    let e = resolve(&me, &w.root, &w.trees()).unwrap_err();
+    assert!(matches!(e, ResolveError::TooManyLinks { .. }), "{e}");
+}
+
+#[test]
+fn the_hop_limit_is_forty() {
+    let w = World::new();
+    // l0 -> host, l1 -> l0, ..., l39 -> l38: 40 links on the way from l39.
+    symlink(&w.host, w.out.join("l0")).unwrap();
+    for i in 1..=40 {
+        symlink(format!("l{}", i - 1), w.out.join(format!("l{i}"))).unwrap();
+    }
+    let forty = w.out.join("l39");
+    assert_eq!(resolve(&forty, &w.root, &w.trees()).unwrap(), w.host);
+    let one_more = w.out.join("l40");
+    let e = resolve(&one_more, &w.root, &w.trees()).unwrap_err();
+    assert!(matches!(e, ResolveError::TooManyLinks { .. }), "{e}");
+}
+
+#[test]
+fn the_result_must_exist_and_files_have_no_children() {
+    let w = World::new();
+    let e = resolve(&w.host.join("nope/x"), &w.root, &w.trees()).unwrap_err();
+    assert!(
+        matches!(&e, ResolveError::Missing { at } if *at == w.host.join("nope")),
+        "{e}"
+    );
+    let e = resolve(&w.host.join("secret/x"), &w.root, &w.trees()).unwrap_err();
+    assert!(matches!(&e, ResolveError::NotDirectory { .. }), "{e}");
+    let e = resolve(&w.host.join("secret/.."), &w.root, &w.trees()).unwrap_err();
+    assert!(matches!(&e, ResolveError::NotDirectory { .. }), "{e}");
+    // A dangling link outside the trees: missing at its target.
+    let dangling = w.out.join("dangling");
+    symlink(w.host.join("gone"), &dangling).unwrap();
+    let e = resolve(&dangling, &w.root, &w.trees()).unwrap_err();
+    assert!(
+        matches!(&e, ResolveError::Missing { at } if *at == w.host.join("gone")),
+        "{e}"
+    );
+}
+
+#[test]
+fn relative_paths_need_an_absolute_base() {
+    let w = World::new();
+    assert_eq!(
+        resolve(Path::new("host/secret"), &w.root, &w.trees()).unwrap(),
+        w.host.join("secret")
+    );
+    let e = resolve(Path::new("x"), Path::new("rel"), &w.trees()).unwrap_err();
+    assert!(matches!(e, ResolveError::RelativeBase { .. }), "{e}");
+}
+
+#[test]
+fn real_paths_inside_a_tree_and_nested_tree_roots_are_fine() {
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("sub")).unwrap();
+    let trees = w.trees().with([w.ws.join("sub")]);
+    assert_eq!(resolve(&w.ws, &w.root, &trees).unwrap(), w.ws);
+    assert_eq!(
+        resolve(&w.ws.join("sub"), &w.root, &trees).unwrap(),
+        w.ws.join("sub")
+    );
+    // The innermost tree is the one named.
+    assert_eq!(
+        trees.containing(&w.ws.join("sub/x")),
+        Some(w.ws.join("sub").as_path())
+    );
+    assert_eq!(trees.containing(&w.ws.join("x")), Some(w.ws.as_path()));
+    assert_eq!(trees.containing(&w.root), None);
+}
+
+#[test]
+fn a_long_or_odd_target_is_escaped_and_bounded_in_the_message() {
+    let w = World::new();
+    let link = w.ws.join("odd");
+    let target = format!("/{}\n`x", "a".repeat(300));
+    symlink(&target, &link).unwrap();
+    let msg = refused_at(resolve(&link, &w.root, &w.trees()), &link, &w.ws);
+    assert!(!msg.contains('\n'), "{msg}");
+    assert!(msg.contains('…'), "{msg}");
+}
+
+#[test]
+fn system_style_links_are_followed() {
+    let w = World::new();
+    // `run/` and `var/run -> ../run`, as on a Debian host.
+    std::fs::create_dir_all(w.root.join("run/app")).unwrap();
+    std::fs::create_dir(w.root.join("var")).unwrap();
+    symlink("../run", w.root.join("var/run")).unwrap();
+    let trees = WritableTrees::new([w.ws.clone(), w.out.clone()]);
+    assert_eq!(
+        resolve(&w.root.join("var/run/app"), &w.root, &trees).unwrap(),
+        w.root.join("run/app")
+    );
+}
