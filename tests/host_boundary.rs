@@ -590,3 +590,119 @@ fn docker_ralph_run_refuses_a_preplanted_link_before_round_1() {
     }
     ralph_run_preplanted(Backend::Docker);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Protected paths hold in fact: hard links, changes by any route
+// ---------------------------------------------------------------------------------------------
+
+/// A hard link made by an earlier run (when `tests` was not protected) would write into a file
+/// that is protected now: the run is refused (64) before anything runs, naming the file.
+fn hard_link_from_an_earlier_run(backend: Backend) {
+    let w = World::new(Owner::Runner);
+    std::fs::create_dir(w.ws.join("tests")).unwrap();
+    std::fs::write(w.ws.join("tests/test_a.sh"), "exit 1\n").unwrap();
+    let case = Case {
+        name: "hard_link",
+        link: "",
+        dirs: &[],
+        protect: &[],
+    };
+    let first = exec(
+        backend,
+        &w,
+        &case,
+        r#"ln "$1/tests/test_a.sh" "$1/alias""#,
+        &[&w.ws],
+    );
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let protect = Case {
+        protect: &["tests"],
+        ..case
+    };
+    let second = exec(
+        backend,
+        &w,
+        &protect,
+        r#"echo 'exit 0' > "$1/alias""#,
+        &[&w.ws],
+    );
+    assert_eq!(second.code, 64, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("tests/test_a.sh") && second.stderr.contains("hard links"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("tests/test_a.sh")).unwrap(),
+        "exit 1\n"
+    );
+}
+
+#[test]
+fn native_a_hard_link_from_an_earlier_run_is_refused() {
+    hard_link_from_an_earlier_run(Backend::Native);
+}
+
+#[test]
+fn docker_a_hard_link_from_an_earlier_run_is_refused() {
+    if !is_root() || !common::docker::ready("docker_a_hard_link_from_an_earlier_run_is_refused") {
+        return;
+    }
+    hard_link_from_an_earlier_run(Backend::Docker);
+}
+
+/// A protected file changed during a run by a route the mounts do not cover (here: a process on
+/// the host, the stand-in for any such route) is found after the run, restored, and reported.
+fn changed_during_the_run(backend: Backend) {
+    let w = World::new(Owner::Runner);
+    std::fs::create_dir_all(w.ws.join(".git/hooks")).unwrap();
+    std::fs::write(w.ws.join(".git/config"), "[core]\n").unwrap();
+    let (started, go) = (w.ws.join("started"), w.ws.join("go"));
+    let child = Ralph::new()
+        .args(["sandbox", "exec", "--backend", backend.name()])
+        .arg("--workspace")
+        .arg(&w.ws)
+        .args(["--timeout", "60s", "--", "/bin/sh", "-c"])
+        .arg(r#"touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done"#)
+        .arg("sh")
+        .arg(&started)
+        .arg(&go)
+        .spawn();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::write(w.ws.join(".git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    std::fs::write(w.ws.join(".git/hooks/post-checkout"), "evil\n").unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join(".git/config")).unwrap(),
+        "[core]\n",
+        "not restored; stderr: {stderr}"
+    );
+    assert!(!w.ws.join(".git/hooks/post-checkout").exists(), "{stderr}");
+    assert!(
+        stderr.contains(".git/config") && stderr.contains("restored"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn native_a_protected_file_changed_during_the_run_is_restored() {
+    changed_during_the_run(Backend::Native);
+}
+
+#[test]
+fn docker_a_protected_file_changed_during_the_run_is_restored() {
+    if !is_root() || !common::docker::ready("docker_a_protected_file_changed_during_the_run") {
+        return;
+    }
+    changed_during_the_run(Backend::Docker);
+}

@@ -28,6 +28,7 @@ pub mod outcome;
 pub mod plan;
 pub mod policy;
 pub mod protect;
+pub mod snapshot;
 pub mod spec;
 pub mod sys;
 pub mod units;

@@ -219,6 +219,8 @@ pub enum ViolationKind {
     CreatedAbsent,
     /// A protected path could not be checked after the run.
     Uncheckable,
+    /// A protected path (or something below it) changed, appeared or disappeared.
+    ProtectedChanged,
 }
 
 /// One thing a run left in a writable tree against the rules, and what was done about it. Any

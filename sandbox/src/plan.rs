@@ -183,6 +183,9 @@ pub struct SandboxPlan {
     /// Protected paths checked after the run: a symlink planted where one of them or a parent
     /// should be is removed and reported.
     pub watch: Vec<TreePath>,
+    /// The protected paths bound read-only, recorded before the run and restored after it if
+    /// anything changed them ([`crate::snapshot`]).
+    pub protected: Vec<TreePath>,
     /// Missing protected paths to create as empty read-only placeholders.
     pub placeholders: Vec<Placeholder>,
     /// Landlock, unless unrestricted.
@@ -295,6 +298,7 @@ pub fn resolve(
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
     let mut watch = Vec::new();
+    let mut protected_paths = Vec::new();
     let mut identity = None;
     let mut hand_over = Vec::new();
     let mut root = None;
@@ -514,6 +518,7 @@ pub fn resolve(
         if fs.workspace == WorkspaceAccess::Write {
             let set = protect::resolve(policy, req)?;
             let protected = set.protected.len();
+            protected_paths.extend(set.protected.iter().cloned());
             placeholders.extend(set.placeholders);
             mounts.extend(set.anchors.into_iter().map(|at| MountStep::Anchor { at }));
             mounts.extend(
@@ -763,6 +768,7 @@ pub fn resolve(
         mounts,
         absent,
         watch,
+        protected: protected_paths,
         placeholders,
         landlock,
         seccomp: SeccompPlan {

@@ -59,14 +59,39 @@ fn io_error(e: BeneathError) -> SandboxError {
 }
 
 /// Resolves the protected paths of `policy` and `req` (policy defaults first), without
-/// following symlinks. Pure on the host: it creates nothing.
+/// following symlinks. Pure on the host: it creates nothing. Every `--write` directory is a
+/// writable tree like the workspace: its git metadata (the policy's `.git/…` paths and the
+/// paths that must stay absent) is protected the same way.
 pub fn resolve(policy: &Policy, req: &SandboxRequest) -> Result<ProtectedSet, SandboxError> {
     let mut set = ProtectedSet::default();
-    let ws = &req.workspace;
-    let defaults = policy.protect.paths.iter().map(|p| (p, false));
-    let explicit = req.protect.iter().map(|p| (p, true));
-    for (rel, explicit) in defaults.chain(explicit) {
-        let path = TreePath::new(ws.clone(), rel).map_err(|e| {
+    let defaults = policy.protect.paths.iter().map(|p| (p.as_path(), false));
+    let explicit = req.protect.iter().map(|p| (p.as_path(), true));
+    resolve_tree(&mut set, &req.workspace, defaults.chain(explicit), policy)?;
+    for root in &req.write {
+        let git = policy
+            .protect
+            .paths
+            .iter()
+            .filter(|p| p.starts_with(".git"))
+            .map(|p| (p.as_path(), false));
+        resolve_tree(&mut set, root, git, policy)?;
+    }
+    set.anchors.sort();
+    set.anchors.dedup();
+    crate::snapshot::refuse_hard_links(&set.protected)?;
+    Ok(set)
+}
+
+/// The protected paths `paths` (relative, `explicit` when the job asked for them) and the
+/// policy's absent paths of the writable tree `root`.
+fn resolve_tree<'a>(
+    set: &mut ProtectedSet,
+    root: &Path,
+    paths: impl Iterator<Item = (&'a Path, bool)>,
+    policy: &Policy,
+) -> Result<(), SandboxError> {
+    for (rel, explicit) in paths {
+        let path = TreePath::new(root, rel).map_err(|e| {
             SandboxError::invalid(if explicit { "protect" } else { "policy" }, e.to_string())
         })?;
         set.watch.push(path.clone());
@@ -102,10 +127,9 @@ pub fn resolve(policy: &Policy, req: &SandboxRequest) -> Result<ProtectedSet, Sa
         }
         set.protected.push(bound);
     }
-    set.anchors.sort();
     for rel in &policy.protect.absent {
-        let path = TreePath::new(ws.clone(), rel)
-            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        let path =
+            TreePath::new(root, rel).map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
         set.watch.push(path.clone());
         match beneath::inspect(&path).map_err(io_error)? {
             Found::Exists(_) => set.protected.push(path),
@@ -113,7 +137,7 @@ pub fn resolve(policy: &Policy, req: &SandboxRequest) -> Result<ProtectedSet, Sa
             Found::Missing { .. } | Found::NotDirectory { .. } => set.absent.push(path),
         }
     }
-    Ok(set)
+    Ok(())
 }
 
 fn symlink_refusal(rel: &Path, explicit: bool, at: &TreePath) -> SandboxError {

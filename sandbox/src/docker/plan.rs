@@ -48,6 +48,9 @@ pub struct ContainerPlan {
     pub absent: Vec<TreePath>,
     /// Protected paths on whose way no symlink may stand after the run.
     pub watch: Vec<TreePath>,
+    /// The protected paths, recorded before the run and restored after it if anything changed
+    /// them.
+    pub protected: Vec<TreePath>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
     /// Kernel paths masked in the container (`MaskedPaths`; replaces the engine's default list,
@@ -324,6 +327,7 @@ pub fn resolve(
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
     let mut watch = Vec::new();
+    let mut protected_paths = Vec::new();
     if fs.unrestricted {
         e.record(
             Restriction::ProtectedPaths,
@@ -333,6 +337,7 @@ pub fn resolve(
     } else if fs.workspace == WorkspaceAccess::Write {
         let set = protect::resolve(policy, req)?;
         let (anchors, protected) = (set.anchors, set.protected);
+        protected_paths.extend(protected.iter().cloned());
         placeholders.extend(set.placeholders);
         absent.extend(set.absent);
         watch.extend(set.watch);
@@ -503,6 +508,7 @@ pub fn resolve(
         placeholders,
         absent,
         watch,
+        protected: protected_paths,
         chown,
         masked,
         network,

@@ -26,6 +26,7 @@ use crate::outcome::{
     CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
 };
 use crate::protect::{self, Placeholder};
+use crate::snapshot::Snapshot;
 use crate::spec::{ExecSpec, StderrMode, StdinMode};
 
 /// How long output may still arrive after the container stopped.
@@ -46,6 +47,7 @@ pub struct DockerRun {
     placeholders: Vec<TreePath>,
     absent: Vec<TreePath>,
     watch: Vec<TreePath>,
+    snapshot: Snapshot,
     control_dir: PathBuf,
 }
 
@@ -116,6 +118,18 @@ pub async fn start(
     let body =
         container::body(&plan, spec, labels).map_err(|m| SandboxError::invalid("policy", m))?;
     let placeholders = prepare_host(&plan)?;
+    // What the protected paths hold, to find and undo any change after the run.
+    let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
+        Ok(s) => s,
+        Err(m) => {
+            cleanup_host(&placeholders);
+            return Err(SandboxError::Io {
+                action: "record the protected paths",
+                path: spec.control_dir.join("protected"),
+                source: std::io::Error::other(m),
+            });
+        }
+    };
     let created = bounded(
         "create the container",
         engine
@@ -161,6 +175,7 @@ pub async fn start(
             placeholders,
             absent: plan.absent,
             watch: plan.watch,
+            snapshot,
             control_dir: spec.control_dir.clone(),
         }),
         Err(e) => {
@@ -372,7 +387,8 @@ impl DockerRun {
         if ended_by == EndedBy::Exit && state.oom_killed == Some(true) {
             ended_by = EndedBy::MemoryLimit;
         }
-        let violations = protect::check_after_run(&self.watch, &self.absent);
+        let mut violations = protect::check_after_run(&self.watch, &self.absent);
+        violations.extend(self.snapshot.check_and_restore());
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),

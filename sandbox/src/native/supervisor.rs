@@ -33,6 +33,7 @@ use crate::outcome::{
 };
 use crate::plan::SandboxPlan;
 use crate::protect;
+use crate::snapshot::Snapshot;
 use crate::spec::ExecSpec;
 use crate::sys::{self, WaitAny};
 
@@ -99,6 +100,8 @@ struct Supervisor {
     absent: Vec<TreePath>,
     /// Protected paths on whose way no symlink may stand after the run.
     watch: Vec<TreePath>,
+    /// The protected paths as they were before the run.
+    snapshot: Snapshot,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -206,6 +209,18 @@ impl Supervisor {
                 }
             }
         }
+        // What the protected paths hold, to find and undo any change after the run.
+        let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
+            Ok(s) => s,
+            Err(m) => {
+                cleanup.run();
+                return Ok(Started::Failed(StepFailure::new(
+                    super::step::restriction::MOUNTS,
+                    "snapshot",
+                    format!("failed to record the protected paths: {m}"),
+                )));
+            }
+        };
         // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
         // journal), created only when something is masked and removed once the mounts are made.
         let needs_mask = plan
@@ -349,6 +364,7 @@ impl Supervisor {
             cleanup,
             absent: plan.absent.clone(),
             watch: plan.watch.clone(),
+            snapshot,
         })))
     }
 
@@ -514,7 +530,8 @@ impl Supervisor {
         };
         // Symlinks where protected paths should be, paths the agent may not create (the tree is
         // dead: nothing races this).
-        let violations = protect::check_after_run(&self.watch, &self.absent);
+        let mut violations = protect::check_after_run(&self.watch, &self.absent);
+        violations.extend(self.snapshot.check_and_restore());
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }

@@ -195,3 +195,32 @@ fn a_symlink_above_an_absent_path_is_reported_and_its_target_kept() {
         "the clean-up followed the link"
     );
 }
+
+#[test]
+fn write_roots_get_the_workspaces_git_protection() {
+    let w = world();
+    let cache = w.host.join("cache");
+    std::fs::create_dir_all(cache.join(".git/hooks")).unwrap();
+    std::fs::write(cache.join(".git/config"), "").unwrap();
+    let mut r = req(&w, &[]);
+    r.write = vec![cache.clone()];
+    let set = resolve_ww(&r).unwrap();
+    let in_cache = |rel: &str| TreePath::new(&cache, Path::new(rel)).unwrap();
+    assert!(set.protected.contains(&in_cache(".git/hooks")));
+    assert!(set.protected.contains(&in_cache(".git/config")));
+    assert!(set.anchors.contains(&in_cache(".git")));
+    assert!(set.absent.contains(&in_cache(".git/commondir")));
+    // Not the workspace-only defaults (no `.ralph` placeholder in a cache directory).
+    assert!(!set.placeholders.iter().any(|p| p.at.root == cache));
+    // A planted link there is refused like in the workspace.
+    let other = w.host.join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::symlink(&w.host, other.join(".git")).unwrap();
+    r.write = vec![other];
+    assert!(
+        resolve_ww(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("is a symlink")
+    );
+}

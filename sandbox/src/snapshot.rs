@@ -1,0 +1,441 @@
+//! Protected paths hold in fact, not only by mount (SPEC §5 "The host boundary"): before a run,
+//! every protected path is walked (never following a symlink) and what it holds is recorded —
+//! each entry's identity (kind, device, inode, mode, owner, size, modification and change
+//! times) and a copy of each regular file's content and each symlink's target, in the run's
+//! control directory; after the run, once its processes are gone, the walk is repeated and every
+//! difference, by whatever route it came (a mount that did not hold, a rename, a hard link made
+//! earlier), is undone from the copy and reported as a [`Violation`] naming the path.
+//!
+//! A protected regular file with more than one hard link is refused before the run (exit 64): a
+//! link elsewhere in a writable tree would let the round change it. The copies are bounded
+//! ([`COPY_BUDGET`]); a change to a file beyond the budget is still found, but reported as not
+//! undone.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::beneath::{self, Dir, Found, Kind, TreePath};
+use crate::error::SandboxError;
+use crate::outcome::{Violation, ViolationKind};
+
+/// Bytes of protected content copied before a run.
+pub const COPY_BUDGET: u64 = 64 * 1024 * 1024;
+
+/// Entries walked per run (a bound on a protected tree's size).
+pub const ENTRY_LIMIT: usize = 100_000;
+
+/// What identifies an entry's state (atime left out: reading is not a change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ident {
+    kind: Kind,
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+#[derive(Debug)]
+struct Entry {
+    at: TreePath,
+    ident: Ident,
+    /// The content's copy (regular files within the budget).
+    copy: Option<PathBuf>,
+    /// A symlink's target.
+    link: Option<OsString>,
+}
+
+/// The recorded state of a run's protected paths.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    roots: Vec<TreePath>,
+    entries: Vec<Entry>,
+    store: Option<PathBuf>,
+}
+
+fn lstat_ident(dir: &Dir, name: &std::ffi::OsStr, path: &Path) -> Result<Option<Ident>, String> {
+    let c = std::ffi::CString::new(name.as_bytes()).map_err(|_| "NUL in a name".to_owned())?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, a NUL-terminated name and a stat buffer of the right size.
+    let rc = unsafe {
+        libc::fstatat(
+            std::os::fd::AsRawFd::as_raw_fd(&dir.fd()),
+            c.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            return Ok(None);
+        }
+        return Err(format!("failed to fstatat `{}`: {e}", path.display()));
+    }
+    // SAFETY: fstatat returned 0, so it filled the buffer.
+    let st = unsafe { st.assume_init() };
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Special,
+    };
+    Ok(Some(Ident {
+        kind,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mtime: (st.st_mtime, st.st_mtime_nsec),
+        ctime: (st.st_ctime, st.st_ctime_nsec),
+    }))
+}
+
+fn child(p: &TreePath, name: &std::ffi::OsStr) -> TreePath {
+    TreePath {
+        root: p.root.clone(),
+        rel: p.rel.join(name),
+    }
+}
+
+/// Walks `root` (a protected path) and what is below it, never following a symlink: each entry
+/// with its identity, directories before what they hold.
+fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, String> {
+    let mut out = Vec::new();
+    let parent = Dir::parent_of(root).map_err(|e| e.to_string())?;
+    let name = root.rel.file_name().unwrap_or_default();
+    let Some(top) = lstat_ident(&parent, name, &root.full())? else {
+        return Ok(out);
+    };
+    out.push((root.clone(), top));
+    let mut dirs = if top.kind == Kind::Dir {
+        vec![root.clone()]
+    } else {
+        Vec::new()
+    };
+    while let Some(d) = dirs.pop() {
+        let dir = Dir::open(&d).map_err(|e| e.to_string())?;
+        let mut names: Vec<OsString> = list(&dir, &d)?;
+        names.sort();
+        for n in names {
+            if out.len() >= ENTRY_LIMIT {
+                return Err(format!(
+                    "the protected paths hold more than {ENTRY_LIMIT} entries; protect less"
+                ));
+            }
+            let at = child(&d, &n);
+            if let Some(ident) = lstat_ident(&dir, &n, &at.full())? {
+                if ident.kind == Kind::Dir {
+                    dirs.push(at.clone());
+                }
+                out.push((at, ident));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The names in a directory (reached through its verified descriptor).
+fn list(dir: &Dir, at: &TreePath) -> Result<Vec<OsString>, String> {
+    let via = format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&dir.fd())
+    );
+    let rd = std::fs::read_dir(&via)
+        .map_err(|e| format!("failed to list `{}`: {e}", at.full().display()))?;
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| format!("failed to list `{}`: {e}", at.full().display()))?;
+        out.push(e.file_name());
+    }
+    Ok(out)
+}
+
+/// Opens a regular file inside a tree for reading (never through a symlink).
+fn open_file(at: &TreePath) -> std::io::Result<std::fs::File> {
+    let (fd, st) = beneath::open_path(at).map_err(std::io::Error::other)?;
+    if st.kind != Kind::File {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    std::fs::File::open(via)
+}
+
+/// Refuses protected regular files with more than one hard link (before a run).
+pub fn refuse_hard_links(protected: &[TreePath]) -> Result<(), SandboxError> {
+    for root in protected {
+        let entries = walk(root).map_err(|m| SandboxError::invalid("protect", m))?;
+        for (at, _) in entries {
+            if let Ok(Found::Exists(st)) = beneath::inspect(&at) {
+                if st.kind == Kind::File && st.nlink > 1 {
+                    return Err(SandboxError::invalid(
+                        "protect",
+                        format!(
+                            "the protected file `{}` has {} hard links: a link elsewhere in a writable tree would let a round change it; replace it with a copy (cp --remove-destination)",
+                            at.full().display(),
+                            st.nlink
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Snapshot {
+    /// Records `protected` (after the run's placeholders exist), copying content into `store`
+    /// (a runner-owned directory, created here).
+    pub fn take(protected: &[TreePath], store: &Path) -> Result<Snapshot, String> {
+        let mut snap = Snapshot {
+            roots: protected.to_vec(),
+            entries: Vec::new(),
+            store: None,
+        };
+        let mut budget = COPY_BUDGET;
+        for root in protected {
+            for (at, ident) in walk(root)? {
+                let mut entry = Entry {
+                    at,
+                    ident,
+                    copy: None,
+                    link: None,
+                };
+                match ident.kind {
+                    Kind::File if ident.size <= budget => {
+                        if snap.store.is_none() {
+                            std::fs::create_dir_all(store).map_err(|e| {
+                                format!("failed to create `{}`: {e}", store.display())
+                            })?;
+                            snap.store = Some(store.to_owned());
+                        }
+                        let copy = store.join(snap.entries.len().to_string());
+                        let mut src = open_file(&entry.at).map_err(|e| {
+                            format!("failed to read `{}`: {e}", entry.at.full().display())
+                        })?;
+                        let mut dst = std::fs::File::create(&copy)
+                            .map_err(|e| format!("failed to create `{}`: {e}", copy.display()))?;
+                        let n = std::io::copy(&mut (&mut src).take(budget), &mut dst)
+                            .map_err(|e| format!("failed to copy `{}`: {e}", copy.display()))?;
+                        budget = budget.saturating_sub(n);
+                        entry.copy = Some(copy);
+                    }
+                    Kind::Symlink => {
+                        let dir = Dir::parent_of(&entry.at).map_err(|e| e.to_string())?;
+                        let name = entry.at.rel.file_name().unwrap_or_default();
+                        let via = format!(
+                            "/proc/self/fd/{}",
+                            std::os::fd::AsRawFd::as_raw_fd(&dir.fd())
+                        );
+                        entry.link = std::fs::read_link(Path::new(&via).join(name))
+                            .ok()
+                            .map(PathBuf::into_os_string);
+                    }
+                    _ => {}
+                }
+                snap.entries.push(entry);
+            }
+        }
+        Ok(snap)
+    }
+
+    /// After the run (its processes gone): every difference from the recorded state is undone
+    /// and reported. The copies are removed when nothing changed.
+    pub fn check_and_restore(&self) -> Vec<Violation> {
+        let mut out = Vec::new();
+        let mut now = Vec::new();
+        for root in &self.roots {
+            match walk(root) {
+                Ok(entries) => now.extend(entries),
+                Err(e) => out.push(Violation {
+                    kind: ViolationKind::Uncheckable,
+                    path: root.full(),
+                    detail: format!("could not be checked after the run: {e}"),
+                    undone: false,
+                }),
+            }
+        }
+        // Entries that appeared: removed (deepest first, so a new directory goes with its
+        // content in one step at its top).
+        for (at, _) in &now {
+            if self.entries.iter().any(|e| e.at == *at) {
+                continue;
+            }
+            // Below another new entry: removed with it.
+            let under_new = now.iter().any(|(p, _)| {
+                p != at
+                    && p.root == at.root
+                    && at.rel.starts_with(&p.rel)
+                    && !self.entries.iter().any(|e| e.at == *p)
+            });
+            if under_new {
+                continue;
+            }
+            let removed = beneath::remove_all(at);
+            out.push(Violation {
+                kind: ViolationKind::ProtectedChanged,
+                path: at.full(),
+                detail: format!(
+                    "appeared in a protected path during the run{}",
+                    match &removed {
+                        Ok(_) => "; it has been removed".to_owned(),
+                        Err(e) => format!("; it could not be removed: {e}"),
+                    }
+                ),
+                undone: removed.is_ok(),
+            });
+        }
+        // Entries that changed or disappeared: restored from the record (parents first).
+        for e in &self.entries {
+            let current = now.iter().find(|(p, _)| *p == e.at).map(|(_, i)| *i);
+            if current == Some(e.ident) {
+                continue;
+            }
+            let what = match current {
+                None => "disappeared",
+                Some(c) if c.kind != e.ident.kind => "was replaced",
+                Some(_) => "was changed",
+            };
+            let restored = self.restore(e, current.is_some());
+            out.push(Violation {
+                kind: ViolationKind::ProtectedChanged,
+                path: e.at.full(),
+                detail: format!(
+                    "{what} during the run although it is protected{}",
+                    match &restored {
+                        Ok(()) => "; it has been restored".to_owned(),
+                        Err(m) => format!("; it could not be restored: {m}"),
+                    }
+                ),
+                undone: restored.is_ok(),
+            });
+        }
+        if out.is_empty() {
+            if let Some(store) = &self.store {
+                let _ = std::fs::remove_dir_all(store);
+            }
+        }
+        out
+    }
+
+    /// Puts `e` back as recorded.
+    fn restore(&self, e: &Entry, exists: bool) -> Result<(), String> {
+        let dir = Dir::parent_of(&e.at).map_err(|x| x.to_string())?;
+        let name = e.at.rel.file_name().unwrap_or_default();
+        let mode = e.ident.mode & 0o7777;
+        match e.ident.kind {
+            Kind::Dir => {
+                if exists {
+                    if let Ok(Found::Exists(st)) = beneath::inspect(&e.at) {
+                        if st.kind != Kind::Dir {
+                            dir.unlink(name, false).map_err(|x| x.to_string())?;
+                        }
+                    }
+                }
+                dir.mkdir(name, mode).map_err(|x| x.to_string())?;
+                chmod_at(&dir, name, mode)
+            }
+            Kind::File => {
+                let copy = e
+                    .copy
+                    .as_ref()
+                    .ok_or("its content was over the copy budget")?;
+                if exists {
+                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                }
+                let mut src = std::fs::File::open(copy).map_err(|x| x.to_string())?;
+                let mut data = Vec::new();
+                src.read_to_end(&mut data).map_err(|x| x.to_string())?;
+                write_new_at(&dir, name, mode, &data)
+            }
+            Kind::Symlink => {
+                let target = e.link.as_ref().ok_or("its target was not recorded")?;
+                if exists {
+                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                }
+                symlink_at(&dir, name, target)
+            }
+            Kind::Special => {
+                if exists {
+                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                }
+                Err("special files are removed, not recreated".into())
+            }
+        }
+    }
+}
+
+fn cname(name: &std::ffi::OsStr) -> Result<std::ffi::CString, String> {
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| "NUL in a name".to_owned())
+}
+
+fn chmod_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32) -> Result<(), String> {
+    let c = cname(name)?;
+    // SAFETY: a valid descriptor and a NUL-terminated name; AT_SYMLINK_NOFOLLOW is refused by
+    // some kernels for fchmodat, so the entry is checked to be a directory by the caller.
+    let rc = unsafe {
+        libc::fchmodat(
+            std::os::fd::AsRawFd::as_raw_fd(&dir.fd()),
+            c.as_ptr(),
+            mode,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(format!("fchmodat: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Creates `name` in `dir` exclusively (no symlink followed) with `data` and `mode`.
+fn write_new_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32, data: &[u8]) -> Result<(), String> {
+    use std::os::fd::FromRawFd;
+    let c = cname(name)?;
+    // SAFETY: a valid descriptor and a NUL-terminated name; O_EXCL|O_NOFOLLOW never follows.
+    let fd = unsafe {
+        libc::openat(
+            std::os::fd::AsRawFd::as_raw_fd(&dir.fd()),
+            c.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(format!("openat: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: the kernel just returned this descriptor.
+    let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+    f.write_all(data).map_err(|e| e.to_string())?;
+    // SAFETY: fchmod on a descriptor we own.
+    if unsafe { libc::fchmod(fd, mode) } != 0 {
+        return Err(format!("fchmod: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn symlink_at(dir: &Dir, name: &std::ffi::OsStr, target: &OsString) -> Result<(), String> {
+    let c = cname(name)?;
+    let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| "NUL in a target")?;
+    // SAFETY: two NUL-terminated strings and a valid descriptor.
+    let rc = unsafe {
+        libc::symlinkat(
+            t.as_ptr(),
+            std::os::fd::AsRawFd::as_raw_fd(&dir.fd()),
+            c.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!("symlinkat: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
