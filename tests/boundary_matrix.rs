@@ -65,6 +65,35 @@ fn no_setid(path: PathBuf) -> impl FnOnce(&Run) -> Result<(), String> {
     }
 }
 
+/// A listening unix socket at `path` (mode 0777, so only the sandbox stands in the way),
+/// non-blocking for [`accepted`].
+fn listener(path: &Path) -> std::os::unix::net::UnixListener {
+    let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    l
+}
+
+/// After the run: the listener accepted exactly `want` connections.
+fn accepted(
+    l: std::os::unix::net::UnixListener,
+    want: usize,
+) -> impl FnOnce(&Run) -> Result<(), String> {
+    move |_| {
+        let mut n = 0;
+        while l.accept().is_ok() {
+            n += 1;
+        }
+        if n == want {
+            Ok(())
+        } else {
+            Err(format!(
+                "the host's listener accepted {n} connection(s), expected {want}"
+            ))
+        }
+    }
+}
+
 /// `ralph-ci`'s uid and gid (created by `.ci/setup`).
 fn unprivileged() -> Option<(u32, u32)> {
     let u = nix::unistd::User::from_name("ralph-ci").ok().flatten()?;
@@ -208,6 +237,66 @@ fn cases() -> Vec<Case> {
         }),
         Case::new("own_limits_still_settable", CONFINED, |_, _| {
             Spec::probe(argv!["prlimit-pid", "0"], ok())
+        }),
+        // The private HOME and TMPDIR are tmpfs of --tmp-size each: a round cannot fill the
+        // host's memory or disk through them.
+        Case::new("tmpdir_is_size_limited", CONFINED, |_, _| {
+            Spec::sh(
+                r#"dd if=/dev/zero of="$TMPDIR/big" bs=1M count=8 2>/dev/null; wc -c < "$TMPDIR/big""#,
+                Vec::new(),
+                exit_with(0, &["4194304"], &[]),
+            )
+            .flags(argv!["--tmp-size", "4M"])
+        }),
+        Case::new("home_is_size_limited", CONFINED, |_, _| {
+            Spec::sh(
+                r#"dd if=/dev/zero of="$HOME/big" bs=1M count=8 2>/dev/null; wc -c < "$HOME/big""#,
+                Vec::new(),
+                exit_with(0, &["4194304"], &[]),
+            )
+            .flags(argv!["--tmp-size", "4M"])
+        }),
+        // A live socket a host process keeps in the workspace (git's fsmonitor daemon keeps one
+        // in `.git`): masked before the run, so nothing reaches the process behind it. Natively
+        // an empty mode-000 file over it (EACCES); docker masks it with /dev/null (ECONNREFUSED).
+        Case::new("socket_in_the_workspace_is_masked", CONFINED, |w, _| {
+            let path = w.ws.join("fsmonitor.ipc");
+            let l = listener(&path);
+            Spec::probe(
+                argv!["unix-connect", path],
+                by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
+            )
+            .after(accepted(l.try_clone().unwrap(), 0))
+            .keep(l)
+        }),
+        Case::new("socket_in_a_read_dir_is_masked", CONFINED, |w, _| {
+            let path = w.out.join("daemon.sock");
+            let l = listener(&path);
+            Spec::probe(
+                argv!["unix-connect", path],
+                by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
+            )
+            .flags(argv!["--read", w.out])
+            .visible(argv!["readdir", w.out])
+            .after(accepted(l.try_clone().unwrap(), 0))
+            .keep(l)
+        }),
+        // `--socket PATH` grants one: it stays (or becomes) visible and connectable.
+        Case::new("socket_granted", CONFINED, |w, _| {
+            let path = w.out.join("granted.sock");
+            let l = listener(&path);
+            Spec::probe(argv!["unix-connect", path], ok())
+                .flags(argv!["--socket", path])
+                .after(accepted(l.try_clone().unwrap(), 1))
+                .keep(l)
+        }),
+        Case::new("socket_granted_in_the_workspace", ONLY_WW, |w, _| {
+            let path = w.ws.join("granted.sock");
+            let l = listener(&path);
+            Spec::probe(argv!["unix-connect", path], ok())
+                .flags(argv!["--socket", path])
+                .after(accepted(l.try_clone().unwrap(), 1))
+                .keep(l)
         }),
         // Kernel information container runtimes mask: natively an empty mode-000 file over it
         // (EACCES); docker masks it with /dev/null (reads as empty).

@@ -59,6 +59,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
             protect: Vec::new(),
             read: Vec::new(),
             write: Vec::new(),
+            sockets: Vec::new(),
             private: PrivateDirs {
                 home,
                 tmp,

@@ -159,6 +159,18 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
         ));
     }
     checks.push(Check::new(
+        "unix sockets in visible trees",
+        Ok(match host.landlock.abi() {
+            Some(abi) if abi >= crate::plan::LANDLOCK_ABI_UNIX_SOCKETS => format!(
+                "masked before each run unless granted (--socket); landlock abi {abi} governs connecting to sockets created later"
+            ),
+            Some(abi) => format!(
+                "masked before each run unless granted (--socket); landlock abi {abi} does not govern connect: a socket a host process creates in a visible tree after a round starts is reachable until the next run"
+            ),
+            None => "masked before each run unless granted (--socket); without landlock a socket created after a round starts is reachable".into(),
+        }),
+    ));
+    checks.push(Check::new(
         "seccomp (filter in a child)",
         host.seccomp
             .clone()
@@ -237,6 +249,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                 protect: Vec::new(),
                 read: Vec::new(),
                 write: Vec::new(),
+                sockets: Vec::new(),
                 private: PrivateDirs {
                     home: dir.clone(),
                     tmp: dir,

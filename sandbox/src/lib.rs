@@ -29,6 +29,7 @@ pub mod plan;
 pub mod policy;
 pub mod protect;
 pub mod snapshot;
+pub mod sockets;
 pub mod spec;
 pub mod sys;
 pub mod units;

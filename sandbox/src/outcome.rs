@@ -118,6 +118,10 @@ pub enum Restriction {
     Scoping,
     /// Who the command is on the host (never uid 0 in the confined modes).
     Identity,
+    /// The private HOME and TMPDIR bounded in size.
+    ScratchSpace,
+    /// Unix sockets in visible trees masked unless granted.
+    UnixSockets,
 }
 
 /// How much of one restriction was enforced.

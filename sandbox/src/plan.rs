@@ -17,7 +17,11 @@ use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::guards::Switches;
 use crate::policy::{Policy, WorkspaceAccess, syscalls};
 use crate::protect::{self, Placeholder};
+use crate::sockets;
 use crate::spec::SandboxRequest;
+
+/// Size of each private HOME and TMPDIR tmpfs when neither the job nor the policy sets one.
+pub const DEFAULT_SCRATCH_SIZE: u64 = 1 << 30;
 
 /// Lowest Landlock ABI whose filesystem rules cover every write path (ABI 3 adds truncate).
 pub const MIN_LANDLOCK_ABI_FS: i32 = 3;
@@ -67,8 +71,14 @@ pub struct RootPlan {
     pub symlinks: Vec<(PathBuf, PathBuf)>,
     /// Device files bound into a private `/dev`.
     pub devices: Vec<PathBuf>,
-    /// The private TMPDIR, bound at `/tmp` (and at its own path).
+    /// The private TMPDIR: a tmpfs at `/tmp`, also bound at this path.
     pub tmp: PathBuf,
+    /// The private HOME: a tmpfs at this path.
+    pub home: PathBuf,
+    /// The size of each of the two tmpfs, in bytes.
+    pub scratch_size: u64,
+    /// Who owns them (the command's ids).
+    pub scratch_owner: (u32, u32),
 }
 
 /// One step after the root is built (or, without a new root, on the host's view), in order.
@@ -215,6 +225,37 @@ fn unavailable(restriction: impl Into<String>, reason: impl Into<String>) -> San
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
 }
+
+/// The enforcement line of the socket scan.
+pub(crate) fn sockets_detail(
+    masked: usize,
+    granted: usize,
+    incomplete: &[PathBuf],
+    landlock_abi: Option<i32>,
+) -> String {
+    let mut d =
+        format!("{masked} unix socket(s) in visible trees masked, {granted} granted with --socket");
+    if !incomplete.is_empty() {
+        let trees: Vec<String> = incomplete.iter().map(|p| p.display().to_string()).collect();
+        d.push_str(&format!(
+            "; not walked to the end (over {} entries): {}",
+            sockets::ENTRY_LIMIT,
+            trees.join(", ")
+        ));
+    }
+    match landlock_abi {
+        Some(abi) if abi >= LANDLOCK_ABI_UNIX_SOCKETS => {}
+        Some(abi) => d.push_str(&format!(
+            "; sockets created after the start stay reachable (landlock abi {abi} does not govern connect)"
+        )),
+        None => d.push_str("; sockets created after the start stay reachable"),
+    }
+    d
+}
+
+/// The first Landlock ABI taken to govern connecting to a named unix socket (SPEC §5; below it
+/// only the scan-and-mask before each run holds).
+pub const LANDLOCK_ABI_UNIX_SOCKETS: i32 = 9;
 
 /// The owner (uid, gid) of a path.
 fn owner_of(p: &Path) -> Result<(u32, u32), SandboxError> {
@@ -380,6 +421,29 @@ pub fn resolve(
                 idmap: None,
             });
         }
+        // Granted sockets: made visible where no bound tree shows them already (a socket needs
+        // no write permission on its mount; one in the workspace stays in its idmapped view).
+        for s in &req.sockets {
+            if !sockets::is_socket(s) {
+                return Err(SandboxError::invalid(
+                    "socket",
+                    format!("`{}` is not a unix socket", s.display()),
+                ));
+            }
+            let shown = std::iter::once(&req.workspace)
+                .chain(&req.read)
+                .chain(&req.write)
+                .chain(&fs.read)
+                .any(|t| s.starts_with(t));
+            if shown {
+                continue;
+            }
+            binds.push(Bind {
+                path: s.clone(),
+                write: false,
+                idmap: None,
+            });
+        }
         binds.extend(req.private.readable.iter().map(|p| Bind {
             path: p.clone(),
             write: false,
@@ -411,16 +475,6 @@ pub fn resolve(
                 });
             }
         }
-        binds.push(Bind {
-            path: req.private.home.clone(),
-            write: true,
-            idmap: None,
-        });
-        binds.push(Bind {
-            path: req.private.tmp.clone(),
-            write: true,
-            idmap: None,
-        });
         binds.extend(req.private.writable.iter().map(|p| Bind {
             path: p.clone(),
             write: true,
@@ -500,7 +554,11 @@ pub fn resolve(
             .iter()
             .filter(|b| b.write)
             .map(|b| b.path.clone())
-            .chain([PathBuf::from("/tmp")])
+            .chain([
+                PathBuf::from("/tmp"),
+                req.private.tmp.clone(),
+                req.private.home.clone(),
+            ])
             .collect();
         let ro = binds.iter().filter(|b| !b.write).count();
         let skipped = if skipped.is_empty() {
@@ -558,11 +616,62 @@ pub fn resolve(
             Level::Full,
             format!("{hidden} secret path(s) masked with empty mode-000 mounts"),
         );
+        // Unix sockets in visible trees: masked unless granted.
+        let mut candidates: Vec<PathBuf> = fs
+            .scan_sockets
+            .iter()
+            .filter(|p| binds.iter().any(|b| p.starts_with(&b.path)))
+            .cloned()
+            .collect();
+        candidates.push(req.workspace.clone());
+        candidates.extend(req.read.iter().cloned());
+        candidates.extend(req.write.iter().cloned());
+        let found = sockets::scan(&sockets::roots(candidates));
+        let masked: Vec<PathBuf> = found
+            .sockets
+            .into_iter()
+            .filter(|s| !req.sockets.contains(s))
+            .collect();
+        mounts.extend(
+            masked
+                .iter()
+                .map(|path| MountStep::HideFile { path: path.clone() }),
+        );
+        e.record(
+            Restriction::UnixSockets,
+            if found.incomplete.is_empty() {
+                Level::Full
+            } else {
+                Level::Partial
+            },
+            sockets_detail(
+                masked.len(),
+                req.sockets.len(),
+                &found.incomplete,
+                Some(abi),
+            ),
+        );
+        let scratch_size = req
+            .limits
+            .tmp_bytes
+            .or(policy.limits.tmp_size.map(|t| t.0))
+            .unwrap_or(DEFAULT_SCRATCH_SIZE);
+        let scratch_owner = identity
+            .as_ref()
+            .map_or((host.euid, host.egid), |i: &Ids| (i.uid, i.gid));
+        e.record(
+            Restriction::ScratchSpace,
+            Level::Full,
+            format!("HOME and TMPDIR: a tmpfs of {scratch_size} bytes each"),
+        );
         root = Some(RootPlan {
             binds,
             symlinks,
             devices: devices.clone(),
             tmp: req.private.tmp.clone(),
+            home: req.private.home.clone(),
+            scratch_size,
+            scratch_owner,
         });
         Some(LandlockPlan {
             abi,

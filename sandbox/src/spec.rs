@@ -73,6 +73,10 @@ pub struct SandboxRequest {
     pub read: Vec<PathBuf>,
     /// Extra writable directories (absolute), honoured in `workspace-write`.
     pub write: Vec<PathBuf>,
+    /// Unix sockets (absolute) the command may connect to; every other socket in a visible tree
+    /// is masked.
+    #[serde(default)]
+    pub sockets: Vec<PathBuf>,
     /// The run's private directories.
     pub private: PrivateDirs,
     /// Resource limits.
@@ -114,4 +118,7 @@ pub struct Limits {
     pub open_files: Option<u64>,
     /// `RLIMIT_FSIZE`, in bytes.
     pub file_size_bytes: Option<u64>,
+    /// Size of each of the private HOME and TMPDIR (tmpfs), in bytes (`None`: the policy's).
+    #[serde(default)]
+    pub tmp_bytes: Option<u64>,
 }

@@ -30,12 +30,20 @@ pub struct SandboxArgs {
     /// inside the workspace or another --write directory is refused.
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Let the command connect to the unix socket PATH (every other socket in a visible tree
+    /// is masked); repeatable.
+    #[arg(long = "socket", value_name = "PATH")]
+    pub socket: Vec<PathBuf>,
     /// Network access: none or full (default: the mode's; none except in full-access).
     #[arg(long, value_parser = parse_word::<Network>)]
     pub network: Option<Network>,
     /// Memory limit of the process tree, e.g. 2G.
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<ByteSize>,
+    /// Size limit of each of the private HOME and TMPDIR (tmpfs in RAM), e.g. 512M (default:
+    /// the policy's, 1G).
+    #[arg(long, value_name = "BYTES")]
+    pub tmp_size: Option<ByteSize>,
     /// Process limit of the process tree.
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
@@ -73,6 +81,7 @@ impl SandboxArgs {
             read: &self.read,
             write: &self.write,
             protect: &self.protect,
+            sockets: &self.socket,
         };
         resolve_paths(req, cwd, &WritableTrees::none())
             .map_err(|e| CliError::usage(format!("{}: {e}", super::run::flag_of(e.field))))

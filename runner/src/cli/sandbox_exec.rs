@@ -52,6 +52,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         workspace,
         read,
         write,
+        sockets,
     } = args
         .sandbox
         .resolved_paths(args.workspace.as_deref().unwrap_or(&cwd), &cwd)?;
@@ -113,6 +114,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
             protect: args.sandbox.protect,
             read,
             write,
+            sockets,
             private: PrivateDirs {
                 home,
                 tmp,
@@ -124,6 +126,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 pids: args.sandbox.pids,
                 open_files: None,
                 file_size_bytes: None,
+                tmp_bytes: args.sandbox.tmp_size.map(|t| t.0),
             },
             image: args.sandbox.image,
             forbidden: Vec::new(),

@@ -29,6 +29,7 @@ impl JobRun<'_> {
             read: &s.read,
             write: &s.write,
             protect: &s.protect,
+            sockets: &s.sockets,
         };
         match resolve_paths(req, &self.spec.workspace, known) {
             Err(e) if matches!(e.source, ResolveError::LinkInWritableTree { .. }) => Err(

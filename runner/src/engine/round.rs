@@ -310,6 +310,7 @@ impl JobRun<'_> {
             protect: s.protect.clone(),
             read: s.read.clone(),
             write: s.write.clone(),
+            sockets: s.sockets.clone(),
             private: PrivateDirs {
                 home: dirs.home.clone(),
                 tmp: dirs.tmp.clone(),
@@ -321,6 +322,7 @@ impl JobRun<'_> {
                 pids: s.pids,
                 open_files: None,
                 file_size_bytes: None,
+                tmp_bytes: s.tmp_size.map(|t| t.0),
             },
             image: s.image.clone(),
             // The journal and other jobs' artifacts stay out of the agent's reach.

@@ -21,6 +21,8 @@ pub struct SandboxPaths {
     pub read: Vec<PathBuf>,
     /// The `write` directories (real paths).
     pub write: Vec<PathBuf>,
+    /// The `socket` paths (real paths).
+    pub sockets: Vec<PathBuf>,
 }
 
 impl SandboxPaths {
@@ -54,6 +56,8 @@ pub struct Requested<'a> {
     pub write: &'a [PathBuf],
     /// The `protect` paths (relative to the workspace).
     pub protect: &'a [PathBuf],
+    /// The `socket` paths.
+    pub sockets: &'a [PathBuf],
 }
 
 fn one(
@@ -91,12 +95,14 @@ pub fn resolve_paths(
         workspace: one("workspace", req.workspace, base, known)?,
         read: Vec::new(),
         write: all("write", req.write, base, known)?,
+        sockets: Vec::new(),
     };
     let trees = known.with(first.own_trees());
     let paths = SandboxPaths {
         workspace: one("workspace", req.workspace, base, &trees)?,
         read: all("read", req.read, base, &trees)?,
         write: all("write", req.write, base, &trees)?,
+        sockets: all("socket", req.sockets, base, &trees)?,
     };
     for rel in req.protect {
         let inside = rel
@@ -146,6 +152,7 @@ mod tests {
             read,
             write,
             protect,
+            sockets: &[],
         }
     }
 

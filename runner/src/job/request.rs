@@ -60,10 +60,15 @@ pub struct JobRequest {
     /// Extra writable directories.
     #[serde(default)]
     pub write: Vec<PathBuf>,
+    /// Unix sockets the agent may connect to (every other socket in a visible tree is masked).
+    #[serde(default)]
+    pub socket: Vec<PathBuf>,
     /// Network.
     pub network: Option<Network>,
     /// Memory limit.
     pub memory: Option<ByteSize>,
+    /// Size limit of each private HOME and TMPDIR.
+    pub tmp_size: Option<ByteSize>,
     /// Process limit.
     pub pids: Option<u64>,
     /// Container image.
@@ -205,12 +210,14 @@ impl JobRequest {
             workspace,
             read,
             write,
+            sockets,
         } = resolve_paths(
             Requested {
                 workspace: self.workspace.as_deref().unwrap_or(Path::new(".")),
                 read: &self.read,
                 write: &self.write,
                 protect: &self.protect,
+                sockets: &self.socket,
             },
             base,
             known,
@@ -253,7 +260,9 @@ impl JobRequest {
             protect: self.protect,
             read,
             write,
+            sockets,
             memory: self.memory,
+            tmp_size: self.tmp_size,
             pids: self.pids,
             image: self.image,
             output_cap: self.output_cap.unwrap_or(defaults.output_cap),

@@ -77,8 +77,14 @@ pub struct SandboxSettings {
     pub read: Vec<PathBuf>,
     /// Extra writable directories.
     pub write: Vec<PathBuf>,
+    /// Unix sockets granted to the agent.
+    #[serde(default)]
+    pub sockets: Vec<PathBuf>,
     /// Memory limit of a round's tree.
     pub memory: Option<ByteSize>,
+    /// Size limit of each of a round's private HOME and TMPDIR (`None`: the policy's).
+    #[serde(default)]
+    pub tmp_size: Option<ByteSize>,
     /// Process limit of a round's tree.
     pub pids: Option<u64>,
     /// Container image (docker backend).
@@ -96,7 +102,9 @@ impl Default for SandboxSettings {
             protect: Vec::new(),
             read: Vec::new(),
             write: Vec::new(),
+            sockets: Vec::new(),
             memory: None,
+            tmp_size: None,
             pids: None,
             image: None,
             output_cap: ByteSize(DEFAULT_OUTPUT_CAP),
@@ -323,6 +331,9 @@ impl JobSpec {
         }
         if self.sandbox.pids == Some(0) {
             return Err(err("pids", "must be at least 1"));
+        }
+        if self.sandbox.tmp_size.is_some_and(|m| m.0 < (1 << 20)) {
+            return Err(err("tmp_size", "must be at least 1M"));
         }
         if self.sandbox.memory.is_some_and(|m| m.0 < (1 << 20)) {
             return Err(err("memory", "must be at least 1M"));

@@ -110,7 +110,11 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
         .chain(&limits.read_roots)
         .cloned()
         .collect();
-    for (field, paths) in [("read", &s.read), ("write", &s.write)] {
+    for (field, paths) in [
+        ("read", &s.read),
+        ("write", &s.write),
+        ("socket", &s.sockets),
+    ] {
         if let Some(p) = paths.iter().find(|p| !under_any(p, &roots)) {
             return refuse(
                 "read_roots",

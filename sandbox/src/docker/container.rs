@@ -29,6 +29,23 @@ fn ulimit(name: &str, v: u64) -> ResourcesUlimits {
     }
 }
 
+/// The container's tmpfs mounts: `/tmp` (world-writable, sticky) and the private HOME and
+/// TMPDIR (the command's own), each limited to the plan's scratch size.
+pub fn tmpfs(plan: &ContainerPlan) -> HashMap<String, String> {
+    let size = plan.scratch_size;
+    let mut out = HashMap::from([("/tmp".to_owned(), format!("{TMP_OPTIONS},size={size}"))]);
+    for p in &plan.scratch {
+        out.insert(
+            p.display().to_string(),
+            format!(
+                "rw,nosuid,nodev,mode=0700,uid={},gid={},size={size}",
+                plan.uid, plan.gid
+            ),
+        );
+    }
+    out
+}
+
 /// The create request.
 pub fn body(
     plan: &ContainerPlan,
@@ -55,7 +72,7 @@ pub fn body(
     ulimits.extend(plan.file_size.map(|n| ulimit("fsize", n)));
     let host_config = HostConfig {
         mounts: Some(mounts),
-        tmpfs: Some(HashMap::from([("/tmp".to_owned(), TMP_OPTIONS.to_owned())])),
+        tmpfs: Some(tmpfs(plan)),
         readonly_rootfs: Some(true),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec![

@@ -53,6 +53,11 @@ pub struct ContainerPlan {
     pub protected: Vec<TreePath>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
+    /// The private HOME and TMPDIR (tmpfs mounts of [`ContainerPlan::scratch_size`] each,
+    /// owned by the command's user).
+    pub scratch: Vec<PathBuf>,
+    /// The size of each scratch tmpfs, and of the container's `/tmp`.
+    pub scratch_size: u64,
     /// Kernel paths masked in the container (`MaskedPaths`; replaces the engine's default list,
     /// so it holds that list too).
     pub masked: Vec<String>,
@@ -280,10 +285,28 @@ pub fn resolve(
             origin: "write",
         });
     }
-    let private_rw = [&req.private.home, &req.private.tmp]
-        .into_iter()
-        .chain(&req.private.writable);
-    mounts.extend(private_rw.map(|p| BindMount {
+    // Granted sockets: mounted where no other mount shows them already.
+    for s in &req.sockets {
+        if !crate::sockets::is_socket(s) {
+            return Err(invalid(
+                "socket",
+                format!("`{}` is not a unix socket", s.display()),
+            ));
+        }
+        let shown = std::iter::once(&req.workspace)
+            .chain(&req.read)
+            .chain(&req.write)
+            .any(|t| s.starts_with(t));
+        if !shown {
+            mounts.push(BindMount {
+                path: s.clone(),
+                read_only: true,
+                origin: "socket",
+            });
+        }
+    }
+    // HOME and TMPDIR are size-limited tmpfs mounts (see `scratch`), not binds.
+    mounts.extend(req.private.writable.iter().map(|p| BindMount {
         path: p.clone(),
         read_only: false,
         origin: "private directory",
@@ -383,7 +406,45 @@ pub fn resolve(
     for m in &mounts {
         check_mount(m, sockets, &req.forbidden)?;
     }
-    let masked = masked_paths(policy);
+    let mut masked = masked_paths(policy);
+    // Unix sockets in the mounted trees: masked unless granted.
+    let candidates = std::iter::once(req.workspace.clone())
+        .chain(req.read.iter().cloned())
+        .chain(req.write.iter().cloned())
+        .collect();
+    let found = crate::sockets::scan(&crate::sockets::roots(candidates));
+    let before = masked.len();
+    masked.extend(
+        found
+            .sockets
+            .iter()
+            .filter(|s| !req.sockets.contains(s))
+            .map(|s| s.display().to_string()),
+    );
+    e.record(
+        Restriction::UnixSockets,
+        if found.incomplete.is_empty() {
+            Level::Full
+        } else {
+            Level::Partial
+        },
+        crate::plan::sockets_detail(
+            masked.len() - before,
+            req.sockets.len(),
+            &found.incomplete,
+            None,
+        ),
+    );
+    let scratch_size = req
+        .limits
+        .tmp_bytes
+        .or(policy.limits.tmp_size.map(|t| t.0))
+        .unwrap_or(crate::plan::DEFAULT_SCRATCH_SIZE);
+    e.record(
+        Restriction::ScratchSpace,
+        Level::Full,
+        format!("HOME, TMPDIR and /tmp: a tmpfs of {scratch_size} bytes each"),
+    );
     e.record(
         Restriction::HiddenSecrets,
         Level::Full,
@@ -510,6 +571,8 @@ pub fn resolve(
         watch,
         protected: protected_paths,
         chown,
+        scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
+        scratch_size,
         masked,
         network,
         memory,

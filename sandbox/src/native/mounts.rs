@@ -107,6 +107,10 @@ fn bind(src: &Path, dst: &Path) -> Result<(), StepFailure> {
 
 /// Creates `dst` (and its parents) as a mount point like `src`: a directory or an empty file.
 fn mount_point(src: &Path, dst: &Path) -> Result<(), StepFailure> {
+    // Already there (inside a tree bound before it, e.g. a granted socket in the workspace).
+    if std::fs::symlink_metadata(dst).is_ok() {
+        return Ok(());
+    }
     let is_dir = std::fs::metadata(src)
         .map(|m| m.is_dir())
         .map_err(|e| io_fail("stat", src, &e))?;
@@ -318,11 +322,27 @@ fn build_root(
         std::os::unix::fs::symlink(target, under(NEW, path))
             .map_err(|e| io_fail("symlink", path, &e))?;
     }
-    // The private TMPDIR at /tmp first: trees that live under the host's /tmp are bound on top
-    // of it (their mount points are made inside the private directory, which is scratch).
+    // The private TMPDIR, a size-limited tmpfs, at /tmp first: trees that live under the host's
+    // /tmp are bound on top of it (their mount points are made inside it, which is scratch).
+    let scratch = |at: &Path| -> Result<(), StepFailure> {
+        std::fs::create_dir_all(at).map_err(|e| io_fail("mkdir", at, &e))?;
+        let (uid, gid) = root.scratch_owner;
+        let opts = format!("mode=0700,size={},uid={uid},gid={gid}", root.scratch_size);
+        mount(
+            Some("tmpfs"),
+            at,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(opts.as_str()),
+        )
+        .map_err(|e| fail("mount(tmpfs)", at, e))
+    };
     let tmp = under(NEW, Path::new("/tmp"));
-    mount_point(&under(OLD, &root.tmp), &tmp)?;
-    bind(&under(OLD, &root.tmp), &tmp)?;
+    scratch(&tmp)?;
+    let tmp_path = under(NEW, &root.tmp);
+    std::fs::create_dir_all(&tmp_path).map_err(|e| io_fail("mkdir", &tmp_path, &e))?;
+    bind(&tmp, &tmp_path)?;
+    scratch(&under(NEW, &root.home))?;
     for b in &root.binds {
         let (src, dst) = (under(OLD, &b.path), under(NEW, &b.path));
         mount_point(&src, &dst)?;

@@ -60,6 +60,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
         protect: Vec::new(),
         read: Vec::new(),
         write: Vec::new(),
+        sockets: Vec::new(),
         private: PrivateDirs {
             home: w.state.join("home"),
             tmp: w.state.join("tmp"),
@@ -313,7 +314,17 @@ fn the_root_holds_only_the_listed_trees() {
     let bound = |path: &Path| root.binds.iter().find(|b| b.path == path).map(|b| b.write);
     assert_eq!(bound(&w.ws), Some(true));
     assert_eq!(bound(Path::new("/etc")), Some(false));
-    assert_eq!(bound(&w.state.join("home")), Some(true));
+    // HOME and TMPDIR are size-limited tmpfs mounts, not binds of the host directories.
+    assert_eq!(bound(&w.state.join("home")), None);
+    assert_eq!(root.home, w.state.join("home"));
+    assert_eq!(root.scratch_size, 1 << 30);
+    assert!(
+        p.landlock
+            .as_ref()
+            .unwrap()
+            .write
+            .contains(&w.state.join("home"))
+    );
     assert_eq!(bound(Path::new("/root")), None);
     assert_eq!(bound(Path::new("/var")), None);
     // Parents come before children.

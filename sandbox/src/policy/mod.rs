@@ -60,6 +60,9 @@ pub struct FilesystemPolicy {
     pub workspace: WorkspaceAccess,
     /// Whether `--write` is honoured.
     pub extra_write: bool,
+    /// Readable trees walked for unix sockets before each run (besides the job's own trees).
+    #[serde(default)]
+    pub scan_sockets: Vec<PathBuf>,
 }
 
 /// `[protect]`.
@@ -117,6 +120,8 @@ pub struct LimitDefaults {
     /// CPU limit in CPUs (e.g. 1.5); the docker backend only.
     #[serde(default)]
     pub cpus: Option<Cpus>,
+    /// Size of each of the private HOME and TMPDIR (tmpfs) when the job sets none.
+    pub tmp_size: Option<ByteSize>,
 }
 
 /// A CPU limit, kept in thousandths of a CPU; written as a number of CPUs (`2`, `1.5`).

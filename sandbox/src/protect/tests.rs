@@ -38,6 +38,7 @@ fn req(w: &World, protect: &[&str]) -> SandboxRequest {
         protect: protect.iter().map(PathBuf::from).collect(),
         read: Vec::new(),
         write: Vec::new(),
+        sockets: Vec::new(),
         private: PrivateDirs {
             home: PathBuf::from("/nonexistent/home"),
             tmp: PathBuf::from("/nonexistent/tmp"),

@@ -33,6 +33,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
         protect: Vec::new(),
         read: Vec::new(),
         write: Vec::new(),
+        sockets: Vec::new(),
         private: PrivateDirs {
             home: w.private.join("home"),
             tmp: w.private.join("tmp"),
@@ -70,7 +71,10 @@ fn modes_mount_the_workspace_as_they_should() {
     assert_eq!(ro.image, DEFAULT_IMAGE);
     let ww = resolve_in(&req(&w, Mode::WorkspaceWrite)).unwrap();
     assert!(!mount(&ww, &w.ws).unwrap().read_only);
-    assert!(!mount(&ww, &w.private.join("home")).unwrap().read_only);
+    // HOME is a size-limited tmpfs of the command's, not a bind of the host directory.
+    assert!(mount(&ww, &w.private.join("home")).is_none());
+    assert!(ww.scratch.contains(&w.private.join("home")));
+    assert_eq!(ww.scratch_size, 1 << 30);
     assert_eq!(ww.network, Network::None);
     assert_eq!(ww.pids, Some(4096));
     let fa = resolve_in(&req(&w, Mode::FullAccess)).unwrap();
