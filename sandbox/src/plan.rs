@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
+use crate::gitguard::GitGuard;
 use crate::host::Host;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
@@ -160,6 +161,10 @@ pub struct SandboxPlan {
     pub watch: Vec<TreePath>,
     /// Missing protected paths to create as empty read-only placeholders.
     pub placeholders: Vec<Placeholder>,
+    /// The git check of the writable trees (workspace-write: the workspace and each `--write`
+    /// root), taken before the run and after it.
+    #[serde(default)]
+    pub git: Option<GitGuard>,
     /// Landlock, unless unrestricted.
     pub landlock: Option<LandlockPlan>,
     /// Seccomp.
@@ -248,6 +253,7 @@ pub fn resolve(
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
     let mut watch = Vec::new();
+    let mut git = None;
     let mut root = None;
     let landlock = if fs.unrestricted {
         e.record(
@@ -411,6 +417,11 @@ pub fn resolve(
         if fs.workspace == WorkspaceAccess::Write {
             let set = protect::resolve(policy, req)?;
             let protected = set.protected.len();
+            git = Some(GitGuard::new(
+                &req.workspace,
+                &req.write,
+                set.protected.iter().map(TreePath::full).collect(),
+            ));
             placeholders.extend(set.placeholders);
             mounts.extend(set.anchors.into_iter().map(|at| MountStep::Anchor { at }));
             mounts.extend(
@@ -423,7 +434,7 @@ pub fn resolve(
             e.record(
                 Restriction::ProtectedPaths,
                 Level::Full,
-                format!("{protected} path(s) read-only, their parents pinned against rename; {} path(s) kept absent", absent.len()),
+                format!("{protected} path(s) read-only, their parents pinned against rename; {} path(s) kept absent; git repositories the run creates or changes in {} writable tree(s) made safe after it", absent.len(), git.as_ref().map_or(0, |g| g.trees.len())),
             );
         } else {
             e.record(
@@ -658,6 +669,7 @@ pub fn resolve(
         absent,
         watch,
         placeholders,
+        git,
         landlock,
         seccomp: SeccompPlan {
             deny,

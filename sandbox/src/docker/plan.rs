@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
+use crate::gitguard::GitGuard;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::{Policy, WorkspaceAccess};
@@ -48,6 +49,8 @@ pub struct ContainerPlan {
     pub absent: Vec<TreePath>,
     /// Protected paths on whose way no symlink may stand after the run.
     pub watch: Vec<TreePath>,
+    /// The git check of the writable trees, taken before the run and after it.
+    pub git: Option<GitGuard>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
     /// The network.
@@ -261,6 +264,7 @@ pub fn resolve(
     let mut placeholders = Vec::new();
     let mut absent = Vec::new();
     let mut watch = Vec::new();
+    let mut git = None;
     if fs.unrestricted {
         e.record(
             Restriction::ProtectedPaths,
@@ -270,6 +274,11 @@ pub fn resolve(
     } else if fs.workspace == WorkspaceAccess::Write {
         let set = protect::resolve(policy, req)?;
         let (anchors, protected) = (set.anchors, set.protected);
+        let guard = GitGuard::new(
+            &req.workspace,
+            &req.write,
+            protected.iter().map(TreePath::full).collect(),
+        );
         placeholders.extend(set.placeholders);
         absent.extend(set.absent);
         watch.extend(set.watch);
@@ -277,11 +286,13 @@ pub fn resolve(
             Restriction::ProtectedPaths,
             Level::Full,
             format!(
-                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent",
+                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent; git repositories the run creates or changes in {} writable tree(s) made safe after it",
                 protected.len(),
-                absent.len()
+                absent.len(),
+                guard.trees.len()
             ),
         );
+        git = Some(guard);
         mounts.extend(anchors.iter().map(|at| BindMount {
             path: at.full(),
             read_only: false,
@@ -436,6 +447,7 @@ pub fn resolve(
         placeholders,
         absent,
         watch,
+        git,
         chown,
         network,
         memory,

@@ -26,7 +26,9 @@ use super::protocol::{HelperResult, SetupFailure};
 use super::step::StepFailure;
 use super::{ns, tree};
 use crate::beneath::{self, TreePath};
+use crate::gitguard::{self, GitGuard, Inventory};
 use crate::mode::BackendKind;
+use crate::outcome::git::GitCheck;
 use crate::outcome::{
     EndedBy, Enforcement, ExecOutcome, Level, ResourceUsage, Restriction, Termination,
 };
@@ -98,6 +100,10 @@ struct Supervisor {
     absent: Vec<TreePath>,
     /// Protected paths on whose way no symlink may stand after the run.
     watch: Vec<TreePath>,
+    /// The git check: what it covers and what the trees held before the run.
+    git: Option<(GitGuard, Inventory)>,
+    /// Where the originals of what the git check replaces go.
+    control_dir: PathBuf,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -225,6 +231,11 @@ impl Supervisor {
         } else {
             None
         };
+        // What git repositories the writable trees hold before anything of the run exists.
+        let git = plan
+            .git
+            .as_ref()
+            .map(|g| (g.clone(), gitguard::inventory(g)));
         if plan.pid_namespace {
             if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
                 cleanup.run();
@@ -325,6 +336,8 @@ impl Supervisor {
             cleanup,
             absent: plan.absent.clone(),
             watch: plan.watch.clone(),
+            git,
+            control_dir: spec.control_dir.clone(),
         })))
     }
 
@@ -490,7 +503,16 @@ impl Supervisor {
         };
         // Symlinks where protected paths should be, paths the agent may not create (the tree is
         // dead: nothing races this).
-        let violations = protect::check_after_run(&self.watch, &self.absent);
+        let mut violations = protect::check_after_run(&self.watch, &self.absent);
+        // Git repositories the run created or changed, made safe for the host's git.
+        let git = match self.git.take() {
+            Some((guard, before)) => {
+                let (check, more) = gitguard::check_after_run(&guard, &before, &self.control_dir);
+                violations.extend(more);
+                check
+            }
+            None => GitCheck::default(),
+        };
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }
@@ -508,6 +530,7 @@ impl Supervisor {
             leftovers_killed: self.leftovers_killed,
             exec_error: self.exec_error.take(),
             violations,
+            git,
             enforcement: self.enforcement.clone(),
         })
     }
