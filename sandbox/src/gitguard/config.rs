@@ -93,8 +93,12 @@ fn is_key_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'-'
 }
 
-/// Every `(name, value)` git would see, in order; `None` is a key without `=` (boolean true).
-fn parse(bytes: &[u8]) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, Bad> {
+/// One variable as git sees it: its full name (`section.subsection.key`, section and key lower
+/// case) and its value (`None`: a key without `=`, boolean true).
+type Var = (Vec<u8>, Option<Vec<u8>>);
+
+/// Every variable git would see, in order.
+fn parse(bytes: &[u8]) -> Result<Vec<Var>, Bad> {
     const BOM: &[u8] = b"\xef\xbb\xbf";
     let bytes = match bytes.strip_prefix(BOM) {
         Some(rest) => rest,

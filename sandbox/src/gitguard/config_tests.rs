@@ -75,7 +75,11 @@ fn command_carrying_keys_are_dropped_however_spelled() {
     let out = render(&r.safe);
     assert!(!out.to_ascii_lowercase().contains("fsmonitor"), "{out}");
     assert!(!out.contains("/ws/"), "{out}");
-    assert_eq!(kept(out.as_bytes()), r.safe, "the replacement reads back the same");
+    assert_eq!(
+        kept(out.as_bytes()),
+        r.safe,
+        "the replacement reads back the same"
+    );
     assert!(dropped(out.as_bytes()).is_empty());
 }
 
@@ -101,7 +105,10 @@ fn quoting_escapes_comments_and_continuations_read_as_git_does() {
     assert_eq!(kept(b"[core]\n\tbare = \"true\"\n").bare, Some(true));
     assert_eq!(kept(b"[core]\n\tbare = tr\\\nue\n").bare, Some(true));
     assert_eq!(kept(b"[core]\n\tbare = true # false\n").bare, Some(true));
-    assert_eq!(kept(b"[core]\n\tbare = \"false\" ; true\n").bare, Some(false));
+    assert_eq!(
+        kept(b"[core]\n\tbare = \"false\" ; true\n").bare,
+        Some(false)
+    );
     assert_eq!(kept(b"[core]\r\n\tbare = yes\r\n").bare, Some(true));
     // A value git would read as something else is dropped, not guessed.
     assert_eq!(kept(b"[core]\n\tbare = \"tru e\"\n").bare, None);
@@ -118,12 +125,21 @@ fn quoting_escapes_comments_and_continuations_read_as_git_does() {
             ..SafeConfig::default()
         }
     );
-    assert_eq!(kept(b"[extensions]\n\tobjectformat = md5\n").objectformat, None);
+    assert_eq!(
+        kept(b"[extensions]\n\tobjectformat = md5\n").objectformat,
+        None
+    );
     // The last value wins, as in git.
-    assert_eq!(kept(b"[core]\nbare = true\nbare = false\n").bare, Some(false));
+    assert_eq!(
+        kept(b"[core]\nbare = true\nbare = false\n").bare,
+        Some(false)
+    );
     // A continuation cannot smuggle a new line with a key into the value's line.
     let r = read(b"[core]\n\tbare = false\\\n\tfsmonitor = x\n", true);
-    assert_eq!(r.safe.bare, None, "`false\\tfsmonitor = x` is not a boolean");
+    assert_eq!(
+        r.safe.bare, None,
+        "`false\\tfsmonitor = x` is not a boolean"
+    );
     assert!(!render(&r.safe).contains("fsmonitor"));
 }
 
@@ -144,7 +160,10 @@ fn what_git_would_refuse_keeps_nothing() {
         assert!(r.unreadable.is_some(), "{text:?}");
     }
     // A BOM itself is fine.
-    assert_eq!(kept(b"\xef\xbb\xbf[core]\n\tbare = true\n").bare, Some(true));
+    assert_eq!(
+        kept(b"\xef\xbb\xbf[core]\n\tbare = true\n").bare,
+        Some(true)
+    );
 }
 
 #[test]
@@ -162,7 +181,10 @@ fn non_utf8_names_and_values_are_dropped_and_reported_escaped() {
     );
     // `\n` inside a quoted subsection ends the header: git refuses the file, so do we.
     assert!(r.unreadable.is_some());
-    let r = read(b"[core]\n\tbare = true\n[sec \"\xff\x1b[2J\"]\n\tkey = \xfe\n", true);
+    let r = read(
+        b"[core]\n\tbare = true\n[sec \"\xff\x1b[2J\"]\n\tkey = \xfe\n",
+        true,
+    );
     assert_eq!(r.safe.bare, Some(true));
     assert_eq!(r.dropped, vec!["sec.\\xff\\x1b[2J.key".to_owned()]);
 }
@@ -204,7 +226,7 @@ fn random_input_never_panics_and_renders_only_allowed_keys() {
 }
 
 /// `(name, value)` pairs as `git config --list --null` reads them, if git is installed.
-fn git_list(text: &[u8]) -> Option<Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, ()>> {
+fn git_list(text: &[u8]) -> Option<Result<Vec<Var>, ()>> {
     let git = ["/usr/local/bin/git", "/usr/bin/git"]
         .into_iter()
         .find(|g| std::path::Path::new(g).is_file())?;

@@ -59,7 +59,11 @@ pub fn compare(before: &TreeInventory, after: &TreeInventory) -> Vec<Action> {
             (Some(_), _) => Change::Replaced,
         };
         let what = match (now, was, change) {
-            (Found::Dir { surfaces, .. }, Some(Found::Dir { surfaces: old, .. }), Change::Changed) => {
+            (
+                Found::Dir { surfaces, .. },
+                Some(Found::Dir { surfaces: old, .. }),
+                Change::Changed,
+            ) => {
                 let changed: Vec<Surface> = surfaces
                     .iter()
                     .filter(|(s, d)| old.get(s) != Some(d))
@@ -73,9 +77,11 @@ pub fn compare(before: &TreeInventory, after: &TreeInventory) -> Vec<Action> {
             (Found::Dir { surfaces, .. }, _, _) => What::Dir {
                 surfaces: surfaces.keys().copied().collect(),
             },
-            (Found::File { digest, .. }, Some(Found::File { digest: old, .. }), Change::Changed)
-                if digest == old =>
-            {
+            (
+                Found::File { digest, .. },
+                Some(Found::File { digest: old, .. }),
+                Change::Changed,
+            ) if digest == old => {
                 continue;
             }
             (Found::File { .. }, was, _) => What::File {

@@ -95,7 +95,8 @@ impl Originals {
                         what,
                     });
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && self.next < u32::MAX => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && self.next < u32::MAX => {
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -107,7 +108,14 @@ impl Originals {
         self.keep_at(slot, from, name, as_name, 0);
     }
 
-    fn keep_at(&mut self, slot: &mut Slot, from: RawFd, name: &OsStr, as_name: &Path, depth: usize) {
+    fn keep_at(
+        &mut self,
+        slot: &mut Slot,
+        from: RawFd,
+        name: &OsStr,
+        as_name: &Path,
+        depth: usize,
+    ) {
         let label = escape(as_name.as_os_str().as_bytes(), 256);
         let st = match fsat::lstat(from, name) {
             Ok(Some(st)) => st,
@@ -136,7 +144,10 @@ impl Originals {
             },
             Kind::Symlink => {
                 item.note = Some(match fsat::read_link(from, name) {
-                    Ok(t) => format!("a symlink to \"{}\" (removed, never followed)", escape(&t, 512)),
+                    Ok(t) => format!(
+                        "a symlink to \"{}\" (removed, never followed)",
+                        escape(&t, 512)
+                    ),
                     Err(e) => format!("a symlink (its target could not be read: {e})"),
                 });
             }
@@ -151,7 +162,8 @@ impl Originals {
     }
 
     fn copy_file(&mut self, from: RawFd, name: &OsStr, to: &Path) -> Result<(), String> {
-        let (f, st) = fsat::open_regular(from, name).map_err(|e| format!("could not be read: {e}"))?;
+        let (f, st) =
+            fsat::open_regular(from, name).map_err(|e| format!("could not be read: {e}"))?;
         let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
         if size > self.left {
             return Err(format!(
@@ -176,7 +188,14 @@ impl Originals {
             .map_err(|e| format!("could not be kept: {e}"))
     }
 
-    fn copy_dir(&mut self, slot: &mut Slot, from: RawFd, name: &OsStr, as_name: &Path, depth: usize) {
+    fn copy_dir(
+        &mut self,
+        slot: &mut Slot,
+        from: RawFd,
+        name: &OsStr,
+        as_name: &Path,
+        depth: usize,
+    ) {
         let fail = |slot: &mut Slot, why: String| {
             slot.items.push(Item {
                 name: escape(as_name.as_os_str().as_bytes(), 256),
@@ -212,7 +231,13 @@ impl Originals {
             );
         }
         for e in entries.iter().take(MAX_ENTRIES) {
-            self.keep_at(slot, d.as_raw_fd(), &e.name, &as_name.join(&e.name), depth + 1);
+            self.keep_at(
+                slot,
+                d.as_raw_fd(),
+                &e.name,
+                &as_name.join(&e.name),
+                depth + 1,
+            );
         }
     }
 }

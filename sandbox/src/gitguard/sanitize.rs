@@ -153,11 +153,17 @@ fn report(ctx: &Ctx<'_>, action: &Action, kind: RepoKind) -> Sanitized {
 }
 
 fn slot(ctx: &mut Ctx<'_>, action: &Action, s: &mut Sanitized) -> Option<Slot> {
-    let what = format!("{} ({} {})", display(ctx.root, &action.rel), s.change, s.kind);
+    let what = format!(
+        "{} ({} {})",
+        display(ctx.root, &action.rel),
+        s.change,
+        s.kind
+    );
     match ctx.originals.slot(what) {
         Ok(slot) => Some(slot),
         Err(e) => {
-            s.notes.push(format!("the originals could not be kept: {e}"));
+            s.notes
+                .push(format!("the originals could not be kept: {e}"));
             None
         }
     }
@@ -193,7 +199,8 @@ fn git_dir(
     for surface in todo {
         let name = OsStr::new(surface.name());
         if let Some(slot) = slot.as_mut() {
-            ctx.originals.keep(slot, fd, name, Path::new(surface.name()));
+            ctx.originals
+                .keep(slot, fd, name, Path::new(surface.name()));
         }
         if let Ok(Some(st)) = dir.stat(name) {
             if st.kind == beneath::Kind::Symlink {
@@ -321,9 +328,9 @@ fn git_file(
                 "it pointed elsewhere than a git directory of this tree: the content it had before the run was put back".into(),
             );
         }
-        None => s.notes.push(
-            "it pointed elsewhere than a git directory of this tree: removed".into(),
-        ),
+        None => s
+            .notes
+            .push("it pointed elsewhere than a git directory of this tree: removed".into()),
     }
     s.replaced.push(Surface::GitFile);
     s.originals = slot.map(Slot::finish);

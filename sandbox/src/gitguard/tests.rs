@@ -94,7 +94,11 @@ fn the_walk_finds_every_kind_of_repository_and_follows_no_symlink() {
     git_dir(&w.ws.join("sub/.git"), FRESH);
     git_dir(&w.ws.join("srv/bare.git"), FRESH);
     std::fs::create_dir_all(w.ws.join("lib/a")).unwrap();
-    std::fs::write(w.ws.join("lib/a/.git"), "gitdir: ../../.git/modules/lib/a\n").unwrap();
+    std::fs::write(
+        w.ws.join("lib/a/.git"),
+        "gitdir: ../../.git/modules/lib/a\n",
+    )
+    .unwrap();
     std::fs::create_dir_all(w.ws.join("ln")).unwrap();
     symlink(&w.host, w.ws.join("ln/.git")).unwrap();
     // Not a git directory: no HEAD.
@@ -191,7 +195,11 @@ fn a_new_hostile_repository_is_made_safe_and_keeps_its_data() {
     assert!(!repo.join("config.worktree").exists());
     assert!(!repo.join("commondir").exists());
     assert_eq!(std::fs::read_dir(repo.join("hooks")).unwrap().count(), 0);
-    assert_eq!(data(&repo), data_before, "objects, refs, HEAD, index untouched");
+    assert_eq!(
+        data(&repo),
+        data_before,
+        "objects, refs, HEAD, index untouched"
+    );
     // The originals are kept, never executable.
     let orig = s.originals.clone().unwrap();
     assert_eq!(orig, w.control.join("sanitized/1"));
@@ -226,12 +234,20 @@ fn a_changed_repository_gets_only_what_changed_replaced() {
     let s = only(&c);
     assert_eq!(s.change, Change::Changed);
     assert_eq!(s.replaced, vec![Surface::Hooks]);
-    assert_eq!(read(&repo.join("config")), user, "the unchanged config is the user's");
+    assert_eq!(
+        read(&repo.join("config")),
+        user,
+        "the unchanged config is the user's"
+    );
     assert_eq!(std::fs::read_dir(repo.join("hooks")).unwrap().count(), 0);
 
     // A changed config: replaced, the user's original kept.
     let before = inventory(&g);
-    std::fs::write(repo.join("config"), format!("{user}[core]\n\tfsmonitor = x\n")).unwrap();
+    std::fs::write(
+        repo.join("config"),
+        format!("{user}[core]\n\tfsmonitor = x\n"),
+    )
+    .unwrap();
     let (c, _) = check(&w, &g, &before);
     let s = only(&c);
     assert_eq!(s.replaced, vec![Surface::Config]);
@@ -264,7 +280,10 @@ fn a_replaced_repository_is_made_safe() {
     hook(&repo, "pre-push");
     let (c, _) = check(&w, &g, &before);
     let s = only(&c);
-    assert!(matches!(s.change, Change::Replaced | Change::Changed), "{s:?}");
+    assert!(
+        matches!(s.change, Change::Replaced | Change::Changed),
+        "{s:?}"
+    );
     assert!(s.replaced.contains(&Surface::Config) && s.replaced.contains(&Surface::Hooks));
     assert!(!repo.join("hooks/pre-push").exists());
 }
@@ -309,11 +328,19 @@ fn a_fifo_config_is_removed_without_being_opened() {
     git_dir(&repo, FRESH);
     std::fs::remove_file(repo.join("config")).unwrap();
     nix::unistd::mkfifo(&repo.join("config"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-    nix::unistd::mkfifo(&repo.join("hooks/pre-commit"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    nix::unistd::mkfifo(
+        &repo.join("hooks/pre-commit"),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
     let (c, v) = check(&w, &g, &before);
     assert!(v.is_empty(), "{v:#?}");
     assert_eq!(only(&c).replaced, vec![Surface::Config, Surface::Hooks]);
-    assert!(std::fs::symlink_metadata(repo.join("config")).unwrap().is_file());
+    assert!(
+        std::fs::symlink_metadata(repo.join("config"))
+            .unwrap()
+            .is_file()
+    );
 }
 
 #[test]
@@ -322,7 +349,11 @@ fn git_files_stay_only_when_they_point_at_a_checked_git_directory() {
     git_dir(&w.ws.join(".git"), FRESH);
     std::fs::create_dir_all(w.ws.join("kept")).unwrap();
     std::fs::write(w.ws.join("kept/.git"), "gitdir: /elsewhere/x\n").unwrap();
-    let g = GitGuard::new(&w.ws, &[], vec![w.ws.join(".git/config"), w.ws.join(".git/hooks")]);
+    let g = GitGuard::new(
+        &w.ws,
+        &[],
+        vec![w.ws.join(".git/config"), w.ws.join(".git/hooks")],
+    );
     let before = inventory(&g);
     // A submodule the run added: `.git` file into `.git/modules/m`, itself new.
     git_dir(&w.ws.join(".git/modules/m"), HOSTILE);
@@ -338,7 +369,10 @@ fn git_files_stay_only_when_they_point_at_a_checked_git_directory() {
     // Out of the tree, to the host, through a symlink, to a non-git directory.
     git_dir(&w.host.join("evil"), HOSTILE);
     for (dir, target) in [
-        ("out", format!("gitdir: {}\n", w.host.join("evil").display())),
+        (
+            "out",
+            format!("gitdir: {}\n", w.host.join("evil").display()),
+        ),
         ("up", "gitdir: ../../host/evil\n".to_owned()),
         ("via", "gitdir: lnk/../.git/modules/m\n".to_owned()),
         ("plain", "gitdir: ../src\n".to_owned()),
@@ -372,13 +406,23 @@ fn git_files_stay_only_when_they_point_at_a_checked_git_directory() {
             ("via/.git", Change::New, RepoKind::GitFile),
         ]
     );
-    assert!(w.ws.join("m/.git").is_file(), "a pointer into a checked git directory stays");
+    assert!(
+        w.ws.join("m/.git").is_file(),
+        "a pointer into a checked git directory stays"
+    );
     assert!(w.ws.join("abs/.git").is_file());
     for d in ["out", "up", "via", "plain", "junk"] {
-        assert!(!w.ws.join(d).join(".git").exists(), "{d}/.git is still there");
+        assert!(
+            !w.ws.join(d).join(".git").exists(),
+            "{d}/.git is still there"
+        );
     }
     assert_eq!(read(&w.ws.join("kept/.git")), "gitdir: /elsewhere/x\n");
-    assert_eq!(read(&w.host.join("evil/config")), HOSTILE, "the target is untouched");
+    assert_eq!(
+        read(&w.host.join("evil/config")),
+        HOSTILE,
+        "the target is untouched"
+    );
 }
 
 #[test]
@@ -403,7 +447,11 @@ fn commondir_stays_only_when_it_points_at_a_checked_git_directory() {
     git_dir(&w.ws.join(".git"), FRESH);
     let g = guard(&w);
     let before = inventory(&g);
-    for (name, target) in [("ok", "../..\n"), ("bad", "/etc\n"), ("up", "../../../../host\n")] {
+    for (name, target) in [
+        ("ok", "../..\n"),
+        ("bad", "/etc\n"),
+        ("up", "../../../../host\n"),
+    ] {
         let d = w.ws.join(".git/worktrees").join(name);
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("HEAD"), "x").unwrap();
@@ -431,9 +479,17 @@ fn protected_paths_are_neither_looked_at_nor_touched_but_the_rest_of_the_repo_is
     let before = inventory(&g);
     // Behind a read-only mount nothing changes in a real run; here the test changes it to show
     // the check leaves it alone.
-    std::fs::write(w.ws.join(".git/config"), "[core]\n\tfsmonitor = user's own\n").unwrap();
+    std::fs::write(
+        w.ws.join(".git/config"),
+        "[core]\n\tfsmonitor = user's own\n",
+    )
+    .unwrap();
     hook(&w.ws.join(".git"), "pre-commit");
-    std::fs::write(w.ws.join(".git/config.worktree"), "[core]\n\tfsmonitor = x\n").unwrap();
+    std::fs::write(
+        w.ws.join(".git/config.worktree"),
+        "[core]\n\tfsmonitor = x\n",
+    )
+    .unwrap();
     git_dir(&w.ws.join(".git/modules/x"), HOSTILE);
     let (c, v) = check(&w, &g, &before);
     assert!(v.is_empty(), "{v:#?}");
@@ -479,7 +535,7 @@ fn write_roots_are_checked_and_nested_trees_walked_once() {
     want.sort();
     assert_eq!(got, want);
     // The workspace inside a write root: the write root is the tree.
-    let g = GitGuard::new(&inner_of(&w), &[w.ws.clone()], Vec::new());
+    let g = GitGuard::new(&inner_of(&w), std::slice::from_ref(&w.ws), Vec::new());
     assert_eq!(g.trees, vec![w.ws.clone()]);
 }
 
@@ -540,7 +596,11 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
     }
     let (c, v) = check(&w, &g, &before);
     assert_eq!(v.len(), 1, "{v:#?}");
-    assert!(v[0].detail.contains("stopped at 20 entries"), "{}", v[0].detail);
+    assert!(
+        v[0].detail.contains("stopped at 20 entries"),
+        "{}",
+        v[0].detail
+    );
     assert!(c.unchecked.is_some());
 }
 

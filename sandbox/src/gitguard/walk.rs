@@ -223,7 +223,10 @@ impl<K: BuildHasher> Walker<'_, K> {
             if depth + 1 > self.limits.depth {
                 self.inv.unchecked.insert(
                     child,
-                    format!("deeper than {} levels (the walk's bound)", self.limits.depth),
+                    format!(
+                        "deeper than {} levels (the walk's bound)",
+                        self.limits.depth
+                    ),
                 );
                 continue;
             }
