@@ -482,3 +482,7 @@ fn problem(ev: &Event, what: &str) -> ProjectionError {
         problem: what.to_owned(),
     }
 }
+
+#[cfg(test)]
+#[path = "projection_tests.rs"]
+mod tests;

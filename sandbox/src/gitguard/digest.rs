@@ -122,14 +122,14 @@ fn directory(dir: RawFd, name: &OsStr, keys: &impl BuildHasher, depth: usize, h:
         h.write(b"deep");
         return;
     }
-    let mut d = match fsat::open_dir(dir, name) {
+    let d = match fsat::open_dir(dir, name) {
         Ok(d) => d,
         Err(e) => {
             h.write_i32(e.raw_os_error().unwrap_or(-1));
             return;
         }
     };
-    let mut entries = match fsat::entries(&mut d) {
+    let mut entries = match fsat::entries(d.as_raw_fd()) {
         Ok(e) => e,
         Err(e) => {
             h.write_i32(e.raw_os_error().unwrap_or(-1));

@@ -3,15 +3,15 @@
 //! file, creating a file exclusively, reading a symlink's target, handing a file to an owner.
 //! None follows a symlink: every open carries `O_NOFOLLOW`, every stat `AT_SYMLINK_NOFOLLOW`.
 
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
 
-use nix::dir::{Dir, Type};
-use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstatat};
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{FileStat, SFlag, fstatat};
 
 use crate::beneath::Kind;
 
@@ -59,43 +59,98 @@ pub(super) fn fstat(fd: RawFd) -> io::Result<FileStat> {
 
 /// Opens the directory `name` in `dir` for listing; a symlink or anything but a directory
 /// fails (`ELOOP`, `ENOTDIR`).
-pub(super) fn open_dir(dir: RawFd, name: &OsStr) -> io::Result<Dir> {
-    Dir::openat(
-        Some(dir),
+pub(super) fn open_dir(dir: RawFd, name: &OsStr) -> io::Result<OwnedFd> {
+    open_flags(
+        dir,
         name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
     )
-    .map_err(errno)
 }
 
-/// Every entry of `dir` but `.` and `..`; kinds from `d_type`, with a `fstatat` only where the
-/// file system does not fill it in.
-pub(super) fn entries(dir: &mut Dir) -> io::Result<Vec<Entry>> {
-    let fd = dir.as_raw_fd();
+/// Opens the trusted directory `path` (a tree's root) for listing.
+pub(super) fn open_root(path: &Path) -> io::Result<OwnedFd> {
+    open_flags(
+        libc::AT_FDCWD,
+        path.as_os_str(),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+    )
+}
+
+fn open_flags(dir: RawFd, name: &OsStr, flags: i32) -> io::Result<OwnedFd> {
+    let c = cstring(name)?;
+    // SAFETY: a valid descriptor (or AT_FDCWD), a NUL-terminated name alive for the call,
+    // plain flags.
+    let fd = unsafe { libc::openat(dir, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Bytes read per `getdents64` call.
+const LISTING_BUFFER: usize = 32 * 1024;
+
+/// Every entry of the directory open at `fd` (read from its start; the descriptor is used up)
+/// but `.` and `..`; kinds from `d_type`, with a `fstatat` only where the file system does not
+/// fill it in. Plain `getdents64`: a directory costs its `openat`, its listing and its `close`.
+pub(super) fn entries(fd: RawFd) -> io::Result<Vec<Entry>> {
+    let mut buf = vec![0u8; LISTING_BUFFER];
     let mut out = Vec::new();
-    for e in dir.iter() {
-        let e = e.map_err(errno)?;
-        let name: &CStr = e.file_name();
-        let bytes = name.to_bytes();
-        if bytes == b"." || bytes == b".." {
+    loop {
+        // SAFETY: `fd` is an open directory descriptor and `buf` is writable for `buf.len()`
+        // bytes for the duration of the call; the kernel writes at most that many.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = usize::try_from(n).unwrap_or(0);
+        if n == 0 {
+            return Ok(out);
+        }
+        parse_dirents(fd, &buf[..n.min(buf.len())], &mut out)?;
+    }
+}
+
+/// `struct linux_dirent64`: `d_ino` (8 bytes), `d_off` (8), `d_reclen` (2), `d_type` (1), then
+/// the NUL-terminated name, padded to `d_reclen`.
+fn parse_dirents(fd: RawFd, mut bytes: &[u8], out: &mut Vec<Entry>) -> io::Result<()> {
+    const NAME_AT: usize = 19;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "a malformed directory entry");
+    while !bytes.is_empty() {
+        let reclen = bytes
+            .get(16..18)
+            .map(|b| usize::from(u16::from_ne_bytes([b[0], b[1]])))
+            .ok_or_else(bad)?;
+        if reclen <= NAME_AT || reclen > bytes.len() {
+            return Err(bad());
+        }
+        let (rec, rest) = bytes.split_at(reclen);
+        bytes = rest;
+        let raw = &rec[NAME_AT..];
+        let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+        if name == b"." || name == b".." || name.is_empty() {
             continue;
         }
-        let name = OsString::from_vec(bytes.to_vec());
-        let kind = match e.file_type() {
-            Some(Type::Directory) => Kind::Dir,
-            Some(Type::File) => Kind::File,
-            Some(Type::Symlink) => Kind::Symlink,
-            Some(_) => Kind::Special,
-            None => match lstat(fd, &name)? {
+        let name = OsString::from_vec(name.to_vec());
+        let kind = match rec[18] {
+            libc::DT_DIR => Kind::Dir,
+            libc::DT_REG => Kind::File,
+            libc::DT_LNK => Kind::Symlink,
+            libc::DT_UNKNOWN => match lstat(fd, &name)? {
                 Some(st) => kind_of(&st),
                 // Gone since the listing: nothing to look at.
                 None => continue,
             },
+            _ => Kind::Special,
         };
         out.push(Entry { name, kind });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A regular file opened for reading (never a symlink, a FIFO or a device: a FIFO would block,

@@ -213,11 +213,11 @@ impl Originals {
         {
             return fail(slot, format!("could not be kept: {e}"));
         }
-        let mut d = match fsat::open_dir(from, name) {
+        let d = match fsat::open_dir(from, name) {
             Ok(d) => d,
             Err(e) => return fail(slot, format!("could not be opened: {e}")),
         };
-        let entries = match fsat::entries(&mut d) {
+        let entries = match fsat::entries(d.as_raw_fd()) {
             Ok(e) => e,
             Err(e) => return fail(slot, format!("could not be listed: {e}")),
         };

@@ -8,13 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::hash::BuildHasher;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-use nix::dir::Dir;
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
 
 use super::quote::escape;
 use super::{digest, fsat};
@@ -135,11 +131,7 @@ pub fn walk<K: BuildHasher>(
         limits,
     };
     // The root is a trusted path (canonical, outside the agent's reach).
-    match Dir::open(
-        root,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) {
+    match fsat::open_root(root) {
         Ok(d) => {
             w.dir(d, PathBuf::new(), 0);
         }
@@ -163,8 +155,8 @@ impl<K: BuildHasher> Walker<'_, K> {
 
     /// Looks at one directory (open for listing) and below. Returns false once the walk must
     /// stop.
-    fn dir(&mut self, mut d: Dir, rel: PathBuf, depth: usize) -> bool {
-        let entries = match fsat::entries(&mut d) {
+    fn dir(&mut self, d: OwnedFd, rel: PathBuf, depth: usize) -> bool {
+        let entries = match fsat::entries(d.as_raw_fd()) {
             Ok(e) => e,
             Err(e) => {
                 self.inv
@@ -206,11 +198,16 @@ impl<K: BuildHasher> Walker<'_, K> {
             }
         }
         for e in entries {
+            let dot_git = e.name == OsStr::new(".git");
+            // Ordinary files cost nothing more than their directory entry.
+            if e.kind != Kind::Dir && !dot_git {
+                continue;
+            }
             let child = rel.join(&e.name);
             if self.protected(&child) {
                 continue;
             }
-            if e.name == OsStr::new(".git") {
+            if dot_git {
                 match e.kind {
                     Kind::File => self.git_file(fd, &e.name, child.clone()),
                     Kind::Symlink => self.git_link(fd, &e.name, child.clone()),
