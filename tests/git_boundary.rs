@@ -476,6 +476,36 @@ fn exec(backend: Backend, w: &World, case: &Case) -> common::Output {
     r.arg("--").args(args).output()
 }
 
+/// Checks that every "originals in DIR" that `ralph sandbox exec` printed holds a manifest, and
+/// removes those kept directories (`ralph-sanitized-*` under the temporary directory).
+fn check_and_remove_kept_originals(stderr: &str) -> Result<(), String> {
+    let mut kept = BTreeSet::new();
+    for part in stderr.split("originals in ").skip(1) {
+        let dir = PathBuf::from(part.split_whitespace().next().unwrap_or_default());
+        if !dir.join("manifest.json").is_file() {
+            return Err(format!(
+                "no manifest in the kept originals {}",
+                dir.display()
+            ));
+        }
+        let parent = dir.parent().unwrap().to_owned();
+        assert!(
+            parent
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("ralph-sanitized-"),
+            "{}",
+            parent.display()
+        );
+        kept.insert(parent);
+    }
+    for k in kept {
+        let _ = std::fs::remove_dir_all(k);
+    }
+    Ok(())
+}
+
 /// The case sandboxed: the host's git runs nothing of the run's, and the repositories work.
 fn sandboxed(backend: Backend, case: &Case) -> Result<(), String> {
     let w = World::new();
@@ -512,6 +542,7 @@ fn sandboxed(backend: Backend, case: &Case) -> Result<(), String> {
     if out.stderr.contains("forbids") {
         return Err(format!("an unexpected violation: {}", out.stderr.trim()));
     }
+    check_and_remove_kept_originals(&out.stderr)?;
     Ok(())
 }
 
