@@ -925,8 +925,9 @@ exit 3"#;
 
 /// After a run that tried the commondir attack in the workspace `ws` (marker file `marker`):
 /// `.git/commondir` is gone, the host's git uses `.git`, and a host commit runs no agent-made
-/// hook. With `live`, the attack is then replayed on the host (commondir written back) to prove
-/// that it would have worked: git uses `.evil` and the commit runs the agent's hook.
+/// hook. With `live`, the attack is then replayed on the host (the hook the git check removed
+/// from `.evil` and the commondir written back) to prove that it would have worked: git uses
+/// `.evil` and the commit runs the agent's hook.
 fn host_git_unaffected(
     git: &Path,
     ws: &Path,
@@ -952,6 +953,22 @@ fn host_git_unaffected(
         return Err("a host `git commit` ran the agent's hook".into());
     }
     if live {
+        // `.evil` is a repository the run made in the workspace: the git check has replaced its
+        // hooks (tests/git_boundary.rs). Replay the whole attack: the hook and the commondir.
+        let hook = ws.join(".evil/hooks/pre-commit");
+        if hook.symlink_metadata().is_ok() {
+            return Err(format!(
+                "{} (the run's hook) is still there after the run",
+                hook.display()
+            ));
+        }
+        std::fs::write(
+            &hook,
+            format!("#!/bin/sh\necho agent-hook > \"{}\"\n", marker.display()),
+        )
+        .map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
         std::fs::write(&commondir, "../.evil\n").map_err(|e| e.to_string())?;
         let common = git_on_host(git, ws, home, &["rev-parse", "--git-common-dir"])?;
         git_on_host(

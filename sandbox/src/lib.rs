@@ -7,6 +7,9 @@
 //! - [`docker`]: the docker backend (a fresh hardened container per run).
 //! - [`capture`]: bounded output capture.
 //! - [`outcome`]: how a run ended, what it used, and how much isolation was enforced.
+//! - [`protect`], [`gitguard`], [`beneath`]: the host boundary inside writable trees (protected
+//!   paths, git repositories a run leaves, host-side file operations that never follow a
+//!   symlink).
 //!
 //! # Test strategy
 //!
@@ -20,6 +23,7 @@ pub mod capture;
 pub mod docker;
 pub mod doctor;
 pub mod error;
+pub mod gitguard;
 pub mod host;
 pub mod identity;
 pub mod mode;

@@ -1,5 +1,7 @@
-//! What a backend reports back about one run: how it ended, what it used, and how much of the
-//! requested isolation was actually enforced.
+//! What a backend reports back about one run: how it ended, what it used, how much of the
+//! requested isolation was actually enforced, and what its git check did ([`git`]).
+
+pub mod git;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -209,6 +211,11 @@ pub struct ExecOutcome {
     /// planted where a protected path should be, a `.git/commondir` created).
     #[serde(default)]
     pub violations: Vec<Violation>,
+    /// Git repositories in the writable trees that the run created, replaced or changed, and
+    /// what of them was replaced so the host's git cannot be turned against the host (not a
+    /// violation: a legitimate `git init` leads here too).
+    #[serde(default)]
+    pub git: git::GitCheck,
     /// How much isolation was enforced.
     pub enforcement: Enforcement,
 }
@@ -225,6 +232,8 @@ pub enum ViolationKind {
     Uncheckable,
     /// A protected path (or something below it) changed, appeared or disappeared.
     ProtectedChanged,
+    /// A git repository the run created or changed could not be made safe.
+    GitNotSanitized,
 }
 
 /// One thing a run left in a writable tree against the rules, and what was done about it. Any

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
+use crate::gitguard::GitGuard;
 use crate::host::Host;
 use crate::identity::{self, Ids};
 use crate::mode::{BackendKind, Mode, Network};
@@ -198,6 +199,10 @@ pub struct SandboxPlan {
     pub protected: Vec<TreePath>,
     /// Missing protected paths to create as empty read-only placeholders.
     pub placeholders: Vec<Placeholder>,
+    /// The git check of the writable trees (workspace-write: the workspace and each `--write`
+    /// root), taken before the run and after it.
+    #[serde(default)]
+    pub git: Option<GitGuard>,
     /// Landlock, unless unrestricted.
     pub landlock: Option<LandlockPlan>,
     /// Seccomp.
@@ -342,6 +347,7 @@ pub fn resolve(
     let mut protected_paths = Vec::new();
     let mut identity = None;
     let mut hand_over = Vec::new();
+    let mut git = None;
     let mut root = None;
     let landlock = if fs.unrestricted {
         e.record(
@@ -577,6 +583,11 @@ pub fn resolve(
             let set = protect::resolve(policy, req)?;
             let protected = set.protected.len();
             protected_paths.extend(set.protected.iter().cloned());
+            git = Some(GitGuard::new(
+                &req.workspace,
+                &req.write,
+                set.protected.iter().map(TreePath::full).collect(),
+            ));
             placeholders.extend(set.placeholders);
             mounts.extend(set.anchors.into_iter().map(|at| MountStep::Anchor { at }));
             mounts.extend(
@@ -589,7 +600,7 @@ pub fn resolve(
             e.record(
                 Restriction::ProtectedPaths,
                 Level::Full,
-                format!("{protected} path(s) read-only, their parents pinned against rename; {} path(s) kept absent", absent.len()),
+                format!("{protected} path(s) read-only, their parents pinned against rename; {} path(s) kept absent; git repositories the run creates or changes in {} writable tree(s) made safe after it", absent.len(), git.as_ref().map_or(0, |g| g.trees.len())),
             );
         } else {
             e.record(
@@ -879,6 +890,7 @@ pub fn resolve(
         watch,
         protected: protected_paths,
         placeholders,
+        git,
         landlock,
         seccomp: SeccompPlan {
             deny,

@@ -316,6 +316,32 @@ pub fn describe_event(ev: &Event) -> String {
                 *duration_ms as f64 / 1000.0
             )
         }
+        EventKind::WorkspaceSanitized {
+            round,
+            attempt,
+            repositories,
+            counts,
+            unchecked,
+        } => {
+            let after = attempt.map_or_else(
+                || format!("verify after round {round}"),
+                |a| format!("round {round} attempt {a}"),
+            );
+            let paths: Vec<String> = repositories
+                .iter()
+                .map(|s| format!("\"{}\" ({})", s.path(), s.change))
+                .collect();
+            let mut text = format!(
+                "{after}: {} git repositor{} made safe: {}",
+                counts.total(),
+                if counts.total() == 1 { "y" } else { "ies" },
+                paths.join(", ")
+            );
+            if let Some(u) = unchecked {
+                text.push_str(&format!("; {u}"));
+            }
+            ralph_runner::util::text::bounded(&text, 2048)
+        }
         EventKind::UsageSkipped {
             round,
             line,

@@ -169,6 +169,35 @@ impl Observer for Progress {
                     secs(Duration::from_millis(*backoff_ms))
                 ));
             }
+            EventKind::WorkspaceSanitized {
+                round,
+                attempt,
+                repositories,
+                counts,
+                unchecked,
+            } => {
+                let after = match attempt {
+                    Some(_) => format!("round {round}"),
+                    None => format!("verify after round {round}"),
+                };
+                for s in repositories {
+                    self.line(&format!(
+                        "warning: {after}: git repository made safe for the host's git: {}",
+                        bounded(&s.to_string(), 1024)
+                    ));
+                }
+                let more =
+                    counts.total() as usize - repositories.len().min(counts.total() as usize);
+                if more > 0 {
+                    self.line(&format!(
+                        "warning: {after}: {more} more git repositor{} made safe",
+                        if more == 1 { "y" } else { "ies" }
+                    ));
+                }
+                if let Some(u) = unchecked {
+                    self.line(&format!("warning: {after}: {}", bounded(u, 1024)));
+                }
+            }
             EventKind::UsageSkipped {
                 round,
                 line,

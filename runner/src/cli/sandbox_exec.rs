@@ -2,7 +2,7 @@
 //! no threads), with its exit status passed through (69: no sandbox, 124: timeout, 130: cancel).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ralph_runner::engine::{RunnerEnv, env};
@@ -10,6 +10,7 @@ use ralph_runner::job::paths::SandboxPaths;
 use ralph_runner::util::units::HumanDuration;
 use ralph_sandbox::native::{NativeBackend, exec_inline};
 use ralph_sandbox::outcome::EndedBy;
+use ralph_sandbox::outcome::git::GitCheck;
 use ralph_sandbox::{
     BackendKind, ErrorClass, ExecSpec, Limits, PrivateDirs, SandboxRequest, StderrMode, StdinMode,
 };
@@ -42,6 +43,68 @@ pub struct ExecArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// One stderr line per git repository the git check made safe; their originals are moved out of
+/// the private directory (removed when this command ends) into a kept one under the system's
+/// temporary directory.
+fn report_git(git: &mut GitCheck, private_dir: &Path) {
+    let from = private_dir.join("sanitized");
+    if git.counts.total() > 0 && from.is_dir() {
+        match keep_originals(&from) {
+            Ok(kept) => {
+                for s in &mut git.sanitized {
+                    if let Some(o) = &s.originals {
+                        if let Ok(rest) = o.strip_prefix(&from) {
+                            s.originals = Some(kept.join(rest));
+                        }
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "ralph: warning: the originals of the sanitized git repositories could not be kept: {e}"
+            ),
+        }
+    }
+    for s in &git.sanitized {
+        eprintln!(
+            "ralph: a git repository the command created or changed was made safe for the host's git: {s}"
+        );
+    }
+    let more = git.counts.total() as usize - git.sanitized.len().min(git.counts.total() as usize);
+    if more > 0 {
+        eprintln!("ralph: and {more} more git repositories were made safe");
+    }
+    if let Some(u) = &git.unchecked {
+        eprintln!("ralph: warning: {u}");
+    }
+}
+
+/// Copies the originals at `from` (a tree of plain files and directories the git check wrote)
+/// into a new directory that outlives this command.
+fn keep_originals(from: &Path) -> std::io::Result<PathBuf> {
+    let to = tempfile::Builder::new()
+        .prefix("ralph-sanitized-")
+        .tempdir()?
+        .keep();
+    copy_tree(from, &to)?;
+    Ok(to)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            std::fs::DirBuilder::new().mode(0o700).create(&dst)?;
+            copy_tree(&src, &dst)?;
+        } else if kind.is_file() {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
 }
 
 /// Runs `ralph sandbox exec`.
@@ -140,10 +203,12 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         BackendKind::Native => exec_inline(&NativeBackend::new("/proc/self/exe", policies), &spec),
         BackendKind::Docker => super::sandbox_docker::exec(policies, &spec),
     };
-    if let Ok(outcome) = &result {
+    let mut result = result;
+    if let Ok(outcome) = &mut result {
         for v in &outcome.violations {
             eprintln!("ralph: the command left what the sandbox forbids (undone): {v}");
         }
+        report_git(&mut outcome.git, &private_dir);
     }
     match result {
         Ok(outcome) => Ok(match outcome.ended_by {

@@ -9,7 +9,8 @@
 //! write in/prompt.md, in/handoff.json ─▶ journal round_started ─▶ spawn (sandbox helper)
 //!   ─▶ journal round_spawned ─▶ wait (timeout / cancel kill the tree)
 //!   ─▶ read out/report.json or the last JSON line of stdout ─▶ validate (SPEC §2)
-//!   ─▶ read out/usage.jsonl ─▶ journal round_finished ─▶ next round / retry / verify / finish
+//!   ─▶ read out/usage.jsonl ─▶ [journal workspace_sanitized] ─▶ journal round_finished
+//!   ─▶ next round / retry / verify / finish
 //! ```
 
 mod artifacts;
@@ -21,6 +22,7 @@ mod job_run;
 mod path_check;
 pub mod prompt;
 mod round;
+mod sanitized;
 pub mod stdout_report;
 mod verify;
 pub mod workspace_lock;

@@ -96,6 +96,7 @@ impl JobRun<'_> {
             cap: self.spec.handoff_cap,
             verify: self.spec.verify.as_deref(),
             verify_note: view.verify_note.as_ref(),
+            git_notes: &view.git_notes,
             retry_note,
         });
         write_file(&dirs.prompt_file(), prompt.as_bytes())?;
@@ -264,6 +265,9 @@ impl JobRun<'_> {
                 reason: e.reason_label().to_owned(),
             },
         };
+        if let Some(e) = &exec {
+            self.record_git_check(round, Some(attempt), &e.outcome.git)?;
+        }
         let exit = exec.as_ref().map(|e| e.outcome.termination);
         self.journal.record(EventKind::RoundFinished {
             round,

@@ -111,6 +111,7 @@ impl JobRun<'_> {
             }
             Ok(r) => {
                 let o = r.outcome;
+                self.record_git_check(round, None, &o.git)?;
                 let violations = o.violations;
                 let end = match o.ended_by {
                     EndedBy::Cancel | EndedBy::RunnerGone => VerifyEnd::Cancelled,

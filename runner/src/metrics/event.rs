@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use ralph_sandbox::BackendKind;
+use ralph_sandbox::outcome::git::Counts;
 
 use crate::job::{Outcome, RoundFailure};
 use crate::usage::UsageTotals;
@@ -136,6 +137,11 @@ pub enum MetricEvent {
     Verify {
         /// How.
         result: VerifyResult,
+    },
+    /// Git repositories of the writable trees made safe after an attempt or verify run.
+    WorkspaceSanitized {
+        /// How many, by how they differed from before the run.
+        counts: Counts,
     },
     /// A job ended.
     JobFinished {

@@ -128,6 +128,9 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         EventKind::JobFinished { outcome, .. } => {
             vec![MetricEvent::JobFinished { outcome: *outcome }]
         }
+        EventKind::WorkspaceSanitized { counts, .. } => {
+            vec![MetricEvent::WorkspaceSanitized { counts: *counts }]
+        }
         EventKind::JobSubmitted { .. }
         | EventKind::RoundStarted { .. }
         | EventKind::RoundSpawned { .. }

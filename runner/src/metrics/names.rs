@@ -26,6 +26,8 @@ pub const VERIFY: &str = "ralph_verify_total";
 pub const SETUP: &str = "ralph_sandbox_setup_seconds";
 /// `ralph_sandbox_setup_failures_total{backend,reason}`.
 pub const SETUP_FAILURES: &str = "ralph_sandbox_setup_failures_total";
+/// `ralph_workspace_sanitized_total{change}`.
+pub const WORKSPACE_SANITIZED: &str = "ralph_workspace_sanitized_total";
 /// `ralph_build_info{version}`.
 pub const BUILD_INFO: &str = "ralph_build_info";
 

@@ -16,6 +16,7 @@ use super::names as n;
 use crate::agent::retry::RETRY_REASONS;
 use crate::job::{Outcome, RoundFailure};
 use crate::usage::UNKNOWN_MODEL;
+use ralph_sandbox::outcome::git::Change;
 
 /// Distinct `model` label values kept; later ones are counted under `other`.
 pub const MAX_MODELS: usize = 32;
@@ -39,6 +40,7 @@ pub struct Metrics {
     verify: IntCounterVec,
     setup: HistogramVec,
     setup_failures: IntCounterVec,
+    workspace_sanitized: IntCounterVec,
     models: Mutex<BTreeSet<String>>,
 }
 
@@ -154,6 +156,11 @@ impl Metrics {
                 "Rounds whose sandbox could not be set up (nothing ran), by backend and reason.",
                 &["backend", "reason"],
             )?,
+            workspace_sanitized: counter_vec(
+                n::WORKSPACE_SANITIZED,
+                "Git repositories in writable trees that a run created, replaced or changed, made safe for the host's git after it (configuration, hooks and pointers replaced), by change.",
+                &["change"],
+            )?,
             models: Mutex::new(BTreeSet::new()),
         };
         let build_info = IntGaugeVec::new(
@@ -181,6 +188,10 @@ impl Metrics {
             (n::VERIFY, Box::new(m.verify.clone())),
             (n::SETUP, Box::new(m.setup.clone())),
             (n::SETUP_FAILURES, Box::new(m.setup_failures.clone())),
+            (
+                n::WORKSPACE_SANITIZED,
+                Box::new(m.workspace_sanitized.clone()),
+            ),
             (n::BUILD_INFO, Box::new(build_info)),
         ];
         for (name, c) in collectors {
@@ -234,6 +245,9 @@ impl Metrics {
             for r in ralph_sandbox::error::SETUP_FAILURE_REASONS {
                 self.setup_failures.with_label_values(&[b, r]);
             }
+        }
+        for c in Change::ALL {
+            self.workspace_sanitized.with_label_values(&[c.as_str()]);
         }
     }
 
@@ -305,6 +319,13 @@ impl Metrics {
                 self.jobs_finished
                     .with_label_values(&[outcome.as_str()])
                     .inc();
+            }
+            MetricEvent::WorkspaceSanitized { counts } => {
+                for c in Change::ALL {
+                    self.workspace_sanitized
+                        .with_label_values(&[c.as_str()])
+                        .inc_by(u64::from(counts.get(c)));
+                }
             }
         }
     }
@@ -378,6 +399,8 @@ mod tests {
             "ralph_round_duration_seconds_count{backend=\"native\"} 0",
             "ralph_sandbox_setup_failures_total{backend=\"docker\",reason=\"landlock\"} 0",
             "ralph_jobs_started_total 0",
+            "ralph_workspace_sanitized_total{change=\"new\"} 0",
+            "ralph_workspace_sanitized_total{change=\"changed\"} 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -412,6 +435,13 @@ mod tests {
             reason: "made up".into(),
             count: 2,
         });
+        m.record(&MetricEvent::WorkspaceSanitized {
+            counts: ralph_sandbox::outcome::git::Counts {
+                new: 2,
+                replaced: 0,
+                changed: 1,
+            },
+        });
         let text = m.encode().unwrap();
         for line in [
             "ralph_rounds_total{outcome=\"continue\"} 1",
@@ -423,6 +453,9 @@ mod tests {
             "ralph_tokens_total{kind=\"input\",model=\"m1\"} 10",
             "ralph_tokens_total{kind=\"cached_input\",model=\"m1\"} 4",
             "ralph_agent_request_retries_total{reason=\"other\"} 2",
+            "ralph_workspace_sanitized_total{change=\"new\"} 2",
+            "ralph_workspace_sanitized_total{change=\"replaced\"} 0",
+            "ralph_workspace_sanitized_total{change=\"changed\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ralph_sandbox::Termination;
+use ralph_sandbox::outcome::git::{Counts, Sanitized};
 use ralph_sandbox::outcome::{EndedBy, ResourceUsage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -176,6 +177,24 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         agent_retries: BTreeMap<String, u64>,
     },
+    /// After an attempt or a verify run, the sandbox made git repositories of the writable trees
+    /// safe for the host's git: ones the run created, replaced or changed had their
+    /// configuration, hooks and pointers replaced (journalled before the run's
+    /// `round_finished` or `verify_finished`).
+    WorkspaceSanitized {
+        /// Round.
+        round: u32,
+        /// The attempt; `None` for the verify command run after the round.
+        attempt: Option<u32>,
+        /// The repositories (at most 64; `counts` covers all of them). Their paths below the
+        /// tree are escaped: they are the agent's bytes.
+        repositories: Vec<Sanitized>,
+        /// How many were made safe, by change.
+        counts: Counts,
+        /// What could not be checked, if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unchecked: Option<String>,
+    },
     /// A usage line was malformed and skipped.
     UsageSkipped {
         /// Round.
@@ -272,6 +291,7 @@ impl EventKind {
             EventKind::JobStarted { .. }
             | EventKind::RoundSpawned { .. }
             | EventKind::RoundFinished { .. }
+            | EventKind::WorkspaceSanitized { .. }
             | EventKind::UsageSkipped { .. }
             | EventKind::RoundRetried { .. }
             | EventKind::VerifyStarted { .. }
@@ -287,6 +307,7 @@ impl EventKind {
             EventKind::RoundStarted { .. } => "round_started",
             EventKind::RoundSpawned { .. } => "round_spawned",
             EventKind::RoundFinished { .. } => "round_finished",
+            EventKind::WorkspaceSanitized { .. } => "workspace_sanitized",
             EventKind::UsageSkipped { .. } => "usage_skipped",
             EventKind::RoundRetried { .. } => "round_retried",
             EventKind::VerifyStarted { .. } => "verify_started",

@@ -3,6 +3,7 @@
 //! corrupt or hand-edited journal is detected rather than believed.
 
 use ralph_sandbox::Termination;
+use ralph_sandbox::outcome::git::Sanitized;
 use serde::Serialize;
 
 use super::event::{AttemptResult, Event, EventKind, RunnerInfo};
@@ -45,6 +46,28 @@ pub struct VerifyNote {
     /// Bounded tail of its output.
     pub output_tail: String,
 }
+
+/// What the sandbox made safe in git repositories after an attempt or verify run, carried into
+/// the next attempt's prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GitNote {
+    /// The round.
+    pub round: u32,
+    /// The attempt; `None` for the verify run after the round.
+    pub attempt: Option<u32>,
+    /// The first few repositories.
+    pub repositories: Vec<Sanitized>,
+    /// How many more there were.
+    pub more: u32,
+    /// What could not be checked, if anything.
+    pub unchecked: Option<String>,
+}
+
+/// Repositories named per note, at most.
+pub const GIT_NOTE_REPOS: usize = 8;
+
+/// Notes kept for the next attempt, at most (the latest ones).
+const GIT_NOTES: usize = 4;
 
 /// How a finished job ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -94,6 +117,8 @@ pub struct JobView {
     pub verified: Option<bool>,
     /// A failed verify still to be told to the next round.
     pub verify_note: Option<VerifyNote>,
+    /// Git repositories made safe since the last attempt started, to be told to the next one.
+    pub git_notes: Vec<GitNote>,
     /// The last attempt's failure, if it failed.
     pub last_failure: Option<(RoundFailure, String)>,
     /// Set once a cancel was requested.
@@ -161,6 +186,7 @@ impl JobView {
             usage: UsageTotals::default(),
             verified: None,
             verify_note: None,
+            git_notes: Vec::new(),
             last_failure: None,
             cancel_requested: false,
             finish: None,
@@ -218,6 +244,8 @@ impl JobView {
                 self.rounds_started = self.rounds_started.max(*round);
                 self.attempts += 1;
                 self.open_attempt = Some((*round, *attempt));
+                // The attempt's prompt (written before this event) carried them.
+                self.git_notes.clear();
             }
             EventKind::RoundSpawned { round, attempt, .. } => {
                 if self.open_attempt != Some((*round, *attempt)) {
@@ -257,6 +285,38 @@ impl JobView {
                     | AttemptResult::DeadlineReached
                     | AttemptResult::Interrupted => {}
                 }
+            }
+            EventKind::WorkspaceSanitized {
+                round,
+                attempt,
+                repositories,
+                counts,
+                unchecked,
+            } => {
+                match attempt {
+                    Some(a) if self.open_attempt != Some((*round, *a)) => {
+                        return Err(problem(ev, "no such open attempt"));
+                    }
+                    None if self.last_report_round != Some(*round) => {
+                        return Err(problem(ev, "verify of a round without a report"));
+                    }
+                    _ => {}
+                }
+                let shown: Vec<Sanitized> =
+                    repositories.iter().take(GIT_NOTE_REPOS).cloned().collect();
+                let more = counts
+                    .total()
+                    .saturating_sub(u32::try_from(shown.len()).unwrap_or(u32::MAX));
+                if self.git_notes.len() >= GIT_NOTES {
+                    self.git_notes.remove(0);
+                }
+                self.git_notes.push(GitNote {
+                    round: *round,
+                    attempt: *attempt,
+                    repositories: shown,
+                    more,
+                    unchecked: unchecked.clone(),
+                });
             }
             EventKind::UsageSkipped { .. } => {}
             EventKind::RoundRetried { round, attempt, .. } => {
@@ -422,3 +482,7 @@ fn problem(ev: &Event, what: &str) -> ProjectionError {
         problem: what.to_owned(),
     }
 }
+
+#[cfg(test)]
+#[path = "projection_tests.rs"]
+mod tests;

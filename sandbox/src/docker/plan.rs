@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
+use crate::gitguard::GitGuard;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::{Policy, WorkspaceAccess};
@@ -51,6 +52,8 @@ pub struct ContainerPlan {
     /// The protected paths, recorded before the run and restored after it if anything changed
     /// them.
     pub protected: Vec<TreePath>,
+    /// The git check of the writable trees, taken before the run and after it.
+    pub git: Option<GitGuard>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
     /// The private HOME and TMPDIR (tmpfs mounts of [`ContainerPlan::scratch_size`] each,
@@ -351,6 +354,7 @@ pub fn resolve(
     let mut absent = Vec::new();
     let mut watch = Vec::new();
     let mut protected_paths = Vec::new();
+    let mut git = None;
     if fs.unrestricted {
         e.record(
             Restriction::ProtectedPaths,
@@ -361,6 +365,11 @@ pub fn resolve(
         let set = protect::resolve(policy, req)?;
         let (anchors, protected) = (set.anchors, set.protected);
         protected_paths.extend(protected.iter().cloned());
+        let guard = GitGuard::new(
+            &req.workspace,
+            &req.write,
+            protected.iter().map(TreePath::full).collect(),
+        );
         placeholders.extend(set.placeholders);
         absent.extend(set.absent);
         watch.extend(set.watch);
@@ -368,11 +377,13 @@ pub fn resolve(
             Restriction::ProtectedPaths,
             Level::Full,
             format!(
-                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent",
+                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent; git repositories the run creates or changes in {} writable tree(s) made safe after it",
                 protected.len(),
-                absent.len()
+                absent.len(),
+                guard.trees.len()
             ),
         );
+        git = Some(guard);
         mounts.extend(anchors.iter().map(|at| BindMount {
             path: at.full(),
             read_only: false,
@@ -570,6 +581,7 @@ pub fn resolve(
         absent,
         watch,
         protected: protected_paths,
+        git,
         chown,
         scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
         scratch_size,

@@ -22,6 +22,8 @@ use super::{container, image};
 use crate::backend::{ExecIo, Running};
 use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
+use crate::gitguard::{self, GitGuard, Inventory};
+use crate::outcome::git::GitCheck;
 use crate::outcome::{
     CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
 };
@@ -48,6 +50,8 @@ pub struct DockerRun {
     absent: Vec<TreePath>,
     watch: Vec<TreePath>,
     snapshot: Snapshot,
+    /// The git check: what it covers and what the trees held before the run.
+    git: Option<(GitGuard, Inventory)>,
     control_dir: PathBuf,
 }
 
@@ -98,6 +102,18 @@ fn cleanup_host(placeholders: &[TreePath]) {
     }
 }
 
+/// The walk before the run, off the runtime's threads (a large tree takes a while).
+async fn walk_before(guard: GitGuard) -> Result<(GitGuard, Inventory), SandboxError> {
+    tokio::task::spawn_blocking(move || {
+        let before = gitguard::inventory(&guard);
+        (guard, before)
+    })
+    .await
+    .map_err(|e| SandboxError::Engine {
+        message: format!("the git check before the run failed: {e}"),
+    })
+}
+
 /// The engine refused the container we asked for: the sandbox cannot be had.
 fn refused(step: &str, e: &EngineError) -> SandboxError {
     SandboxError::unavailable(
@@ -129,6 +145,13 @@ pub async fn start(
                 source: std::io::Error::other(m),
             });
         }
+    };
+    // What git repositories the writable trees hold before the container exists.
+    let git = match plan.git.clone() {
+        Some(guard) => Some(walk_before(guard).await.inspect_err(|_| {
+            cleanup_host(&placeholders);
+        })?),
+        None => None,
     };
     let created = bounded(
         "create the container",
@@ -176,6 +199,7 @@ pub async fn start(
             absent: plan.absent,
             watch: plan.watch,
             snapshot,
+            git,
             control_dir: spec.control_dir.clone(),
         }),
         Err(e) => {
@@ -256,8 +280,32 @@ impl Running for DockerRun {
     }
 
     async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
-        let result = self.wait_inner(cancel).await;
-        if let Err(e) = self.container.remove().await {
+        let mut result = self.wait_inner(cancel).await;
+        let removed = self.container.remove().await;
+        // Nothing of the run is left once the container stopped (the wait said so) or is gone:
+        // the git repositories it left are made safe now, whatever else went wrong.
+        if result.is_ok() || removed.is_ok() {
+            if let Some((guard, before)) = self.git.take() {
+                let control = self.control_dir.clone();
+                let checked = tokio::task::spawn_blocking(move || {
+                    gitguard::check_after_run(&guard, &before, &control)
+                })
+                .await;
+                match (checked, &mut result) {
+                    (Ok((check, violations)), Ok(report)) => {
+                        report.outcome.git = check;
+                        report.outcome.violations.extend(violations);
+                    }
+                    (Ok(_), Err(_)) => {}
+                    (Err(e), _) => {
+                        result = Err(SandboxError::Engine {
+                            message: format!("the git check after the run failed: {e}"),
+                        });
+                    }
+                }
+            }
+        }
+        if let Err(e) = removed {
             // The outcome is known; the container is not gone: say so (the reaper gets it).
             if result.is_ok() {
                 return Err(e.into());
@@ -399,6 +447,7 @@ impl DockerRun {
                 leftovers_killed: 0,
                 exec_error: None,
                 violations,
+                git: GitCheck::default(),
                 enforcement: self.enforcement.clone(),
             },
             stdout,

@@ -27,7 +27,9 @@ use super::protocol::{HelperResult, SetupFailure};
 use super::step::StepFailure;
 use super::{ns, tree};
 use crate::beneath::{self, TreePath};
+use crate::gitguard::{self, GitGuard, Inventory};
 use crate::mode::BackendKind;
+use crate::outcome::git::GitCheck;
 use crate::outcome::{
     EndedBy, Enforcement, ExecOutcome, Level, ResourceUsage, Restriction, Termination,
 };
@@ -102,6 +104,10 @@ struct Supervisor {
     watch: Vec<TreePath>,
     /// The protected paths as they were before the run.
     snapshot: Snapshot,
+    /// The git check: what it covers and what the trees held before the run.
+    git: Option<(GitGuard, Inventory)>,
+    /// Where the originals of what the git check replaces go.
+    control_dir: PathBuf,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -263,6 +269,11 @@ impl Supervisor {
                 return Ok(Started::Failed(f));
             }
         };
+        // What git repositories the writable trees hold before anything of the run exists.
+        let git = plan
+            .git
+            .as_ref()
+            .map(|g| (g.clone(), gitguard::inventory(g)));
         if plan.pid_namespace {
             if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
                 cleanup.run();
@@ -365,6 +376,8 @@ impl Supervisor {
             absent: plan.absent.clone(),
             watch: plan.watch.clone(),
             snapshot,
+            git,
+            control_dir: spec.control_dir.clone(),
         })))
     }
 
@@ -532,6 +545,15 @@ impl Supervisor {
         // dead: nothing races this).
         let mut violations = protect::check_after_run(&self.watch, &self.absent);
         violations.extend(self.snapshot.check_and_restore());
+        // Git repositories the run created or changed, made safe for the host's git.
+        let git = match self.git.take() {
+            Some((guard, before)) => {
+                let (check, more) = gitguard::check_after_run(&guard, &before, &self.control_dir);
+                violations.extend(more);
+                check
+            }
+            None => GitCheck::default(),
+        };
         if self.ended_by == EndedBy::Exit && self.cleanup.cgroups.oom_kills() > 0 {
             self.ended_by = EndedBy::MemoryLimit;
         }
@@ -549,6 +571,7 @@ impl Supervisor {
             leftovers_killed: self.leftovers_killed,
             exec_error: self.exec_error.take(),
             violations,
+            git,
             enforcement: self.enforcement.clone(),
         })
     }
