@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the agent base image (see images/Dockerfile) without a registry: a minimal Debian
 # bookworm tree from the apt mirror this host already uses (debootstrap --variant=minbase, with
-# git, python3 and ca-certificates), imported with `docker import`. Falls back to a static busybox
+# git, python3, python3-pip and ca-certificates), imported with `docker import`. Falls back to a static busybox
 # tree when debootstrap cannot run. /tmp is mode 1777 (a tmpfs on /tmp takes the image's mode).
 #
 # Usage: images/build-offline.sh [TAG]      (default ralph-agent-base:latest; run as root)
@@ -32,7 +32,7 @@ build_debootstrap() {
         apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
     }
     echo "build-offline: debootstrap bookworm from $mirror"
-    debootstrap --variant=minbase --include=git,python3,ca-certificates \
+    debootstrap --variant=minbase --include=git,python3,python3-pip,ca-certificates \
         bookworm "$tree" "$mirror" >"$tree.log" 2>&1 || {
         tail -20 "$tree.log" >&2
         return 1

@@ -94,6 +94,33 @@ fn accepted(
     }
 }
 
+/// A minimal pure-Python wheel (`ralph_tiny`), built on the host with python3's zipfile.
+fn tiny_wheel(dir: &Path) -> PathBuf {
+    let wheel = dir.join("ralph_tiny-1.0-py3-none-any.whl");
+    let script = r#"
+import sys, zipfile
+files = {
+    "ralph_tiny/__init__.py": "VALUE = 1\n",
+    "ralph_tiny-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: ralph-tiny\nVersion: 1.0\n",
+    "ralph_tiny-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+rec = "".join(f"{k},,\n" for k in files) + "ralph_tiny-1.0.dist-info/RECORD,,\n"
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for k, v in files.items():
+        z.writestr(k, v)
+    z.writestr("ralph_tiny-1.0.dist-info/RECORD", rec)
+"#;
+    let ok = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&wheel)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "could not build the test wheel");
+    std::fs::set_permissions(&wheel, std::fs::Permissions::from_mode(0o644)).unwrap();
+    wheel
+}
+
 /// `ralph-ci`'s uid and gid (created by `.ci/setup`).
 fn unprivileged() -> Option<(u32, u32)> {
     let u = nix::unistd::User::from_name("ralph-ci").ok().flatten()?;
@@ -297,6 +324,22 @@ fn cases() -> Vec<Case> {
                 .flags(argv!["--socket", path])
                 .after(accepted(l.try_clone().unwrap(), 1))
                 .keep(l)
+        }),
+        // Legitimate work through the new rules: a package installed with pip into a `--write`
+        // cache (its files belong to the cache's owner on the host, no set-id bit anywhere).
+        Case::new("pip_install_target_into_a_write_cache", ONLY_WW, |w, _| {
+            let cache = w.root.join("cache");
+            std::fs::create_dir(&cache).unwrap();
+            let wheel = tiny_wheel(&w.out);
+            let owner = cache.metadata().unwrap().uid();
+            let installed = cache.join("site/ralph_tiny/__init__.py");
+            Spec::sh(
+                r#"python3 -m pip install --quiet --no-index --no-deps --no-cache-dir --disable-pip-version-check --target "$1/site" "$2" >&2 && exec "$0" read "$1/site/ralph_tiny/__init__.py""#,
+                argv![cache, wheel],
+                ok(),
+            )
+            .flags(argv!["--write", cache, "--read", w.out])
+            .after(owned_by(installed, owner))
         }),
         // Kernel information container runtimes mask: natively an empty mode-000 file over it
         // (EACCES); docker masks it with /dev/null (reads as empty).
