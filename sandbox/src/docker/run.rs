@@ -51,7 +51,7 @@ pub struct DockerRun {
     watch: Vec<TreePath>,
     snapshot: Snapshot,
     /// The git check: what it covers and what the trees held before the run.
-    git: Option<(GitGuard, Inventory)>,
+    git: Option<Box<(GitGuard, Inventory)>>,
     control_dir: PathBuf,
 }
 
@@ -148,9 +148,9 @@ pub async fn start(
     };
     // What git repositories the writable trees hold before the container exists.
     let git = match plan.git.clone() {
-        Some(guard) => Some(walk_before(guard).await.inspect_err(|_| {
+        Some(guard) => Some(Box::new(walk_before(guard).await.inspect_err(|_| {
             cleanup_host(&placeholders);
-        })?),
+        })?)),
         None => None,
     };
     let created = bounded(
@@ -285,7 +285,7 @@ impl Running for DockerRun {
         // Nothing of the run is left once the container stopped (the wait said so) or is gone:
         // the git repositories it left are made safe now, whatever else went wrong.
         if result.is_ok() || removed.is_ok() {
-            if let Some((guard, before)) = self.git.take() {
+            if let Some((guard, before)) = self.git.take().map(|b| *b) {
                 let control = self.control_dir.clone();
                 let checked = tokio::task::spawn_blocking(move || {
                     gitguard::check_after_run(&guard, &before, &control)
