@@ -33,6 +33,7 @@ struct Ident {
     dev: u64,
     ino: u64,
     mode: u32,
+    nlink: u64,
     uid: u32,
     gid: u32,
     size: u64,
@@ -90,6 +91,7 @@ fn lstat_ident(dir: &Dir, name: &std::ffi::OsStr, path: &Path) -> Result<Option<
         dev: st.st_dev,
         ino: st.st_ino,
         mode: st.st_mode,
+        nlink: st.st_nlink,
         uid: st.st_uid,
         gid: st.st_gid,
         size: u64::try_from(st.st_size).unwrap_or(0),
@@ -172,19 +174,18 @@ fn open_file(at: &TreePath) -> std::io::Result<std::fs::File> {
 pub fn refuse_hard_links(protected: &[TreePath]) -> Result<(), SandboxError> {
     for root in protected {
         let entries = walk(root).map_err(|m| SandboxError::invalid("protect", m))?;
-        for (at, _) in entries {
-            if let Ok(Found::Exists(st)) = beneath::inspect(&at) {
-                if st.kind == Kind::File && st.nlink > 1 {
-                    return Err(SandboxError::invalid(
-                        "protect",
-                        format!(
-                            "the protected file `{}` has {} hard links: a link elsewhere in a writable tree would let a round change it; replace it with a copy (cp --remove-destination)",
-                            at.full().display(),
-                            st.nlink
-                        ),
-                    ));
-                }
-            }
+        if let Some((at, ident)) = entries
+            .iter()
+            .find(|(_, i)| i.kind == Kind::File && i.nlink > 1)
+        {
+            return Err(SandboxError::invalid(
+                "protect",
+                format!(
+                    "the protected file `{}` has {} hard links: a link elsewhere in a writable tree would let a round change it; replace it with a copy (cp --remove-destination)",
+                    at.full().display(),
+                    ident.nlink
+                ),
+            ));
         }
     }
     Ok(())
