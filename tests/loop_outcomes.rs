@@ -468,3 +468,91 @@ fn a_missing_agent_command_fails_the_round_as_exec_failed() {
         "{msg}"
     );
 }
+
+#[test]
+fn the_token_budget_is_checked_before_every_retry() {
+    let f = Fixture::new();
+    // Every attempt spends 600 tokens and leaves no report: without the check before a retry
+    // the job would spend 4 × 600 against a budget of 500.
+    let agent = f.agent(
+        "spend-and-fail.sh",
+        r#"echo x >> attempts
+echo '{"model":"m1","input_tokens":400,"output_tokens":200}' >> "$RALPH_USAGE_FILE"
+exit 3"#,
+    );
+    let out = f
+        .run(&agent)
+        .args(["--max-tokens", "500", "--round-retries", "3"])
+        .output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited");
+    assert_eq!(j["reason"], "max_tokens");
+    assert_eq!(j["usage"]["input_tokens"], 400, "one attempt, no retry");
+    assert_eq!(f.read_ws("attempts").lines().count(), 1);
+    let types = f.event_types(&out.job_id());
+    assert_eq!(types.iter().filter(|t| *t == "round_spawned").count(), 1);
+}
+
+#[test]
+fn a_preset_round_is_stopped_as_soon_as_its_stream_shows_the_budget_crossed() {
+    let f = Fixture::new();
+    let bin = f.root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // A fake `codex` whose first turn reports 5,000 tokens, then keeps working for two minutes.
+    let script = r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"thread.started","thread_id":"t-1"}'
+echo '{"type":"turn.started"}'
+echo '{"type":"turn.completed","usage":{"input_tokens":4000,"cached_input_tokens":0,"output_tokens":1000}}'
+sleep 120
+echo late > still-running
+"#;
+    let p = bin.join("codex");
+    std::fs::write(&p, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Ralph::new()
+        .args(["run", "--objective", "spend", "--json", "--agent", "codex"])
+        .args([
+            "--network",
+            "full",
+            "--mode",
+            TEST_MODE,
+            "--kill-grace",
+            "1s",
+        ])
+        .args(["--max-tokens", "1000", "--round-timeout", "10m"])
+        .arg("--workspace")
+        .arg(&f.ws)
+        .arg("--state-dir")
+        .arg(&f.state)
+        .arg("--read")
+        .arg(&bin)
+        .env(
+            "PATH",
+            &format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        )
+        .output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited");
+    assert_eq!(j["reason"], "max_tokens");
+    assert_eq!(j["rounds"], 1);
+    assert_eq!(j["usage"]["input_tokens"], 4000);
+    assert!(
+        !f.ws.join("still-running").exists(),
+        "the round was stopped"
+    );
+    let events = f.events(&out.job_id());
+    let finished: Vec<_> = events
+        .iter()
+        .filter(|(t, _)| t == "round_finished")
+        .collect();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(
+        finished[0].1["result"]["kind"], "budget_spent",
+        "{:?}",
+        finished[0].1
+    );
+}

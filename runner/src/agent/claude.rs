@@ -159,6 +159,13 @@ impl OutputReader for ClaudeReader {
         self.problems.push(overlong(len));
     }
 
+    fn usage_now(&self, _carry: &Carry) -> RoundUsage {
+        self.result
+            .as_ref()
+            .map(|r| self.usage(r))
+            .unwrap_or_default()
+    }
+
     fn finish(self: Box<Self>, _carry: &mut Carry) -> PresetOutput {
         let Some(result) = &self.result else {
             return PresetOutput {

@@ -151,6 +151,28 @@ impl CodexReader {
     }
 }
 
+impl CodexReader {
+    /// This round's usage so far: each thread's last cumulative snapshot minus what earlier
+    /// rounds left in `carry`.
+    fn round_usage(&self, carry: &Carry) -> RoundUsage {
+        let mut total = self.reset_usage;
+        for (thread, now) in &self.snapshots {
+            let before = carry.threads.get(thread).copied().unwrap_or_default();
+            let delta = if went_backwards(now, &before) {
+                *now
+            } else {
+                now.since(&before)
+            };
+            total.add(&delta);
+        }
+        let mut usage = RoundUsage::default();
+        if !total.is_zero() {
+            usage.by_model.insert(UNKNOWN_MODEL.to_owned(), total);
+        }
+        usage
+    }
+}
+
 impl OutputReader for CodexReader {
     fn line(&mut self, line: &[u8]) {
         for v in json_objects(line, &mut self.problems) {
@@ -162,21 +184,14 @@ impl OutputReader for CodexReader {
         self.problems.push(overlong(len));
     }
 
+    fn usage_now(&self, carry: &Carry) -> RoundUsage {
+        self.round_usage(carry)
+    }
+
     fn finish(self: Box<Self>, carry: &mut Carry) -> PresetOutput {
-        let mut total = self.reset_usage;
+        let usage = self.round_usage(carry);
         for (thread, now) in &self.snapshots {
-            let before = carry.threads.get(thread).copied().unwrap_or_default();
-            let delta = if went_backwards(now, &before) {
-                *now
-            } else {
-                now.since(&before)
-            };
-            total.add(&delta);
             carry.threads.insert(thread.clone(), *now);
-        }
-        let mut usage = RoundUsage::default();
-        if !total.is_zero() {
-            usage.by_model.insert(UNKNOWN_MODEL.to_owned(), total);
         }
         let error = match (self.failed, self.turns_completed) {
             (Some(m), _) => Some(bounded(&format!("codex: turn failed: {m}"), 2048)),

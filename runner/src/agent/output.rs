@@ -48,6 +48,30 @@ pub trait OutputReader: Send {
     }
     /// The stream ended; `carry` is updated for the next round.
     fn finish(self: Box<Self>, carry: &mut Carry) -> PresetOutput;
+    /// The round's usage as far as the stream has shown it (for the token budget while the
+    /// round runs); `carry` is what earlier rounds left, not changed. Readers whose CLI reports
+    /// usage only at the end may keep the default (nothing yet).
+    fn usage_now(&self, carry: &Carry) -> RoundUsage {
+        let _ = carry;
+        RoundUsage::default()
+    }
+}
+
+/// The job's token budget, watched while a preset's round runs: once the job's tokens before
+/// the round plus what the stream has shown reach `max`, `stop` is cancelled (the round is
+/// stopped) and `crossed` set.
+#[derive(Debug)]
+pub struct BudgetWatch {
+    /// What earlier rounds left the reader (to turn cumulative counts into this round's).
+    pub carry: Carry,
+    /// The job's budget tokens before this round.
+    pub before: u64,
+    /// The budget.
+    pub max: u64,
+    /// Cancelled when the budget is crossed.
+    pub stop: tokio_util::sync::CancellationToken,
+    /// Set when the budget is crossed.
+    pub crossed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Where a [`PresetSink`] leaves its reader when the stream ends.
@@ -60,6 +84,7 @@ pub struct PresetSink {
     line: Vec<u8>,
     overlong: Option<usize>,
     slot: ReaderSlot,
+    watch: Option<BudgetWatch>,
 }
 
 impl std::fmt::Debug for PresetSink {
@@ -83,6 +108,27 @@ impl PresetSink {
             line: Vec::new(),
             overlong: None,
             slot,
+            watch: None,
+        }
+    }
+
+    /// Stops the round as soon as the stream shows the job's token budget crossed.
+    pub fn watching(mut self, watch: Option<BudgetWatch>) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    fn check_budget(&self) {
+        let (Some(w), Some(reader)) = (&self.watch, self.reader.as_ref()) else {
+            return;
+        };
+        if w.crossed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let now = reader.usage_now(&w.carry).total().budget_tokens();
+        if w.before.saturating_add(now) >= w.max {
+            w.crossed.store(true, std::sync::atomic::Ordering::SeqCst);
+            w.stop.cancel();
         }
     }
 
@@ -99,6 +145,7 @@ impl PresetSink {
             }
         }
         self.line.clear();
+        self.check_budget();
     }
 }
 

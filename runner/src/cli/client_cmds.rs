@@ -309,6 +309,7 @@ pub fn describe_event(ev: &Event) -> String {
                 }
                 AttemptResult::Cancelled => "cancelled".into(),
                 AttemptResult::DeadlineReached => "stopped by the job timeout".into(),
+                AttemptResult::BudgetSpent => "stopped: the token budget is spent".into(),
                 AttemptResult::Interrupted => "interrupted (the runner died)".into(),
             };
             format!(

@@ -157,6 +157,9 @@ impl Observer for Progress {
                     AttemptResult::DeadlineReached => {
                         format!("round {round}/{n} stopped by the job timeout ({took})")
                     }
+                    AttemptResult::BudgetSpent => {
+                        format!("round {round}/{n} stopped: the token budget is spent ({took})")
+                    }
                     AttemptResult::Interrupted => format!("round {round}/{n} interrupted"),
                 };
                 self.line(&text);

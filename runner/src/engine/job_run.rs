@@ -175,20 +175,8 @@ impl<'e> JobRun<'e> {
             if self.cancel.is_draining() {
                 return self.finish_cancelled();
             }
-            if let Some(max) = self.spec.max_tokens {
-                let used = view.usage.budget_tokens();
-                if used >= max {
-                    let msg = format!(
-                        "token budget exhausted: {used} of {max} tokens used after round {}",
-                        view.rounds_started
-                    );
-                    return self.finish(
-                        Outcome::BudgetLimited,
-                        FinishReason::MaxTokens,
-                        &msg,
-                        None,
-                    );
-                }
+            if self.budget_spent() {
+                return self.finish_budget();
             }
             if view.rounds_started >= self.spec.max_rounds {
                 let msg = match view.verified {
@@ -254,6 +242,10 @@ impl<'e> JobRun<'e> {
                         if self.deadline_passed() {
                             return self.finish_deadline();
                         }
+                        // The budget holds for every attempt, retries included.
+                        if self.budget_spent() {
+                            return self.finish_budget();
+                        }
                         retry_note = Some(format!("{reason}: {message}"));
                         attempt += 1;
                     }
@@ -266,6 +258,7 @@ impl<'e> JobRun<'e> {
                         );
                     }
                     AttemptEnd::Deadline => return self.finish_deadline(),
+                    AttemptEnd::BudgetSpent => return self.finish_budget(),
                     AttemptEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
                 }
             };
@@ -328,6 +321,7 @@ impl<'e> JobRun<'e> {
                 code,
             ),
             AttemptEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+            AttemptEnd::BudgetSpent => self.finish_budget(),
             AttemptEnd::Failed(reason, message) => self.finish(
                 Outcome::Failed,
                 FinishReason::TaskExit,
@@ -424,6 +418,24 @@ impl<'e> JobRun<'e> {
             &format!("the job timeout{t} passed"),
             None,
         )
+    }
+
+    /// Whether the job's token budget is spent.
+    fn budget_spent(&self) -> bool {
+        self.spec
+            .max_tokens
+            .is_some_and(|max| self.journal.view().usage.budget_tokens() >= max)
+    }
+
+    fn finish_budget(&mut self) -> Result<(), EngineError> {
+        let view = self.journal.view();
+        let used = view.usage.budget_tokens();
+        let max = self.spec.max_tokens.unwrap_or(0);
+        let msg = format!(
+            "token budget exhausted: {used} of {max} tokens used in {} round(s)",
+            view.rounds_started
+        );
+        self.finish(Outcome::BudgetLimited, FinishReason::MaxTokens, &msg, None)
     }
 
     fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {

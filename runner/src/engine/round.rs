@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ralph_sandbox::capture::{CappedFile, OutputSink};
@@ -19,7 +20,7 @@ use super::prompt::{self, PromptInput};
 use super::stdout_report::{ReportLineSink, Slot, StdoutReport};
 use super::{EngineError, env};
 use crate::agent::RoundFiles;
-use crate::agent::output::{PresetOutput, PresetSink, ReaderSlot};
+use crate::agent::output::{BudgetWatch, PresetOutput, PresetSink, ReaderSlot};
 use crate::job::RoundFailure;
 use crate::report::{self, Report, ReportError};
 use crate::store::{AttemptResult, EventKind};
@@ -48,6 +49,8 @@ pub enum AttemptEnd {
     Cancelled,
     /// The job deadline stopped it.
     Deadline,
+    /// The job's token budget was crossed while it ran (the round was stopped).
+    BudgetSpent,
     /// The sandbox could not be set up; the agent never ran.
     SandboxFailed(SandboxError),
 }
@@ -176,8 +179,19 @@ impl JobRun<'_> {
             slot.clone(),
         ));
         let reader_slot: ReaderSlot = Arc::default();
+        // The round's own stop: a cancel of the job, or the token budget crossed mid-round.
+        let round_stop = self.cancel.token().child_token();
+        let budget_crossed = Arc::new(AtomicBool::new(false));
         if let Some(p) = preset {
-            stdout = Box::new(PresetSink::new(stdout, p.reader(), reader_slot.clone()));
+            let watch = self.spec.max_tokens.map(|max| BudgetWatch {
+                carry: self.carry.clone(),
+                before: view.usage.budget_tokens(),
+                max,
+                stop: round_stop.clone(),
+                crossed: budget_crossed.clone(),
+            });
+            stdout =
+                Box::new(PresetSink::new(stdout, p.reader(), reader_slot.clone()).watching(watch));
         }
         let io = ExecIo {
             stdin: Some(prompt.into_bytes()),
@@ -210,7 +224,7 @@ impl JobRun<'_> {
                     attempt,
                     pid: run.pid(),
                 })?;
-                run.wait(self.cancel.token()).await
+                run.wait(round_stop.clone()).await
             }
             Err(e) => Err(e),
         };
@@ -223,6 +237,15 @@ impl JobRun<'_> {
 
         let (end, exec) = match outcome {
             Err(e) => (AttemptEnd::SandboxFailed(e), None),
+            // The stream showed the budget crossed and the round was stopped for it (not a
+            // cancel of the job).
+            Ok(exec)
+                if budget_crossed.load(Ordering::SeqCst)
+                    && !self.cancel.token().is_cancelled()
+                    && matches!(exec.outcome.ended_by, EndedBy::Cancel) =>
+            {
+                (AttemptEnd::BudgetSpent, Some(exec))
+            }
             Ok(exec) => (
                 self.judge(&exec, &dirs, &slot, read.as_ref(), policy, deadline_bound),
                 Some(exec),
@@ -260,6 +283,7 @@ impl JobRun<'_> {
             },
             AttemptEnd::Cancelled => AttemptResult::Cancelled,
             AttemptEnd::Deadline => AttemptResult::DeadlineReached,
+            AttemptEnd::BudgetSpent => AttemptResult::BudgetSpent,
             AttemptEnd::SandboxFailed(e) => AttemptResult::SandboxFailed {
                 message: bounded(&e.to_string(), 2048),
                 reason: e.reason_label().to_owned(),

@@ -258,7 +258,13 @@ impl JobResult {
                 }
             }
             (JobKind::Loop, Outcome::Failed) => return fail("a loop job cannot end as failed"),
-            (JobKind::Task, Outcome::Blocked | Outcome::BudgetLimited | Outcome::RoundFailed) => {
+            // A task ends by its exit status, or by its token budget crossed mid-run (SPEC §3).
+            (JobKind::Task, Outcome::BudgetLimited) => {
+                if self.reason != FinishReason::MaxTokens {
+                    return fail("a budget-limited task must be limited by its token budget");
+                }
+            }
+            (JobKind::Task, Outcome::Blocked | Outcome::RoundFailed) => {
                 return fail("a task job ends by its exit status");
             }
             (JobKind::Task, Outcome::Complete) => {

@@ -80,9 +80,9 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
                     (RoundOutcome::Failed, None)
                 }
                 AttemptResult::Cancelled => (RoundOutcome::Cancelled, None),
-                AttemptResult::DeadlineReached | AttemptResult::Interrupted => {
-                    (RoundOutcome::Interrupted, None)
-                }
+                AttemptResult::DeadlineReached
+                | AttemptResult::BudgetSpent
+                | AttemptResult::Interrupted => (RoundOutcome::Interrupted, None),
             };
             out.push(MetricEvent::RoundFinished {
                 outcome,

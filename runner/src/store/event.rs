@@ -109,6 +109,8 @@ pub enum AttemptResult {
     Cancelled,
     /// Stopped because the job deadline passed.
     DeadlineReached,
+    /// Stopped because the job's token budget was crossed while it ran.
+    BudgetSpent,
     /// The runner died while it ran (written on recovery).
     Interrupted,
 }

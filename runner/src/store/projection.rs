@@ -283,6 +283,7 @@ impl JobView {
                     | AttemptResult::SandboxFailed { .. }
                     | AttemptResult::Cancelled
                     | AttemptResult::DeadlineReached
+                    | AttemptResult::BudgetSpent
                     | AttemptResult::Interrupted => {}
                 }
             }
