@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod agent_clis;
 pub mod docker;
+pub mod model_api;
+pub mod model_server;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;

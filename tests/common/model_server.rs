@@ -1,0 +1,301 @@
+//! A scripted model server for end-to-end tests of real agent CLIs (see the notes below).
+//!
+//! (notes to come)
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+pub use super::model_api::{Reply, Turn, Usage};
+use super::model_api::{chat, messages, responses};
+
+/// Which model API the server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI Responses: `POST /v1/responses` (codex).
+    Responses,
+    /// Anthropic Messages: `POST /v1/messages` (claude).
+    Messages,
+    /// OpenAI Chat Completions: `POST /v1/chat/completions`.
+    Chat,
+}
+
+/// The turns answered in order, one per model request (side requests take none).
+pub type Script = Vec<Turn>;
+
+/// One request the server received, side requests and refused ones included.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// The raw query string, empty when there was none.
+    pub query: String,
+    /// Header names are lower case, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON; a non-JSON body is a JSON string, an empty one `null`.
+    pub body: Value,
+    /// The index of the script turn this request was answered with (`None`: a side request,
+    /// or answered with an error).
+    pub turn: Option<usize>,
+}
+
+impl RecordedRequest {
+    /// The first value of a header (name in any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Shared {
+    api: Api,
+    script: Script,
+    next: usize,
+    requests: Vec<RecordedRequest>,
+}
+
+/// A running server; stopped when dropped.
+pub struct ModelServer {
+    addr: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ModelServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ModelServer {
+    /// Listens on `127.0.0.1:0` and serves from a runtime on its own thread, so sync tests can
+    /// use it. The port is bound before this returns.
+    pub fn start(api: Api, script: Script) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Mutex::new(Shared {
+            api,
+            script,
+            next: 0,
+            requests: Vec::new(),
+        }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = Router::new()
+            .fallback(handle)
+            .layer(DefaultBodyLimit::disable())
+            .with_state(Arc::clone(&shared));
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                tokio::select! {
+                    r = axum::serve(listener, app) => r.unwrap(),
+                    _ = stopped => {}
+                }
+            });
+            // Dropping the runtime here cancels the connections still open.
+        });
+        Self {
+            addr,
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` (no path: append `/v1` where a client wants it).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().unwrap().requests.clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().unwrap().requests.len()
+    }
+
+    /// The requests answered with a script turn, in order.
+    pub fn turn_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.turn.is_some())
+            .collect()
+    }
+
+    /// A one-line summary of each request (`METHOD path?query turn=N`), for failure messages.
+    pub fn summary(&self) -> String {
+        self.requests()
+            .iter()
+            .map(|r| {
+                let q = if r.query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{}", r.query)
+                };
+                format!("{} {}{q} turn={:?}\n", r.method, r.path, r.turn)
+            })
+            .collect()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What kind of answer a request gets.
+enum Kind {
+    /// A model request: takes the next script turn.
+    Turn { stream: bool, include_usage: bool },
+    /// A Messages request without tools (claude's side requests): a short text, no turn.
+    Side { stream: bool },
+    CountTokens,
+    /// The WebSocket upgrade codex tries before `POST /v1/responses`: refused.
+    Upgrade,
+    /// Anything else (`HEAD /`, unknown paths): 404, recorded.
+    Other,
+}
+
+fn classify(api: Api, method: &Method, path: &str, headers: &HeaderMap, body: &Value) -> Kind {
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    if headers.contains_key(header::UPGRADE) {
+        return Kind::Upgrade;
+    }
+    if method != Method::POST {
+        return Kind::Other;
+    }
+    let turn = Kind::Turn {
+        stream,
+        include_usage: body["stream_options"]["include_usage"]
+            .as_bool()
+            .unwrap_or(false),
+    };
+    match api {
+        Api::Responses if path.ends_with("/responses") => turn,
+        Api::Chat if path.ends_with("/chat/completions") => turn,
+        Api::Messages if path.ends_with("/messages/count_tokens") => Kind::CountTokens,
+        Api::Messages if path.ends_with("/messages") => {
+            let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+            if has_tools { turn } else { Kind::Side { stream } }
+        }
+        _ => Kind::Other,
+    }
+}
+
+async fn handle(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+    };
+    let path = uri.path().to_owned();
+    let mut shared = shared.lock().unwrap();
+    let api = shared.api;
+    let kind = classify(api, &method, &path, &headers, &body);
+    let model = body["model"].as_str().unwrap_or("mock-model").to_owned();
+    let n = shared.requests.len();
+    let mut turn_index = None;
+    let response = match kind {
+        Kind::Turn {
+            stream,
+            include_usage,
+        } => match next_turn(&mut shared) {
+            Some((i, turn)) => {
+                turn_index = Some(i);
+                let (text, content_type) = match api {
+                    Api::Responses => (responses(&turn, &model, n), "text/event-stream"),
+                    Api::Messages => messages(&turn, &model, n, stream),
+                    Api::Chat => chat(&turn, &model, n, stream, include_usage),
+                };
+                ([(header::CONTENT_TYPE, content_type)], text).into_response()
+            }
+            None => error(StatusCode::INTERNAL_SERVER_ERROR, "the script has no more turns"),
+        },
+        Kind::Side { stream } => {
+            let turn = Turn::text("ok", Usage::new(1, 0, 1, 0));
+            let (text, content_type) = messages(&turn, &model, n, stream);
+            ([(header::CONTENT_TYPE, content_type)], text).into_response()
+        }
+        Kind::CountTokens => axum::Json(json!({"input_tokens": 1})).into_response(),
+        Kind::Upgrade => error(StatusCode::NOT_FOUND, "no websockets here"),
+        Kind::Other => error(StatusCode::NOT_FOUND, "not found"),
+    };
+    shared.requests.push(RecordedRequest {
+        method: method.to_string(),
+        path,
+        query: uri.query().unwrap_or("").to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body,
+        turn: turn_index,
+    });
+    response
+}
+
+/// The next script turn; past the end, the script's last text turn again (so a client that
+/// asks once more gets a final answer); `None` (answered 500) when the script has no text turn.
+fn next_turn(shared: &mut Shared) -> Option<(usize, Turn)> {
+    let i = if shared.next < shared.script.len() {
+        shared.next += 1;
+        shared.next - 1
+    } else {
+        shared
+            .script
+            .iter()
+            .rposition(|t| matches!(t.reply, Reply::Text(_)))?
+    };
+    Some((i, shared.script[i].clone()))
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"type": "error", "error": {"type": "mock_error", "message": message}})),
+    )
+        .into_response()
+}
