@@ -183,7 +183,9 @@ enum Kind {
     CountTokens,
     /// The WebSocket upgrade codex tries before `POST /v1/responses`: refused.
     Upgrade,
-    /// Anything else (`HEAD /`, unknown paths): 404, recorded.
+    /// A `HEAD` or `GET` (claude's `HEAD /api/hello` connectivity check): 200, empty.
+    Probe,
+    /// Anything else (unknown paths): 404, recorded.
     Other,
 }
 
@@ -191,6 +193,9 @@ fn classify(api: Api, method: &Method, path: &str, headers: &HeaderMap, body: &V
     let stream = body["stream"].as_bool().unwrap_or(false);
     if headers.contains_key(header::UPGRADE) {
         return Kind::Upgrade;
+    }
+    if method == Method::HEAD || method == Method::GET {
+        return Kind::Probe;
     }
     if method != Method::POST {
         return Kind::Other;
@@ -256,6 +261,7 @@ async fn handle(
         }
         Kind::CountTokens => axum::Json(json!({"input_tokens": 1})).into_response(),
         Kind::Upgrade => error(StatusCode::NOT_FOUND, "no websockets here"),
+        Kind::Probe => StatusCode::OK.into_response(),
         Kind::Other => error(StatusCode::NOT_FOUND, "not found"),
     };
     shared.requests.push(RecordedRequest {
