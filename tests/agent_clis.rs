@@ -154,13 +154,21 @@ fn codex_runs_a_tool_call_against_the_scripted_server() {
             "model_providers.mock.base_url=\"{}/v1\"",
             server.url()
         ))
-        .args(["-c", "model_providers.mock.env_key=\"RALPH_TEST_MODEL_KEY\""])
+        .args([
+            "-c",
+            "model_providers.mock.env_key=\"RALPH_TEST_MODEL_KEY\"",
+        ])
         .args(["-c", "model_providers.mock.wire_api=\"responses\""])
         // No traffic but the model's: no analytics (ab.chatgpt.com), no curated plugin sync
         // (github.com, api.github.com, chatgpt.com).
         .args(["-c", "analytics.enabled=false"])
         .args(["-c", "features.plugins=false"])
-        .args(["-m", "gpt-5", "--dangerously-bypass-approvals-and-sandbox", "-"]);
+        .args([
+            "-m",
+            "gpt-5",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-",
+        ]);
     let out = run(cmd, "Write the word fixed into done.txt.");
     let ctx = format!(
         "requests:\n{}stdout:\n{}\nstderr:\n{}",
@@ -180,9 +188,16 @@ fn codex_runs_a_tool_call_against_the_scripted_server() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{ctx}");
     for (i, r) in requests.iter().enumerate() {
-        assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/responses"), "{ctx}");
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/responses"),
+            "{ctx}"
+        );
         assert_eq!(r.turn, Some(i), "{ctx}");
-        assert_eq!(r.header("authorization"), Some(format!("Bearer {key}").as_str()));
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {key}").as_str())
+        );
         assert_eq!(r.body["stream"], json!(true));
         assert_eq!(r.body["model"], json!("gpt-5"));
     }
@@ -207,7 +222,11 @@ fn codex_runs_a_tool_call_against_the_scripted_server() {
     assert_eq!(u["input_tokens"], json!(total.input), "{ctx}");
     assert_eq!(u["cached_input_tokens"], json!(total.cached), "{ctx}");
     assert_eq!(u["output_tokens"], json!(total.output), "{ctx}");
-    assert_eq!(u["reasoning_output_tokens"], json!(total.reasoning), "{ctx}");
+    assert_eq!(
+        u["reasoning_output_tokens"],
+        json!(total.reasoning),
+        "{ctx}"
+    );
 }
 
 #[test]
@@ -228,7 +247,11 @@ fn claude_runs_a_tool_call_against_the_scripted_server() {
         // No `HEAD /api/hello` probe, no lookups of api.anthropic.com.
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .args(["-p", "--output-format", "stream-json", "--verbose"])
-        .args(["--dangerously-skip-permissions", "--model", "claude-sonnet-4-5"]);
+        .args([
+            "--dangerously-skip-permissions",
+            "--model",
+            "claude-sonnet-4-5",
+        ]);
     let out = run(cmd, "Write the word fixed into done.txt.");
     let ctx = format!(
         "requests:\n{}stdout:\n{}\nstderr:\n{}",
@@ -247,7 +270,11 @@ fn claude_runs_a_tool_call_against_the_scripted_server() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{ctx}");
     for (i, r) in requests.iter().enumerate() {
-        assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/messages"), "{ctx}");
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str()),
+            ("POST", "/v1/messages"),
+            "{ctx}"
+        );
         assert_eq!(r.query, "beta=true");
         assert_eq!(r.turn, Some(i), "{ctx}");
         assert_eq!(r.header("x-api-key"), Some(key));
@@ -255,7 +282,11 @@ fn claude_runs_a_tool_call_against_the_scripted_server() {
         assert_eq!(r.body["stream"], json!(true));
         assert_eq!(r.body["model"], json!("claude-sonnet-4-5"));
     }
-    let last = requests[1].body["messages"].as_array().unwrap().last().unwrap();
+    let last = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap();
     let result = last["content"]
         .as_array()
         .unwrap()
@@ -276,7 +307,11 @@ fn claude_runs_a_tool_call_against_the_scripted_server() {
     let uncached = u["input_tokens"].as_u64().unwrap();
     let cached = u["cache_read_input_tokens"].as_u64().unwrap();
     assert_eq!(
-        (uncached + cached, cached, u["output_tokens"].as_u64().unwrap()),
+        (
+            uncached + cached,
+            cached,
+            u["output_tokens"].as_u64().unwrap()
+        ),
         (total.input, total.cached, total.output),
         "{ctx}"
     );

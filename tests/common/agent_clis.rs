@@ -40,7 +40,10 @@ fn binary_in(root: &Path, name: &str) -> Option<PathBuf> {
         ],
         _ => &[],
     };
-    candidates.iter().map(|c| nm.join(c)).find(|p| is_executable(p))
+    candidates
+        .iter()
+        .map(|c| nm.join(c))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {

@@ -165,7 +165,11 @@ pub fn messages(turn: &Turn, model: &str, n: usize, stream: bool) -> (String, &'
         })
     };
     if !stream {
-        let body = message(json!([block]), json!(stop), messages_usage(turn.usage, turn.usage.output));
+        let body = message(
+            json!([block]),
+            json!(stop),
+            messages_usage(turn.usage, turn.usage.output),
+        );
         return (body.to_string(), "application/json");
     }
     let (start, delta) = match block["type"].as_str() {
@@ -227,9 +231,7 @@ pub fn chat(
     let call = turn.tool_call(("shell", "command"));
     let finish = if call.is_some() { "tool_calls" } else { "stop" };
     let id = format!("chatcmpl-{n}");
-    let chunk = |choices: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices})
-    };
+    let chunk = |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
     if !stream {
         let message = match &call {
             Some((name, args)) => json!({
@@ -252,7 +254,9 @@ pub fn chat(
         None => json!({"content": turn.text_or_empty()}),
     };
     let mut chunks = vec![
-        chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        ),
         chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}])),
         chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}])),
     ];

@@ -1,6 +1,63 @@
-//! A scripted model server for end-to-end tests of real agent CLIs (see the notes below).
+//! A scripted model server for end-to-end tests of real agent CLIs: it plays the model (OpenAI
+//! Responses, Anthropic Messages or OpenAI Chat Completions) on `127.0.0.1:0`, answers each model
+//! request with the next [`Turn`] of a script (a shell tool call or a final message, with the
+//! usage the test chose) and records every request, headers included.
 //!
-//! (notes to come)
+//! Past the end of the script a model request gets the script's last text turn again; a script
+//! with no text turn answers it with a 500. Requests that are not model requests take no turn:
+//! `HEAD`/`GET` anything gets an empty 200, `POST /v1/messages/count_tokens` a token count, a
+//! Messages request without `tools` (a side request such as a title) the text `ok`, a WebSocket
+//! upgrade and unknown paths a 404. All are recorded (`turn: None`).
+//!
+//! # What the real CLIs send (found with the versions pinned in `.ci/agent-clis`)
+//!
+//! **codex 0.169.0** (`codex exec --json`, the native musl binary; no Node needed):
+//! - Pointed at the server with a custom provider: `-c model_provider=mock -c
+//!   model_providers.mock.base_url="http://127.0.0.1:PORT/v1" -c model_providers.mock.env_key=VAR
+//!   -c model_providers.mock.wire_api="responses"` (and `.name`). `env_key` works with any
+//!   variable name (the test uses `RALPH_TEST_MODEL_KEY`; `OPENAI_API_KEY` unset): every request
+//!   carries `Authorization: Bearer <$VAR>`.
+//! - Requests: exactly one `POST /v1/responses` per model turn, `stream: true`, `Accept:
+//!   text/event-stream`, `model` as given by `-m`; with a custom provider no WebSocket attempt and
+//!   no side requests (no `/v1/models`). Other headers: `originator: codex_exec`, `user-agent:
+//!   codex_exec/0.169.0 (...)`, `session-id`, `thread-id`, `x-client-request-id`,
+//!   `x-codex-window-id`, `x-codex-beta-features`, `x-codex-turn-metadata` (JSON: ids, sandbox
+//!   mode, model). The tool is the function `exec_command {"cmd"}` (run as `/bin/bash -lc`); the
+//!   next request's `input` holds a `function_call_output` with the call's `call_id`.
+//! - `--json` stdout: `thread.started`, an `item.completed` of type `error` warning "Model
+//!   metadata for `gpt-5` not found" (harmless), `turn.started`, `command_execution` items,
+//!   `agent_message`, then `turn.completed {usage: {input_tokens, cached_input_tokens,
+//!   cache_write_input_tokens, output_tokens, reasoning_output_tokens}}`: the sums over all the
+//!   turn's requests (`input_tokens` includes the cached ones).
+//! - Offline: by default it also resolves `ab.chatgpt.com` (analytics), `github.com`,
+//!   `api.github.com` and `chatgpt.com` (curated plugin sync) — seen with strace; `-c
+//!   analytics.enabled=false -c features.plugins=false` leaves only the model server. It needs a
+//!   writable `CODEX_HOME` (default `$HOME/.codex`); under a temporary dir it warns "could not
+//!   create PATH aliases" on stderr and goes on. `--dangerously-bypass-approvals-and-sandbox`
+//!   runs the tool without codex's own sandbox.
+//!
+//! **claude 2.1.328** (`claude -p --output-format stream-json --verbose
+//! --dangerously-skip-permissions --model M`, prompt on stdin; the npm package's postinstall puts
+//! a native (Bun, glibc) binary at `@anthropic-ai/claude-code-linux-x64/claude`, also copied
+//! over `bin/claude.exe`; no Node needed at run time):
+//! - Env: `ANTHROPIC_BASE_URL=http://127.0.0.1:PORT` (no `/v1`), `ANTHROPIC_API_KEY` (no login
+//!   needed; the init line says `apiKeySource: ANTHROPIC_API_KEY`), a writable `HOME`. As root it
+//!   refuses `--dangerously-skip-permissions` ("cannot be used with root/sudo privileges") unless
+//!   `IS_SANDBOX=1` (or `CLAUDE_CODE_BUBBLEWRAP`) is set.
+//! - Requests: first `HEAD /api/hello` (a connectivity probe, no key), then exactly one `POST
+//!   /v1/messages?beta=true` per model turn, `stream: true`, `max_tokens: 32000`, 12 tools, with
+//!   `x-api-key: <key>` (no `Authorization`), `anthropic-version: 2023-06-01`, `anthropic-beta:
+//!   claude-code-20250219,...`, `x-app: cli`, `user-agent: claude-cli/2.1.328 (external,
+//!   sdk-cli)`, `x-claude-code-session-id`. No title/summary side request, no count_tokens in
+//!   `-p` mode. The tool is `Bash {"command"}`; the next request's last message holds a
+//!   `tool_result` with the `tool_use_id`.
+//! - Offline: by default it also resolves `api.anthropic.com` several times (seen with strace);
+//!   `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` removes those lookups and the `HEAD /api/hello`
+//!   probe, leaving only the `POST /v1/messages` requests.
+//! - stream-json stdout: `system/init`, `assistant` and `user` (tool_result) lines, then `result
+//!   {result, usage: {input_tokens, cache_read_input_tokens, cache_creation_input_tokens,
+//!   output_tokens, ...}, total_cost_usd, num_turns}`: sums over the requests, `input_tokens`
+//!   being the uncached part as in the Messages API.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -177,9 +234,14 @@ impl Drop for ModelServer {
 /// What kind of answer a request gets.
 enum Kind {
     /// A model request: takes the next script turn.
-    Turn { stream: bool, include_usage: bool },
+    Turn {
+        stream: bool,
+        include_usage: bool,
+    },
     /// A Messages request without tools (claude's side requests): a short text, no turn.
-    Side { stream: bool },
+    Side {
+        stream: bool,
+    },
     CountTokens,
     /// The WebSocket upgrade codex tries before `POST /v1/responses`: refused.
     Upgrade,
@@ -212,7 +274,11 @@ fn classify(api: Api, method: &Method, path: &str, headers: &HeaderMap, body: &V
         Api::Messages if path.ends_with("/messages/count_tokens") => Kind::CountTokens,
         Api::Messages if path.ends_with("/messages") => {
             let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-            if has_tools { turn } else { Kind::Side { stream } }
+            if has_tools {
+                turn
+            } else {
+                Kind::Side { stream }
+            }
         }
         _ => Kind::Other,
     }
@@ -252,7 +318,10 @@ async fn handle(
                 };
                 ([(header::CONTENT_TYPE, content_type)], text).into_response()
             }
-            None => error(StatusCode::INTERNAL_SERVER_ERROR, "the script has no more turns"),
+            None => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the script has no more turns",
+            ),
         },
         Kind::Side { stream } => {
             let turn = Turn::text("ok", Usage::new(1, 0, 1, 0));
