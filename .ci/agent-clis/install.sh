@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the agent CLIs pinned by package-lock.json (next to this script) into
-# <clone>/target/agent-clis with `npm ci`; npm's cache is kept under that directory too, so
-# nothing is cached outside the clone. Idempotent: does nothing when the tree was installed from
-# this very lock file and the CLIs' binaries are there. Run by .ci/setup (as any user).
+# <clone>/target/agent-clis with `npm ci`; npm's cache (and log) is kept under that directory and
+# removed after, so nothing is cached outside the clone. Idempotent: does nothing when the tree
+# was installed from this very lock file and the CLIs' binaries are there. Run by .ci/setup (as
+# any user).
 set -euo pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 dest=$(cd "$src/../.." && pwd)/target/agent-clis
@@ -23,4 +24,5 @@ cp "$src/package.json" "$src/package-lock.json" "$dest/"
 (cd "$dest" && npm ci --no-audit --no-fund --loglevel=error --cache "$dest/.npm-cache")
 "$codex" --version
 "$claude" --version
+rm -rf "$dest/.npm-cache"
 cp "$src/package-lock.json" "$stamp"
