@@ -28,6 +28,9 @@ pub mod egress;
 pub mod model;
 pub mod sink;
 
+#[cfg(test)]
+mod testkit;
+
 pub use egress::{AllowHost, EgressConfig, Resolve, SystemResolver, proxy_env, serve_egress};
 pub use model::{
     ApiFamily, ModelGatewayConfig, ModelLimits, Secret, TokenBudget, Upstream, serve_model,

@@ -191,6 +191,14 @@ pub async fn handle(State(st): State<Arc<Shared>>, req: Request) -> Response {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         });
+    let expected = if parts.method == axum::http::Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        Some(0)
+    } else {
+        upstream.content_length()
+    };
     let recorder = Recorder::new(
         api,
         model_hint,
@@ -199,7 +207,8 @@ pub async fn handle(State(st): State<Arc<Shared>>, req: Request) -> Response {
         streamed,
         Arc::clone(&st.sink),
         Arc::clone(&cfg.budget),
-    );
+    )
+    .expect_len(expected);
     let body: Body = tee(
         upstream.bytes_stream(),
         recorder,

@@ -15,6 +15,10 @@ pub struct SseParser {
     has_data: bool,
     skipping: bool,
     skipped: u64,
+    /// Bytes of the current line seen, kept or not, and its last byte: a dropped line is not a
+    /// blank one.
+    line_seen: usize,
+    last_byte: u8,
 }
 
 impl Default for SseParser {
@@ -33,6 +37,8 @@ impl SseParser {
             has_data: false,
             skipping: false,
             skipped: 0,
+            line_seen: 0,
+            last_byte: 0,
         }
     }
 
@@ -68,6 +74,10 @@ impl SseParser {
     }
 
     fn push_line_bytes(&mut self, bytes: &[u8]) {
+        self.line_seen += bytes.len();
+        if let Some(b) = bytes.last() {
+            self.last_byte = *b;
+        }
         if self.skipping {
             return;
         }
@@ -84,10 +94,12 @@ impl SseParser {
 
     fn end_line(&mut self, on_event: &mut impl FnMut(&[u8])) {
         let mut line = std::mem::take(&mut self.line);
+        let blank = self.line_seen == 0 || (self.line_seen == 1 && self.last_byte == b'\r');
+        self.line_seen = 0;
         if line.last() == Some(&b'\r') {
             line.pop();
         }
-        if line.is_empty() {
+        if blank {
             if self.skipping {
                 self.skipping = false;
             } else if self.has_data {

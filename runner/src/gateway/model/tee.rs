@@ -34,6 +34,8 @@ pub struct Recorder {
     sink: Arc<dyn GatewaySink>,
     budget: Arc<TokenBudget>,
     done: bool,
+    expected: Option<u64>,
+    received: u64,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -70,10 +72,26 @@ impl Recorder {
             sink,
             budget,
             done: false,
+            expected: None,
+            received: 0,
         }
     }
 
+    /// The body's length when known (`content-length`, or 0 for HEAD, 204 and 304): the
+    /// request is reported as soon as that many bytes passed, as the server stops reading the
+    /// body there.
+    pub fn expect_len(mut self, len: Option<u64>) -> Self {
+        self.expected = len;
+        self
+    }
+
+    /// True when the whole announced body has passed.
+    pub fn is_complete(&self) -> bool {
+        self.expected.is_some_and(|e| self.received >= e)
+    }
+
     fn chunk(&mut self, bytes: &[u8]) {
+        self.received = self.received.saturating_add(bytes.len() as u64);
         if self.streamed {
             let (api, wire) = (self.api, &mut self.wire);
             self.parser
@@ -140,6 +158,10 @@ pub fn tee(
     idle: Duration,
     stop: CancellationToken,
 ) -> Body {
+    let mut recorder = recorder;
+    if recorder.is_complete() {
+        recorder.finish(None);
+    }
     let inner: Inner = Box::pin(inner);
     let state = Some((inner, recorder, stop));
     let stream = futures_util::stream::unfold(state, move |state| async move {
@@ -159,6 +181,9 @@ pub fn tee(
         match next {
             Ok(Some(b)) => {
                 rec.chunk(&b);
+                if rec.is_complete() {
+                    rec.finish(None);
+                }
                 Some((Ok(b), Some((inner, rec, stop))))
             }
             Ok(None) => {
