@@ -4,7 +4,7 @@
 //!
 //! - [`config`]: [`Upstream`], [`ApiFamily`], [`Secret`], [`ModelLimits`],
 //!   [`ModelGatewayConfig`] (and [`ModelGatewayConfig::agent_base_url`]).
-//! - [`budget`]: [`TokenBudget`].
+//! - [`budget`]: the shared [`TokenBudget`].
 //! - [`headers`]: what headers cross, and the key.
 //! - [`forward`]: the handler. [`tee`]: the streamed response and the per-request report.
 //! - [`sse`], [`wire_usage`]: usage read from the wire. [`replies`]: the gateway's own answers.
