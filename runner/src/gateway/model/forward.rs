@@ -80,7 +80,7 @@ pub async fn handle(State(st): State<Arc<Shared>>, req: Request) -> Response {
 
     if is_upgrade(&parts.headers) {
         return refuse(
-            StatusCode::NOT_FOUND,
+            StatusCode::UPGRADE_REQUIRED,
             "ralph_upgrade_unsupported",
             "ralph gateway: protocol upgrades (websocket) are not supported; use HTTP".to_owned(),
         );

@@ -10,8 +10,9 @@
 //! - [`sse`], [`wire_usage`]: usage read from the wire. [`replies`]: the gateway's own answers.
 //!
 //! Rules: a request whose path is not under the upstream URL's path gets 404; one asking for a
-//! protocol upgrade (codex tries a WebSocket first) gets 404 so the client falls back to HTTP
-//! POST; once the budget is spent every request gets 400 in the API's error shape without
+//! protocol upgrade (codex tries a WebSocket first) gets 426 Upgrade Required, on which codex
+//! 0.169 falls back to HTTP POST at once (on a 404 it retried the WebSocket 7 times with backoff
+//! first, ~6 s; checked with the real CLI by `codex_check`); once the budget is spent every request gets 400 in the API's error shape without
 //! reaching the upstream; bodies over the limit get 413; an unreachable upstream 502, one
 //! silent past the header timeout 504. Everything else — status, headers, body — is the
 //! upstream's. Each request is reported to the sink once, when its response has ended.
@@ -25,6 +26,8 @@ pub mod sse;
 pub mod tee;
 pub mod wire_usage;
 
+#[cfg(test)]
+mod codex_check;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,6 @@
 //! Responses the gateway makes itself, shaped like the upstream API's errors so the CLI shows
 //! them: the spent budget (400, which CLIs do not retry), paths outside the upstream (404),
-//! refused upgrades (404), oversized bodies (413), an unreachable upstream (502, naming it).
+//! refused upgrades (426), oversized bodies (413), an unreachable upstream (502, naming it).
 
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -539,7 +539,7 @@ async fn oversized_bodies_foreign_paths_and_upgrades_are_refused_locally() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 404);
+    assert_eq!(r.status(), 426);
     assert_eq!(m.count(), 0);
 }
 
