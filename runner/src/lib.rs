@@ -8,6 +8,7 @@
 //! - [`store`]: append-only journals and their projections (SPEC §8).
 //! - [`agent`]: what runs in a round.
 //! - [`usage`]: token usage lines (SPEC §4).
+//! - [`gateway`]: the per-job model gateway and egress proxy (SPEC §9).
 //!
 //! # Test strategy
 //!
@@ -18,6 +19,7 @@
 pub mod agent;
 pub mod client;
 pub mod engine;
+pub mod gateway;
 pub mod job;
 pub mod metrics;
 pub mod report;

@@ -1,0 +1,131 @@
+//! The egress proxy (SPEC §9): the round's only way to the network besides the model gateway.
+//! An HTTP/1.1 forward proxy on a listener the engine hands over, serving `CONNECT host:port`
+//! tunnels and absolute-form HTTP requests to the `--allow-host` entries only.
+//!
+//! - [`allow`]: [`AllowHost`] entries (port default: 80 and 443).
+//! - [`resolve`]: the resolver and the DNS-rebinding guard.
+//! - [`policy`]: the decision. [`proxy`]: the handling of one request.
+//!
+//! The decision is made on the name the client asked for (the CONNECT authority or the
+//! absolute-form target, whose `Host` header must agree); the proxy then resolves the name
+//! itself and connects to that address. A name that resolves only to loopback, link-local,
+//! unspecified, multicast or broadcast addresses is refused unless the entry is an IP literal or
+//! `localhost`. Private (RFC 1918) addresses are not refused: allowed names may be internal
+//! mirrors. Refusals are 403 with a plain-text body naming `HOST:PORT`; every decision, allowed
+//! or not, goes to the sink.
+
+pub mod allow;
+pub mod policy;
+pub mod proxy;
+pub mod resolve;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use allow::AllowHost;
+pub use resolve::{Resolve, SystemResolver};
+
+use super::GatewayError;
+use super::sink::GatewaySink;
+use proxy::{ProxyState, handle};
+
+/// The egress proxy's configuration.
+#[derive(Debug)]
+pub struct EgressConfig {
+    /// The allowed destinations.
+    pub allow: Vec<AllowHost>,
+    /// How names are resolved.
+    pub resolver: Arc<dyn Resolve>,
+    /// TCP connect timeout to a destination.
+    pub connect_timeout: Duration,
+}
+
+impl EgressConfig {
+    /// The allowed destinations, the system resolver and a 10 s connect timeout.
+    pub fn new(allow: Vec<AllowHost>) -> Self {
+        Self {
+            allow,
+            resolver: Arc::new(SystemResolver),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The environment that sends a round's HTTP clients through the proxy on `127.0.0.1:port`
+/// (the model gateway, on loopback too, is excluded by `NO_PROXY`).
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let no = "127.0.0.1,localhost".to_owned();
+    [
+        ("HTTP_PROXY", url.clone()),
+        ("HTTPS_PROXY", url.clone()),
+        ("http_proxy", url.clone()),
+        ("https_proxy", url),
+        ("NO_PROXY", no.clone()),
+        ("no_proxy", no),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Serves the egress proxy on `listener` until `stop` is cancelled; open connections and
+/// tunnels are closed then.
+pub async fn serve_egress(
+    listener: TcpListener,
+    cfg: Arc<EgressConfig>,
+    sink: Arc<dyn GatewaySink>,
+    stop: CancellationToken,
+) -> Result<(), GatewayError> {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "unknown".to_owned(), |a| a.to_string());
+    let state = Arc::new(ProxyState {
+        cfg,
+        sink,
+        stop: stop.clone(),
+    });
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _)) => s,
+                    Err(e) if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::Interrupted
+                    ) => continue,
+                    Err(source) => {
+                        conns.abort_all();
+                        return Err(GatewayError::Serve { what: "egress proxy", addr, source });
+                    }
+                };
+                let state = Arc::clone(&state);
+                conns.spawn(async move {
+                    let service = service_fn(move |req| handle(Arc::clone(&state), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .preserve_header_case(true)
+                        .title_case_headers(true)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        }
+    }
+    conns.abort_all();
+    Ok(())
+}
