@@ -169,7 +169,7 @@ async fn real_claude_code_talks_through_the_gateway() {
 
 #[tokio::test]
 #[ignore = "needs the real claude CLI in RALPH_TEST_CLAUDE"]
-async fn real_claude_shows_the_spent_budget_without_retrying() {
+async fn real_claude_shows_the_spent_budget_and_gives_up() {
     let (out, reqs, seen) = run(true).await;
     let all = format!(
         "{}{}",
