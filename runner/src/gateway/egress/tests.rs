@@ -290,3 +290,40 @@ fn proxy_env_points_at_loopback_and_exempts_it() {
     assert_eq!(env["NO_PROXY"], "127.0.0.1,localhost");
     assert_eq!(env["no_proxy"], "127.0.0.1,localhost");
 }
+
+#[tokio::test]
+async fn stop_ends_the_proxy_and_its_tunnels() {
+    let echo = echo_server().await;
+    let cfg = EgressConfig::new(vec![echo.to_string().parse().unwrap()]);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sink: Arc<dyn crate::gateway::GatewaySink> = Arc::new(RecordingSink::default());
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(serve_egress(listener, Arc::new(cfg), sink, stop.clone()));
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        let n = tokio::time::timeout(DEADLINE, s.read(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 1);
+        head.push(b[0]);
+    }
+    stop.cancel();
+    tokio::time::timeout(DEADLINE, server)
+        .await
+        .expect("serve_egress did not return after stop")
+        .unwrap()
+        .unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(DEADLINE, s.read_to_end(&mut rest))
+        .await
+        .expect("the tunnel stayed open after stop")
+        .unwrap();
+    assert_eq!(n, 0);
+}

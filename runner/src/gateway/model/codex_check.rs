@@ -35,9 +35,15 @@ fn sse(events: &[serde_json::Value]) -> Response {
     r
 }
 
-#[tokio::test]
-#[ignore = "needs the real codex CLI in RALPH_TEST_CODEX"]
-async fn real_codex_falls_back_to_http_through_the_gateway() {
+/// Runs the CLI through a gateway (with a spent budget when `spent`); prints and returns what
+/// happened.
+async fn run(
+    spent: bool,
+) -> (
+    std::process::Output,
+    Vec<crate::gateway::ModelRequest>,
+    Vec<SeenRequest>,
+) {
     let Ok(codex) = std::env::var("RALPH_TEST_CODEX") else {
         panic!("set RALPH_TEST_CODEX to the codex binary");
     };
@@ -77,7 +83,11 @@ async fn real_codex_falls_back_to_http_through_the_gateway() {
             key: Secret::new("sk-real"),
         },
         ModelLimits::default(),
-        Arc::new(TokenBudget::new(None, 0)),
+        Arc::new(if spent {
+            TokenBudget::new(Some(10), 1234)
+        } else {
+            TokenBudget::new(None, 0)
+        }),
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -128,6 +138,15 @@ async fn real_codex_falls_back_to_http_through_the_gateway() {
     eprintln!(
         "codex stdout:\n{stdout}\nstderr:\n{stderr}\nsink: {reqs:#?}\nupstream saw: {seen:#?}"
     );
+    stop.cancel();
+    (out, reqs, seen)
+}
+
+#[tokio::test]
+#[ignore = "needs the real codex CLI in RALPH_TEST_CODEX"]
+async fn real_codex_falls_back_to_http_through_the_gateway() {
+    let (out, reqs, seen) = run(false).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "codex failed");
     assert!(stdout.contains("turn.completed"), "{stdout}");
     let posted: Vec<_> = reqs
@@ -147,5 +166,26 @@ async fn real_codex_falls_back_to_http_through_the_gateway() {
         seen.iter()
             .all(|(_, _, a)| a.as_deref() == Some("Bearer sk-real"))
     );
-    stop.cancel();
+}
+
+#[tokio::test]
+#[ignore = "needs the real codex CLI in RALPH_TEST_CODEX"]
+async fn real_codex_shows_the_spent_budget_without_retrying() {
+    let (out, reqs, seen) = run(true).await;
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(seen.is_empty(), "the upstream was reached: {seen:?}");
+    assert!(all.contains("token budget is spent"), "{all}");
+    assert!(
+        reqs.iter().all(|r| r.status == 400 || r.status == 426),
+        "{reqs:#?}"
+    );
+    assert_eq!(
+        reqs.iter().filter(|r| r.status == 400).count(),
+        1,
+        "the refusal was retried: {reqs:#?}"
+    );
 }

@@ -149,38 +149,51 @@ pub async fn handle(State(st): State<Arc<Shared>>, req: Request) -> Response {
         .request(parts.method.clone(), url)
         .headers(headers)
         .body(body);
-    let upstream =
-        match tokio::time::timeout(cfg.limits.response_header_timeout, request.send()).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                let message = format!(
-                    "ralph gateway: failed to reach the upstream {}: {}",
-                    cfg.host,
-                    error_chain(&e)
-                );
-                let resp = gateway_error(
-                    family,
-                    StatusCode::BAD_GATEWAY,
-                    "ralph_upstream_unreachable",
-                    &message,
-                );
-                return local(StatusCode::BAD_GATEWAY, resp, model_hint, message);
-            }
-            Err(_) => {
-                let message = format!(
-                    "ralph gateway: the upstream {} sent no response headers within {}s",
-                    cfg.host,
-                    cfg.limits.response_header_timeout.as_secs()
-                );
-                let resp = gateway_error(
-                    family,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "ralph_upstream_timeout",
-                    &message,
-                );
-                return local(StatusCode::GATEWAY_TIMEOUT, resp, model_hint, message);
-            }
-        };
+    let sent = tokio::select! {
+        () = st.stop.cancelled() => None,
+        r = tokio::time::timeout(cfg.limits.response_header_timeout, request.send()) => Some(r),
+    };
+    let Some(sent) = sent else {
+        let message = "ralph gateway: the gateway stopped before the upstream answered".to_owned();
+        let resp = gateway_error(
+            family,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ralph_gateway_stopped",
+            &message,
+        );
+        return local(StatusCode::SERVICE_UNAVAILABLE, resp, model_hint, message);
+    };
+    let upstream = match sent {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let message = format!(
+                "ralph gateway: failed to reach the upstream {}: {}",
+                cfg.host,
+                error_chain(&e)
+            );
+            let resp = gateway_error(
+                family,
+                StatusCode::BAD_GATEWAY,
+                "ralph_upstream_unreachable",
+                &message,
+            );
+            return local(StatusCode::BAD_GATEWAY, resp, model_hint, message);
+        }
+        Err(_) => {
+            let message = format!(
+                "ralph gateway: the upstream {} sent no response headers within {}s",
+                cfg.host,
+                cfg.limits.response_header_timeout.as_secs()
+            );
+            let resp = gateway_error(
+                family,
+                StatusCode::GATEWAY_TIMEOUT,
+                "ralph_upstream_timeout",
+                &message,
+            );
+            return local(StatusCode::GATEWAY_TIMEOUT, resp, model_hint, message);
+        }
+    };
     let status = upstream.status();
     let resp_headers = agent_response_headers(upstream.headers());
     let streamed = resp_headers

@@ -17,8 +17,9 @@ const CREDENTIALS: [&str; 5] = [
 ];
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) plus those the gateway sets itself.
-const HOP_BY_HOP: [&str; 10] = [
+const HOP_BY_HOP: [&str; 11] = [
     "connection",
+    "expect",
     "keep-alive",
     "proxy-connection",
     "proxy-authenticate",

@@ -27,6 +27,8 @@ pub mod tee;
 pub mod wire_usage;
 
 #[cfg(test)]
+mod claude_check;
+#[cfg(test)]
 mod codex_check;
 #[cfg(test)]
 mod tests;

@@ -575,3 +575,107 @@ async fn an_unreachable_upstream_is_a_502_naming_it() {
     assert_eq!(reqs[0].status, 502);
     assert!(reqs[0].error.is_some());
 }
+
+#[tokio::test]
+async fn stop_cuts_an_open_stream_reports_it_and_ends_the_server() {
+    let never = Arc::new(Notify::new());
+    let n2 = Arc::clone(&never);
+    let m = mock(Arc::new(move |_s: &Seen| {
+        let never = Arc::clone(&n2);
+        let stream = futures_util::stream::unfold(0u8, move |step| {
+            let never = Arc::clone(&never);
+            async move {
+                if step > 0 {
+                    never.notified().await;
+                }
+                Some((
+                    Ok::<_, std::io::Error>(Bytes::from_static(b"data: {\"type\":\"x\"}\n\n")),
+                    step + 1,
+                ))
+            }
+        });
+        let mut r = Response::new(Body::from_stream(stream));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        r
+    }))
+    .await;
+    let cfg = ModelGatewayConfig::new(
+        Upstream {
+            url: format!("http://{}/v1", m.addr),
+            api: ApiFamily::OpenAi,
+            key: Secret::new("k"),
+        },
+        ModelLimits::default(),
+        Arc::new(TokenBudget::new(None, 0)),
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = cfg.agent_base_url(listener.local_addr().unwrap().port());
+    let sink = Arc::new(RecordingSink::default());
+    let stop = CancellationToken::new();
+    let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();
+    let server = tokio::spawn(serve_model(listener, Arc::new(cfg), sink_dyn, stop.clone()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut resp = client
+        .post(format!("{base}/responses"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(DEADLINE, resp.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.is_some());
+    stop.cancel();
+    let reqs = sink.requests(1).await;
+    assert_eq!(reqs[0].error.as_deref(), Some("the model gateway stopped"));
+    drop(resp);
+    tokio::time::timeout(DEADLINE, server)
+        .await
+        .expect("serve_model did not return after stop")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn stop_answers_a_request_still_waiting_for_upstream_headers() {
+    let never = Arc::new(Notify::new());
+    let arrived = Arc::new(Notify::new());
+    let (n2, a2) = (Arc::clone(&never), Arc::clone(&arrived));
+    let app = Router::new().fallback(move || {
+        let (never, arrived) = (Arc::clone(&n2), Arc::clone(&a2));
+        async move {
+            arrived.notify_one();
+            never.notified().await;
+            "late"
+        }
+    });
+    let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up_addr = up.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(up, app).await });
+    let gw = gateway_with(
+        format!("http://{up_addr}/v1"),
+        ApiFamily::OpenAi,
+        ModelLimits::default(),
+        TokenBudget::new(None, 0),
+    )
+    .await;
+    let pending = gw
+        .client
+        .post(format!("{}/responses", gw.base))
+        .body("{}")
+        .send();
+    let (resp, ()) = tokio::join!(pending, async {
+        tokio::time::timeout(DEADLINE, arrived.notified())
+            .await
+            .unwrap();
+        gw.stop.cancel();
+    });
+    assert_eq!(resp.unwrap().status(), 503);
+    let reqs = gw.sink.requests(1).await;
+    assert_eq!(reqs[0].status, 503);
+}
