@@ -70,6 +70,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
             image: Some(IMAGE.into()),
             forbidden: Vec::new(),
             agent_user: None,
+            gateway_ports: Vec::new(),
         },
         control_dir: dir.join("control"),
     }

@@ -179,7 +179,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                     nix::sys::prctl::set_no_new_privs().map_err(|e| e.to_string())?;
                     let plan = crate::plan::SeccompPlan {
                         deny: vec![("bpf".into(), libc::SYS_bpf)],
-                        deny_inet_sockets: false,
+                        socket_families: None,
                         restrict_personality: true,
                         deny_namespace_clone: true,
                         guards: crate::policy::guards::Switches {
@@ -229,6 +229,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
         });
         checks.push(Check::new(name, r.map(|()| String::new())));
     }
+    checks.push(Check::new("gateway network", gateway_probe(euid)));
     for (name, site) in [("cgroup memory", &host.memory), ("cgroup pids", &host.pids)] {
         checks.push(Check::new(
             name,
@@ -260,6 +261,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                 image: None,
                 forbidden: Vec::new(),
                 agent_user: None,
+                gateway_ports: Vec::new(),
             };
             let r = policies
                 .get(*mode)
@@ -287,6 +289,38 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
         modes,
         policies: policies.sources(),
     }
+}
+
+/// `--network gateway` on the native backend, tried the way a round does it: in a child (in a
+/// user namespace when not root), a new network namespace with loopback up, a TCP listener on
+/// `127.0.0.1` made there and handed over a socketpair with SCM_RIGHTS, and a connection to it
+/// from inside accepted on the handed-over descriptor. Works wherever network namespaces do.
+fn gateway_probe(euid: u32) -> Result<String, String> {
+    use crate::native::gateway;
+    in_child(move || {
+        user_ns_if_needed(euid)?;
+        unshare(CloneFlags::CLONE_NEWNET, "network namespace")?;
+        crate::native::net::loopback_up().map_err(|f| f.reason)?;
+        let (runner, helper) = gateway::channel().map_err(|e| format!("socketpair: {e}"))?;
+        // A high port: nothing else lives in a fresh namespace.
+        let port = 47_913;
+        let listener = gateway::listen(port).map_err(|f| f.reason)?;
+        gateway::send(&helper, &[port], &[listener]).map_err(|f| f.reason)?;
+        let got = gateway::recv(&runner, &[port], Duration::from_secs(5))
+            .map_err(|e| format!("receiving the listener: {e}"))?;
+        let (_, listener) = got.first().ok_or("no listener received")?;
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port))
+            .map_err(|e| format!("connect to the handed-over listener: {e}"))?;
+        c.write_all(b"g").map_err(|e| e.to_string())?;
+        listener.set_nonblocking(false).map_err(|e| e.to_string())?;
+        let (mut s, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).map_err(|e| format!("read: {e}"))?;
+        Ok(())
+    })
+    .map(|()| {
+        "loopback listeners made in a private network namespace and handed to the runner (native backend; the docker backend refuses `--network gateway`)".to_owned()
+    })
 }
 
 /// Pings the Docker Engine on its unix socket and reads its API version.

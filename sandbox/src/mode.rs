@@ -72,15 +72,37 @@ pub enum Network {
     /// No network: only a private loopback and AF_UNIX sockets.
     #[default]
     None,
+    /// The runner's gateway and nothing else (SPEC §5, §9): the same private network namespace
+    /// with only loopback as [`Network::None`], where AF_INET/AF_INET6 sockets are allowed, plus
+    /// one listening TCP socket on `127.0.0.1:PORT` per requested port
+    /// ([`crate::spec::SandboxRequest::gateway_ports`]), created inside the namespace before the
+    /// command starts and handed to the runner, which accepts on it from the host
+    /// ([`crate::Running::take_gateway_listeners`]). No route leaves the namespace: what the
+    /// command reaches is loopback inside it, and through those ports, the runner.
+    ///
+    /// Allowed in every mode: `read-only` forbids writes, not the gateway (still the only way
+    /// out); `full-access` with `gateway` keeps the private namespace (only `full` is the host's
+    /// network). The docker backend refuses it (exit 69).
+    Gateway,
     /// The host's network.
     Full,
 }
 
 impl Network {
+    /// Every setting, from the most confined.
+    pub const ALL: [Network; 3] = [Network::None, Network::Gateway, Network::Full];
+
+    /// Whether the command runs in a private network namespace with only loopback (`none` and
+    /// `gateway`; `full` is the host's network).
+    pub const fn private_namespace(self) -> bool {
+        matches!(self, Network::None | Network::Gateway)
+    }
+
     /// The setting's name as written on the command line.
     pub const fn as_str(self) -> &'static str {
         match self {
             Network::None => "none",
+            Network::Gateway => "gateway",
             Network::Full => "full",
         }
     }
@@ -97,11 +119,12 @@ impl FromStr for Network {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(Network::None),
+            "gateway" => Ok(Network::Gateway),
             "full" => Ok(Network::Full),
             _ => Err(UnknownWord {
                 what: "network",
                 found: s.to_owned(),
-                expected: "none, full",
+                expected: "none, gateway, full",
             }),
         }
     }
@@ -158,7 +181,15 @@ mod tests {
         for m in Mode::ALL {
             assert_eq!(m.as_str().parse::<Mode>().unwrap(), m);
         }
-        assert_eq!("full".parse::<Network>().unwrap(), Network::Full);
+        for n in Network::ALL {
+            assert_eq!(n.as_str().parse::<Network>().unwrap(), n);
+            assert_eq!(
+                serde_json::from_value::<Network>(serde_json::json!(n.as_str())).unwrap(),
+                n
+            );
+        }
+        assert_eq!("gateway".parse::<Network>().unwrap(), Network::Gateway);
+        assert!(Network::Gateway.private_namespace() && !Network::Full.private_namespace());
         assert_eq!(
             "docker".parse::<BackendKind>().unwrap(),
             BackendKind::Docker
@@ -171,6 +202,11 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid mode `rw`: expected one of read-only, workspace-write, full-access"
+        );
+        let err = "bridge".parse::<Network>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid network `bridge`: expected one of none, gateway, full"
         );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mode::{BackendKind, Mode};
+use crate::mode::{BackendKind, Mode, Network};
 
 /// How the command's main process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,6 +158,19 @@ pub struct Enforcement {
     pub mode: Mode,
     /// One line per restriction.
     pub restrictions: Vec<Enforced>,
+    /// The network setting when it is more than on/off (`gateway`, with its ports); the
+    /// `network` line of [`Enforcement::restrictions`] says the same in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkEnforced>,
+}
+
+/// The network a run had, with the runner's gateway ports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkEnforced {
+    /// The setting (`gateway`).
+    pub network: Network,
+    /// The ports of `127.0.0.1` inside the run where the runner's gateway listened.
+    pub gateway_ports: Vec<u16>,
 }
 
 impl Enforcement {
@@ -167,6 +180,7 @@ impl Enforcement {
             backend,
             mode,
             restrictions: Vec::new(),
+            network: None,
         }
     }
 

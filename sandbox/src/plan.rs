@@ -16,6 +16,7 @@ use crate::identity::{self, Ids};
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::guards::Switches;
+use crate::policy::network::{self, SocketFamily};
 use crate::policy::{Policy, WorkspaceAccess, syscalls};
 use crate::protect::{self, Placeholder};
 use crate::sockets;
@@ -133,7 +134,14 @@ pub struct LandlockPlan {
     /// Directories that may only be listed (the sandbox's own `/` and `/dev`, which hold nothing
     /// but what the plan put there).
     pub list: Vec<PathBuf>,
-    /// Refuse all TCP bind/connect (ABI 4+).
+    /// Refuse all TCP bind/connect (ABI 4+), with `--network none` only.
+    ///
+    /// With `--network gateway` Landlock does not govern TCP at all, deliberately: the network
+    /// namespace is the boundary (it holds only `lo`, so a connect can reach nothing but
+    /// loopback inside the sandbox and the runner's gateway listeners bound there), while
+    /// restricting connect to the gateway ports and denying bind would break ordinary local work
+    /// — a test server the agent starts on `127.0.0.1` and its tests connecting to it. Such
+    /// rules would add no confinement the namespace does not already give.
     pub deny_tcp: bool,
     /// Scope signals and abstract unix sockets to the sandbox (ABI 6+).
     pub scope: bool,
@@ -144,8 +152,9 @@ pub struct LandlockPlan {
 pub struct SeccompPlan {
     /// Syscalls refused with EPERM: (name, number).
     pub deny: Vec<(String, i64)>,
-    /// socket()/socketpair() of any family but AF_UNIX refused.
-    pub deny_inet_sockets: bool,
+    /// socket()/socketpair() of any family not listed refused with EPERM; `None`: any family
+    /// ([`crate::policy::network::socket_families`]).
+    pub socket_families: Option<Vec<SocketFamily>>,
     /// personality(2) limited to PER_LINUX.
     pub restrict_personality: bool,
     /// clone(2) with namespace flags refused; clone3(2) answers ENOSYS.
@@ -182,6 +191,13 @@ pub struct SandboxPlan {
     pub mount_namespace: bool,
     /// A private network namespace with only loopback.
     pub net_namespace: bool,
+    /// The network setting resolved for this run.
+    #[serde(default)]
+    pub network: Network,
+    /// `--network gateway`: the ports to listen on at `127.0.0.1` inside the namespace, whose
+    /// listeners the init hands to the runner before the command starts.
+    #[serde(default)]
+    pub gateway_ports: Vec<u16>,
     /// A private IPC namespace.
     pub ipc_namespace: bool,
     /// A root of its own (read-only and workspace-write).
@@ -262,6 +278,22 @@ pub(crate) fn sockets_detail(
 /// only the scan-and-mask before each run holds).
 pub const LANDLOCK_ABI_UNIX_SOCKETS: i32 = 9;
 
+/// The enforcement line of `--network gateway`.
+pub(crate) fn gateway_detail(ports: &[u16], families: &[SocketFamily]) -> String {
+    let listeners = if ports.is_empty() {
+        "no gateway port requested".to_owned()
+    } else {
+        format!(
+            "the runner's gateway on 127.0.0.1 port(s) {} is the only route out",
+            crate::spec::port_list(ports)
+        )
+    };
+    format!(
+        "gateway: private network namespace (loopback only); {listeners}; sockets limited to {}",
+        network::family_names(families)
+    )
+}
+
 /// The owner (uid, gid) of a path.
 fn owner_of(p: &Path) -> Result<(u32, u32), SandboxError> {
     use std::os::unix::fs::MetadataExt;
@@ -302,7 +334,9 @@ pub fn resolve(
             format!("mode `{mode}` does not allow `--network full`"),
         ));
     }
+    req.check_gateway_ports(network)?;
     let net_off = network == Network::None;
+    let net_private = network.private_namespace();
 
     // Namespaces: root creates them directly; anyone else needs a user namespace first.
     let root = host.euid == 0;
@@ -312,7 +346,7 @@ pub fn resolve(
     let need_userns = !root;
     if need_userns {
         if let Err(reason) = &host.user_namespaces {
-            if mode != Mode::FullAccess || net_off {
+            if mode != Mode::FullAccess || net_private {
                 return Err(unavailable(
                     "namespaces (user namespace needed by a non-root runner)",
                     reason.clone(),
@@ -707,25 +741,43 @@ pub fn resolve(
     }
 
     // Network.
-    if net_off {
-        if !can_ns {
-            return Err(unavailable(
-                "network isolation",
-                "no network namespace can be created",
-            ));
+    let socket_families = network::socket_families(network).map(<[SocketFamily]>::to_vec);
+    if net_private && !can_ns {
+        return Err(unavailable(
+            "network isolation",
+            "no network namespace can be created",
+        ));
+    }
+    match network {
+        Network::None => {
+            let tcp = if landlock.as_ref().is_some_and(|l| l.deny_tcp) {
+                ", landlock denies tcp"
+            } else {
+                ""
+            };
+            e.record(
+                Restriction::Network,
+                Level::Full,
+                format!(
+                    "private network namespace (loopback only), non-AF_UNIX sockets refused{tcp}"
+                ),
+            );
         }
-        let tcp = if landlock.as_ref().is_some_and(|l| l.deny_tcp) {
-            ", landlock denies tcp"
-        } else {
-            ""
-        };
-        e.record(
-            Restriction::Network,
-            Level::Full,
-            format!("private network namespace (loopback only), non-AF_UNIX sockets refused{tcp}"),
-        );
-    } else {
-        e.record(Restriction::Network, Level::NotRequested, "host network");
+        Network::Gateway => {
+            e.record(
+                Restriction::Network,
+                Level::Full,
+                gateway_detail(
+                    &req.gateway_ports,
+                    socket_families.as_deref().unwrap_or(&[]),
+                ),
+            );
+            e.network = Some(crate::outcome::NetworkEnforced {
+                network,
+                gateway_ports: req.gateway_ports.clone(),
+            });
+        }
+        Network::Full => e.record(Restriction::Network, Level::NotRequested, "host network"),
     }
 
     // Syscalls.
@@ -882,7 +934,13 @@ pub fn resolve(
         hand_over,
         pid_namespace: can_ns,
         mount_namespace: need_mount_ns && can_ns,
-        net_namespace: net_off,
+        net_namespace: net_private,
+        network,
+        gateway_ports: if network == Network::Gateway {
+            req.gateway_ports.clone()
+        } else {
+            Vec::new()
+        },
         ipc_namespace: !fs.unrestricted,
         root,
         mounts,
@@ -894,7 +952,7 @@ pub fn resolve(
         landlock,
         seccomp: SeccompPlan {
             deny,
-            deny_inet_sockets: net_off,
+            socket_families,
             restrict_personality: policy.syscalls.restrict_personality,
             deny_namespace_clone: policy.syscalls.deny_namespace_clone,
             guards: policy.syscalls.switches(),

@@ -63,7 +63,8 @@ pub enum StderrMode {
 pub struct SandboxRequest {
     /// Filesystem and network mode.
     pub mode: Mode,
-    /// Network access; `None` takes the mode's default. `read-only` always runs without network.
+    /// Network access; `None` takes the mode's default. `read-only` never gets `full`
+    /// (`gateway` is allowed: see [`Network::Gateway`]).
     pub network: Option<Network>,
     /// The shared workspace (absolute, canonical).
     pub workspace: PathBuf,
@@ -90,6 +91,58 @@ pub struct SandboxRequest {
     /// `UID:GID`; `None`: the default agent user, see [`crate::identity`]).
     #[serde(default)]
     pub agent_user: Option<String>,
+    /// The loopback ports the runner's gateway listens on inside the round (`127.0.0.1:PORT`),
+    /// with [`Network::Gateway`] only: each becomes a TCP listener created in the round's network
+    /// namespace and handed to the caller ([`crate::Running::take_gateway_listeners`]). At most
+    /// [`MAX_GATEWAY_PORTS`], none 0, no duplicates; anything else is refused before a process
+    /// is created.
+    #[serde(default)]
+    pub gateway_ports: Vec<u16>,
+}
+
+/// Most gateway ports one request may ask for (all their descriptors travel in one message).
+pub const MAX_GATEWAY_PORTS: usize = 16;
+
+impl SandboxRequest {
+    /// Checks [`SandboxRequest::gateway_ports`] against the resolved `network`: ports only with
+    /// `gateway`, none 0, no duplicates, at most [`MAX_GATEWAY_PORTS`]. The error names the
+    /// field (a usage error).
+    pub fn check_gateway_ports(&self, network: Network) -> Result<(), crate::SandboxError> {
+        let ports = &self.gateway_ports;
+        let invalid = |m: String| Err(crate::SandboxError::invalid("gateway_ports", m));
+        if ports.is_empty() {
+            return Ok(());
+        }
+        if network != Network::Gateway {
+            return invalid(format!(
+                "ports {} are only allowed with `--network gateway`, not `--network {network}`",
+                port_list(ports)
+            ));
+        }
+        if ports.len() > MAX_GATEWAY_PORTS {
+            return invalid(format!(
+                "{} ports requested, at most {MAX_GATEWAY_PORTS}",
+                ports.len()
+            ));
+        }
+        if ports.contains(&0) {
+            return invalid("port 0 is not a port the gateway can listen on".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = ports.iter().find(|p| !seen.insert(**p)) {
+            return invalid(format!("port {dup} is listed twice"));
+        }
+        Ok(())
+    }
+}
+
+/// `8080, 8081`.
+pub(crate) fn port_list(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Directories that belong to one run and nobody else.

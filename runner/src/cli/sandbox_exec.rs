@@ -194,6 +194,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
             image: args.sandbox.image,
             forbidden: Vec::new(),
             agent_user: args.agent_user,
+            gateway_ports: Vec::new(),
         },
         control_dir: private_dir.clone(),
     };

@@ -356,6 +356,7 @@ impl JobRun<'_> {
             // The journal and other jobs' artifacts stay out of the agent's reach.
             forbidden: vec![self.engine.state_dir.clone()],
             agent_user: self.engine.agent_user.clone(),
+            gateway_ports: Vec::new(),
         }
     }
 

@@ -81,7 +81,9 @@ pub fn body(
         ]),
         network_mode: Some(
             match plan.network {
-                Network::None => "none",
+                // A gateway plan is refused before this (`plan::resolve`); were one to come,
+                // it gets no network at all.
+                Network::None | Network::Gateway => "none",
                 Network::Full => "bridge",
             }
             .into(),

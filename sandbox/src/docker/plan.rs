@@ -190,6 +190,9 @@ fn masked_paths(policy: &Policy) -> Vec<String> {
     out
 }
 
+/// Why the docker backend refuses `--network gateway` (exit 69).
+pub const GATEWAY_UNSUPPORTED: &str = "the docker backend cannot yet confine a container to the runner's gateway; use `--backend native`, or `--network none|full`";
+
 /// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
 /// ([`engine_sockets`]); `runner_euid` decides whether run-owned paths are handed over;
 /// `nofile_hard` caps the open-files limit (an engine cannot raise it above its own hard limit,
@@ -210,6 +213,13 @@ pub fn resolve(
         return Err(invalid(
             "network",
             format!("mode `{mode}` does not allow `--network full`"),
+        ));
+    }
+    req.check_gateway_ports(network)?;
+    if network == Network::Gateway {
+        return Err(SandboxError::unavailable(
+            "network (gateway)",
+            GATEWAY_UNSUPPORTED,
         ));
     }
     if !req.write.is_empty() && !fs.extra_write {

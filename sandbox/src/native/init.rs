@@ -16,7 +16,7 @@ use nix::unistd::{ForkResult, Pid, fork};
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
 use super::step::StepFailure;
-use super::{mounts, net, ns};
+use super::{gateway, mounts, net, ns};
 use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
 use crate::sys::{self, WaitAny};
@@ -30,6 +30,9 @@ pub struct InitPipes {
     pub status_w: OwnedFd,
     /// One byte from the supervisor once the init is in its cgroups.
     pub go_r: OwnedFd,
+    /// `--network gateway` with ports: the hand-over to the runner ([`gateway`]), closed before
+    /// the command is forked.
+    pub gateway: Option<OwnedFd>,
 }
 
 fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
@@ -55,6 +58,7 @@ pub fn run(
         err_w,
         status_w,
         go_r,
+        gateway: handover,
     } = pipes;
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
     // parent-death signal fires exactly when it dies.
@@ -87,6 +91,15 @@ pub fn run(
         if let Err(f) = net::loopback_up() {
             die(&err_w, f);
         }
+    }
+    // The runner's gateway: listeners made here, inside the namespace, sent out, and closed
+    // (with the hand-over itself) before anything of the command exists.
+    if !plan.gateway_ports.is_empty() {
+        if let Err(f) = hand_over_listeners(plan, handover) {
+            die(&err_w, f);
+        }
+    } else {
+        drop(handover);
     }
     // The command must start inside the run's cgroups: wait until the supervisor has moved this
     // init there (done while the namespaces above were being built; cgroup v1 migration waits
@@ -182,6 +195,32 @@ pub fn run(
     let _ = sigfd.as_fd();
     // SAFETY: _exit in a forked child.
     unsafe { libc::_exit(0) }
+}
+
+/// Creates one listener per gateway port in this (the run's) network namespace and sends them to
+/// the runner on `handover`; both are closed on return.
+fn hand_over_listeners(plan: &SandboxPlan, handover: Option<OwnedFd>) -> Result<(), StepFailure> {
+    use super::step::restriction::GATEWAY;
+    if !plan.net_namespace {
+        return Err(StepFailure::new(
+            GATEWAY,
+            "gateway",
+            "gateway listeners need the run's own network namespace",
+        ));
+    }
+    let handover = handover.ok_or_else(|| {
+        StepFailure::new(
+            GATEWAY,
+            "gateway",
+            "the runner gave no channel to hand the gateway listeners over",
+        )
+    })?;
+    let listeners = plan
+        .gateway_ports
+        .iter()
+        .map(|p| gateway::listen(*p))
+        .collect::<Result<Vec<_>, _>>()?;
+    gateway::send(&handover, &plan.gateway_ports, &listeners)
 }
 
 /// Processes in this pid namespace other than the init (its own /proc is mounted).

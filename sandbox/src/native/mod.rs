@@ -10,10 +10,16 @@
 //!    │                           │             Landlock, seccomp, close fds, execve) + its tree
 //!    └─ reads result.json ◀──────┘ writes result.json, exits
 //! ```
+//!
+//! With `--network gateway` and ports, `spawn` also hands the helper one end of a socketpair;
+//! the init, once loopback is up, makes a listener on `127.0.0.1:PORT` per port in the run's
+//! network namespace and sends them back on it before the command exists ([`gateway`]), and
+//! `spawn` returns only once they arrived ([`Running::take_gateway_listeners`]).
 
 pub mod caps;
 pub mod cgroup;
 pub mod child;
+pub mod gateway;
 pub mod idmap;
 pub mod init;
 pub mod landlock;
@@ -26,6 +32,7 @@ pub mod step;
 pub mod supervisor;
 pub mod tree;
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -51,6 +58,10 @@ const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
 
 /// How long output readers may run on after the helper exited (the tree is dead by then).
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long `spawn` waits for the gateway listeners (`--network gateway`): the helper's whole
+/// set-up up to the init's network namespace, normally milliseconds.
+const GATEWAY_HANDOVER_LIMIT: Duration = Duration::from_secs(60);
 
 /// Runs commands through the native helper.
 #[derive(Clone, Debug)]
@@ -135,6 +146,7 @@ pub struct NativeRun {
     readers: Vec<JoinHandle<std::io::Result<CaptureSummary>>>,
     stdin_writer: Option<JoinHandle<()>>,
     merged: bool,
+    gateway: Vec<(u16, std::net::TcpListener)>,
 }
 
 impl Backend for NativeBackend {
@@ -164,11 +176,24 @@ impl Backend for NativeBackend {
                 });
             }
         }
+        // `--network gateway` with ports: a hand-over whose helper end the helper inherits.
+        let gateway_ports = plan.gateway_ports.clone();
+        let handover = if gateway_ports.is_empty() {
+            None
+        } else {
+            Some(gateway::channel().map_err(|e| {
+                SandboxError::unavailable(
+                    step::restriction::GATEWAY,
+                    format!("failed to create the hand-over socketpair: {e}"),
+                )
+            })?)
+        };
         let helper = HelperSpec {
             exec: spec.clone(),
             plan,
             result_path: result_path.clone(),
             parent_pid: Some(i32::try_from(std::process::id()).unwrap_or(i32::MAX)),
+            gateway_fd: handover.as_ref().map(|(_, h)| h.as_raw_fd()),
         };
         let encoded = serde_json::to_string(&helper).map_err(|e| SandboxError::Helper {
             message: format!("failed to encode the spec: {e}"),
@@ -196,10 +221,24 @@ impl Backend for NativeBackend {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some((_, helper_end)) = &handover {
+            let raw = helper_end.as_raw_fd();
+            // SAFETY: the closure runs in the forked child before `execve` and only calls
+            // fcntl(2), which is async-signal-safe. Only this child's copy loses close-on-exec:
+            // any other process the runner starts meanwhile closes it on exec.
+            unsafe {
+                cmd.pre_exec(move || gateway::keep_on_exec(raw));
+            }
+        }
         let mut child = cmd.spawn().map_err(|source| SandboxError::SpawnHelper {
             exe: self.helper_exe.clone(),
             source,
         })?;
+        // The helper holds its end now; ours must go, or end-of-file would never come.
+        let handover = handover.map(|(runner_end, helper_end)| {
+            drop(helper_end);
+            runner_end
+        });
         let pid = child.id().unwrap_or(0);
         let stdin_writer = match (child.stdin.take(), io.stdin) {
             (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
@@ -220,6 +259,26 @@ impl Backend for NativeBackend {
         if let Some(err) = child.stderr.take() {
             readers.push(tokio::spawn(pump(err, io.stderr)));
         }
+        let gateway = match handover {
+            None => Vec::new(),
+            Some(end) => {
+                match receive_listeners(end, gateway_ports, &mut child, &result_path).await {
+                    Ok(listeners) => listeners,
+                    Err(e) => {
+                        // Fail closed: nothing of the run goes on without its gateway.
+                        let _ = child.start_kill();
+                        let _ = tokio::time::timeout(HELPER_BACKSTOP, child.wait()).await;
+                        if let Some(w) = stdin_writer {
+                            w.abort();
+                        }
+                        for r in readers {
+                            r.abort();
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        };
         Ok(NativeRun {
             child,
             pid,
@@ -229,7 +288,61 @@ impl Backend for NativeBackend {
             readers,
             stdin_writer,
             merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
+            gateway,
         })
+    }
+}
+
+/// Waits for the sandbox's init to hand over the gateway listeners. When it closes the hand-over
+/// without them, the helper's own result says why (read once it has exited); every failure is
+/// [`SandboxError::Unavailable`].
+async fn receive_listeners(
+    end: std::os::fd::OwnedFd,
+    ports: Vec<u16>,
+    child: &mut tokio::process::Child,
+    result_path: &Path,
+) -> Result<Vec<(u16, std::net::TcpListener)>, SandboxError> {
+    let gateway_unavailable =
+        |reason: String| SandboxError::unavailable(step::restriction::GATEWAY, reason);
+    let received =
+        tokio::task::spawn_blocking(move || gateway::recv(&end, &ports, GATEWAY_HANDOVER_LIMIT))
+            .await
+            .map_err(|e| gateway_unavailable(format!("the hand-over task failed: {e}")))?;
+    match received {
+        Ok(listeners) => Ok(listeners),
+        Err(gateway::RecvError::Closed) => {
+            // The sandbox ended before the hand-over: its result names the step that failed.
+            let status = match tokio::time::timeout(HELPER_BACKSTOP, child.wait()).await {
+                Ok(Ok(status)) => status,
+                Ok(Err(e)) => {
+                    return Err(gateway_unavailable(format!(
+                        "the gateway listeners were not handed over, and waiting for the helper failed: {e}"
+                    )));
+                }
+                Err(_) => {
+                    return Err(gateway_unavailable(
+                        "the gateway listeners were not handed over, and the helper did not exit"
+                            .into(),
+                    ));
+                }
+            };
+            match read_result(result_path, &status) {
+                Ok(HelperResult::SetupFailed { failure }) => Err(SandboxError::Unavailable {
+                    restriction: failure.restriction,
+                    reason: format!("{} ({})", failure.reason, failure.step),
+                }),
+                Ok(HelperResult::Internal { message }) => Err(gateway_unavailable(format!(
+                    "the sandbox helper failed before handing over the gateway listeners: {message}"
+                ))),
+                Ok(HelperResult::Ran { .. }) => Err(gateway_unavailable(
+                    "the command ran, but the gateway listeners were never handed over".into(),
+                )),
+                Err(e) => Err(gateway_unavailable(format!(
+                    "the sandbox ended before handing over the gateway listeners: {e}"
+                ))),
+            }
+        }
+        Err(e) => Err(gateway_unavailable(e.to_string())),
     }
 }
 
@@ -251,6 +364,10 @@ async fn pump(
 impl Running for NativeRun {
     fn pid(&self) -> Option<u32> {
         Some(self.pid)
+    }
+
+    fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
+        std::mem::take(&mut self.gateway)
     }
 
     async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
@@ -364,7 +481,25 @@ pub fn helper_main() -> ! {
             std::process::exit(70);
         }
     };
-    let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid);
+    let gateway = match spec.gateway_fd.map(gateway::adopt_inherited).transpose() {
+        Ok(g) => g,
+        Err(reason) => {
+            let result = HelperResult::SetupFailed {
+                failure: protocol::SetupFailure {
+                    restriction: step::restriction::GATEWAY.into(),
+                    step: "gateway".into(),
+                    reason: format!("the hand-over from the runner is unusable: {reason}"),
+                },
+            };
+            // The runner reads the reason from the result (end-of-file on the hand-over).
+            let code = match write_result(&spec.result_path, &result) {
+                Ok(()) => 0,
+                Err(_) => 70,
+            };
+            std::process::exit(code)
+        }
+    };
+    let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid, gateway);
     let code = match write_result(&spec.result_path, &result) {
         Ok(()) => 0,
         Err(e) => {
@@ -398,7 +533,14 @@ pub fn exec_inline(
         path: spec.control_dir.clone(),
         source,
     })?;
-    match supervisor::supervise(spec, &plan, None) {
+    if !plan.gateway_ports.is_empty() {
+        return Err(SandboxError::unavailable(
+            step::restriction::GATEWAY,
+            "a run inside this process has no runner to serve the gateway listeners; start it \
+             with NativeBackend::spawn",
+        ));
+    }
+    match supervisor::supervise(spec, &plan, None, None) {
         HelperResult::Ran { outcome } => Ok(outcome),
         HelperResult::SetupFailed { failure } => Err(SandboxError::Unavailable {
             restriction: failure.restriction,

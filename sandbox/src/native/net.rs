@@ -1,5 +1,7 @@
 //! The private network namespace starts with loopback down; bring it up so local IPC over
-//! 127.0.0.1 inside the sandbox keeps working (seccomp still refuses non-AF_UNIX sockets).
+//! 127.0.0.1 inside the sandbox keeps working (with `--network none` seccomp still refuses
+//! non-AF_UNIX sockets; with `--network gateway` the runner's listeners live on it, see
+//! [`super::gateway`]).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 

@@ -38,6 +38,10 @@ pub struct HelperSpec {
     pub result_path: PathBuf,
     /// The runner's pid; when it dies, the helper kills the tree and exits.
     pub parent_pid: Option<i32>,
+    /// `--network gateway` with ports: the inherited descriptor of the helper's end of the
+    /// hand-over ([`super::gateway`]), on which the sandbox's init sends the listeners.
+    #[serde(default)]
+    pub gateway_fd: Option<i32>,
 }
 
 /// A restriction that could not be put in place; nothing ran.

@@ -56,15 +56,29 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     for (_, nr) in &plan.deny {
         rules.insert(*nr, Vec::new());
     }
-    if plan.deny_inet_sockets {
-        let not_unix = rule(vec![cond(
-            0,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-            SeccompCmpArgLen::Dword,
-        )?])?;
-        rules.insert(libc::SYS_socket, vec![not_unix.clone()]);
-        rules.insert(libc::SYS_socketpair, vec![not_unix]);
+    if let Some(families) = &plan.socket_families {
+        // Refused when the family is none of the allowed ones (one rule, its conditions ANDed;
+        // no family at all allowed: refused always).
+        let not_allowed = rule(
+            families
+                .iter()
+                .map(|f| {
+                    cond(
+                        0,
+                        SeccompCmpOp::Ne,
+                        u64::from(f.number().unsigned_abs()),
+                        SeccompCmpArgLen::Dword,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        let refused = if families.is_empty() {
+            Vec::new()
+        } else {
+            vec![not_allowed?]
+        };
+        rules.insert(libc::SYS_socket, refused.clone());
+        rules.insert(libc::SYS_socketpair, refused);
     }
     if plan.restrict_personality && !rules.contains_key(&libc::SYS_personality) {
         // Allowed: 0 (PER_LINUX) and 0xffffffff (query).
@@ -212,6 +226,7 @@ pub fn install(programs: &[BpfProgram]) -> Result<(), StepFailure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::network::SocketFamily;
 
     /// seccomp_data as the kernel lays it out.
     struct Data {
@@ -258,12 +273,16 @@ mod tests {
     }
 
     fn plan(inet: bool) -> SeccompPlan {
+        with_families(inet.then(|| vec![SocketFamily::Unix]))
+    }
+
+    fn with_families(socket_families: Option<Vec<SocketFamily>>) -> SeccompPlan {
         SeccompPlan {
             deny: vec![
                 ("ptrace".into(), libc::SYS_ptrace),
                 ("io_uring_setup".into(), libc::SYS_io_uring_setup),
             ],
-            deny_inet_sockets: inet,
+            socket_families,
             restrict_personality: true,
             deny_namespace_clone: true,
             guards: guards::Switches {
@@ -343,6 +362,60 @@ mod tests {
                 [libc::AF_INET as u64, 1, 0, 0, 0, 0]
             ),
             RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn gateway_allows_ip_sockets_and_nothing_more() {
+        let p = with_families(
+            crate::policy::network::socket_families(crate::mode::Network::Gateway)
+                .map(<[SocketFamily]>::to_vec),
+        );
+        let socket = |family: i32, ty: i32| {
+            verdict(&p, libc::SYS_socket, [family as u64, ty as u64, 0, 0, 0, 0])
+        };
+        assert_eq!(socket(libc::AF_INET, libc::SOCK_STREAM), RET_ALLOW);
+        assert_eq!(socket(libc::AF_INET, libc::SOCK_DGRAM), RET_ALLOW);
+        assert_eq!(socket(libc::AF_INET6, libc::SOCK_STREAM), RET_ALLOW);
+        assert_eq!(socket(libc::AF_UNIX, libc::SOCK_STREAM), RET_ALLOW);
+        for family in [
+            libc::AF_NETLINK,
+            libc::AF_PACKET,
+            libc::AF_VSOCK,
+            libc::AF_BLUETOOTH,
+            libc::AF_ALG,
+        ] {
+            assert_eq!(socket(family, libc::SOCK_STREAM), EPERM, "family {family}");
+        }
+        // Only the low 32 bits are the family: high garbage does not turn AF_NETLINK into
+        // AF_INET, nor AF_INET into something refused.
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_socket,
+                [(1 << 32) | libc::AF_INET as u64, 1, 0, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
+        assert_eq!(
+            verdict(
+                &p,
+                libc::SYS_socketpair,
+                [libc::AF_NETLINK as u64, 1, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        // The rest of the filter is unchanged.
+        assert_eq!(verdict(&p, libc::SYS_ptrace, [0; 6]), EPERM);
+        // No family at all: every socket refused.
+        let none = with_families(Some(Vec::new()));
+        assert_eq!(
+            verdict(
+                &none,
+                libc::SYS_socket,
+                [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]
+            ),
+            EPERM
         );
     }
 

@@ -56,6 +56,8 @@ pub mod restriction {
     pub const MOUNTS: &str = "the private filesystem view (mount namespace)";
     /// Network.
     pub const NETWORK: &str = "network isolation";
+    /// The runner's gateway listeners inside the network namespace (`--network gateway`).
+    pub const GATEWAY: &str = "network isolation (the runner's gateway)";
     /// Capabilities.
     pub const CAPABILITIES: &str = "dropping capabilities";
     /// Landlock.

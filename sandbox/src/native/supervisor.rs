@@ -59,8 +59,16 @@ enum Phase {
 
 /// Runs `spec` under `plan` to the end. `parent_pid`, when set, is watched: if that process
 /// dies the tree is stopped (the runner was killed).
-pub fn supervise(spec: &ExecSpec, plan: &SandboxPlan, parent_pid: Option<i32>) -> HelperResult {
-    match Supervisor::start(spec, plan, parent_pid) {
+///
+/// `gateway` is the hand-over of `--network gateway` ([`super::gateway`]), needed when the plan
+/// has gateway ports; the supervisor closes its copy once the init holds it.
+pub fn supervise(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    parent_pid: Option<i32>,
+    gateway: Option<OwnedFd>,
+) -> HelperResult {
+    match Supervisor::start(spec, plan, parent_pid, gateway) {
         Ok(Started::Running(s)) => s.run(),
         Ok(Started::Failed(f)) => HelperResult::SetupFailed {
             failure: SetupFailure {
@@ -151,6 +159,7 @@ fn base_enforcement(spec: &ExecSpec, plan: &SandboxPlan) -> Enforcement {
     );
     e.restrictions
         .extend(plan.enforcement.restrictions.iter().cloned());
+    e.network.clone_from(&plan.enforcement.network);
     e
 }
 
@@ -159,8 +168,16 @@ impl Supervisor {
         spec: &ExecSpec,
         plan: &SandboxPlan,
         parent_pid: Option<i32>,
+        gateway: Option<OwnedFd>,
     ) -> Result<Started, String> {
         let setup_began = Instant::now();
+        if !plan.gateway_ports.is_empty() && gateway.is_none() {
+            return Ok(Started::Failed(StepFailure::new(
+                super::step::restriction::GATEWAY,
+                "gateway",
+                "no channel to hand the gateway listeners to the runner (an in-process run cannot serve them)",
+            )));
+        }
         let exec_plan =
             ExecPlan::new(spec, Some(plan)).map_err(|e| format!("invalid command: {e}"))?;
         nix::sys::prctl::set_child_subreaper(true)
@@ -305,15 +322,18 @@ impl Supervisor {
                             err_w,
                             status_w,
                             go_r,
+                            gateway,
                         },
                     )
                 }
-                drop((status_w, go_r));
+                drop((status_w, go_r, gateway));
                 child::exec(spec, Some(plan), &exec_plan, &err_w)
             }
             ForkResult::Parent { child } => child,
         };
-        drop((err_w, status_w, go_r));
+        // The init holds the gateway hand-over now: only its copy may stay open, so that the
+        // runner sees end-of-file if the init dies before sending.
+        drop((err_w, status_w, go_r, gateway));
         if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
             let _ = kill(main, Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(main, None);

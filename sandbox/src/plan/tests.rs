@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::host::{CgroupSite, LandlockSupport};
 use crate::policy::PolicySet;
+use crate::policy::network::SocketFamily;
 use crate::spec::{Limits, PrivateDirs};
 
 fn host() -> Host {
@@ -71,6 +72,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
         image: None,
         forbidden: Vec::new(),
         agent_user: None,
+        gateway_ports: Vec::new(),
     }
 }
 
@@ -96,7 +98,13 @@ fn workspace_write_as_root() {
     assert!(ll.write.contains(&w.ws));
     assert!(ll.read.contains(&PathBuf::from("/usr")));
     assert!(ll.deny_tcp && ll.scope);
-    assert!(p.seccomp.deny_inet_sockets);
+    assert_eq!(
+        p.seccomp.socket_families,
+        Some(vec![SocketFamily::Unix]),
+        "network none: only AF_UNIX"
+    );
+    assert_eq!(p.network, Network::None);
+    assert!(p.gateway_ports.is_empty() && p.enforcement.network.is_none());
     assert!(p.seccomp.deny.iter().any(|(n, _)| n == "ptrace"));
     assert!(
         p.mounts
@@ -390,4 +398,129 @@ fn full_access_gets_a_fresh_proc_and_a_read_only_sys() {
             }
         ]
     );
+}
+
+fn invalid_field(r: Result<SandboxPlan, SandboxError>) -> (String, String) {
+    match r {
+        Err(SandboxError::InvalidRequest { field, message }) => (field, message),
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+}
+
+#[test]
+fn gateway_keeps_the_private_namespace_and_allows_ip_sockets() {
+    let w = world();
+    for mode in Mode::ALL {
+        let mut r = req(&w, mode);
+        r.network = Some(Network::Gateway);
+        r.gateway_ports = vec![8080, 443];
+        let p = plan(&r, &host()).unwrap();
+        assert!(p.net_namespace && p.pid_namespace, "{mode}");
+        assert_eq!(p.network, Network::Gateway);
+        assert_eq!(p.gateway_ports, [8080, 443], "{mode}: ports kept in order");
+        assert_eq!(
+            p.seccomp.socket_families,
+            Some(vec![
+                SocketFamily::Unix,
+                SocketFamily::Inet,
+                SocketFamily::Inet6
+            ]),
+            "{mode}"
+        );
+        // Landlock does not govern TCP: the namespace is the boundary, and the agent's own
+        // loopback servers keep working.
+        if let Some(ll) = &p.landlock {
+            assert!(!ll.deny_tcp, "{mode}");
+        }
+        assert_eq!(
+            p.enforcement.level_of(Restriction::Network),
+            Some(Level::Full),
+            "{mode}"
+        );
+        let line = p
+            .enforcement
+            .restrictions
+            .iter()
+            .find(|e| e.restriction == Restriction::Network)
+            .unwrap();
+        assert!(
+            line.detail.starts_with("gateway:") && line.detail.contains("port(s) 8080, 443"),
+            "{}",
+            line.detail
+        );
+        assert_eq!(
+            p.enforcement.network,
+            Some(crate::outcome::NetworkEnforced {
+                network: Network::Gateway,
+                gateway_ports: vec![8080, 443],
+            })
+        );
+    }
+    // No ports: still the private namespace, no listener.
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.network = Some(Network::Gateway);
+    let p = plan(&r, &host()).unwrap();
+    assert!(p.net_namespace && p.gateway_ports.is_empty());
+}
+
+#[test]
+fn gateway_ports_are_checked_and_the_field_named() {
+    let w = world();
+    // Ports without `gateway`: refused whatever the network.
+    for (mode, network) in [
+        (Mode::WorkspaceWrite, None),
+        (Mode::WorkspaceWrite, Some(Network::None)),
+        (Mode::WorkspaceWrite, Some(Network::Full)),
+        (Mode::ReadOnly, None),
+        (Mode::FullAccess, None),
+    ] {
+        let mut r = req(&w, mode);
+        r.network = network;
+        r.gateway_ports = vec![8080];
+        let (field, message) = invalid_field(plan(&r, &host()));
+        assert_eq!(field, "gateway_ports", "{mode} {network:?}");
+        assert!(
+            message.contains("only allowed with `--network gateway`"),
+            "{message}"
+        );
+    }
+    for (ports, says) in [
+        (vec![0], "port 0"),
+        (vec![8080, 9090, 8080], "port 8080 is listed twice"),
+        ((1..=17).collect::<Vec<u16>>(), "at most 16"),
+    ] {
+        let mut r = req(&w, Mode::WorkspaceWrite);
+        r.network = Some(Network::Gateway);
+        r.gateway_ports = ports;
+        let (field, message) = invalid_field(plan(&r, &host()));
+        assert_eq!(field, "gateway_ports");
+        assert!(message.contains(says), "{message}");
+        assert!(
+            SandboxError::invalid(field, message)
+                .to_string()
+                .contains("gateway_ports"),
+            "the message names the field"
+        );
+    }
+}
+
+#[test]
+fn gateway_needs_namespaces_even_in_full_access() {
+    let w = world();
+    let mut h = host();
+    h.euid = 1000;
+    h.egid = 1000;
+    h.user_namespaces = Err("user namespaces are disabled".into());
+    // full-access with the host's network runs without namespaces; with the gateway it cannot.
+    let mut r = req(&w, Mode::FullAccess);
+    r.network = Some(Network::Full);
+    assert!(plan(&r, &h).is_ok());
+    r.network = Some(Network::Gateway);
+    r.gateway_ports = vec![8080];
+    let text = unavailable_text(plan(&r, &h));
+    assert!(text.contains("namespace"), "{text}");
+    // As non-root with user namespaces: a user namespace, then the private network one.
+    h.user_namespaces = Ok(());
+    let p = plan(&r, &h).unwrap();
+    assert!(p.user_namespace.is_some() && p.net_namespace);
 }

@@ -49,6 +49,7 @@ fn req(w: &World, protect: &[&str]) -> SandboxRequest {
         image: None,
         forbidden: Vec::new(),
         agent_user: None,
+        gateway_ports: Vec::new(),
     }
 }
 

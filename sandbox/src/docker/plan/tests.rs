@@ -44,6 +44,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
         image: None,
         forbidden: Vec::new(),
         agent_user: None,
+        gateway_ports: Vec::new(),
     }
 }
 
@@ -177,4 +178,41 @@ fn limits_come_from_the_request_then_the_policy() {
     assert_eq!(p.open_files, Some(65536));
     r.limits.memory_bytes = Some(1 << 20);
     assert!(resolve_in(&r).unwrap_err().to_string().contains("6 MiB"));
+}
+
+#[test]
+fn gateway_is_refused_as_unavailable() {
+    let w = world();
+    for mode in Mode::ALL {
+        let mut r = req(&w, mode);
+        r.network = Some(Network::Gateway);
+        r.gateway_ports = vec![8080];
+        let e = resolve_in(&r).unwrap_err();
+        assert_eq!(
+            e.class(),
+            crate::error::ErrorClass::Unavailable,
+            "{mode}: {e}"
+        );
+        assert_eq!(e.reason_label(), "network");
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "the docker backend cannot yet confine a container to the runner's gateway; use `--backend native`, or `--network none|full`"
+            ),
+            "{text}"
+        );
+        // Without ports too.
+        r.gateway_ports.clear();
+        assert!(matches!(
+            resolve_in(&r),
+            Err(SandboxError::Unavailable { .. })
+        ));
+    }
+    // Ports without the gateway: a usage error naming the field, as on the native backend.
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.gateway_ports = vec![8080];
+    assert!(matches!(
+        resolve_in(&r),
+        Err(SandboxError::InvalidRequest { field, .. }) if field == "gateway_ports"
+    ));
 }
