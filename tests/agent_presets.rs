@@ -258,12 +258,13 @@ fn presets_build_their_command_lines_with_the_prompt_on_stdin() {
         workspace: &ws,
         input_dir: &input,
     };
-    let codex = preset("codex").argv(&files);
+    let none = ralph_runner::agent::AgentOptions::default();
+    let codex = preset("codex").argv(&files, &none);
     assert_eq!(codex[..3], ["codex", "exec", "--json"]);
     assert!(codex.contains(&"/state/jobs/j/rounds/1/1/in/report.schema.json".to_owned()));
     assert!(codex.contains(&"--dangerously-bypass-approvals-and-sandbox".to_owned()));
     assert_eq!(codex.last().map(String::as_str), Some("-"));
-    let claude = preset("claude").argv(&files);
+    let claude = preset("claude").argv(&files, &none);
     assert_eq!(claude[..2], ["claude", "-p"]);
     let schema_at = claude.iter().position(|a| a == "--json-schema").unwrap();
     let schema: Value = serde_json::from_str(&claude[schema_at + 1]).unwrap();

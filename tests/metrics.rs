@@ -466,6 +466,7 @@ fn claude_preset_end_to_end_and_is_error_fails_the_round() {
 #[test]
 fn presets_refuse_a_job_without_network() {
     let f = Fixture::new();
+    // A preset's default is the gateway (SPEC §5); `none` asked for explicitly is refused.
     let out = Ralph::new()
         .args([
             "run",
@@ -473,6 +474,8 @@ fn presets_refuse_a_job_without_network() {
             "x",
             "--agent",
             "codex",
+            "--network",
+            "none",
             "--mode",
             TEST_MODE,
         ])
@@ -482,7 +485,7 @@ fn presets_refuse_a_job_without_network() {
         .arg(&f.state)
         .output();
     out.expect_code(64);
-    assert!(out.stderr.contains("--network full"), "{}", out.stderr);
+    assert!(out.stderr.contains("--network gateway"), "{}", out.stderr);
 }
 
 /// The metric families of a registry, by name.

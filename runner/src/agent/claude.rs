@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::output::{Carry, OutputReader, PresetOutput, json_objects, overlong, u64_field};
-use super::{Preset, RoundFiles, retry};
+use super::{AgentOptions, ApiFamily, Preset, RoundFiles, UpstreamDefaults, retry};
 use crate::usage::{RoundUsage, UNKNOWN_MODEL, UsageTotals};
 use crate::util::text::bounded;
 
@@ -38,11 +38,23 @@ impl Preset for Claude {
     }
 
     fn summary(&self) -> &'static str {
-        "Claude Code: `claude -p --output-format stream-json` (needs --network full and --env ANTHROPIC_API_KEY)"
+        "Claude Code: `claude -p --output-format stream-json`, ANTHROPIC_BASE_URL pointed at the runner's gateway (key: ANTHROPIC_API_KEY on the runner side)"
     }
 
-    fn argv(&self, _files: &RoundFiles<'_>) -> Vec<String> {
-        vec![
+    fn program(&self) -> &'static str {
+        "claude"
+    }
+
+    fn upstream(&self) -> UpstreamDefaults {
+        UpstreamDefaults {
+            url: "https://api.anthropic.com",
+            api: ApiFamily::Anthropic,
+            key_env: "ANTHROPIC_API_KEY",
+        }
+    }
+
+    fn argv(&self, _files: &RoundFiles<'_>, opts: &AgentOptions<'_>) -> Vec<String> {
+        let mut argv: Vec<String> = vec![
             "claude".into(),
             "-p".into(),
             "--output-format".into(),
@@ -51,11 +63,34 @@ impl Preset for Claude {
             "--json-schema".into(),
             compact_schema(),
             "--dangerously-skip-permissions".into(),
-        ]
+        ];
+        if let Some(m) = opts.model {
+            argv.push("--model".into());
+            argv.push(m.to_owned());
+        }
+        argv.extend(opts.args.iter().cloned());
+        argv
     }
 
-    fn env(&self) -> Vec<(&'static str, &'static str)> {
-        vec![("IS_SANDBOX", "1")]
+    fn env(&self, opts: &AgentOptions<'_>) -> Vec<(String, String)> {
+        let mut env = vec![("IS_SANDBOX".to_owned(), "1".to_owned())];
+        if let Some(url) = opts.gateway_url {
+            env.extend([
+                ("ANTHROPIC_BASE_URL".to_owned(), url.to_owned()),
+                (
+                    "ANTHROPIC_API_KEY".to_owned(),
+                    super::KEY_PLACEHOLDER.to_owned(),
+                ),
+                // Only the model API goes through the gateway: no telemetry, error reports or
+                // update checks (they would be refused anyway, and retried).
+                (
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_owned(),
+                    "1".to_owned(),
+                ),
+                ("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()),
+            ]);
+        }
+        env
     }
 
     fn reader(&self) -> Box<dyn OutputReader> {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::output::{Carry, OutputReader, PresetOutput, json_objects, overlong, u64_field};
-use super::{Preset, RoundFiles, retry};
+use super::{AgentOptions, ApiFamily, Preset, RoundFiles, UpstreamDefaults, retry};
 use crate::usage::{RoundUsage, UNKNOWN_MODEL, UsageTotals};
 use crate::util::text::bounded;
 
@@ -35,17 +35,37 @@ pub struct Codex;
 /// File name of the report schema in the round's input directory.
 pub const SCHEMA_FILE: &str = "report.schema.json";
 
+/// The model provider the preset defines for the gateway (`-c model_providers.ralph…`).
+pub const PROVIDER: &str = "ralph";
+
+/// A TOML string (the value syntax of codex's `-c key=value`).
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
 impl Preset for Codex {
     fn name(&self) -> &'static str {
         "codex"
     }
 
     fn summary(&self) -> &'static str {
-        "OpenAI Codex CLI: `codex exec --json` (needs --network full and --env CODEX_API_KEY)"
+        "OpenAI Codex CLI: `codex exec --json`, its model provider pointed at the runner's gateway (key: OPENAI_API_KEY on the runner side)"
     }
 
-    fn argv(&self, files: &RoundFiles<'_>) -> Vec<String> {
-        vec![
+    fn program(&self) -> &'static str {
+        "codex"
+    }
+
+    fn upstream(&self) -> UpstreamDefaults {
+        UpstreamDefaults {
+            url: "https://api.openai.com/v1",
+            api: ApiFamily::OpenAi,
+            key_env: "OPENAI_API_KEY",
+        }
+    }
+
+    fn argv(&self, files: &RoundFiles<'_>, opts: &AgentOptions<'_>) -> Vec<String> {
+        let mut argv: Vec<String> = vec![
             "codex".into(),
             "exec".into(),
             "--json".into(),
@@ -55,12 +75,52 @@ impl Preset for Codex {
             "--skip-git-repo-check".into(),
             "--cd".into(),
             files.workspace.display().to_string(),
-            "-".into(),
-        ]
+        ];
+        // Codex 0.169 ignores OPENAI_BASE_URL; a model provider of its own is what points it at
+        // the gateway (FIELD-NOTES "Real agent CLIs, offline").
+        if let Some(url) = opts.gateway_url {
+            for setting in [
+                format!("model_provider={}", toml_string(PROVIDER)),
+                format!(
+                    "model_providers.{PROVIDER}.name={}",
+                    toml_string("ralph gateway")
+                ),
+                format!("model_providers.{PROVIDER}.base_url={}", toml_string(url)),
+                format!(
+                    "model_providers.{PROVIDER}.env_key={}",
+                    toml_string("OPENAI_API_KEY")
+                ),
+                format!(
+                    "model_providers.{PROVIDER}.wire_api={}",
+                    toml_string("responses")
+                ),
+                // Nothing but the model requests: no analytics, no plugin sync (they would be
+                // refused at the sandbox's edge anyway, and waited on).
+                "analytics.enabled=false".to_owned(),
+                "features.plugins=false".to_owned(),
+            ] {
+                argv.push("-c".into());
+                argv.push(setting);
+            }
+        }
+        if let Some(m) = opts.model {
+            argv.push("--model".into());
+            argv.push(m.to_owned());
+        }
+        argv.extend(opts.args.iter().cloned());
+        argv.push("-".into());
+        argv
     }
 
     fn inputs(&self) -> Vec<(&'static str, &'static str)> {
         vec![(SCHEMA_FILE, super::REPORT_SCHEMA)]
+    }
+
+    fn env(&self, opts: &AgentOptions<'_>) -> Vec<(String, String)> {
+        match opts.gateway_url {
+            Some(_) => vec![("OPENAI_API_KEY".into(), super::KEY_PLACEHOLDER.into())],
+            None => Vec::new(),
+        }
     }
 
     fn reader(&self) -> Box<dyn OutputReader> {

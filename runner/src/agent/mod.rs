@@ -36,41 +36,78 @@ pub struct RoundFiles<'a> {
     pub input_dir: &'a Path,
 }
 
+/// What a round's agent is given besides its files: the model gateway's address inside the
+/// round, the model and the extra arguments of the job (SPEC §9).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AgentOptions<'a> {
+    /// The model gateway's base URL as the round reaches it (`RALPH_GATEWAY_URL`), when the
+    /// job has one.
+    pub gateway_url: Option<&'a str>,
+    /// `--model`.
+    pub model: Option<&'a str>,
+    /// `--agent-arg`s, in order.
+    pub args: &'a [String],
+}
+
+/// The wire protocol family of a model API: decides how the gateway adds the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiFamily {
+    /// OpenAI Responses and Chat Completions (and compatible servers): `Authorization: Bearer`.
+    OpenAi,
+    /// Anthropic Messages: `x-api-key`.
+    Anthropic,
+}
+
+/// Where a preset's model lives unless the job says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamDefaults {
+    /// The API base URL.
+    pub url: &'static str,
+    /// The protocol family.
+    pub api: ApiFamily,
+    /// The runner-side variable holding the key.
+    pub key_env: &'static str,
+}
+
+/// The value of the key variable inside a round that uses the gateway: the CLI wants one, the
+/// gateway drops it and adds the real key on the way out.
+pub const KEY_PLACEHOLDER: &str = "ralph-gateway-placeholder";
+
 /// An adapter for a known agent CLI.
 pub trait Preset: Send + Sync + std::fmt::Debug {
     /// The name used with `--agent`.
     fn name(&self) -> &'static str;
     /// One line saying what it runs.
     fn summary(&self) -> &'static str;
-    /// The round's command line.
-    fn argv(&self, files: &RoundFiles<'_>) -> Vec<String>;
+    /// The executable the command line starts with (checked before round 1).
+    fn program(&self) -> &'static str;
+    /// The model API the CLI speaks, by default.
+    fn upstream(&self) -> UpstreamDefaults;
+    /// The round's command line: the preset's own, configured for the gateway when there is
+    /// one, then `--model`, then each `--agent-arg`.
+    fn argv(&self, files: &RoundFiles<'_>, opts: &AgentOptions<'_>) -> Vec<String>;
     /// Files written to the round's input directory before it runs: (name, content).
     fn inputs(&self) -> Vec<(&'static str, &'static str)> {
         Vec::new()
     }
-    /// Variables the preset sets in the round's environment (never secrets).
-    fn env(&self) -> Vec<(&'static str, &'static str)> {
+    /// Variables the preset sets in the round's environment (never secrets: with the gateway,
+    /// the key variable holds [`KEY_PLACEHOLDER`]).
+    fn env(&self, opts: &AgentOptions<'_>) -> Vec<(String, String)> {
+        let _ = opts;
         Vec::new()
     }
     /// A fresh reader of one round's standard output.
     fn reader(&self) -> Box<dyn OutputReader>;
-    /// Refuses a job this preset cannot run. By default: the CLI calls a hosted model, so the
-    /// round needs the network.
+    /// Refuses a job this preset cannot run: the CLI calls a hosted model, so the round needs
+    /// the gateway (the default) or the network.
     fn check(&self, spec: &JobSpec) -> Result<(), String> {
         let s = &spec.sandbox;
-        let network = match (s.mode, s.network) {
-            (Mode::ReadOnly, _) => Network::None,
-            (_, Some(n)) => n,
-            (Mode::FullAccess, None) => Network::Full,
-            (Mode::WorkspaceWrite, None) => Network::None,
-        };
-        if network == Network::None {
+        if spec.network() == Network::None {
             return Err(format!(
-                "the `{}` preset calls a hosted model and needs the network: add --network full (mode `{}` has no network{})",
+                "the `{}` preset calls a hosted model: it needs `--network gateway` (the default with --agent) or `--network full`, not `none`{}",
                 self.name(),
-                s.mode.as_str(),
                 if s.mode == Mode::ReadOnly {
-                    ", and read-only never has; use --mode workspace-write"
+                    " (read-only mode reaches the model only through the gateway)"
                 } else {
                     ""
                 }
@@ -128,10 +165,10 @@ impl Agent {
     }
 
     /// The round's command line.
-    pub fn argv(&self, files: &RoundFiles<'_>) -> Vec<String> {
+    pub fn argv(&self, files: &RoundFiles<'_>, opts: &AgentOptions<'_>) -> Vec<String> {
         match self {
             Agent::Command(cmd) => vec!["/bin/sh".into(), "-c".into(), cmd.clone()],
-            Agent::Preset(p) => p.argv(files),
+            Agent::Preset(p) => p.argv(files, opts),
         }
     }
 
@@ -162,7 +199,10 @@ mod tests {
             workspace: p,
             input_dir: p,
         };
-        assert_eq!(a.argv(&files), vec!["/bin/sh", "-c", "echo hi"]);
+        assert_eq!(
+            a.argv(&files, &AgentOptions::default()),
+            vec!["/bin/sh", "-c", "echo hi"]
+        );
     }
 
     #[test]

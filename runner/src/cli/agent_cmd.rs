@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
-use ralph_runner::agent::{Preset, RoundFiles, presets};
+use ralph_runner::agent::{AgentOptions, Preset, RoundFiles, presets};
 
 use super::CliError;
 use super::exit::Exit;
@@ -48,13 +48,25 @@ fn placeholder_files() -> RoundFiles<'static> {
     }
 }
 
+/// The options of a round through the gateway, as placeholders.
+fn placeholder_options() -> AgentOptions<'static> {
+    AgentOptions {
+        gateway_url: Some("$RALPH_GATEWAY_URL"),
+        model: None,
+        args: &[],
+    }
+}
+
 fn describe(p: &dyn Preset) -> serde_json::Value {
+    let up = p.upstream();
     serde_json::json!({
         "name": p.name(),
         "summary": p.summary(),
-        "argv": p.argv(&placeholder_files()),
+        "argv": p.argv(&placeholder_files(), &placeholder_options()),
         "stdin": "the round's prompt",
-        "env": p.env().into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "env": p.env(&placeholder_options()).into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        "upstream": up.url,
+        "api_key_env": up.key_env,
         "inputs": p.inputs().into_iter().map(|(n, _)| format!("<round>/in/{n}")).collect::<Vec<_>>(),
     })
 }
@@ -96,12 +108,18 @@ pub fn execute(cmd: &AgentCommand) -> Result<Exit, CliError> {
                 print(&format!("{}: {}", p.name(), p.summary()))?;
                 print(&format!(
                     "runs:   {}",
-                    p.argv(&placeholder_files()).join(" ")
+                    p.argv(&placeholder_files(), &placeholder_options())
+                        .join(" ")
                 ))?;
                 print("stdin:  the round's prompt")?;
-                for (k, v) in p.env() {
+                for (k, v) in p.env(&placeholder_options()) {
                     print(&format!("env:    {k}={v}"))?;
                 }
+                let up = p.upstream();
+                print(&format!(
+                    "model:  {} through the runner's gateway, key from ${} on the runner side (--upstream, --api-key-env)",
+                    up.url, up.key_env
+                ))?;
                 print("reads:  its own output stream for the report, token usage and retries")?;
             }
         }

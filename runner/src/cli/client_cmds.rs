@@ -349,6 +349,49 @@ pub fn describe_event(ev: &Event) -> String {
             message,
             ..
         } => format!("round {round}: usage line {line} skipped: {message}"),
+        EventKind::ModelRequest {
+            round,
+            api,
+            model,
+            status,
+            usage,
+            duration_ms,
+            error,
+            ..
+        } => format!(
+            "round {round}: model request {api} {model}: {status}, {} tokens, {duration_ms} ms{}",
+            usage.budget_tokens(),
+            error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ),
+        EventKind::Egress {
+            round,
+            host,
+            port,
+            method,
+            allowed,
+            reason,
+            ..
+        } => format!(
+            "round {round}: egress {} {method} {host}:{port}{}",
+            if *allowed { "allowed" } else { "refused" },
+            reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+        EventKind::UsageMismatch {
+            round,
+            gateway,
+            agent,
+            ..
+        } => format!(
+            "round {round}: the agent reported {} tokens, the model API {} (the API's count is used)",
+            agent.budget_tokens(),
+            gateway.budget_tokens()
+        ),
         EventKind::RoundRetried {
             round,
             reason,

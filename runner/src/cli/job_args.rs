@@ -66,6 +66,21 @@ pub struct JobArgs {
     /// Pass this variable of the runner's environment to the agent; repeatable.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
+    /// The model API's base URL, reached through the runner's model gateway (default: the
+    /// preset's, e.g. https://api.openai.com/v1 for codex); with `ralph submit`, the name of an
+    /// upstream in the server's configuration.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// The runner's variable holding the upstream's key; it never enters the sandbox (default:
+    /// the preset's, e.g. OPENAI_API_KEY).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// The model a preset asks for.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// An extra argument for a preset's CLI; repeatable, passed in order.
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub agent_arg: Vec<String>,
 }
 
 impl JobArgs {
@@ -102,6 +117,11 @@ impl JobArgs {
             output_cap: self.output_cap,
             env: self.env.clone(),
             priority: None,
+            upstream: self.upstream.clone(),
+            api_key_env: self.api_key_env.clone(),
+            model: self.model.clone(),
+            agent_arg: self.agent_arg.clone(),
+            allow_host: s.allow_host.clone(),
         }
     }
 

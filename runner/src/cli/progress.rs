@@ -211,6 +211,45 @@ impl Observer for Progress {
                     "warning: round {round}: usage line {line} skipped: {message}"
                 ));
             }
+            EventKind::Egress {
+                round,
+                host,
+                port,
+                method,
+                allowed: false,
+                reason,
+                ..
+            } => {
+                self.line(&format!(
+                    "warning: round {round}: egress refused: {method} {host}:{port}{}",
+                    reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                ));
+            }
+            EventKind::ModelRequest {
+                round,
+                status,
+                error: Some(e),
+                ..
+            } => {
+                self.line(&format!(
+                    "warning: round {round}: model request answered {status} by the gateway: {e}"
+                ));
+            }
+            EventKind::UsageMismatch {
+                round,
+                gateway,
+                agent,
+                ..
+            } => {
+                self.line(&format!(
+                    "note: round {round}: the agent reported {} tokens, the model API {} (the API's count is used)",
+                    agent.budget_tokens(),
+                    gateway.budget_tokens()
+                ));
+            }
             EventKind::VerifyStarted { .. } => {
                 let cmd = view.spec.verify.as_deref().unwrap_or("");
                 if self.live.is_none() {
@@ -240,6 +279,8 @@ impl Observer for Progress {
             )),
             EventKind::JobSubmitted { .. }
             | EventKind::RoundSpawned { .. }
+            | EventKind::ModelRequest { .. }
+            | EventKind::Egress { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
             | EventKind::JobFinished { .. } => {}

@@ -34,9 +34,16 @@ pub struct SandboxArgs {
     /// is masked); repeatable.
     #[arg(long = "socket", value_name = "PATH")]
     pub socket: Vec<PathBuf>,
-    /// Network access: none or full (default: the mode's; none except in full-access).
+    /// Network access: none, gateway (only the runner's model gateway and egress proxy) or
+    /// full (default: gateway with --agent, --upstream or --allow-host; else the mode's: none
+    /// except in full-access).
     #[arg(long, value_parser = parse_word::<Network>)]
     pub network: Option<Network>,
+    /// Let the command reach HOST (optionally only on PORT) through the runner's egress proxy
+    /// (HTTP and CONNECT; HTTP_PROXY/HTTPS_PROXY are set inside); repeatable. Every other
+    /// destination is refused and journalled.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
     /// Memory limit of the process tree, e.g. 2G.
     #[arg(long, value_name = "BYTES")]
     pub memory: Option<ByteSize>,

@@ -80,6 +80,15 @@ impl Run {
         }
     }
 
+    /// The gateway listeners the sandbox created inside the run's network namespace (see
+    /// `ralph_sandbox::Running::take_gateway_listeners`).
+    pub fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
+        match self {
+            Run::Native(r) => r.take_gateway_listeners(),
+            Run::Docker(r) => r.take_gateway_listeners(),
+        }
+    }
+
     /// Waits for the end; `cancel` stops the whole tree.
     pub async fn wait(self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
         match self {

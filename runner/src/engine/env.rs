@@ -52,6 +52,19 @@ pub fn build(
     passthrough: &[String],
     ralph_vars: &[(&str, String)],
 ) -> Result<Vec<(String, String)>, MissingEnv> {
+    build_with(runner, home, tmp, passthrough, ralph_vars, &[])
+}
+
+/// Like [`build`], then `extra` (the gateway's and the preset's variables) last, so nothing
+/// passed through can override where the round's model requests go.
+pub fn build_with(
+    runner: &RunnerEnv,
+    home: &Path,
+    tmp: &Path,
+    passthrough: &[String],
+    ralph_vars: &[(&str, String)],
+    extra: &[(String, String)],
+) -> Result<Vec<(String, String)>, MissingEnv> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert(
         "PATH".into(),
@@ -75,6 +88,9 @@ pub fn build(
     }
     for (k, v) in ralph_vars {
         env.insert((*k).to_owned(), v.clone());
+    }
+    for (k, v) in extra {
+        env.insert(k.clone(), v.clone());
     }
     Ok(env.into_iter().collect())
 }

@@ -33,6 +33,8 @@ pub(super) struct JobRun<'e> {
     pub(super) started: Instant,
     /// What the agent preset carries between rounds (cumulative usage baselines).
     pub(super) carry: crate::agent::output::Carry,
+    /// The job's model upstream with its key, resolved before round 1 (SPEC §9).
+    pub(super) upstream: Option<super::upstream::ResolvedUpstream>,
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -63,6 +65,7 @@ impl<'e> JobRun<'e> {
             deadline,
             started,
             carry: Default::default(),
+            upstream: None,
         }
     }
 
@@ -120,7 +123,12 @@ impl<'e> JobRun<'e> {
                 })?;
             }
         }
-        match self.preflight() {
+        let checked = self.preflight();
+        let checked = match checked {
+            Ok(()) => self.preflight_agent(),
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(()) => match self.spec.kind {
                 JobKind::Loop => self.run_loop().await?,
                 JobKind::Task => self.run_task().await?,
@@ -167,6 +175,49 @@ impl<'e> JobRun<'e> {
             .backends
             .preflight(self.spec.sandbox.backend, &req)
             .map_err(|e| (finish_reason_of(e.class()), e.to_string()))
+    }
+
+    /// Fails closed before any round when the agent cannot work (SPEC §6, §9): the preset's
+    /// CLI is not visible in the sandbox, the model upstream's key is missing, or the key would
+    /// enter the sandbox. Each is a configuration error (exit 64) whose message says the fix.
+    fn preflight_agent(&mut self) -> Result<(), (FinishReason, String)> {
+        let config = |m: String| (FinishReason::Configuration, m);
+        if let Some(p) = self.agent.preset() {
+            p.check(&self.spec).map_err(config)?;
+            if self.spec.sandbox.backend == ralph_sandbox::BackendKind::Native {
+                super::preset_check::program_visible(
+                    p,
+                    &self.spec,
+                    &self.engine.env,
+                    &self.engine.backends,
+                )
+                .map_err(config)?;
+            }
+        }
+        if self.spec.network() == ralph_sandbox::Network::Gateway {
+            let upstream = self
+                .engine
+                .upstreams
+                .resolve(&self.spec, &self.agent, &self.engine.env)
+                .map_err(|e| config(e.message))?;
+            if let Some(u) = &upstream {
+                if let Some(name) = self
+                    .spec
+                    .env
+                    .iter()
+                    .find(|n| self.engine.env.get(n).is_some_and(|v| v.trim() == u.key))
+                {
+                    return Err(config(format!(
+                        "`--env {name}` would put the model API's key into the sandbox; the gateway adds it on the way out: drop `--env {name}`"
+                    )));
+                }
+            }
+            // The plan is built for real once, so a bad URL is found before round 1.
+            super::round_gateway::GatewayPlan::new(&self.spec, upstream.as_ref(), 0)
+                .map_err(|e| config(e.message))?;
+            self.upstream = upstream;
+        }
+        Ok(())
     }
 
     async fn run_loop(&mut self) -> Result<(), EngineError> {

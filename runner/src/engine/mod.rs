@@ -20,10 +20,13 @@ mod cancel_watch;
 pub mod env;
 mod job_run;
 mod path_check;
+mod preset_check;
 pub mod prompt;
 mod round;
+pub mod round_gateway;
 mod sanitized;
 pub mod stdout_report;
+pub mod upstream;
 mod verify;
 pub mod workspace_lock;
 
@@ -129,6 +132,7 @@ pub struct Engine {
     ceilings: Ceilings,
     observers: Vec<Arc<dyn Observer>>,
     agent_user: Option<String>,
+    upstreams: upstream::Upstreams,
 }
 
 impl std::fmt::Debug for Engine {
@@ -159,7 +163,15 @@ impl Engine {
             ceilings: Ceilings::default(),
             observers: Vec::new(),
             agent_user: None,
+            upstreams: upstream::Upstreams::Local,
         }
+    }
+
+    /// How jobs find their model upstream (default: [`upstream::Upstreams::Local`], as
+    /// `ralph run` does).
+    pub fn with_upstreams(mut self, upstreams: upstream::Upstreams) -> Self {
+        self.upstreams = upstreams;
+        self
     }
 
     /// The user a root runner's rounds run as when the workspace is root's (`None`: the

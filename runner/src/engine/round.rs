@@ -10,17 +10,18 @@ use std::time::Instant;
 use ralph_sandbox::capture::{CappedFile, OutputSink};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::{
-    ExecIo, ExecReport, ExecSpec, Limits, PrivateDirs, SandboxError, SandboxRequest, StderrMode,
-    StdinMode, Termination,
+    ExecIo, ExecReport, ExecSpec, Limits, Network, PrivateDirs, SandboxError, SandboxRequest,
+    StderrMode, StdinMode, Termination,
 };
 
 use super::artifacts::AttemptDirs;
 use super::job_run::JobRun;
 use super::prompt::{self, PromptInput};
+use super::round_gateway::{GatewayEvent, GatewayPlan, RunningGateway};
 use super::stdout_report::{ReportLineSink, Slot, StdoutReport};
 use super::{EngineError, env};
-use crate::agent::RoundFiles;
 use crate::agent::output::{BudgetWatch, PresetOutput, PresetSink, ReaderSlot};
+use crate::agent::{AgentOptions, RoundFiles};
 use crate::job::RoundFailure;
 use crate::report::{self, Report, ReportError};
 use crate::store::{AttemptResult, EventKind};
@@ -108,7 +109,7 @@ impl JobRun<'_> {
             write_file(&dirs.input.join(name), content.as_bytes())?;
         }
 
-        let mut ralph_vars = vec![
+        let ralph_vars = vec![
             ("RALPH_JOB_ID", self.journal.view().id.clone()),
             ("RALPH_ROUND", round.to_string()),
             ("RALPH_ATTEMPT", attempt.to_string()),
@@ -128,28 +129,53 @@ impl JobRun<'_> {
             ),
             ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
         ];
-        for (name, value) in preset.map(|p| p.env()).unwrap_or_default() {
-            ralph_vars.push((name, value.to_owned()));
+        // The attempt's way out (SPEC §9): its model gateway and egress proxy, if the job has
+        // them; the budget they enforce starts from what the job has used so far.
+        let plan = GatewayPlan::new(
+            &self.spec,
+            self.upstream.as_ref(),
+            view.usage.budget_tokens(),
+        )
+        .map_err(|e| EngineError::Config {
+            message: e.to_string(),
+        })?;
+        let gateway_url = plan.as_ref().and_then(GatewayPlan::gateway_url);
+        let access = &self.spec.model_access;
+        let options = AgentOptions {
+            gateway_url: gateway_url.as_deref(),
+            model: access.model.as_deref(),
+            args: &access.agent_args,
+        };
+        let mut owned_vars: Vec<(String, String)> = Vec::new();
+        if let Some(p) = &plan {
+            owned_vars.extend(p.env().into_iter().map(|(k, v)| (k.to_owned(), v)));
         }
-        let env = env::build(
+        if let Some(p) = preset {
+            owned_vars.extend(p.env(&options));
+        }
+        let env = env::build_with(
             &self.engine.env,
             &dirs.home,
             &dirs.tmp,
             &self.spec.env,
             &ralph_vars,
+            &owned_vars,
         )
         .map_err(|e| EngineError::Config {
             message: e.to_string(),
         })?;
         let (report_file, usage_file, prompt_file) =
             (dirs.report_file(), dirs.usage_file(), dirs.prompt_file());
-        let argv = self.agent.argv(&RoundFiles {
-            prompt: &prompt_file,
-            report: &report_file,
-            usage: &usage_file,
-            workspace: &self.spec.workspace,
-            input_dir: &dirs.input,
-        });
+        let argv = self.agent.argv(
+            &RoundFiles {
+                prompt: &prompt_file,
+                report: &report_file,
+                usage: &usage_file,
+                workspace: &self.spec.workspace,
+                input_dir: &dirs.input,
+            },
+            &options,
+        );
         let (timeout, deadline_bound) = self.attempt_timeout();
         let spec = ExecSpec {
             argv,
@@ -159,11 +185,16 @@ impl JobRun<'_> {
             stderr: StderrMode::Separate,
             timeout,
             kill_grace: self.spec.kill_grace.0,
-            sandbox: self.sandbox_request(
-                &dirs,
-                vec![dirs.input.clone()],
-                vec![dirs.output.clone()],
-            ),
+            sandbox: {
+                let mut req = self.sandbox_request(
+                    &dirs,
+                    vec![dirs.input.clone()],
+                    vec![dirs.output.clone()],
+                );
+                req.network = Some(self.spec.network());
+                req.gateway_ports = plan.as_ref().map(GatewayPlan::ports).unwrap_or_default();
+                req
+            },
             control_dir: dirs.root.clone(),
         };
         let cap = self.spec.sandbox.output_cap.0;
@@ -217,14 +248,35 @@ impl JobRun<'_> {
             }
             Err(e) => Err(e),
         };
+        let mut gateway_usage: Option<RoundUsage> = None;
         let outcome = match spawned {
-            Ok(run) => {
+            Ok(mut run) => {
                 self.journal.record(EventKind::RoundSpawned {
                     round,
                     attempt,
                     pid: run.pid(),
                 })?;
-                run.wait(round_stop.clone()).await
+                match plan {
+                    None => run.wait(round_stop.clone()).await,
+                    Some(plan) => {
+                        let listeners = run.take_gateway_listeners();
+                        match plan.start(listeners, round_stop.clone(), budget_crossed.clone()) {
+                            Ok(gw) => {
+                                let (outcome, usage) = self
+                                    .wait_with_gateway(run, gw, &round_stop, round, attempt)
+                                    .await?;
+                                gateway_usage = Some(usage);
+                                outcome
+                            }
+                            Err(e) => {
+                                // Nothing may run without its gateway: stop it, fail closed.
+                                round_stop.cancel();
+                                let _ = run.wait(round_stop.clone()).await;
+                                Err(SandboxError::unavailable("network", e.to_string()))
+                            }
+                        }
+                    }
+                }
             }
             Err(e) => Err(e),
         };
@@ -269,6 +321,22 @@ impl JobRun<'_> {
                 (out.usage, out.retries)
             }
             None => (self.read_usage(&dirs, round, attempt)?, Default::default()),
+        };
+        // Through the gateway, the model API's own numbers are the job's count; the agent's
+        // are a cross-check.
+        let usage = match gateway_usage {
+            Some(wire) => {
+                if !usage.total().is_zero() && usage.total() != wire.total() {
+                    self.journal.record(EventKind::UsageMismatch {
+                        round,
+                        attempt,
+                        gateway: wire.total(),
+                        agent: usage.total(),
+                    })?;
+                }
+                wire
+            }
+            None => usage,
         };
         let result = match &end {
             AttemptEnd::Reported(r) => AttemptResult::Reported {
@@ -323,6 +391,76 @@ impl JobRun<'_> {
         Ok(Attempt { end, exit })
     }
 
+    /// Waits for the attempt while journalling what its gateway reports; then stops the
+    /// gateway and returns the attempt's usage as the model API reported it.
+    async fn wait_with_gateway(
+        &mut self,
+        run: super::Run,
+        mut gw: RunningGateway,
+        round_stop: &tokio_util::sync::CancellationToken,
+        round: u32,
+        attempt: u32,
+    ) -> Result<(Result<ExecReport, SandboxError>, RoundUsage), EngineError> {
+        let mut usage = RoundUsage::default();
+        let wait = run.wait(round_stop.clone());
+        tokio::pin!(wait);
+        let outcome = loop {
+            tokio::select! {
+                r = &mut wait => break r,
+                Some(ev) = gw.next() => self.record_gateway_event(ev, round, attempt, &mut usage)?,
+            }
+        };
+        for ev in gw.stop().await {
+            self.record_gateway_event(ev, round, attempt, &mut usage)?;
+        }
+        Ok((outcome, usage))
+    }
+
+    /// Journals one gateway event (the agent's bytes in it escaped and bounded) and counts its
+    /// tokens.
+    fn record_gateway_event(
+        &mut self,
+        ev: GatewayEvent,
+        round: u32,
+        attempt: u32,
+        usage: &mut RoundUsage,
+    ) -> Result<(), EngineError> {
+        match ev {
+            GatewayEvent::Model(r) => {
+                let model = bounded(&r.model.escape_debug().to_string(), 128);
+                if !r.usage.is_zero() {
+                    usage
+                        .by_model
+                        .entry(model.clone())
+                        .or_default()
+                        .add(&r.usage);
+                }
+                self.journal.record(EventKind::ModelRequest {
+                    round,
+                    attempt,
+                    api: r.api.as_str().to_owned(),
+                    model,
+                    status: r.status,
+                    usage: r.usage,
+                    duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                    error: r.error.map(|e| bounded(&e, 512)),
+                })?;
+            }
+            GatewayEvent::Egress(e) => {
+                self.journal.record(EventKind::Egress {
+                    round,
+                    attempt,
+                    host: bounded(&e.host.escape_debug().to_string(), 256),
+                    port: e.port,
+                    method: bounded(&e.method.escape_debug().to_string(), 32),
+                    allowed: e.allowed,
+                    reason: (!e.allowed).then(|| bounded(&e.reason, 256)),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The sandbox request shared by rounds and verify.
     pub(super) fn sandbox_request(
         &self,
@@ -331,9 +469,16 @@ impl JobRun<'_> {
         writable: Vec<std::path::PathBuf>,
     ) -> SandboxRequest {
         let s = &self.spec.sandbox;
+        // The gateway is an attempt's, not verify's: verify runs without network unless the
+        // job asked for the host's (see `run_attempt`, which sets the attempt's own).
+        let network = match self.spec.network() {
+            Network::Gateway => Network::None,
+            n => n,
+        };
         SandboxRequest {
             mode: s.mode,
-            network: s.network,
+            network: Some(network),
+            gateway_ports: Vec::new(),
             workspace: self.spec.workspace.clone(),
             protect: s.protect.clone(),
             read: s.read.clone(),
@@ -356,7 +501,6 @@ impl JobRun<'_> {
             // The journal and other jobs' artifacts stay out of the agent's reach.
             forbidden: vec![self.engine.state_dir.clone()],
             agent_user: self.engine.agent_user.clone(),
-            gateway_ports: Vec::new(),
         }
     }
 

@@ -1,12 +1,14 @@
 //! Jobs: the immutable request ([`spec`]), how a request's host paths are resolved
 //! ([`resolve`]) and how a job ends ([`outcome`]).
 
+pub mod model_access;
 pub mod outcome;
 pub mod paths;
 pub mod request;
 pub mod resolve;
 pub mod spec;
 
+pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
 pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SpecError};
 

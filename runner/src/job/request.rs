@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use ralph_sandbox::{BackendKind, Mode, Network};
 use serde::{Deserialize, Serialize};
 
+use super::model_access::ModelAccess;
 use super::paths::{PathError, Requested, SandboxPaths, resolve_paths};
 use super::resolve::WritableTrees;
 use super::spec::{AgentSpec, JobKind, JobSpec, SandboxSettings, SpecError};
@@ -80,6 +81,18 @@ pub struct JobRequest {
     pub env: Vec<String>,
     /// Queue priority (higher first; default 0). Service only.
     pub priority: Option<i32>,
+    /// The model API's base URL (`ralph run`) or a configured upstream's name (service).
+    pub upstream: Option<String>,
+    /// The runner-side variable holding the upstream's key (`ralph run` only).
+    pub api_key_env: Option<String>,
+    /// The model a preset asks for.
+    pub model: Option<String>,
+    /// Extra arguments for a preset's CLI.
+    #[serde(default)]
+    pub agent_arg: Vec<String>,
+    /// Hosts the egress proxy lets the round reach (`HOST[:PORT]`).
+    #[serde(default)]
+    pub allow_host: Vec<String>,
 }
 
 /// A job file: one or many jobs.
@@ -268,6 +281,13 @@ impl JobRequest {
             output_cap: self.output_cap.unwrap_or(defaults.output_cap),
         };
         d.env = self.env;
+        d.model_access = ModelAccess {
+            upstream: self.upstream,
+            api_key_env: self.api_key_env,
+            model: self.model,
+            agent_args: self.agent_arg,
+            allow_hosts: self.allow_host,
+        };
         Ok((spec, self.priority.unwrap_or(0)))
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Component, PathBuf};
 use ralph_sandbox::{BackendKind, Mode, Network};
 use serde::{Deserialize, Serialize};
 
+use super::model_access::ModelAccess;
 use crate::report::{DEFAULT_HANDOFF_CAP, MAX_HANDOFF_CAP};
 use crate::util::units::{ByteSize, HumanDuration};
 
@@ -146,6 +147,9 @@ pub struct JobSpec {
     pub sandbox: SandboxSettings,
     /// Names of runner environment variables passed to the agent.
     pub env: Vec<String>,
+    /// The model gateway and egress settings (SPEC §9).
+    #[serde(default, skip_serializing_if = "ModelAccess::is_empty")]
+    pub model_access: ModelAccess,
 }
 
 impl JobSpec {
@@ -171,6 +175,7 @@ impl JobSpec {
             verify: None,
             sandbox: SandboxSettings::default(),
             env: Vec::new(),
+            model_access: ModelAccess::default(),
         }
     }
 }
@@ -214,7 +219,7 @@ fn err(field: &'static str, message: impl Into<String>) -> SpecError {
 /// Environment variables the runner sets itself; `--env` may not override them.
 pub const RESERVED_ENV: [&str; 5] = ["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
 
-fn valid_env_name(name: &str) -> bool {
+pub(crate) fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
@@ -223,6 +228,26 @@ fn valid_env_name(name: &str) -> bool {
 }
 
 impl JobSpec {
+    /// The network a round gets: the one asked for, else `gateway` when the job uses the model
+    /// gateway or the egress proxy (a preset, `upstream` or `allow_host`), else the mode's
+    /// default (SPEC §5).
+    pub fn network(&self) -> Network {
+        if let Some(n) = self.sandbox.network {
+            return n;
+        }
+        let a = &self.model_access;
+        if matches!(self.agent, AgentSpec::Preset { .. })
+            || a.upstream.is_some()
+            || !a.allow_hosts.is_empty()
+        {
+            return Network::Gateway;
+        }
+        match self.sandbox.mode {
+            Mode::FullAccess => Network::Full,
+            Mode::ReadOnly | Mode::WorkspaceWrite => Network::None,
+        }
+    }
+
     /// Checks every rule; a request over a ceiling is rejected, never clamped.
     pub fn validate(&self, ceilings: &Ceilings) -> Result<(), SpecError> {
         if self.objective.trim().is_empty() {
@@ -338,6 +363,10 @@ impl JobSpec {
         if self.sandbox.memory.is_some_and(|m| m.0 < (1 << 20)) {
             return Err(err("memory", "must be at least 1M"));
         }
+        self.model_access.validate(
+            matches!(self.agent, AgentSpec::Preset { .. }),
+            self.network(),
+        )?;
         Ok(())
     }
 }

@@ -143,6 +143,22 @@ pub enum MetricEvent {
         /// How many, by how they differed from before the run.
         counts: Counts,
     },
+    /// The model gateway answered a request.
+    ModelRequest {
+        /// `responses`, `chat`, `messages` or `other`.
+        api: String,
+        /// The model.
+        model: String,
+        /// HTTP status.
+        status: u16,
+        /// From arrival to the end of the response.
+        duration: Duration,
+    },
+    /// The egress proxy decided on a destination.
+    Egress {
+        /// Let through or refused.
+        allowed: bool,
+    },
     /// A job ended.
     JobFinished {
         /// Its outcome.

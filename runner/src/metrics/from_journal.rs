@@ -131,7 +131,21 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         EventKind::WorkspaceSanitized { counts, .. } => {
             vec![MetricEvent::WorkspaceSanitized { counts: *counts }]
         }
+        EventKind::ModelRequest {
+            api,
+            model,
+            status,
+            duration_ms,
+            ..
+        } => vec![MetricEvent::ModelRequest {
+            api: api.clone(),
+            model: model.clone(),
+            status: *status,
+            duration: Duration::from_millis(*duration_ms),
+        }],
+        EventKind::Egress { allowed, .. } => vec![MetricEvent::Egress { allowed: *allowed }],
         EventKind::JobSubmitted { .. }
+        | EventKind::UsageMismatch { .. }
         | EventKind::RoundStarted { .. }
         | EventKind::RoundSpawned { .. }
         | EventKind::UsageSkipped { .. }

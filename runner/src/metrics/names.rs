@@ -28,6 +28,12 @@ pub const SETUP: &str = "ralph_sandbox_setup_seconds";
 pub const SETUP_FAILURES: &str = "ralph_sandbox_setup_failures_total";
 /// `ralph_workspace_sanitized_total{change}`.
 pub const WORKSPACE_SANITIZED: &str = "ralph_workspace_sanitized_total";
+/// `ralph_model_requests_total{api,model,status}`.
+pub const MODEL_REQUESTS: &str = "ralph_model_requests_total";
+/// `ralph_model_request_duration_seconds{api}`.
+pub const MODEL_REQUEST_DURATION: &str = "ralph_model_request_duration_seconds";
+/// `ralph_egress_requests_total{decision}`.
+pub const EGRESS: &str = "ralph_egress_requests_total";
 /// `ralph_build_info{version}`.
 pub const BUILD_INFO: &str = "ralph_build_info";
 
@@ -42,6 +48,17 @@ pub const TOKEN_KINDS: [&str; 5] = [
     "cache_write_input",
     "output",
     "reasoning",
+];
+
+/// APIs the model gateway tells apart (`api` label).
+pub const MODEL_APIS: [&str; 4] = ["responses", "chat", "messages", "other"];
+
+/// Egress decisions (`decision` label).
+pub const EGRESS_DECISIONS: [&str; 2] = ["allowed", "refused"];
+
+/// Model requests: a short completion to a long streamed agent turn.
+pub const MODEL_REQUEST_BUCKETS: [f64; 12] = [
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
 /// Job states of the `ralph_jobs` gauge.

@@ -41,6 +41,9 @@ pub struct Metrics {
     setup: HistogramVec,
     setup_failures: IntCounterVec,
     workspace_sanitized: IntCounterVec,
+    model_requests: IntCounterVec,
+    model_request_duration: HistogramVec,
+    egress: IntCounterVec,
     models: Mutex<BTreeSet<String>>,
 }
 
@@ -161,6 +164,22 @@ impl Metrics {
                 "Git repositories in writable trees that a run created, replaced or changed, made safe for the host's git after it (configuration, hooks and pointers replaced), by change.",
                 &["change"],
             )?,
+            model_requests: counter_vec(
+                n::MODEL_REQUESTS,
+                "Requests the model gateway answered, by API, model and HTTP status (the gateway's own refusals included).",
+                &["api", "model", "status"],
+            )?,
+            model_request_duration: histogram_vec(
+                n::MODEL_REQUEST_DURATION,
+                "Time from a model request's arrival at the gateway to the end of its response (streams included).",
+                &n::MODEL_REQUEST_BUCKETS,
+                &["api"],
+            )?,
+            egress: counter_vec(
+                n::EGRESS,
+                "Destinations the egress proxy let a round reach or refused.",
+                &["decision"],
+            )?,
             models: Mutex::new(BTreeSet::new()),
         };
         let build_info = IntGaugeVec::new(
@@ -192,6 +211,12 @@ impl Metrics {
                 n::WORKSPACE_SANITIZED,
                 Box::new(m.workspace_sanitized.clone()),
             ),
+            (n::MODEL_REQUESTS, Box::new(m.model_requests.clone())),
+            (
+                n::MODEL_REQUEST_DURATION,
+                Box::new(m.model_request_duration.clone()),
+            ),
+            (n::EGRESS, Box::new(m.egress.clone())),
             (n::BUILD_INFO, Box::new(build_info)),
         ];
         for (name, c) in collectors {
@@ -248,6 +273,12 @@ impl Metrics {
         }
         for c in Change::ALL {
             self.workspace_sanitized.with_label_values(&[c.as_str()]);
+        }
+        for a in n::MODEL_APIS {
+            self.model_request_duration.with_label_values(&[a]);
+        }
+        for d in n::EGRESS_DECISIONS {
+            self.egress.with_label_values(&[d]);
         }
     }
 
@@ -319,6 +350,29 @@ impl Metrics {
                 self.jobs_finished
                     .with_label_values(&[outcome.as_str()])
                     .inc();
+            }
+            MetricEvent::ModelRequest {
+                api,
+                model,
+                status,
+                duration,
+            } => {
+                let api = if n::MODEL_APIS.contains(&api.as_str()) {
+                    api.as_str()
+                } else {
+                    "other"
+                };
+                let model = self.model_label(model);
+                self.model_requests
+                    .with_label_values(&[api, &model, &status.to_string()])
+                    .inc();
+                self.model_request_duration
+                    .with_label_values(&[api])
+                    .observe(duration.as_secs_f64());
+            }
+            MetricEvent::Egress { allowed } => {
+                let d = if *allowed { "allowed" } else { "refused" };
+                self.egress.with_label_values(&[d]).inc();
             }
             MetricEvent::WorkspaceSanitized { counts } => {
                 for c in Change::ALL {

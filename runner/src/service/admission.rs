@@ -6,6 +6,7 @@ use std::path::Path;
 use ralph_sandbox::{BackendKind, Mode, Network};
 
 use super::config::Limits;
+use crate::gateway::AllowHost;
 use crate::job::JobSpec;
 use crate::util::units::{ByteSize, HumanDuration};
 
@@ -52,6 +53,89 @@ impl Asked {
             job_timeout: req.job_timeout.is_some(),
         }
     }
+}
+
+/// Whether `asked` (a job's `allow_host`) is covered by `allowed`: every destination it opens
+/// is opened by the list too (`HOST` means ports 80 and 443, `HOST:PORT` that port only).
+/// Unparsable entries cover nothing.
+fn host_allowed(asked: &str, allowed: &[String]) -> bool {
+    let Ok(a) = asked.parse::<AllowHost>() else {
+        return false;
+    };
+    let ports = |p: Option<u16>| p.map_or_else(|| vec![80, 443], |p| vec![p]);
+    let entries: Vec<AllowHost> = allowed
+        .iter()
+        .filter_map(|e| e.parse::<AllowHost>().ok())
+        .filter(|e| e.host.eq_ignore_ascii_case(&a.host))
+        .collect();
+    ports(a.port)
+        .into_iter()
+        .all(|p| entries.iter().any(|e| ports(e.port).contains(&p)))
+}
+
+/// The gateway rules: a job names an upstream of the configuration (never a URL or a key
+/// variable of the service), and reaches only the hosts `allowed_hosts` lists.
+fn admit_model_access(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
+    let a = &spec.model_access;
+    if a.api_key_env.is_some() {
+        return Err(Refusal {
+            rule: "gateway.upstreams",
+            field: "api_key_env",
+            message: "the service reads keys from its own configuration: name an upstream with `upstream`, not a key variable".into(),
+        });
+    }
+    if let Some(u) = &a.upstream {
+        if u.contains("://") {
+            return Err(Refusal {
+                rule: "gateway.upstreams",
+                field: "upstream",
+                message: format!(
+                    "`{u}`: name one of the server's configured upstreams ([gateway.upstreams.NAME]), not a URL"
+                ),
+            });
+        }
+    }
+    if let Some(allowed) = &limits.allowed_upstreams {
+        let name = a.upstream.clone().or_else(|| match &spec.agent {
+            crate::job::AgentSpec::Preset { name } => Some(name.clone()),
+            crate::job::AgentSpec::Command { .. } => None,
+        });
+        if let Some(name) = name {
+            if !allowed.contains(&name) {
+                return Err(Refusal {
+                    rule: "allowed_upstreams",
+                    field: "upstream",
+                    message: format!(
+                        "upstream `{name}` is not allowed here (allowed: {})",
+                        if allowed.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            allowed.join(", ")
+                        }
+                    ),
+                });
+            }
+        }
+    }
+    if let Some(h) = a
+        .allow_hosts
+        .iter()
+        .find(|h| !host_allowed(h, &limits.allowed_hosts))
+    {
+        return Err(Refusal {
+            rule: "allowed_hosts",
+            field: "allow_host",
+            message: format!(
+                "`{h}` is not in this server's allowed hosts ({})",
+                if limits.allowed_hosts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    limits.allowed_hosts.join(", ")
+                }
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Checks `spec` against `limits`, and fills the limits a job left unset with the ceilings.
@@ -104,6 +188,8 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
             "this server does not allow `network = \"full\"`".into(),
         );
     }
+    admit_model_access(spec, limits)?;
+    let s = &mut spec.sandbox;
     let roots: Vec<std::path::PathBuf> = limits
         .workspace_roots
         .iter()

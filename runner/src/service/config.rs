@@ -46,6 +46,9 @@ pub struct ServiceConfig {
     /// The user rounds run as when the service runs as root and a workspace is root's (`NAME`,
     /// `UID` or `UID:GID`; default `ralph-agent`, else `nobody`). Never root.
     pub agent_user: Option<String>,
+    /// The model upstreams jobs may name (SPEC §9).
+    #[serde(default)]
+    pub gateway: super::gateway_config::GatewayConfig,
 }
 
 /// A PostgreSQL connection string; its `Debug` form has the password redacted.
@@ -104,6 +107,12 @@ pub struct Limits {
     /// Images a docker job may use.
     #[serde(default)]
     pub allowed_images: Vec<String>,
+    /// What a job's `allow_host` may name (`HOST`: ports 80 and 443; `HOST:PORT`: that port).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Upstreams a job may name (`None`: every configured one).
+    #[serde(default)]
+    pub allowed_upstreams: Option<Vec<String>>,
 }
 
 impl Default for Limits {
@@ -121,6 +130,8 @@ impl Default for Limits {
             max_job_timeout: None,
             allowed_env: Vec::new(),
             allowed_images: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allowed_upstreams: None,
         }
     }
 }
@@ -204,6 +215,18 @@ impl ServiceConfig {
                     crate::store::postgres::worker::describe(&e)
                 ))
             })?;
+        }
+        c.gateway.validate().map_err(err)?;
+        for h in &c.limits.allowed_hosts {
+            h.parse::<crate::gateway::AllowHost>()
+                .map_err(|e| err(format!("`limits.allowed_hosts`: {e}")))?;
+        }
+        if let Some(names) = &c.limits.allowed_upstreams {
+            if let Some(n) = names.iter().find(|n| !c.gateway.upstreams.contains_key(*n)) {
+                return Err(err(format!(
+                    "`limits.allowed_upstreams`: `{n}` is not an upstream of [gateway.upstreams]"
+                )));
+            }
         }
         if c.listen.is_empty() && c.unix_socket.is_none() {
             return Err(err(

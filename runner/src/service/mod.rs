@@ -11,6 +11,7 @@ pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod gateway_config;
 pub mod notify;
 pub mod recovery;
 mod scheduler;
@@ -188,7 +189,8 @@ impl Service {
         )
         .with_ceilings(ceilings)
         .with_observers(observers)
-        .with_agent_user(config.agent_user.clone());
+        .with_agent_user(config.agent_user.clone())
+        .with_upstreams(config.gateway.upstreams());
         Ok(Arc::new(Service {
             engine,
             config: RwLock::new(config),

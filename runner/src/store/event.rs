@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
-use crate::usage::RoundUsage;
+use crate::usage::{RoundUsage, UsageTotals};
 
 /// Who ran (or is running) a job: enough to tell whether that process still lives.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,6 +208,55 @@ pub enum EventKind {
         /// Why.
         message: String,
     },
+    /// The model gateway answered one request of a round (forwarded, or refused by the budget).
+    ModelRequest {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// Which API (`responses`, `chat`, `messages`, `other`).
+        api: String,
+        /// The model, as the response (or request) named it; escaped and bounded.
+        model: String,
+        /// The HTTP status the agent got.
+        status: u16,
+        /// Tokens the upstream reported for it.
+        usage: UsageTotals,
+        /// From the request's arrival to the end of the response.
+        duration_ms: u64,
+        /// Why it failed, when the gateway itself answered (budget spent, upstream unreachable).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The egress proxy let a round reach a destination, or refused it.
+    Egress {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// The host the round asked for (escaped and bounded: the agent's bytes).
+        host: String,
+        /// The port.
+        port: u16,
+        /// `CONNECT` or the HTTP method.
+        method: String,
+        /// Whether it was let through.
+        allowed: bool,
+        /// Why it was refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The gateway's token count of an attempt (the job's count) and the agent's own differ.
+    UsageMismatch {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// What the model API reported through the gateway.
+        gateway: UsageTotals,
+        /// What the preset or the usage file reported.
+        agent: UsageTotals,
+    },
     /// A failed attempt will be retried.
     RoundRetried {
         /// Round.
@@ -295,6 +344,9 @@ impl EventKind {
             | EventKind::RoundFinished { .. }
             | EventKind::WorkspaceSanitized { .. }
             | EventKind::UsageSkipped { .. }
+            | EventKind::ModelRequest { .. }
+            | EventKind::Egress { .. }
+            | EventKind::UsageMismatch { .. }
             | EventKind::RoundRetried { .. }
             | EventKind::VerifyStarted { .. }
             | EventKind::VerifyFinished { .. } => Durability::Deferred,
@@ -311,6 +363,9 @@ impl EventKind {
             EventKind::RoundFinished { .. } => "round_finished",
             EventKind::WorkspaceSanitized { .. } => "workspace_sanitized",
             EventKind::UsageSkipped { .. } => "usage_skipped",
+            EventKind::ModelRequest { .. } => "model_request",
+            EventKind::Egress { .. } => "egress",
+            EventKind::UsageMismatch { .. } => "usage_mismatch",
             EventKind::RoundRetried { .. } => "round_retried",
             EventKind::VerifyStarted { .. } => "verify_started",
             EventKind::VerifyFinished { .. } => "verify_finished",

@@ -319,7 +319,10 @@ impl JobView {
                     unchecked: unchecked.clone(),
                 });
             }
-            EventKind::UsageSkipped { .. } => {}
+            EventKind::UsageSkipped { .. }
+            | EventKind::ModelRequest { .. }
+            | EventKind::Egress { .. }
+            | EventKind::UsageMismatch { .. } => {}
             EventKind::RoundRetried { round, attempt, .. } => {
                 if self.open_attempt.is_some()
                     || self.rounds_started != *round

@@ -1,0 +1,134 @@
+//! Before round 1: is a preset's CLI visible inside the sandbox (SPEC §6)? A CLI installed
+//! under a home directory or a project's `node_modules` is on the runner's `PATH` but hidden
+//! from the round; without this check the job would find out in round 1 and retry for nothing.
+//! The answer names the `--read` that fixes it.
+
+use std::path::{Path, PathBuf};
+
+use ralph_sandbox::Mode;
+
+use super::backends::Backends;
+use super::env::{DEFAULT_PATH, RunnerEnv};
+use crate::agent::Preset;
+use crate::job::JobSpec;
+
+/// The first executable `name` on `path` (a `PATH` value), as found and as resolved.
+fn find_on_path(name: &str, path: &str) -> Option<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':').filter(|d| !d.is_empty()).find_map(|dir| {
+        let candidate = Path::new(dir).join(name);
+        let meta = std::fs::metadata(&candidate).ok()?;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            return None;
+        }
+        let real = std::fs::canonicalize(&candidate).ok()?;
+        Some((candidate, real))
+    })
+}
+
+/// The directory to grant for `real`: a `node_modules` tree as a whole (a CLI from npm runs
+/// files of its sibling packages), else the file's directory.
+fn grant_for(real: &Path) -> PathBuf {
+    let mut best = None;
+    for a in real.ancestors() {
+        if a.file_name().is_some_and(|n| n == "node_modules") {
+            best = Some(a.to_path_buf());
+        }
+    }
+    best.unwrap_or_else(|| real.parent().unwrap_or(real).to_path_buf())
+}
+
+/// Checks that `preset`'s program is on the round's `PATH` and inside a tree the sandbox lets
+/// the round read. The message says what to do otherwise.
+pub fn program_visible(
+    preset: &dyn Preset,
+    spec: &JobSpec,
+    env: &RunnerEnv,
+    backends: &Backends,
+) -> Result<(), String> {
+    let name = preset.program();
+    let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
+    let Some((found, real)) = find_on_path(name, path) else {
+        return Err(format!(
+            "the `{}` preset runs `{name}`, which is not on the PATH ({path}): install it, or put its directory on the runner's PATH",
+            preset.name()
+        ));
+    };
+    if spec.sandbox.mode == Mode::FullAccess {
+        return Ok(());
+    }
+    let policy = backends
+        .native()
+        .policies()
+        .get(spec.sandbox.mode)
+        .map_err(|e| e.to_string())?;
+    let fs = &policy.filesystem;
+    let visible = |p: &Path| {
+        let granted = fs
+            .read
+            .iter()
+            .chain(std::iter::once(&spec.workspace))
+            .chain(&spec.sandbox.read)
+            .chain(&spec.sandbox.write)
+            .any(|root| p.starts_with(root));
+        granted && !fs.hidden.iter().any(|h| p.starts_with(h))
+    };
+    // Both the name on PATH and the file it leads to must be reachable inside.
+    let mut grants: Vec<PathBuf> = Vec::new();
+    for p in [&real, &found] {
+        let g = grant_for(p);
+        if !visible(p) && !grants.contains(&g) {
+            grants.push(g);
+        }
+    }
+    if grants.is_empty() {
+        return Ok(());
+    }
+    let fix: Vec<String> = grants
+        .iter()
+        .map(|g| format!("--read {}", g.display()))
+        .collect();
+    Err(format!(
+        "the `{}` preset runs `{name}`, found at `{}`{}, which the sandbox cannot see: add {}",
+        preset.name(),
+        found.display(),
+        if found == real {
+            String::new()
+        } else {
+            format!(" (→ `{}`)", real.display())
+        },
+        fix.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cli_from_npm_is_granted_as_its_node_modules_tree() {
+        assert_eq!(
+            grant_for(Path::new(
+                "/home/u/x/node_modules/@openai/codex/node_modules/@openai/codex-linux-x64/vendor/codex"
+            )),
+            PathBuf::from("/home/u/x/node_modules")
+        );
+        assert_eq!(
+            grant_for(Path::new("/opt/tools/bin/claude")),
+            PathBuf::from("/opt/tools/bin")
+        );
+    }
+
+    #[test]
+    fn only_executables_on_path_are_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tool");
+        std::fs::write(&f, "#!/bin/sh\n").unwrap();
+        let path = format!("/nonexistent:{}", dir.path().display());
+        assert!(find_on_path("tool", &path).is_none());
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (found, _) = find_on_path("tool", &path).unwrap();
+        assert_eq!(found, f);
+    }
+}

@@ -1,0 +1,148 @@
+//! How a job's agent reaches its model and the outside world (SPEC §9): the upstream it talks to
+//! through the runner's model gateway, the runner-side variable holding the key, the model and
+//! extra arguments for a preset, and the hosts the egress proxy lets it reach. Part of the
+//! immutable [`super::JobSpec`]; the key itself is never in it.
+
+use ralph_sandbox::Network;
+use serde::{Deserialize, Serialize};
+
+use super::spec::SpecError;
+
+/// The model and egress settings of a job. All empty by default (a job with a command agent
+/// and none of these has no gateway).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAccess {
+    /// `ralph run`: the upstream API's base URL (default: the preset's). `ralph serve`: the name
+    /// of an upstream in the service's configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// The runner-side variable holding the upstream's key (default: the preset's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// The model a preset asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Extra arguments a preset passes to its CLI, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_args: Vec<String>,
+    /// `HOST[:PORT]` entries the egress proxy lets the round reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
+}
+
+impl ModelAccess {
+    /// True when nothing was asked for.
+    pub fn is_empty(&self) -> bool {
+        *self == ModelAccess::default()
+    }
+}
+
+/// Most `--agent-arg`s a job may carry.
+pub const MAX_AGENT_ARGS: usize = 64;
+/// Longest `--agent-arg`, `--model` or `--upstream`, in bytes.
+pub const MAX_ACCESS_VALUE: usize = 4096;
+
+fn err(field: &'static str, message: impl Into<String>) -> SpecError {
+    SpecError {
+        field,
+        message: message.into(),
+    }
+}
+
+fn plain(field: &'static str, value: &str) -> Result<(), SpecError> {
+    if value.trim().is_empty() {
+        return Err(err(field, "must not be empty"));
+    }
+    if value.len() > MAX_ACCESS_VALUE {
+        return Err(err(
+            field,
+            format!(
+                "is {} bytes, over the limit of {MAX_ACCESS_VALUE}",
+                value.len()
+            ),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(err(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+impl ModelAccess {
+    /// Checks the settings against the job's agent and network (`network` is the job's
+    /// resolved setting, see [`super::JobSpec::network`]).
+    pub fn validate(&self, preset: bool, network: Network) -> Result<(), SpecError> {
+        if let Some(u) = &self.upstream {
+            plain("upstream", u)?;
+            if u.contains("://") && !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(err(
+                    "upstream",
+                    format!("`{u}` must be an http:// or https:// URL (or an upstream's name)"),
+                ));
+            }
+        }
+        if let Some(k) = &self.api_key_env {
+            if !super::spec::valid_env_name(k) {
+                return Err(err(
+                    "api_key_env",
+                    format!("`{k}` is not a variable name the runner can read a key from"),
+                ));
+            }
+        }
+        if let Some(m) = &self.model {
+            plain("model", m)?;
+        }
+        if self.agent_args.len() > MAX_AGENT_ARGS {
+            return Err(err(
+                "agent_arg",
+                format!(
+                    "{} arguments, over the limit of {MAX_AGENT_ARGS}",
+                    self.agent_args.len()
+                ),
+            ));
+        }
+        for a in &self.agent_args {
+            if a.len() > MAX_ACCESS_VALUE || a.contains('\0') {
+                return Err(err(
+                    "agent_arg",
+                    format!("an argument must be at most {MAX_ACCESS_VALUE} bytes, without NUL"),
+                ));
+            }
+        }
+        if !preset {
+            for (field, given) in [
+                ("model", self.model.is_some()),
+                ("agent_arg", !self.agent_args.is_empty()),
+            ] {
+                if given {
+                    return Err(err(
+                        field,
+                        "only applies to a preset (`agent`); an `agent_cmd` takes its own arguments",
+                    ));
+                }
+            }
+        }
+        for h in &self.allow_hosts {
+            h.parse::<crate::gateway::AllowHost>()
+                .map_err(|e| err("allow_host", e.to_string()))?;
+        }
+        if network != Network::Gateway {
+            for (field, given) in [
+                ("upstream", self.upstream.is_some()),
+                ("api_key_env", self.api_key_env.is_some()),
+                ("allow_host", !self.allow_hosts.is_empty()),
+            ] {
+                if given {
+                    return Err(err(
+                        "network",
+                        format!(
+                            "`{field}` works through the runner's gateway: use `network = \"gateway\"` (the default when `{field}` is given), not `{network}`"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,95 @@
+//! The egress proxy end to end (SPEC §5 "Network", §9): a round with `--allow-host` reaches
+//! that service through the proxy (plain HTTP and a `CONNECT` tunnel), is refused everything
+//! else with a 403 that is journalled and counted, and has no direct path at all.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::model_server::{Api, ModelServer};
+use common::*;
+
+#[test]
+fn an_allowed_host_is_reachable_through_the_proxy_and_nothing_else_is() {
+    let f = Fixture::new();
+    let allowed = ModelServer::start(Api::Chat, vec![]);
+    let other = ModelServer::start(Api::Chat, vec![]);
+    let (a, b) = (allowed.port(), other.port());
+    let agent = f.agent(
+        "egress.sh",
+        &format!(
+            r#"code() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 "$@"; }}
+# NO_PROXY holds loopback (where the model gateway is); these loopback services are the test's
+# stand-ins for remote hosts, so the proxy is forced with --noproxy ''.
+via() {{ code --noproxy '' -x "$HTTP_PROXY" "$@"; }}
+via http://127.0.0.1:{a}/allowed > a.txt
+via -p http://127.0.0.1:{a}/tunnel > tunnel.txt
+via http://127.0.0.1:{b}/refused > b.txt
+curl -s -o /dev/null -w '%{{http_connect}}' --max-time 20 --noproxy '' -x "$HTTP_PROXY" -p http://127.0.0.1:{b}/refused-tunnel > b-tunnel.txt
+code --noproxy '*' http://127.0.0.1:{a}/direct > direct.txt
+env | grep -i _proxy= | sort > proxy-env.txt
+echo '{{"status":"complete","summary":"probed","evidence":["a"],"nextSteps":[],"blocker":""}}' > "$RALPH_REPORT_FILE""#
+        ),
+    );
+    let prom = f.root.path().join("egress.prom");
+    let out = f
+        .run(&agent)
+        .args(["--allow-host", &format!("127.0.0.1:{a}")])
+        .arg("--metrics-textfile")
+        .arg(&prom)
+        .output();
+    out.expect_code(0);
+    assert_eq!(f.read_ws("a.txt"), "200");
+    assert_eq!(f.read_ws("tunnel.txt"), "200");
+    assert_eq!(f.read_ws("b.txt"), "403");
+    // The proxy's answer to the refused CONNECT.
+    assert_eq!(f.read_ws("b-tunnel.txt"), "403");
+    assert_eq!(f.read_ws("direct.txt"), "000", "no direct route");
+    let env = f.read_ws("proxy-env.txt");
+    assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("NO_PROXY="), "{env}");
+    let paths: Vec<String> = allowed.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/allowed", "/tunnel"]);
+    assert_eq!(other.request_count(), 0, "the refused service saw nothing");
+
+    let events = f.events(&out.job_id());
+    let egress: Vec<_> = events.iter().filter(|(t, _)| t == "egress").collect();
+    let refused: Vec<_> = egress
+        .iter()
+        .filter(|(_, v)| v["allowed"] == false)
+        .collect();
+    assert_eq!(refused.len(), 2, "{egress:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|(_, v)| v["host"] == "127.0.0.1" && v["port"] == b)
+    );
+    assert!(refused.iter().any(|(_, v)| v["method"] == "CONNECT"));
+    assert_eq!(egress.len() - refused.len(), 2, "{egress:?}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        text.contains("ralph_egress_requests_total{decision=\"refused\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ralph_egress_requests_total{decision=\"allowed\"} 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn allow_host_needs_the_gateway_network_and_a_valid_entry() {
+    let f = Fixture::new();
+    let out = f
+        .run_cmd("true")
+        .args(["--allow-host", "example.com", "--network", "full"])
+        .output();
+    out.expect_code(64);
+    assert!(out.stderr.contains("network") || out.stdout.contains("network"));
+    let out = f
+        .run_cmd("true")
+        .args(["--allow-host", "exa mple.com:99999"])
+        .output();
+    out.expect_code(64);
+    assert!(out.stderr.contains("--allow-host"), "{out:?}");
+    assert!(out.stderr.contains("exa mple.com:99999"), "{out:?}");
+}
