@@ -272,6 +272,68 @@ fn presets_build_their_command_lines_with_the_prompt_on_stdin() {
     assert_eq!(schema["additionalProperties"], false);
 }
 
+#[test]
+fn presets_point_their_cli_at_the_gateway_with_a_placeholder_key() {
+    let input = PathBuf::from("/in");
+    let ws = PathBuf::from("/ws");
+    let p = PathBuf::from("/x");
+    let files = ralph_runner::agent::RoundFiles {
+        prompt: &p,
+        report: &p,
+        usage: &p,
+        workspace: &ws,
+        input_dir: &input,
+    };
+    let args = vec!["-c".to_owned(), "model_reasoning_effort=\"low\"".to_owned()];
+    let opts = ralph_runner::agent::AgentOptions {
+        gateway_url: Some("http://127.0.0.1:41410/v1"),
+        model: Some("gpt-5-codex"),
+        args: &args,
+    };
+    let codex = preset("codex").argv(&files, &opts);
+    let joined = codex.join(" ");
+    // Codex 0.169 ignores OPENAI_BASE_URL: a model provider of its own points it at the gateway.
+    assert!(joined.contains("-c model_provider=\"ralph\""), "{joined}");
+    assert!(
+        joined.contains("-c model_providers.ralph.base_url=\"http://127.0.0.1:41410/v1\""),
+        "{joined}"
+    );
+    assert!(joined.contains("model_providers.ralph.env_key=\"OPENAI_API_KEY\""));
+    assert!(joined.contains("--model gpt-5-codex -c model_reasoning_effort=\"low\" -"));
+    assert_eq!(codex.last().map(String::as_str), Some("-"));
+    let env = preset("codex").env(&opts);
+    assert_eq!(
+        env,
+        [(
+            "OPENAI_API_KEY".to_owned(),
+            ralph_runner::agent::KEY_PLACEHOLDER.to_owned()
+        )]
+    );
+    let claude = preset("claude").argv(&files, &opts);
+    assert!(
+        claude
+            .join(" ")
+            .ends_with("--model gpt-5-codex -c model_reasoning_effort=\"low\"")
+    );
+    let env: std::collections::BTreeMap<String, String> =
+        preset("claude").env(&opts).into_iter().collect();
+    assert_eq!(env["ANTHROPIC_BASE_URL"], "http://127.0.0.1:41410/v1");
+    assert_eq!(
+        env["ANTHROPIC_API_KEY"],
+        ralph_runner::agent::KEY_PLACEHOLDER
+    );
+    assert_eq!(env["IS_SANDBOX"], "1");
+    // Without a gateway (`--network full`), no key variable is set by the preset.
+    let none = ralph_runner::agent::AgentOptions::default();
+    assert!(preset("codex").env(&none).is_empty());
+    assert!(
+        !preset("claude")
+            .env(&none)
+            .iter()
+            .any(|(k, _)| k.starts_with("ANTHROPIC"))
+    );
+}
+
 fn ralph(args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_ralph"))
         .args(args)

@@ -93,3 +93,36 @@ fn allow_host_needs_the_gateway_network_and_a_valid_entry() {
     assert!(out.stderr.contains("--allow-host"), "{out:?}");
     assert!(out.stderr.contains("exa mple.com:99999"), "{out:?}");
 }
+
+#[test]
+fn sandbox_exec_serves_the_egress_proxy_for_its_command() {
+    let f = Fixture::new();
+    let allowed = ModelServer::start(Api::Chat, vec![]);
+    let other = ModelServer::start(Api::Chat, vec![]);
+    let script = format!(
+        "c() {{ curl -s -o /dev/null -w '%{{http_code}} ' --max-time 20 \"$@\"; }}; \
+         c --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{a}/ok; \
+         c --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{b}/no; \
+         c --noproxy '*' http://127.0.0.1:{a}/direct",
+        a = allowed.port(),
+        b = other.port()
+    );
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--mode", TEST_MODE])
+        .args(["--allow-host", &format!("127.0.0.1:{}", allowed.port())])
+        .arg("--workspace")
+        .arg(&f.ws)
+        .args(["--", "/bin/sh", "-c", &script])
+        .output();
+    // curl's last call fails to connect (exit 7): there is no direct route.
+    assert_eq!(out.code, 7, "{out:?}");
+    assert_eq!(out.stdout, "200 403 000 ");
+    assert!(
+        out.stderr
+            .contains(&format!("egress refused: GET 127.0.0.1:{}", other.port())),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(allowed.request_count(), 1);
+    assert_eq!(other.request_count(), 0);
+}

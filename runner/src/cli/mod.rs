@@ -12,6 +12,7 @@ pub mod run;
 pub mod sandbox_args;
 pub mod sandbox_docker;
 pub mod sandbox_exec;
+pub mod sandbox_gateway;
 pub mod serve;
 pub mod state_dir;
 

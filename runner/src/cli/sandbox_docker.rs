@@ -13,9 +13,9 @@ use ralph_sandbox::{Backend, ExecIo, ExecSpec, Running, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 /// Writes a stream straight to one of this process's own streams.
-struct Passthrough<W: Write + Send> {
-    to: W,
-    seen: u64,
+pub(super) struct Passthrough<W: Write + Send> {
+    pub(super) to: W,
+    pub(super) seen: u64,
 }
 
 impl<W: Write + Send> OutputSink for Passthrough<W> {
@@ -67,7 +67,8 @@ pub fn exec(policies: PolicySet, spec: &ExecSpec) -> Result<ExecOutcome, Sandbox
     outcome
 }
 
-fn watch_signals(cancel: &CancellationToken) {
+/// Cancels `cancel` on SIGINT, SIGTERM or SIGHUP.
+pub(super) fn watch_signals(cancel: &CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     for kind in [
         SignalKind::interrupt(),

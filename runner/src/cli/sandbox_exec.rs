@@ -12,7 +12,8 @@ use ralph_sandbox::native::{NativeBackend, exec_inline};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::outcome::git::GitCheck;
 use ralph_sandbox::{
-    BackendKind, ErrorClass, ExecSpec, Limits, PrivateDirs, SandboxRequest, StderrMode, StdinMode,
+    BackendKind, ErrorClass, ExecSpec, Limits, Network, PrivateDirs, SandboxRequest, StderrMode,
+    StdinMode,
 };
 
 use super::CliError;
@@ -145,8 +146,32 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         std::fs::create_dir(d)
             .map_err(|e| CliError::internal(format!("failed to create `{}`: {e}", d.display())))?;
     }
+    // `--allow-host`: the gateway network, with the egress proxy this process serves.
+    let allow = args
+        .sandbox
+        .allow_host
+        .iter()
+        .map(|h| {
+            h.parse::<ralph_runner::gateway::AllowHost>()
+                .map_err(|e| CliError::usage(format!("--allow-host: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let network = match (args.sandbox.network, allow.is_empty()) {
+        (None, false) => Some(Network::Gateway),
+        (Some(n), false) if n != Network::Gateway => {
+            return Err(CliError::usage(format!(
+                "--allow-host works through the runner's egress proxy: use --network gateway (the default with --allow-host), not --network {n}"
+            )));
+        }
+        (n, _) => n,
+    };
     let vars = [("RALPH_WORKSPACE", workspace.display().to_string())];
-    let env = env::build(&RunnerEnv::capture(), &home, &tmp, &args.env, &vars)
+    let proxy: Vec<(String, String)> = if allow.is_empty() {
+        Vec::new()
+    } else {
+        ralph_runner::gateway::proxy_env(super::sandbox_gateway::EGRESS_PORT)
+    };
+    let env = env::build_with(&RunnerEnv::capture(), &home, &tmp, &args.env, &vars, &proxy)
         .map_err(|e| CliError::usage(e.to_string()))?;
     let cwd = if cwd.starts_with(&workspace) {
         cwd
@@ -172,7 +197,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 .sandbox
                 .mode
                 .unwrap_or(ralph_sandbox::Mode::WorkspaceWrite),
-            network: args.sandbox.network,
+            network,
             workspace,
             protect: args.sandbox.protect,
             read,
@@ -194,13 +219,22 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
             image: args.sandbox.image,
             forbidden: Vec::new(),
             agent_user: args.agent_user,
-            gateway_ports: Vec::new(),
+            gateway_ports: if allow.is_empty() {
+                Vec::new()
+            } else {
+                vec![super::sandbox_gateway::EGRESS_PORT]
+            },
         },
         control_dir: private_dir.clone(),
     };
     // One command, one mode: only that mode's policy is read.
     let policies = ralph_sandbox::policy::PolicySet::lazy(Some(&super::sandbox_args::config_dir()));
     let result = match backend {
+        BackendKind::Native if !allow.is_empty() => super::sandbox_gateway::exec(
+            &NativeBackend::new("/proc/self/exe", policies),
+            &spec,
+            allow,
+        ),
         BackendKind::Native => exec_inline(&NativeBackend::new("/proc/self/exe", policies), &spec),
         BackendKind::Docker => super::sandbox_docker::exec(policies, &spec),
     };

@@ -146,3 +146,107 @@ impl ModelAccess {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access() -> ModelAccess {
+        ModelAccess::default()
+    }
+
+    #[test]
+    fn settings_are_checked_with_the_field_named() {
+        let field =
+            |a: ModelAccess, preset: bool, n: Network| a.validate(preset, n).unwrap_err().field;
+        assert_eq!(
+            field(
+                ModelAccess {
+                    upstream: Some("ftp://x".into()),
+                    ..access()
+                },
+                true,
+                Network::Gateway
+            ),
+            "upstream"
+        );
+        assert_eq!(
+            field(
+                ModelAccess {
+                    api_key_env: Some("A-B".into()),
+                    ..access()
+                },
+                true,
+                Network::Gateway
+            ),
+            "api_key_env"
+        );
+        assert_eq!(
+            field(
+                ModelAccess {
+                    model: Some("m".into()),
+                    ..access()
+                },
+                false,
+                Network::Gateway
+            ),
+            "model"
+        );
+        assert_eq!(
+            field(
+                ModelAccess {
+                    agent_args: vec!["-x".into()],
+                    ..access()
+                },
+                false,
+                Network::Gateway
+            ),
+            "agent_arg"
+        );
+        assert_eq!(
+            field(
+                ModelAccess {
+                    allow_hosts: vec!["a b".into()],
+                    ..access()
+                },
+                false,
+                Network::Gateway
+            ),
+            "allow_host"
+        );
+        // Gateway settings with another network: the network is what is wrong.
+        for n in [Network::None, Network::Full] {
+            assert_eq!(
+                field(
+                    ModelAccess {
+                        allow_hosts: vec!["pypi.org".into()],
+                        ..access()
+                    },
+                    false,
+                    n
+                ),
+                "network"
+            );
+            assert_eq!(
+                field(
+                    ModelAccess {
+                        upstream: Some("http://127.0.0.1:1/v1".into()),
+                        ..access()
+                    },
+                    false,
+                    n
+                ),
+                "network"
+            );
+        }
+        ModelAccess {
+            upstream: Some("http://127.0.0.1:8000/v1".into()),
+            api_key_env: Some("LOCAL_KEY".into()),
+            model: Some("qwen".into()),
+            agent_args: vec!["-c".into(), "x=1".into()],
+            allow_hosts: vec!["pypi.org".into(), "[::1]:8080".into()],
+        }
+        .validate(true, Network::Gateway)
+        .unwrap();
+    }
+}

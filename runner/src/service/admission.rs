@@ -79,7 +79,7 @@ fn admit_model_access(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
     let a = &spec.model_access;
     if a.api_key_env.is_some() {
         return Err(Refusal {
-            rule: "gateway.upstreams",
+            rule: "allowed_upstreams",
             field: "api_key_env",
             message: "the service reads keys from its own configuration: name an upstream with `upstream`, not a key variable".into(),
         });
@@ -87,7 +87,7 @@ fn admit_model_access(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
     if let Some(u) = &a.upstream {
         if u.contains("://") {
             return Err(Refusal {
-                rule: "gateway.upstreams",
+                rule: "allowed_upstreams",
                 field: "upstream",
                 message: format!(
                     "`{u}`: name one of the server's configured upstreams ([gateway.upstreams.NAME]), not a URL"
@@ -431,5 +431,58 @@ mod tests {
         assert_eq!(spec.sandbox.memory, Some(ByteSize(1 << 30)));
         assert_eq!(spec.sandbox.pids, Some(256));
         assert_eq!(spec.job_timeout.map(|t| t.0.as_secs()), Some(600));
+    }
+
+    #[test]
+    fn the_gateway_rules_are_named() {
+        let (_d, spec, limits) = setup();
+        let check = |f: &dyn Fn(&mut JobSpec, &mut Limits), rule: &str, field: &str| {
+            let (mut s, mut l) = (spec.clone(), limits.clone());
+            f(&mut s, &mut l);
+            let r = admit(&mut s, &l, &Asked::default()).unwrap_err();
+            assert_eq!((r.rule, r.field), (rule, field), "{r}");
+        };
+        check(
+            &|s, _| s.model_access.api_key_env = Some("OPENAI_API_KEY".into()),
+            "allowed_upstreams",
+            "api_key_env",
+        );
+        check(
+            &|s, _| s.model_access.upstream = Some("https://evil.example/v1".into()),
+            "allowed_upstreams",
+            "upstream",
+        );
+        check(
+            &|s, l| {
+                s.model_access.upstream = Some("b".into());
+                l.allowed_upstreams = Some(vec!["a".into()]);
+            },
+            "allowed_upstreams",
+            "upstream",
+        );
+        check(
+            &|s, _| s.model_access.allow_hosts = vec!["example.com".into()],
+            "allowed_hosts",
+            "allow_host",
+        );
+        // `HOST` in the limits opens 80 and 443, not another port.
+        check(
+            &|s, l| {
+                s.model_access.allow_hosts = vec!["example.com:22".into()];
+                l.allowed_hosts = vec!["example.com".into()];
+            },
+            "allowed_hosts",
+            "allow_host",
+        );
+        let (mut s, mut l) = (spec.clone(), limits.clone());
+        s.model_access.allow_hosts = vec!["Example.com:443".into(), "pypi.org".into()];
+        s.model_access.upstream = Some("a".into());
+        l.allowed_hosts = vec![
+            "example.com".into(),
+            "pypi.org:80".into(),
+            "pypi.org:443".into(),
+        ];
+        l.allowed_upstreams = Some(vec!["a".into()]);
+        admit(&mut s, &l, &Asked::default()).unwrap();
     }
 }
