@@ -170,7 +170,9 @@ impl<'e> JobRun<'e> {
         self.paths_unchanged(&known)
             .map_err(|e| (finish_reason_of(e.class()), e.to_string()))?;
         let dirs = super::artifacts::AttemptDirs::new(&self.job_dir, 0, 0);
-        let req = self.sandbox_request(&dirs, Vec::new(), Vec::new());
+        let mut req = self.sandbox_request(&dirs, Vec::new(), Vec::new());
+        // The rounds' own network (the gateway is refused up front where it cannot be had).
+        req.network = Some(self.spec.network());
         self.engine
             .backends
             .preflight(self.spec.sandbox.backend, &req)
