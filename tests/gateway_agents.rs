@@ -274,7 +274,16 @@ fn claude_through_the_gateway_edits_the_workspace_without_holding_the_key() {
 
 #[test]
 fn a_budget_crossed_by_the_first_request_stops_the_round_before_a_second_reaches_the_server() {
-    let Some(cli) = require_agent_cli("codex") else {
+    budget_crossed_by_the_first_request("codex", Api::Responses, "/v1");
+}
+
+#[test]
+fn a_budget_crossed_by_claude_s_first_request_stops_the_round_too() {
+    budget_crossed_by_the_first_request("claude", Api::Messages, "");
+}
+
+fn budget_crossed_by_the_first_request(preset: &str, api: Api, path: &str) {
+    let Some(cli) = require_agent_cli(preset) else {
         return;
     };
     let f = Fixture::new();
@@ -285,8 +294,8 @@ fn a_budget_crossed_by_the_first_request_stops_the_round_before_a_second_reaches
         Turn::shell("echo two >> calls.txt", Usage::new(10, 0, 10, 0)),
         Turn::text(&report("complete", "never"), Usage::new(10, 0, 10, 0)),
     ];
-    let server = ModelServer::start(Api::Responses, script);
-    let out = gateway_run(&f, "codex", &cli, &format!("{}/v1", server.url()))
+    let server = ModelServer::start(api, script);
+    let out = gateway_run(&f, preset, &cli, &format!("{}{path}", server.url()))
         .args(["--max-tokens", "1000", "--round-retries", "2"])
         .output();
     out.expect_code(2);

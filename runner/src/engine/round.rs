@@ -404,10 +404,15 @@ impl JobRun<'_> {
         let mut usage = RoundUsage::default();
         let wait = run.wait(round_stop.clone());
         tokio::pin!(wait);
+        // Once the servers are gone (their sink dropped) there is nothing more to wait for.
+        let mut open = true;
         let outcome = loop {
             tokio::select! {
                 r = &mut wait => break r,
-                Some(ev) = gw.next() => self.record_gateway_event(ev, round, attempt, &mut usage)?,
+                ev = gw.next(), if open => match ev {
+                    Some(ev) => self.record_gateway_event(ev, round, attempt, &mut usage)?,
+                    None => open = false,
+                },
             }
         };
         for ev in gw.stop().await {
