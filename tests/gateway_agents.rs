@@ -357,3 +357,41 @@ fn a_preset_without_its_key_is_refused_before_round_one_with_the_fix() {
     assert!(msg.contains("--read"), "{msg}");
     assert!(msg.contains("node_modules"), "{msg}");
 }
+
+#[test]
+fn the_wire_counts_and_a_different_count_from_the_agent_is_journalled() {
+    let f = Fixture::new();
+    let server = ModelServer::start(
+        Api::Chat,
+        vec![Turn::text("hi", Usage::new(700, 200, 50, 0))],
+    );
+    // A command agent on the gateway that claims far fewer tokens than it spent.
+    let agent = f.agent(
+        "ask.sh",
+        r#"curl -s -X POST "$RALPH_GATEWAY_URL/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"m-wire","messages":[{"role":"user","content":"hi"}],"stream":true}' > answer.txt
+echo '{"model":"m-wire","input_tokens":7,"output_tokens":1}' >> "$RALPH_USAGE_FILE"
+echo '{"status":"complete","summary":"asked","evidence":["a"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE""#,
+    );
+    let out = f
+        .run(&agent)
+        .args(["--upstream", &format!("{}/v1", server.url())])
+        .args(["--api-key-env", KEY_ENV])
+        .env(KEY_ENV, KEY)
+        .output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(j["usage"]["input_tokens"], 700, "{j}");
+    assert_eq!(j["usage"]["output_tokens"], 50, "{j}");
+    // The gateway asked for usage on the streamed Chat request.
+    let body = &server.requests()[0].body;
+    assert_eq!(body["stream_options"]["include_usage"], true, "{body}");
+    let events = f.events(&out.job_id());
+    let mismatch: Vec<_> = events
+        .iter()
+        .filter(|(t, _)| t == "usage_mismatch")
+        .collect();
+    assert_eq!(mismatch.len(), 1, "{events:?}");
+    assert_eq!(mismatch[0].1["gateway"]["input_tokens"], 700);
+    assert_eq!(mismatch[0].1["agent"]["input_tokens"], 7);
+}
