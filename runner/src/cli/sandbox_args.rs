@@ -39,9 +39,9 @@ pub struct SandboxArgs {
     /// except in full-access).
     #[arg(long, value_parser = parse_word::<Network>)]
     pub network: Option<Network>,
-    /// Let the command reach HOST (optionally only on PORT) through the runner's egress proxy
-    /// (HTTP and CONNECT; HTTP_PROXY/HTTPS_PROXY are set inside); repeatable. Every other
-    /// destination is refused and journalled.
+    /// Let the command reach HOST (ports 80 and 443; HOST:PORT for another port) through the
+    /// runner's egress proxy (HTTP and CONNECT; HTTP_PROXY/HTTPS_PROXY are set inside);
+    /// repeatable. Every other destination is refused and journalled.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     pub allow_host: Vec<String>,
     /// Memory limit of the process tree, e.g. 2G.
