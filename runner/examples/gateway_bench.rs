@@ -563,10 +563,7 @@ async fn bench(o: &Opts) -> Result<()> {
     );
     println!("| response | path | p50 | p90 | p99 |");
     println!("|---|---|---|---|---|");
-    for (name, d, g) in [
-        ("SSE stream (10 events)", sd, sg),
-        ("JSON (chat)", jd, jg),
-    ] {
+    for (name, d, g) in [("SSE stream (10 events)", sd, sg), ("JSON (chat)", jd, jg)] {
         println!(
             "| {name} | direct | {:.3} | {:.3} | {:.3} |",
             d.p50, d.p90, d.p99
@@ -589,7 +586,10 @@ async fn bench(o: &Opts) -> Result<()> {
     println!("| path | first byte p50 | first byte p99 | total p50 |");
     println!("|---|---|---|---|");
     println!("| direct | {:.3} | {:.3} | {:.1} |", fd.p50, fd.p99, td.p50);
-    println!("| gateway | {:.3} | {:.3} | {:.1} |", fg.p50, fg.p99, tg.p50);
+    println!(
+        "| gateway | {:.3} | {:.3} | {:.1} |",
+        fg.p50, fg.p99, tg.p50
+    );
     println!(
         "\nMemory, {} streams held open (fresh process per path, KiB):\n",
         o.streams
