@@ -101,7 +101,11 @@ pub async fn serve_egress(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
                 let stream = match accepted {
-                    Ok((s, _)) => s,
+                    // As the model gateway: relayed bytes go out as they come, not after Nagle.
+                    Ok((s, _)) => {
+                        let _ = s.set_nodelay(true);
+                        s
+                    }
                     Err(e) if matches!(
                         e.kind(),
                         std::io::ErrorKind::ConnectionAborted

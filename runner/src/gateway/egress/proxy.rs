@@ -117,7 +117,12 @@ impl ProxyState {
         let mut last = String::from("no address");
         for addr in addrs {
             match tokio::time::timeout(self.cfg.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => return Ok(s),
+                Ok(Ok(s)) => {
+                    // A tunnel relays small writes as they come (TLS records, SSE events):
+                    // Nagle would hold each behind the peer's delayed ACK.
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
                 Ok(Err(e)) => last = format!("{addr}: {e}"),
                 Err(_) => last = format!("{addr}: timed out"),
             }
