@@ -556,3 +556,52 @@ echo late > still-running
         finished[0].1
     );
 }
+
+#[test]
+fn a_verify_command_the_sandbox_cannot_run_ends_the_job_at_once_with_the_fix() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    // Not installed anywhere: exit 127 from the shell, every round alike.
+    let out = f
+        .run(&agent)
+        .args([
+            "--verify",
+            "no-such-tool-ralph --check",
+            "--max-rounds",
+            "5",
+        ])
+        .output();
+    out.expect_code(64);
+    let j = out.json();
+    assert_eq!(j["outcome"], "error");
+    assert_eq!(j["reason"], "configuration");
+    assert_eq!(j["rounds"], 1, "no round spent after the first verify");
+    let msg = j["message"].as_str().unwrap();
+    assert!(
+        msg.contains("exit 127") && msg.contains("no-such-tool-ralph"),
+        "{msg}"
+    );
+
+    // Installed on the runner, but where the sandbox does not look: the fix is named.
+    let tools = f.root.path().join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let tool = tools.join("mycheck");
+    std::fs::write(&tool, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tools = tools.canonicalize().unwrap();
+    let out = f
+        .run(&agent)
+        .args(["--verify", "mycheck", "--max-rounds", "5"])
+        .env(
+            "PATH",
+            &format!("{}:/usr/local/bin:/usr/bin:/bin", tools.display()),
+        )
+        .output();
+    out.expect_code(64);
+    let msg = out.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains(&format!("--read {}", tools.display())),
+        "{msg}"
+    );
+}

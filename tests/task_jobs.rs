@@ -76,3 +76,22 @@ fn a_task_verify_decides_after_exit_zero() {
     out.expect_code(0);
     assert_eq!(out.json()["reason"], "verified");
 }
+
+#[test]
+fn a_task_verify_decides_even_without_a_report() {
+    let f = Fixture::new();
+    let agent = f.agent("quiet.sh", "echo done > task.txt");
+    let out = f
+        .run(&agent)
+        .args(["--kind", "task", "--verify", "test -f never-there"])
+        .output();
+    out.expect_code(4);
+    let types = f.event_types(&out.job_id());
+    assert!(types.contains(&"verify_finished".to_owned()), "{types:?}");
+    let out = f
+        .run(&agent)
+        .args(["--kind", "task", "--verify", "grep -q done task.txt"])
+        .output();
+    out.expect_code(0);
+    assert_eq!(out.json()["reason"], "verified");
+}

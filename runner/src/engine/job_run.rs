@@ -348,6 +348,14 @@ impl<'e> JobRun<'e> {
                         }
                         VerifyEnd::Deadline => return self.finish_deadline(),
                         VerifyEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
+                        VerifyEnd::CannotRun(msg) => {
+                            return self.finish(
+                                Outcome::Error,
+                                FinishReason::Configuration,
+                                &msg,
+                                None,
+                            );
+                        }
                     }
                 }
             }
@@ -401,14 +409,7 @@ impl<'e> JobRun<'e> {
                         code,
                     );
                 };
-                if !matches!(a.end, AttemptEnd::Reported(_)) {
-                    return self.finish(
-                        Outcome::Complete,
-                        FinishReason::TaskExit,
-                        "the task exited 0 (no report to verify)",
-                        code,
-                    );
-                }
+                // The verify result decides a task's outcome, report or not (SPEC §3).
                 match self.verify(1, &command).await? {
                     VerifyEnd::Passed => self.finish(
                         Outcome::Complete,
@@ -435,6 +436,9 @@ impl<'e> JobRun<'e> {
                         code,
                     ),
                     VerifyEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+                    VerifyEnd::CannotRun(msg) => {
+                        self.finish(Outcome::Error, FinishReason::Configuration, &msg, code)
+                    }
                 }
             }
         }

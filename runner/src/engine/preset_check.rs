@@ -101,6 +101,55 @@ pub fn program_visible(
     ))
 }
 
+/// What to say when the shell could not run `command` (exit 126 or 127) in the sandbox: the
+/// shell's own words, and where its program lives on the runner if it is there (the `--read`
+/// that fixes it).
+pub fn cannot_run_message(
+    what: &str,
+    command: &str,
+    code: i32,
+    output: &str,
+    spec: &JobSpec,
+    env: &RunnerEnv,
+) -> String {
+    let why = if code == 127 {
+        "not found"
+    } else {
+        "not executable"
+    };
+    let program = command
+        .split_whitespace()
+        .find(|w| !w.contains('='))
+        .unwrap_or("");
+    let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
+    let fix = match find_on_path(program, path) {
+        Some((_, real)) if spec.sandbox.mode != Mode::FullAccess => format!(
+            "`{program}` is at `{}` on the runner, outside what the sandbox shows: add --read {}",
+            real.display(),
+            grant_for(&real).display()
+        ),
+        _ => format!(
+            "install `{program}` where the sandbox can see it (system directories, the workspace or a --read path), or fix the command"
+        ),
+    };
+    let said = output
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    format!(
+        "{what} `{command}` cannot run in the sandbox (exit {code}: {why}{}): {fix}",
+        if said.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the shell said: {}",
+                crate::util::text::bounded(said.trim(), 256)
+            )
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

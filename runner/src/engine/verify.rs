@@ -29,6 +29,9 @@ pub enum VerifyEnd {
     Deadline,
     /// The sandbox could not be set up.
     SandboxFailed(SandboxError),
+    /// The shell could not run the command (exit 126 or 127: not found or not executable in
+    /// the sandbox): a configuration error, not a verdict (SPEC §3). The message says the fix.
+    CannotRun(String),
 }
 
 impl JobRun<'_> {
@@ -138,6 +141,23 @@ impl JobRun<'_> {
                 "\n[ralph: verify failed: it left what the sandbox forbids: {v}]"
             ));
         }
+        // 126/127 from the shell: the command is not there (or not runnable) inside the sandbox;
+        // every later round would fail the same way.
+        let end = match (&end, exit) {
+            (VerifyEnd::Failed, Some(ralph_sandbox::Termination::Exited { code }))
+                if (code == 126 || code == 127) && violations.is_empty() =>
+            {
+                VerifyEnd::CannotRun(super::preset_check::cannot_run_message(
+                    "the verify command",
+                    command,
+                    code,
+                    &tail,
+                    &self.spec,
+                    &self.engine.env,
+                ))
+            }
+            _ => end,
+        };
         self.journal.record(EventKind::VerifyFinished {
             round,
             passed: matches!(end, VerifyEnd::Passed),

@@ -146,6 +146,15 @@ pub struct ProjectionError {
 }
 
 impl JobView {
+    /// Whether a verify run may follow `round`: a loop job's round that reported, or a task
+    /// job's one round once it ended (its verify decides, report or not: SPEC §3).
+    fn verifiable(&self, round: u32) -> bool {
+        self.last_report_round == Some(round)
+            || (self.spec.kind == crate::job::JobKind::Task
+                && self.rounds_started == round
+                && self.open_attempt.is_none())
+    }
+
     /// Folds a whole journal.
     pub fn project(events: &[Event]) -> Result<JobView, ProjectionError> {
         let first = events.first().ok_or_else(|| ProjectionError {
@@ -298,7 +307,7 @@ impl JobView {
                     Some(a) if self.open_attempt != Some((*round, *a)) => {
                         return Err(problem(ev, "no such open attempt"));
                     }
-                    None if self.last_report_round != Some(*round) => {
+                    None if !self.verifiable(*round) => {
                         return Err(problem(ev, "verify of a round without a report"));
                     }
                     _ => {}
@@ -337,7 +346,7 @@ impl JobView {
             }
             EventKind::VerifyStarted { round } => {
                 running(self)?;
-                if self.last_report_round != Some(*round) {
+                if !self.verifiable(*round) {
                     return Err(problem(ev, "verify of a round without a report"));
                 }
             }
@@ -349,7 +358,7 @@ impl JobView {
                 output_tail,
                 ..
             } => {
-                if self.last_report_round != Some(*round) {
+                if !self.verifiable(*round) {
                     return Err(problem(ev, "verify of a round without a report"));
                 }
                 self.verified = Some(*passed);
