@@ -431,3 +431,61 @@ fn sigterm_drains_then_resume_continues_with_the_remaining_budget() {
         "3"
     );
 }
+
+#[test]
+fn submissions_while_draining_get_503_and_queue_nothing() {
+    let mut s = Server::new("drain_grace = \"60s\"\n");
+    let ws = s.workspace("ws");
+    let ws2 = s.workspace("ws2");
+    let agent = s.agent(
+        "hold.sh",
+        &format!(
+            "touch started\nwhile [ ! -e release ]; do sleep 0.05; done\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("released")
+        ),
+    );
+    let (code, _) = post_jobs(&s, vec![job(&ws, &agent, json!({}))]);
+    assert_eq!(code, 201);
+    wait_for_file(&ws.join("started"), Duration::from_secs(30));
+    let pid = s.child.as_ref().unwrap().id();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Wait until the service says it is draining (not ready), then submit.
+    let start = std::time::Instant::now();
+    loop {
+        let (code, _) = s.api("GET", "/readyz", None);
+        if code == 503 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never drained");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, body) = post_jobs(&s, vec![job(&ws2, &agent, json!({}))]);
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["error"]["code"], "draining", "{body}");
+    std::fs::write(ws.join("release"), "").unwrap();
+    let status = s.terminate();
+    assert!(status.success(), "{status}\n{}", s.log_text());
+    s.start();
+    let (_, list) = s.api("GET", "/v1/jobs", None);
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 1, "{list}");
+    assert!(!ws2.join("started").exists());
+}
+
+#[test]
+fn a_nul_byte_in_a_command_is_refused_with_the_field_named() {
+    let s = Server::new("");
+    let ws = s.workspace("ws");
+    let agent = s.agent("a.sh", "true");
+    let (code, body) = post_jobs(
+        &s,
+        vec![job(&ws, &agent, json!({"verify": "make\u{0}test"}))],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["field"], "job[0].verify", "{body}");
+}

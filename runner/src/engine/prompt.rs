@@ -38,6 +38,8 @@ pub struct PromptInput<'a> {
     pub git_notes: &'a [GitNote],
     /// Why the previous attempt of this round failed.
     pub retry_note: Option<&'a str>,
+    /// The job was resumed after it ended (SPEC §3): the rounds before this run are over.
+    pub resumed: bool,
 }
 
 /// Renders the prompt.
@@ -52,7 +54,8 @@ pub fn render(input: &PromptInput<'_>) -> String {
     };
     let handoff = match input.handoff {
         Some(json) => format!("```json\n{json}\n```"),
-        None => "(none: this is the first round)".to_owned(),
+        None if input.round == 1 && !input.resumed => "(none: this is the first round)".to_owned(),
+        None => "(none: no earlier round left a valid report)".to_owned(),
     };
     let verify_sentence = match input.verify {
         Some(cmd) => format!(
@@ -77,6 +80,11 @@ pub fn render(input: &PromptInput<'_>) -> String {
     }
     for n in input.git_notes {
         notes.push(git_note(n, input.workspace));
+    }
+    if input.resumed {
+        notes.push(
+            "- This job was resumed: it had stopped (interrupted, cancelled or failed) and runs again with its remaining rounds. The workspace holds what the earlier rounds left; the report above, if any, is the last valid one.".to_owned(),
+        );
     }
     if let Some(r) = input.retry_note {
         // The reason may carry the agent's own output (a stderr tail): quoted, it cannot end
@@ -232,6 +240,7 @@ mod tests {
             verify_note: None,
             git_notes: &[],
             retry_note: None,
+            resumed: false,
         }
     }
 
@@ -414,6 +423,21 @@ mod tests {
     fn first_round_has_no_handoff() {
         let mut i = input();
         i.handoff = None;
+        i.round = 1;
         assert!(render(&i).contains("(none: this is the first round)"));
+    }
+
+    #[test]
+    fn a_resumed_job_is_told_so_and_never_that_it_is_the_first_round() {
+        let mut i = input();
+        i.handoff = None;
+        i.round = 1;
+        i.resumed = true;
+        let p = render(&i);
+        assert!(!p.contains("this is the first round"), "{p}");
+        assert!(p.contains("This job was resumed"), "{p}");
+        i.round = 3;
+        i.resumed = false;
+        assert!(!render(&i).contains("this is the first round"));
     }
 }

@@ -95,6 +95,7 @@ impl JobRun<'_> {
             attempt,
             workspace: &self.spec.workspace,
             handoff: handoff.as_deref(),
+            resumed: view.resumes > 0,
             report_file: &dirs.report_file(),
             usage_file: &dirs.usage_file(),
             cap: self.spec.handoff_cap,

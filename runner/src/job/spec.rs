@@ -318,6 +318,23 @@ impl JobSpec {
         if self.verify.as_deref().is_some_and(|v| v.trim().is_empty()) {
             return Err(err("verify", "must not be empty"));
         }
+        // A command line with a NUL byte cannot be passed to a process; refused now, not as an
+        // infrastructure error at the first round.
+        for (field, text) in [
+            ("objective", Some(self.objective.as_str())),
+            ("verify", self.verify.as_deref()),
+            (
+                "agent_cmd",
+                match &self.agent {
+                    AgentSpec::Command { command } => Some(command.as_str()),
+                    AgentSpec::Preset { .. } => None,
+                },
+            ),
+        ] {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return Err(err(field, "must not contain a NUL byte"));
+            }
+        }
         for name in &self.env {
             if !valid_env_name(name) {
                 return Err(err("env", format!("`{name}` is not a valid variable name")));
@@ -403,6 +420,24 @@ mod tests {
         assert_eq!(
             s.validate(&Ceilings::default()).unwrap_err().field,
             "max_rounds"
+        );
+    }
+
+    #[test]
+    fn nul_bytes_are_refused_with_the_field_named() {
+        let mut s = spec();
+        s.verify = Some("make\0test".into());
+        assert_eq!(
+            s.validate(&Ceilings::default()).unwrap_err().field,
+            "verify"
+        );
+        let mut s = spec();
+        s.agent = AgentSpec::Command {
+            command: "run\0me".into(),
+        };
+        assert_eq!(
+            s.validate(&Ceilings::default()).unwrap_err().field,
+            "agent_cmd"
         );
     }
 

@@ -240,6 +240,14 @@ async fn create_jobs(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    // A draining service would queue what it will not run (SPEC §8).
+    if svc.is_draining() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is draining (stopping): submit again once it is back",
+        ));
+    }
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -219,6 +219,11 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Draining after SIGTERM: no new work is taken.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
     /// Ready to take work (recovered, listening, not draining).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst) && !self.draining.load(Ordering::SeqCst)

@@ -129,6 +129,8 @@ pub struct JobView {
     pub run_started_at: Option<String>,
     /// Wall-clock time spent in finished runs (a resumed job's deadline continues from here).
     pub elapsed_ms: u64,
+    /// How often the job was resumed.
+    pub resumes: u32,
 }
 
 /// An event that cannot follow the job's current state.
@@ -201,6 +203,7 @@ impl JobView {
             finish: None,
             run_started_at: None,
             elapsed_ms: 0,
+            resumes: 0,
         })
     }
 
@@ -385,6 +388,7 @@ impl JobView {
                 self.finish = None;
                 self.cancel_requested = false;
                 self.runner = None;
+                self.resumes += 1;
             }
             EventKind::JobFinished {
                 outcome,
