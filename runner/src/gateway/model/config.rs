@@ -165,6 +165,32 @@ impl ModelGatewayConfig {
     }
 
     /// True when `path` is under the upstream's path prefix.
+    /// Whether `path` (under the prefix) is a model endpoint the gateway forwards. The key
+    /// opens the whole account: files, fine-tuning, batches, organisation and admin endpoints
+    /// would let a round upload the workspace or spend elsewhere, so only what agents use to
+    /// talk to a model passes (SPEC §9: the model API and nothing else).
+    pub(crate) fn model_endpoint(&self, path: &str) -> bool {
+        let rest = path.strip_prefix(self.prefix.as_str()).unwrap_or(path);
+        let segs: Vec<&str> = rest.trim_matches('/').split('/').collect();
+        matches!(
+            segs.as_slice(),
+            ["responses"]
+                | ["responses", _]
+                | ["responses", _, "cancel" | "input_items"]
+                | ["chat", "completions"]
+                | ["completions"]
+                | ["embeddings"]
+                | ["models"]
+                | ["models", _]
+                | ["messages"]
+                | ["messages", "count_tokens"]
+                | ["v1", "messages"]
+                | ["v1", "messages", "count_tokens"]
+                | ["v1", "models"]
+                | ["v1", "models", _]
+        )
+    }
+
     pub(crate) fn routes(&self, path: &str) -> bool {
         self.prefix.is_empty()
             || path == self.prefix

@@ -96,6 +96,16 @@ pub async fn handle(State(st): State<Arc<Shared>>, req: Request) -> Response {
             ),
         );
     }
+    if !cfg.model_endpoint(&path) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "ralph_endpoint_not_allowed",
+            format!(
+                "ralph gateway: `{}` is not a model endpoint; only responses, chat/completions, completions, embeddings, messages and models are forwarded",
+                bounded(&path, 512)
+            ),
+        );
+    }
     if let Some((used, max)) = cfg.budget.spent() {
         if let Some((u, m)) = cfg.budget.take_crossing() {
             st.sink.budget_crossed(u, m);

@@ -385,7 +385,7 @@ async fn error_statuses_headers_and_bodies_pass_through() {
     let gw = gateway(&m, "/v1", ApiFamily::OpenAi).await;
     let r = gw
         .client
-        .post(format!("{}/limited/responses", gw.base))
+        .post(format!("{}/responses?case=limited", gw.base))
         .body("{}")
         .send()
         .await
@@ -540,7 +540,69 @@ async fn oversized_bodies_foreign_paths_and_upgrades_are_refused_locally() {
         .await
         .unwrap();
     assert_eq!(r.status(), 426);
+    // The key opens the whole account: only model endpoints are forwarded.
+    for path in [
+        "files",
+        "fine_tuning/jobs",
+        "batches",
+        "organization/users",
+        "responses/x/y/z",
+    ] {
+        let r = gw
+            .client
+            .post(format!("{}/{path}", gw.base))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            body["error"]["code"], "ralph_endpoint_not_allowed",
+            "{path}"
+        );
+    }
     assert_eq!(m.count(), 0);
+}
+
+#[test]
+fn model_endpoints_of_both_families_are_recognised() {
+    let cfg = |url: &str| {
+        ModelGatewayConfig::new(
+            Upstream {
+                url: url.to_owned(),
+                api: ApiFamily::OpenAi,
+                key: Secret::new("k"),
+            },
+            ModelLimits::default(),
+            Arc::new(TokenBudget::new(None, 0)),
+        )
+        .unwrap()
+    };
+    let openai = cfg("https://api.openai.com/v1");
+    for p in [
+        "/v1/responses",
+        "/v1/responses/resp_1",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/v1/embeddings",
+    ] {
+        assert!(openai.model_endpoint(p), "{p}");
+    }
+    for p in [
+        "/v1/files",
+        "/v1/fine_tuning/jobs",
+        "/v1/organization/admin_api_keys",
+    ] {
+        assert!(!openai.model_endpoint(p), "{p}");
+    }
+    let anthropic = cfg("https://api.anthropic.com");
+    for p in ["/v1/messages", "/v1/messages/count_tokens", "/v1/models"] {
+        assert!(anthropic.model_endpoint(p), "{p}");
+    }
+    for p in ["/v1/messages/batches", "/v1/files", "/api/hello"] {
+        assert!(!anthropic.model_endpoint(p), "{p}");
+    }
 }
 
 #[tokio::test]
