@@ -50,13 +50,7 @@ pub struct AgentOptions<'a> {
 }
 
 /// The wire protocol family of a model API: decides how the gateway adds the key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApiFamily {
-    /// OpenAI Responses and Chat Completions (and compatible servers): `Authorization: Bearer`.
-    OpenAi,
-    /// Anthropic Messages: `x-api-key`.
-    Anthropic,
-}
+pub use crate::gateway::ApiFamily;
 
 /// Where a preset's model lives unless the job says otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

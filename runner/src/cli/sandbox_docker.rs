@@ -13,9 +13,9 @@ use ralph_sandbox::{Backend, ExecIo, ExecSpec, Running, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 /// Writes a stream straight to one of this process's own streams.
-pub(super) struct Passthrough<W: Write + Send> {
-    pub(super) to: W,
-    pub(super) seen: u64,
+struct Passthrough<W: Write + Send> {
+    to: W,
+    seen: u64,
 }
 
 impl<W: Write + Send> OutputSink for Passthrough<W> {
@@ -48,23 +48,27 @@ pub fn exec(policies: PolicySet, spec: &ExecSpec) -> Result<ExecOutcome, Sandbox
     let outcome = rt.block_on(async {
         let cancel = CancellationToken::new();
         watch_signals(&cancel);
-        let io = ExecIo {
-            stdin: None,
-            stdout: Box::new(Passthrough {
-                to: std::io::stdout(),
-                seen: 0,
-            }),
-            stderr: Box::new(Passthrough {
-                to: std::io::stderr(),
-                seen: 0,
-            }),
-        };
-        let run = backend.spawn(spec, io).await?;
+        let run = backend.spawn(spec, passthrough_io()).await?;
         run.wait(cancel).await.map(|r| r.outcome)
     });
     // A thread may still block reading a terminal on stdin: do not wait for it.
     rt.shutdown_background();
     outcome
+}
+
+/// The command's stdout and stderr passed straight to this process's own.
+pub(super) fn passthrough_io() -> ExecIo {
+    ExecIo {
+        stdin: None,
+        stdout: Box::new(Passthrough {
+            to: std::io::stdout(),
+            seen: 0,
+        }),
+        stderr: Box::new(Passthrough {
+            to: std::io::stderr(),
+            seen: 0,
+        }),
+    }
 }
 
 /// Cancels `cancel` on SIGINT, SIGTERM or SIGHUP.

@@ -11,10 +11,10 @@ use ralph_runner::gateway::{
 };
 use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::outcome::ExecOutcome;
-use ralph_sandbox::{Backend, ExecIo, ExecSpec, Running, SandboxError};
+use ralph_sandbox::{Backend, ExecSpec, Running, SandboxError};
 use tokio_util::sync::CancellationToken;
 
-use super::sandbox_docker::{Passthrough, watch_signals};
+use super::sandbox_docker::{passthrough_io, watch_signals};
 
 /// The egress proxy's port on the command's private loopback.
 pub const EGRESS_PORT: u16 = ralph_runner::engine::round_gateway::EGRESS_PORT;
@@ -55,18 +55,7 @@ pub fn exec(
     let outcome = rt.block_on(async {
         let cancel = CancellationToken::new();
         watch_signals(&cancel);
-        let io = ExecIo {
-            stdin: None,
-            stdout: Box::new(Passthrough {
-                to: std::io::stdout(),
-                seen: 0,
-            }),
-            stderr: Box::new(Passthrough {
-                to: std::io::stderr(),
-                seen: 0,
-            }),
-        };
-        let mut run = backend.spawn(spec, io).await?;
+        let mut run = backend.spawn(spec, passthrough_io()).await?;
         let stop = CancellationToken::new();
         let mut server = None;
         for (port, listener) in run.take_gateway_listeners() {

@@ -149,7 +149,7 @@ impl JobRun<'_> {
         };
         let mut owned_vars: Vec<(String, String)> = Vec::new();
         if let Some(p) = &plan {
-            owned_vars.extend(p.env().into_iter().map(|(k, v)| (k.to_owned(), v)));
+            owned_vars.extend(p.env());
         }
         if let Some(p) = preset {
             owned_vars.extend(p.env(&options));

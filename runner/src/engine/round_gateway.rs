@@ -18,10 +18,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::upstream::ResolvedUpstream;
-use crate::agent::ApiFamily as PresetFamily;
 use crate::gateway::{
-    AllowHost, ApiFamily, EgressConfig, EgressDecision, GatewaySink, ModelGatewayConfig,
-    ModelLimits, ModelRequest, Secret, TokenBudget, Upstream, proxy_env, serve_egress, serve_model,
+    AllowHost, EgressConfig, EgressDecision, GatewaySink, ModelGatewayConfig, ModelLimits,
+    ModelRequest, Secret, TokenBudget, Upstream, proxy_env, serve_egress, serve_model,
 };
 use crate::job::JobSpec;
 
@@ -88,14 +87,10 @@ impl GatewayPlan {
         let budget = Arc::new(TokenBudget::new(spec.max_tokens, used_before));
         let model = match upstream {
             Some(u) => {
-                let api = match u.api {
-                    PresetFamily::OpenAi => ApiFamily::OpenAi,
-                    PresetFamily::Anthropic => ApiFamily::Anthropic,
-                };
                 let cfg = ModelGatewayConfig::new(
                     Upstream {
                         url: u.url.clone(),
-                        api,
+                        api: u.api,
                         key: Secret::new(u.key.clone()),
                     },
                     ModelLimits::default(),
@@ -132,17 +127,13 @@ impl GatewayPlan {
     }
 
     /// Variables the round gets: `RALPH_GATEWAY_URL` and the proxy variables.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
+    pub fn env(&self) -> Vec<(String, String)> {
         let mut env = Vec::new();
         if let Some(url) = self.gateway_url() {
-            env.push(("RALPH_GATEWAY_URL", url));
+            env.push(("RALPH_GATEWAY_URL".to_owned(), url));
         }
         if self.egress.is_some() {
-            for (k, v) in proxy_env(EGRESS_PORT) {
-                if let Some(name) = PROXY_VARS.iter().find(|n| **n == k) {
-                    env.push((*name, v));
-                }
-            }
+            env.extend(proxy_env(EGRESS_PORT));
         }
         env
     }
@@ -206,16 +197,6 @@ impl GatewayPlan {
         Ok(RunningGateway { stop, tasks, rx })
     }
 }
-
-/// The proxy variables a round gets (both spellings: tools disagree on which they read).
-const PROXY_VARS: [&str; 6] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-];
 
 /// The servers of an attempt, running.
 #[derive(Debug)]
