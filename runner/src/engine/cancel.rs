@@ -20,12 +20,15 @@ impl Cancel {
         Self::default()
     }
 
-    /// Cancels; the first caller's name is kept.
+    /// Cancels; the first canceller's name is kept (it replaces the name of a drain: a job
+    /// stopped because a drain's grace passed says so, not just that a drain began).
     pub fn cancel(&self, by: &str) {
         if let Ok(mut slot) = self.by.lock() {
-            if slot.is_none() {
+            if slot.is_none() || !self.token.is_cancelled() {
                 *slot = Some(by.to_owned());
             }
+            self.token.cancel();
+            return;
         }
         self.token.cancel();
     }

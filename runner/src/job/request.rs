@@ -134,24 +134,87 @@ pub struct JobFileError {
     pub field: Option<String>,
 }
 
-fn field_of(message: &str) -> Option<String> {
-    // serde: "unknown field `x`, expected …" / "missing field `x`" / "invalid type … for key `job.x`"
-    let start = message.find('`')? + 1;
+/// The name between the backticks that follow `marker` in `message` (serde: "unknown field
+/// `x`, expected …", "missing field `x`").
+fn named_after(message: &str, marker: &str) -> Option<String> {
+    let start = message.find(marker)? + marker.len();
     let end = start + message[start..].find('`')?;
     Some(message[start..end].to_owned())
 }
 
+/// The key an error is about, from where the deserializer was when it failed: a key of a job is
+/// named as written in the job (`max_rounds`, `protect[1]`) and the job's index is returned
+/// beside it; a top-level key (`job`, or an unknown one) as it is. The value is never taken for
+/// the key (an unknown variant `loopy` of `kind` names `kind`).
+fn field_of(
+    segments: &[serde_path_to_error::Segment],
+    message: &str,
+) -> (Option<String>, Option<usize>) {
+    use serde_path_to_error::Segment;
+    let (index, rest) = match segments {
+        [Segment::Map { key }, Segment::Seq { index }, rest @ ..] if key == "job" => {
+            (Some(*index), rest)
+        }
+        all => (None, all),
+    };
+    let mut field = String::new();
+    for s in rest {
+        match s {
+            Segment::Map { key } if field.is_empty() => field.push_str(key),
+            Segment::Map { key } => {
+                field.push('.');
+                field.push_str(key);
+            }
+            Segment::Seq { index } => field.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    // An unknown or missing key fails before the deserializer enters it: the message names it.
+    let named = named_after(message, "unknown field `")
+        .or_else(|| named_after(message, "missing field `"));
+    let field = match (field.is_empty(), named) {
+        (true, Some(n)) => Some(n),
+        (false, Some(n)) if message.contains("unknown field `") => Some(format!("{field}.{n}")),
+        (false, _) => Some(field),
+        (true, None) if index.is_some() => Some("job".to_owned()),
+        (true, None) => None,
+    };
+    (field, index)
+}
+
+/// A job file that does not deserialize: where the deserializer was, and why.
+type Failure = (Vec<serde_path_to_error::Segment>, String);
+
+fn failure<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> Failure {
+    (e.path().iter().cloned().collect(), e.into_inner().to_string())
+}
+
+/// Deserializes a job file, keeping the path to the key an error is about.
+fn deserialize(text: &str, format: Format) -> Result<JobFile, Failure> {
+    match format {
+        Format::Toml => {
+            serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(failure)
+        }
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            let file = serde_path_to_error::deserialize(&mut de).map_err(failure)?;
+            de.end().map_err(|e| (Vec::new(), e.to_string()))?;
+            Ok(file)
+        }
+    }
+}
+
 /// Parses a job file.
 pub fn parse_job_file(text: &str, format: Format) -> Result<Vec<JobRequest>, JobFileError> {
-    let parsed: Result<JobFile, String> = match format {
-        Format::Toml => toml::from_str(text).map_err(|e| e.to_string()),
-        Format::Json => serde_json::from_str(text).map_err(|e| e.to_string()),
-    };
-    let file = parsed.map_err(|m| {
-        let message = m.trim_end().replace('\n', " ");
+    let file = deserialize(text, format).map_err(|(path, message)| {
+        let message = message.trim_end().replace('\n', " ");
+        let (field, index) = field_of(&path, &message);
         JobFileError {
-            field: field_of(&message),
-            message,
+            message: match index {
+                Some(i) => format!("job[{i}]: {message}"),
+                None => message,
+            },
+            field,
         }
     })?;
     if file.job.is_empty() {
@@ -326,6 +389,49 @@ mod tests {
         let e = parse_job_file("[[job]]\nmode = \"rw\"\n", Format::Toml).unwrap_err();
         assert!(e.message.contains("rw"), "{e}");
         assert!(parse_job_file("", Format::Toml).is_err());
+    }
+
+    #[test]
+    fn type_errors_name_the_key_never_the_value() {
+        // (body, expected field, the job index the message names)
+        let json_cases = [
+            (r#"{"job":[{"max_rounds":"x"}]}"#, "max_rounds", Some(0)),
+            (r#"{"job":[{"objective":"a"},{"kind":"loopy"}]}"#, "kind", Some(1)),
+            (r#"{"job":[{"mode":"rw"}]}"#, "mode", Some(0)),
+            (r#"{"job":[{"round_timeout":"soon"}]}"#, "round_timeout", Some(0)),
+            (r#"{"job":[{"memory":"lots"}]}"#, "memory", Some(0)),
+            (r#"{"job":[{"protect":["a",1]}]}"#, "protect[1]", Some(0)),
+            (r#"{"job":[{"env":"X"}]}"#, "env", Some(0)),
+            (r#"{"job":[{"priority":1.5}]}"#, "priority", Some(0)),
+            (r#"{"job":[{"max_tokens":-1}]}"#, "max_tokens", Some(0)),
+            (r#"{"job":[{"network":{"a":1}}]}"#, "network", Some(0)),
+            (r#"{"job":[{"backend":5}]}"#, "backend", Some(0)),
+            (r#"{"job":[5]}"#, "job", Some(0)),
+            (r#"{"job":5}"#, "job", None),
+            (r#"{"job":[{"objective":"a","max_round":3}]}"#, "max_round", Some(0)),
+        ];
+        for (body, field, index) in json_cases {
+            let e = parse_job_file(body, Format::Json).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{body}: {e}");
+            if let Some(i) = index {
+                assert!(e.message.starts_with(&format!("job[{i}]: ")), "{body}: {e}");
+            }
+        }
+        let toml_cases = [
+            ("[[job]]\nmax_rounds = \"x\"\n", "max_rounds"),
+            ("[[job]]\nkind = \"loopy\"\n", "kind"),
+            ("[[job]]\nprotect = [\"a\", 1]\n", "protect[1]"),
+            ("[[job]]\nobjective = \"a\"\n[[job]]\nmemory = true\n", "memory"),
+        ];
+        for (body, field) in toml_cases {
+            let e = parse_job_file(body, Format::Toml).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{body}: {e}");
+        }
+        // Not a job file at all: no key to name.
+        let e = parse_job_file("{\"job\": [", Format::Json).unwrap_err();
+        assert_eq!(e.field, None, "{e}");
+        let e = parse_job_file("{\"job\": []} x", Format::Json).unwrap_err();
+        assert_eq!(e.field, None, "{e}");
     }
 
     #[test]

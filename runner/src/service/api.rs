@@ -10,7 +10,9 @@
 //! GET  /healthz  /readyz  /metrics
 //! ```
 //! Every `/v1` call needs `Authorization: Bearer <token>`. Errors are JSON:
-//! `{"error":{"code":…,"message":…,"field":…,"rule":…}}`.
+//! `{"error":{"code":…,"message":…,"field":…,"rule":…}}` — axum's own refusals (unknown route,
+//! method not allowed, …) too ([`json_errors`]). A body is read whole before its handler runs,
+//! within the size limit and the body read timeout, and only as JSON (or a TOML job file).
 
 use std::sync::Arc;
 
@@ -25,7 +27,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Service;
-use super::admission::{Asked, admit};
+use super::admission::{Asked, Refusal, admit};
+use super::path_admission::admit_paths_as_written;
 use super::auth;
 use crate::engine::{CancelRequest, EngineError};
 use crate::job::request::{Format, parse_job_file};
@@ -47,6 +50,13 @@ pub struct ApiError {
     message: String,
     field: Option<String>,
     rule: Option<String>,
+    /// Whether the connection is closed after the answer (the rest of the request is not read).
+    close: bool,
+}
+
+/// The JSON error shape of every error answer.
+pub fn error_body(code: &str, message: &str) -> String {
+    json!({"error": {"code": code, "message": bounded(message, 4096)}}).to_string()
 }
 
 impl ApiError {
@@ -57,7 +67,22 @@ impl ApiError {
             message: message.into(),
             field: None,
             rule: None,
+            close: false,
         }
+    }
+
+    fn closing(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
+    fn too_large() -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is over {MAX_BODY} bytes"),
+        )
+        .closing()
     }
 
     fn field(mut self, f: impl Into<String>) -> Self {
@@ -87,6 +112,10 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if self.close {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }
@@ -148,6 +177,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/rounds/{round}/logs", get(round_logs))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
+        .layer(middleware::from_fn_with_state(svc.clone(), read_body))
         .layer(middleware::from_fn_with_state(svc.clone(), require_token));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
@@ -165,7 +195,136 @@ pub fn router(svc: Arc<Service>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(json_errors))
         .with_state(svc)
+}
+
+/// The error code of an answer that axum (or hyper) made, from its status.
+fn code_of(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 422 => "invalid_request",
+        401 => "unauthorized",
+        403 => "refused",
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        409 => "conflict",
+        413 => "too_large",
+        415 => "unsupported_media_type",
+        503 => "unavailable",
+        500..=599 => "internal",
+        _ => "error",
+    }
+}
+
+/// Puts every error answer that is not JSON yet (axum's rejections: 404, 405, 413, a body that
+/// does not parse, …) into the API's JSON error shape, its text as the message. `/readyz`
+/// answers in text by design.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let readyz = req.uri().path() == "/readyz";
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| media_type(ct) == "application/json");
+    if readyz || is_json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    let body = error_body(code_of(status), &message);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
+}
+
+/// The media type of a `Content-Type` value, without its parameters, in lower case.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Reads a request's body whole before its handler runs: refused with 415 unless it is JSON (or
+/// a TOML job file, `application/toml`), with 413 over [`MAX_BODY`], and with 408 when it does not
+/// arrive within the body read timeout (the connection is then closed). A request without a
+/// body passes as it is.
+async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
+    use axum::body::HttpBody;
+    use http_body_util::BodyExt;
+    if req.body().is_end_stream() {
+        return Ok(next.run(req).await);
+    }
+    if req.body().size_hint().lower() > MAX_BODY as u64 {
+        return Err(ApiError::too_large());
+    }
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| media_type(v.to_str().unwrap_or("?")));
+    match ct.as_deref() {
+        Some("application/json" | "application/toml") => {}
+        other => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                format!(
+                    "a body must be sent with `Content-Type: application/json` (or `application/toml` for a job file), not {}",
+                    other.map_or_else(|| "without one".to_owned(), |t| format!("`{t}`"))
+                ),
+            )
+            .field("Content-Type")
+            .closing());
+        }
+    }
+    let limit = svc.config().body_read_timeout.0;
+    let (parts, body) = req.into_parts();
+    let read = http_body_util::Limited::new(body, MAX_BODY).collect();
+    let bytes = match tokio::time::timeout(limit, read).await {
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the body did not arrive within the server's `body_read_timeout` ({})",
+                    crate::util::units::HumanDuration(limit)
+                ),
+            )
+            .closing());
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(ApiError::too_large());
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("failed to read the body: {e}"),
+            )
+            .closing());
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    Ok(next.run(Request::from_parts(parts, Body::from(bytes))).await)
 }
 
 async fn require_token(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
@@ -222,13 +381,14 @@ async fn metrics(State(svc): Svc) -> Response {
     }
 }
 
-/// The job file format of a request, from its content type.
+/// The job file format of a request, from its content type (`read_body` let only JSON and TOML
+/// through).
 fn format_of(headers: &HeaderMap) -> Format {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if ct.contains("toml") {
+    if media_type(ct) == "application/toml" {
         Format::Toml
     } else {
         Format::Json
@@ -304,6 +464,9 @@ async fn create_jobs(
             )
             .field(at("workspace")));
         }
+        // The roots are judged on the paths as written, before any is looked up: outside them,
+        // an existing path and a missing one get the same answer.
+        admit_paths_as_written(&req, &limits).map_err(|r| refused(r, &at))?;
         let asked = Asked::of(&req);
         let (mut spec, prio) = req
             .into_spec(std::path::Path::new("/"), &known)
@@ -311,12 +474,7 @@ async fn create_jobs(
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
                     .field(at(e.field))
             })?;
-        admit(&mut spec, &limits, &asked).map_err(|r| {
-            let mut err =
-                ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
-            err.rule = Some(format!("limits.{}", r.rule));
-            err
-        })?;
+        admit(&mut spec, &limits, &asked).map_err(|r| refused(r, &at))?;
         svc.engine().check(&spec).map_err(|e| {
             let mut err = ApiError::from(e);
             err.field = err.field.map(|f| at(&f));
@@ -336,6 +494,13 @@ async fn create_jobs(
     }
     svc.wake();
     Ok((StatusCode::CREATED, axum::Json(json!({ "jobs": jobs }))))
+}
+
+/// The answer to a job the limits refuse, its key named by `at`.
+fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
+    let mut err = ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
+    err.rule = Some(format!("limits.{}", r.rule));
+    err
 }
 
 /// A configured workspace root as a real path (the administrator's, so its own symlinks are

@@ -35,6 +35,12 @@ pub struct ServiceConfig {
     /// Drain grace on SIGTERM.
     #[serde(default = "default_grace")]
     pub drain_grace: HumanDuration,
+    /// How long a client may take to send a request head (read when the listener opens).
+    #[serde(default = "default_header_timeout")]
+    pub header_read_timeout: HumanDuration,
+    /// How long a client may take to send a request body.
+    #[serde(default = "default_body_timeout")]
+    pub body_read_timeout: HumanDuration,
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
@@ -148,6 +154,12 @@ fn default_concurrency() -> usize {
 fn default_grace() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(300))
 }
+fn default_header_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(10))
+}
+fn default_body_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(30))
+}
 fn default_max_mode() -> Mode {
     Mode::WorkspaceWrite
 }
@@ -182,6 +194,14 @@ impl ServiceConfig {
             toml::from_str(text).map_err(|e| err(e.to_string().trim_end().replace('\n', " ")))?;
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
+        }
+        for (key, d) in [
+            ("header_read_timeout", c.header_read_timeout),
+            ("body_read_timeout", c.body_read_timeout),
+        ] {
+            if d.0.is_zero() {
+                return Err(err(format!("`{key}` must be more than 0s")));
+            }
         }
         if c.limits.max_rounds == 0 || c.limits.max_rounds > 100_000 {
             return Err(err("`limits.max_rounds` must be within 1..=100000".into()));

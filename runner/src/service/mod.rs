@@ -1,8 +1,10 @@
 //! `ralph serve`: a queue of jobs run by the same engine as `ralph run`, an HTTP API to submit,
 //! watch, cancel and resume them, crash recovery at start, and a drain on SIGTERM.
 //!
-//! - [`config`]: the configuration file and what a submitter may ask ([`admission`]).
-//! - [`api`]: the HTTP/JSON API under `/v1`, `/healthz`, `/readyz`, `/metrics`.
+//! - [`config`]: the configuration file and what a submitter may ask ([`admission`],
+//!   [`path_admission`]).
+//! - [`api`]: the HTTP/JSON API under `/v1`, `/healthz`, `/readyz`, `/metrics`, served by
+//!   [`http_server`] (read timeouts, graceful shutdown).
 //! - [`recovery`]: start-up reconciliation of what a dead instance left.
 //! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
 //! - [`auth`]: the bearer token. [`notify`]: `sd_notify`.
@@ -12,7 +14,9 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod gateway_config;
+pub mod http_server;
 pub mod notify;
+pub mod path_admission;
 pub mod recovery;
 mod scheduler;
 
@@ -338,8 +342,14 @@ impl Service {
     }
 
     /// Stops taking work and lets running jobs stop after their round; after `grace`, or on a
-    /// second request, cancels them outright. Returns when no job runs.
-    async fn drain(self: &Arc<Self>, mut again: tokio::sync::mpsc::Receiver<&'static str>) {
+    /// second request, cancels them outright (their journal says which: "cancelled by SIGTERM
+    /// (drain grace passed)", "cancelled by second SIGTERM"). `first` is the signal that
+    /// started the drain. Returns when no job runs.
+    async fn drain(
+        self: &Arc<Self>,
+        first: &'static str,
+        mut again: tokio::sync::mpsc::Receiver<&'static str>,
+    ) {
         self.draining.store(true, Ordering::SeqCst);
         notify::notify("STOPPING=1");
         let grace = self.config().drain_grace.0;
@@ -354,7 +364,7 @@ impl Service {
             crate::util::units::HumanDuration(grace)
         ));
         for c in &running {
-            c.drain("SIGTERM");
+            c.drain(first);
         }
         let deadline = tokio::time::Instant::now() + grace;
         let mut hard = false;
@@ -367,7 +377,7 @@ impl Service {
                 () = tokio::time::sleep_until(deadline), if !hard => {
                     hard = true;
                     log("drain grace passed: cancelling the rounds still running");
-                    self.cancel_all("SIGTERM (drain grace passed)");
+                    self.cancel_all(&format!("{first} (drain grace passed)"));
                 }
                 Some(sig) = again.recv(), if !hard => {
                     hard = true;
@@ -413,7 +423,8 @@ impl Service {
         use tokio::signal::unix::{SignalKind, signal};
         let config = self.config();
         let router = api::router(self.clone());
-        let shutdown = Arc::new(Notify::new());
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let header_timeout = config.header_read_timeout.0;
         let mut servers = Vec::new();
         if !config.listen.is_empty() {
             let listener = tokio::net::TcpListener::bind(&config.listen)
@@ -427,12 +438,12 @@ impl Service {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| config.listen.clone());
             log(&format!("listening on http://{addr}"));
-            let (r, s) = (router.clone(), shutdown.clone());
-            servers.push(tokio::spawn(async move {
-                let _ = axum::serve(listener, r)
-                    .with_graceful_shutdown(async move { s.notified().await })
-                    .await;
-            }));
+            servers.push(tokio::spawn(http_server::serve(
+                listener,
+                router.clone(),
+                header_timeout,
+                shutdown.clone(),
+            )));
         }
         if let Some(path) = &config.unix_socket {
             let _ = std::fs::remove_file(path);
@@ -444,12 +455,12 @@ impl Service {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
             log(&format!("listening on unix://{}", path.display()));
-            let (r, s) = (router.clone(), shutdown.clone());
-            servers.push(tokio::spawn(async move {
-                let _ = axum::serve(listener, r)
-                    .with_graceful_shutdown(async move { s.notified().await })
-                    .await;
-            }));
+            servers.push(tokio::spawn(http_server::serve(
+                listener,
+                router.clone(),
+                header_timeout,
+                shutdown.clone(),
+            )));
         }
         let sig =
             |k| signal(k).map_err(|e| ServiceError::Other(format!("failed to watch signals: {e}")));
@@ -489,9 +500,9 @@ impl Service {
                 }
             }
         });
-        self.drain(rx).await;
+        self.drain(first, rx).await;
         scheduler.abort();
-        shutdown.notify_waiters();
+        shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
         }

@@ -139,46 +139,14 @@ fn remove_leftover_containers() -> u32 {
     }
 }
 
-/// `ralph-<pid>-<n>` cgroups whose supervisor is dead: their processes killed, the directories
-/// removed.
+/// `ralph-…` cgroups provably left by a dead runner of this host (their name carries the maker's
+/// pid, start time, pid namespace and boot, see `ralph_sandbox::native::cgroup_owner`): their
+/// processes killed, the directories removed. Any other is left alone.
 fn remove_leftover_cgroups() -> u32 {
     let host = ralph_sandbox::host::probe();
-    let mut removed = 0;
-    for site in [host.memory.ok(), host.pids.ok()].into_iter().flatten() {
-        let Ok(dir) = std::fs::read_dir(&site.dir) else {
-            continue;
-        };
-        for e in dir.flatten() {
-            let name = e.file_name();
-            let Some(rest) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(ralph_sandbox::native::cgroup::PREFIX))
-            else {
-                continue;
-            };
-            let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-                continue;
-            };
-            if Path::new(&format!("/proc/{pid}")).exists() {
-                continue;
-            }
-            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
-            for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(p),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            for _ in 0..100 {
-                match std::fs::remove_dir(e.path()) {
-                    Ok(()) => {
-                        removed += 1;
-                        break;
-                    }
-                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
-                }
-            }
-        }
-    }
-    removed
+    [host.memory.ok(), host.pids.ok()]
+        .into_iter()
+        .flatten()
+        .map(|site| ralph_sandbox::native::cgroup_owner::reap_leftovers(&site.dir))
+        .sum()
 }

@@ -1,4 +1,5 @@
-//! The embedded SQLite state store: `ralph.db` in the state directory.
+//! The embedded SQLite state store: `ralph.db` in the state directory, mode 0600 (with its
+//! `-wal` and `-shm` files) whatever the umask.
 //!
 //! Events are append-only (triggers refuse UPDATE and DELETE); the `jobs` table holds the
 //! immutable spec plus a few columns of the projection for listing, written in the same
@@ -99,6 +100,7 @@ impl SqliteStore {
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         create_private_dir(state_dir)?;
         let path = state_dir.join(DB_FILE);
+        private_db_files(&path)?;
         let conn = Connection::open(&path).map_err(db_err(&path, "open"))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(&path, "configure"))?;
@@ -438,6 +440,49 @@ fn insert_event(tx: &rusqlite::Transaction<'_>, event: &Event) -> rusqlite::Resu
     Ok(())
 }
 
+/// Makes the database file (created empty if missing) and its `-wal`/`-shm` files, when present,
+/// mode 0600 whatever the umask and the directory's mode: the journal holds every job's
+/// objective and reports. A looser existing file is tightened. SQLite creates the `-wal` and
+/// `-shm` files later with the database file's mode.
+fn private_db_files(db: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| StoreError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(db)
+        .map_err(io("create", db))?;
+    let mut sidecars = PathBuf::from(db).into_os_string();
+    let base = sidecars.clone();
+    let mut files = vec![db.to_owned()];
+    for suffix in ["-wal", "-shm"] {
+        sidecars.clone_from(&base);
+        sidecars.push(suffix);
+        files.push(PathBuf::from(&sidecars));
+    }
+    for f in files {
+        let mode = match std::fs::symlink_metadata(&f) {
+            Ok(m) => m.permissions().mode() & 0o7777,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io("read the mode of", &f)(e)),
+        };
+        if mode != 0o600 {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600))
+                .map_err(io("set mode 0600 on", &f))?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates `dir` (and parents) with mode 0700 for the last component.
 pub fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::DirBuilderExt;
@@ -452,5 +497,50 @@ pub fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
             path: dir.to_owned(),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_database_and_its_wal_are_0600_in_an_open_state_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let store = SqliteStore::open(&state).unwrap();
+        // A write brings the -wal and -shm files.
+        store
+            .conn()
+            .unwrap()
+            .db
+            .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        for f in ["ralph.db", "ralph.db-wal", "ralph.db-shm"] {
+            assert_eq!(mode(&state.join(f)), 0o600, "{f}");
+        }
+        drop(store);
+        // Files made looser meanwhile are tightened at the next open.
+        for f in ["ralph.db", "ralph.db-wal"] {
+            let p = state.join(f);
+            if p.exists() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+        let _store = SqliteStore::open(&state).unwrap();
+        for f in ["ralph.db", "ralph.db-wal", "ralph.db-shm"] {
+            let p = state.join(f);
+            if p.exists() {
+                assert_eq!(mode(&p), 0o600, "{f}");
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The run's own cgroups: created by the supervisor before the sandbox init starts, the init
 //! moved in, limits written, OOM kills read back, and the directories removed at the end. Named
-//! `ralph-<run id>` so a service can find and reap leftovers.
+//! after their maker ([`super::cgroup_owner`]) so a service can reap the leftovers of a dead
+//! runner, and only those.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,7 +32,12 @@ fn write(path: &Path, value: &str) -> Result<(), StepFailure> {
 
 impl RunCgroups {
     fn dir(&mut self, parent: &Path, run_id: &str) -> Result<PathBuf, StepFailure> {
-        let dir = parent.join(format!("{PREFIX}{run_id}"));
+        let name = super::cgroup_owner::CgroupOwner::current().map_or_else(
+            // Without its maker's identity a cgroup is never reaped by someone else.
+            || format!("{PREFIX}{run_id}"),
+            |o| o.cgroup_name(run_id),
+        );
+        let dir = parent.join(name);
         if !self.dirs.contains(&dir) {
             std::fs::create_dir(&dir).map_err(|e| {
                 StepFailure::io(

@@ -18,6 +18,7 @@
 
 pub mod caps;
 pub mod cgroup;
+pub mod cgroup_owner;
 pub mod child;
 pub mod gateway;
 pub mod idmap;
