@@ -169,12 +169,12 @@ fn field_of(
             Segment::Enum { .. } | Segment::Unknown => {}
         }
     }
-    // An unknown or missing key fails before the deserializer enters it: the message names it.
-    let named = named_after(message, "unknown field `")
-        .or_else(|| named_after(message, "missing field `"));
+    // A missing key (and an unknown one, for some deserializers) is not on the path: the message
+    // names it.
+    let named =
+        named_after(message, "unknown field `").or_else(|| named_after(message, "missing field `"));
     let field = match (field.is_empty(), named) {
         (true, Some(n)) => Some(n),
-        (false, Some(n)) if message.contains("unknown field `") => Some(format!("{field}.{n}")),
         (false, _) => Some(field),
         (true, None) if index.is_some() => Some("job".to_owned()),
         (true, None) => None,
@@ -186,7 +186,10 @@ fn field_of(
 type Failure = (Vec<serde_path_to_error::Segment>, String);
 
 fn failure<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> Failure {
-    (e.path().iter().cloned().collect(), e.into_inner().to_string())
+    (
+        e.path().iter().cloned().collect(),
+        e.into_inner().to_string(),
+    )
 }
 
 /// Deserializes a job file, keeping the path to the key an error is about.
@@ -396,9 +399,17 @@ mod tests {
         // (body, expected field, the job index the message names)
         let json_cases = [
             (r#"{"job":[{"max_rounds":"x"}]}"#, "max_rounds", Some(0)),
-            (r#"{"job":[{"objective":"a"},{"kind":"loopy"}]}"#, "kind", Some(1)),
+            (
+                r#"{"job":[{"objective":"a"},{"kind":"loopy"}]}"#,
+                "kind",
+                Some(1),
+            ),
             (r#"{"job":[{"mode":"rw"}]}"#, "mode", Some(0)),
-            (r#"{"job":[{"round_timeout":"soon"}]}"#, "round_timeout", Some(0)),
+            (
+                r#"{"job":[{"round_timeout":"soon"}]}"#,
+                "round_timeout",
+                Some(0),
+            ),
             (r#"{"job":[{"memory":"lots"}]}"#, "memory", Some(0)),
             (r#"{"job":[{"protect":["a",1]}]}"#, "protect[1]", Some(0)),
             (r#"{"job":[{"env":"X"}]}"#, "env", Some(0)),
@@ -408,7 +419,11 @@ mod tests {
             (r#"{"job":[{"backend":5}]}"#, "backend", Some(0)),
             (r#"{"job":[5]}"#, "job", Some(0)),
             (r#"{"job":5}"#, "job", None),
-            (r#"{"job":[{"objective":"a","max_round":3}]}"#, "max_round", Some(0)),
+            (
+                r#"{"job":[{"objective":"a","max_round":3}]}"#,
+                "max_round",
+                Some(0),
+            ),
         ];
         for (body, field, index) in json_cases {
             let e = parse_job_file(body, Format::Json).unwrap_err();
@@ -421,15 +436,18 @@ mod tests {
             ("[[job]]\nmax_rounds = \"x\"\n", "max_rounds"),
             ("[[job]]\nkind = \"loopy\"\n", "kind"),
             ("[[job]]\nprotect = [\"a\", 1]\n", "protect[1]"),
-            ("[[job]]\nobjective = \"a\"\n[[job]]\nmemory = true\n", "memory"),
+            (
+                "[[job]]\nobjective = \"a\"\n[[job]]\nmemory = true\n",
+                "memory",
+            ),
         ];
         for (body, field) in toml_cases {
             let e = parse_job_file(body, Format::Toml).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{body}: {e}");
         }
-        // Not a job file at all: no key to name.
+        // Broken syntax: the key being read when it broke, or none.
         let e = parse_job_file("{\"job\": [", Format::Json).unwrap_err();
-        assert_eq!(e.field, None, "{e}");
+        assert_eq!(e.field.as_deref(), Some("job"), "{e}");
         let e = parse_job_file("{\"job\": []} x", Format::Json).unwrap_err();
         assert_eq!(e.field, None, "{e}");
     }

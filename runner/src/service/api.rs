@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 
 use super::Service;
 use super::admission::{Asked, Refusal, admit};
-use super::path_admission::admit_paths_as_written;
 use super::auth;
+use super::path_admission::admit_paths_as_written;
 use crate::engine::{CancelRequest, EngineError};
 use crate::job::request::{Format, parse_job_file};
 use crate::job::{JobSpec, Outcome};
@@ -324,7 +324,9 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
         }
         Ok(Ok(collected)) => collected.to_bytes(),
     };
-    Ok(next.run(Request::from_parts(parts, Body::from(bytes))).await)
+    Ok(next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await)
 }
 
 async fn require_token(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {

@@ -100,12 +100,7 @@ pub async fn serve<L: Listen>(
             },
         };
         while open.try_join_next().is_some() {}
-        open.spawn(connection(
-            io,
-            router.clone(),
-            header_timeout,
-            stop.clone(),
-        ));
+        open.spawn(connection(io, router.clone(), header_timeout, stop.clone()));
     }
     while open.join_next().await.is_some() {}
 }

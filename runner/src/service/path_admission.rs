@@ -55,9 +55,9 @@ pub fn admit_paths_as_written(req: &JobRequest, limits: &Limits) -> Result<(), R
             return Err(Refusal {
                 rule: "workspace_roots",
                 field: "workspace",
+                // The path is not echoed: the answer is the same for every path outside.
                 message: format!(
-                    "`{}` is not under {}",
-                    ws.display(),
+                    "the workspace is not under {}",
                     list(&limits.workspace_roots)
                 ),
             });
@@ -74,14 +74,11 @@ pub fn admit_paths_as_written(req: &JobRequest, limits: &Limits) -> Result<(), R
         ("write", &req.write),
         ("socket", &req.socket),
     ] {
-        if let Some(p) = paths.iter().find(|p| !under(p, &roots)) {
+        if let Some(i) = paths.iter().position(|p| !under(p, &roots)) {
             return Err(Refusal {
                 rule: "read_roots",
                 field,
-                message: format!(
-                    "`{}` is not under a workspace root or a read root",
-                    p.display()
-                ),
+                message: format!("{field}[{i}] is not under a workspace root or a read root"),
             });
         }
     }
@@ -118,10 +115,7 @@ mod tests {
         let there = refusal(Path::new("/etc"));
         let absent = refusal(Path::new("/etc-nope-1234"));
         assert_eq!((there.rule, there.field), ("workspace_roots", "workspace"));
-        assert_eq!(
-            there.message.replace("/etc", "P"),
-            absent.message.replace("/etc-nope-1234", "P")
-        );
+        assert_eq!(there, absent);
         // A climb out through `..` is outside, however the filesystem would resolve it.
         let climb = refusal(&root.join("../root/x"));
         assert_eq!(climb.rule, "workspace_roots");

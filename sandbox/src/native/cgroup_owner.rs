@@ -71,7 +71,8 @@ impl CgroupOwner {
     pub fn of_name(name: &str) -> Option<Self> {
         let mut it = name.strip_prefix(PREFIX)?.splitn(5, '-');
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let (pid, ticks, ns, boot, run) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+        let (pid, ticks, ns, boot, run) =
+            (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
         if !(digits(pid) && digits(ticks) && digits(ns))
             || boot.len() != 32
             || !boot.bytes().all(|b| b.is_ascii_hexdigit())
