@@ -270,13 +270,13 @@ fn media_type(content_type: &str) -> String {
 /// body passes as it is.
 async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
     use axum::body::HttpBody;
-    use http_body_util::BodyExt;
     if req.body().is_end_stream() {
         return Ok(next.run(req).await);
     }
-    if req.body().size_hint().lower() > MAX_BODY as u64 {
+    if req.body().size_hint().lower() > DRAIN_MAX as u64 {
         return Err(ApiError::too_large());
     }
+    let limit = svc.config().body_read_timeout.0;
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -284,6 +284,9 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
     match ct.as_deref() {
         Some("application/json" | "application/toml") => {}
         other => {
+            let other = other.map(str::to_owned);
+            // Read (and dropped) first, so that the client can read the answer.
+            let _ = tokio::time::timeout(limit, collect_body(req.into_body())).await;
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
@@ -296,10 +299,8 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
             .closing());
         }
     }
-    let limit = svc.config().body_read_timeout.0;
     let (parts, body) = req.into_parts();
-    let read = http_body_util::Limited::new(body, MAX_BODY).collect();
-    let bytes = match tokio::time::timeout(limit, read).await {
+    let bytes = match tokio::time::timeout(limit, collect_body(body)).await {
         Err(_) => {
             return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
@@ -311,10 +312,8 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
             )
             .closing());
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(ApiError::too_large());
-        }
-        Ok(Err(e)) => {
+        Ok(Err(None)) => return Err(ApiError::too_large()),
+        Ok(Err(Some(e))) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
@@ -322,7 +321,7 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
             )
             .closing());
         }
-        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Ok(bytes)) => bytes,
     };
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
@@ -381,6 +380,33 @@ async fn metrics(State(svc): Svc) -> Response {
         )
             .into_response(),
     }
+}
+
+/// How much of a body over [`MAX_BODY`] is read (and dropped) before the 413, so that a client
+/// still writing it can read the answer instead of a reset.
+const DRAIN_MAX: usize = 8 * MAX_BODY;
+
+/// Reads `body` whole. `Err(None)`: it is over [`MAX_BODY`] (the rest was read and dropped, up
+/// to [`DRAIN_MAX`]); `Err(Some(why))`: it could not be read.
+async fn collect_body(mut body: Body) -> Result<Bytes, Option<String>> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Some(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen <= MAX_BODY {
+                buf.extend_from_slice(&data);
+            } else if seen > DRAIN_MAX {
+                break;
+            }
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(None);
+    }
+    Ok(buf.freeze())
 }
 
 /// The job file format of a request, from its content type (`read_body` let only JSON and TOML
