@@ -24,7 +24,10 @@ pub trait Listen: Send + 'static {
 impl Listen for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
     async fn next(&self) -> std::io::Result<Self::Io> {
-        self.accept().await.map(|(s, _)| s)
+        let (s, _) = self.accept().await?;
+        // Small answers go out at once (no Nagle delay against the client's delayed ACK).
+        let _ = s.set_nodelay(true);
+        Ok(s)
     }
 }
 
