@@ -86,7 +86,7 @@ impl JobRun<'_> {
         let spawned = match self.paths_unchanged(&known) {
             Ok(()) => {
                 self.engine
-                    .backends
+                    .spawner
                     .spawn(self.spec.sandbox.backend, &spec, io)
                     .await
             }

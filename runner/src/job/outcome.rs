@@ -195,6 +195,10 @@ pub struct JobResult {
     pub verified: Option<bool>,
     /// The last valid report, or null.
     pub report: Option<Report>,
+    /// Whether the job was resumed at least once (its later rounds may follow rounds that all
+    /// failed, so a later round-failed may carry no report).
+    #[serde(skip)]
+    pub resumed: bool,
     /// Token totals.
     pub usage: UsageTotals,
     /// A task's exit status.
@@ -253,7 +257,9 @@ impl JobResult {
                 if self.rounds == 1 && self.report.is_some() {
                     return fail("round-failed in round 1 carrying a previous report");
                 }
-                if self.rounds > 1 && self.report.is_none() {
+                // Without a resume, a later round follows rounds that all reported; a resumed job
+                // may follow a run whose rounds all failed (SPEC §3: "or none").
+                if self.rounds > 1 && self.report.is_none() && !self.resumed {
                     return fail("round-failed in a later round without the last valid report");
                 }
             }
