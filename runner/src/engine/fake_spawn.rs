@@ -32,6 +32,8 @@ pub(crate) struct Script {
     pub usage: Option<String>,
     /// How long it runs unless stopped.
     pub elapsed: Duration,
+    /// Its stdout reader does not finish draining in time.
+    pub undrained: bool,
 }
 
 impl Script {
@@ -51,12 +53,19 @@ impl Script {
             exit: code,
             usage: None,
             elapsed: Duration::ZERO,
+            undrained: false,
         }
     }
 
     /// Also reports `tokens` input tokens used.
     pub fn spending(mut self, tokens: u64) -> Self {
         self.usage = Some(format!("{{\"model\":\"m\",\"input_tokens\":{tokens}}}\n"));
+        self
+    }
+
+    /// Its stdout reader does not drain in time.
+    pub fn undrained(mut self) -> Self {
+        self.undrained = true;
         self
     }
 
@@ -212,7 +221,13 @@ impl Spawned for FakeRun {
                 EndedBy::Exit => Termination::Exited { code: script.exit },
                 _ => Termination::Signaled { signal: 9 },
             };
-            let stdout = io.stdout.finish().unwrap();
+            let mut stdout = io.stdout.finish().unwrap();
+            if script.undrained {
+                stdout = ralph_sandbox::outcome::CaptureSummary {
+                    undrained: true,
+                    ..Default::default()
+                };
+            }
             let stderr = io.stderr.finish().unwrap();
             Ok(ExecReport {
                 outcome: ExecOutcome {

@@ -460,3 +460,23 @@ async fn a_result_that_breaks_an_invariant_is_never_journalled_as_the_outcome() 
         finish.2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undrained_capture_is_marked_and_named_in_the_failure() {
+    let mut h = Harness::new(vec![Script::exit(1).undrained()], vec![]);
+    h.spec.round_retries = 0;
+    let (id, r) = h.run().await;
+    assert_eq!(r.outcome, Outcome::RoundFailed);
+    assert!(
+        r.message
+            .contains("stdout reader did not finish within 5 s"),
+        "{}",
+        r.message
+    );
+    let log = super::artifacts::AttemptDirs::new(&h.engine.job_dir(&id), 1, 1).stdout_log();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.ends_with(ralph_sandbox::capture::UNDRAINED_MARKER),
+        "{text:?}"
+    );
+}

@@ -32,6 +32,7 @@ pub mod round_gateway;
 mod sanitized;
 mod spawn;
 pub mod stdout_report;
+mod undrained;
 pub mod upstream;
 mod verify;
 pub mod workspace_lock;

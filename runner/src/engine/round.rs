@@ -308,6 +308,19 @@ impl JobRun<'_> {
                 Some(exec),
             ),
         };
+        // Output not fully read is said, in the capture and in a failure's message.
+        let undrained = exec.as_ref().and_then(|e| {
+            super::undrained::mark(&[
+                ("stdout", &e.stdout, &dirs.stdout_log()),
+                ("stderr", &e.stderr, &dirs.stderr_log()),
+            ])
+        });
+        let end = match (end, undrained) {
+            (AttemptEnd::Failed(reason, message), Some(note)) => {
+                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
+            }
+            (end, _) => end,
+        };
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;
         }

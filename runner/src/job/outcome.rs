@@ -283,3 +283,36 @@ impl JobResult {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_failed(rounds: u32, resumed: bool) -> JobResult {
+        JobResult {
+            job_id: "j".into(),
+            kind: JobKind::Loop,
+            outcome: Outcome::RoundFailed,
+            reason: FinishReason::RoundFailed,
+            message: "round failed".into(),
+            rounds,
+            max_rounds: 5,
+            retries: 0,
+            verified: None,
+            report: None,
+            resumed,
+            usage: UsageTotals::default(),
+            exit_code: None,
+            artifacts: PathBuf::from("/tmp"),
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_later_round_failed_without_a_report_is_a_bug_unless_the_job_was_resumed() {
+        assert!(round_failed(2, false).check().is_err());
+        // Resumed after a run whose only round failed: no round ever reported.
+        assert_eq!(round_failed(2, true).check(), Ok(()));
+        assert_eq!(round_failed(1, false).check(), Ok(()));
+    }
+}
