@@ -278,6 +278,10 @@ impl<'e> JobRun<'e> {
                                 None,
                             );
                         }
+                        // A spent budget needs no backoff to be known.
+                        if self.budget_spent() {
+                            return self.finish_budget();
+                        }
                         let pause = backoff(self.spec.retry_backoff.0, attempt);
                         let left = self
                             .deadline
