@@ -161,7 +161,11 @@ async fn the_budget_is_checked_before_every_attempt_retries_included() {
     let mut h = Harness::new(vec![Script::exit(3).spending(600); 4], vec![]);
     h.spec.round_retries = 3;
     h.spec.max_tokens = Some(500);
+    // A spent budget is known without waiting out the backoff.
+    h.spec.retry_backoff = HumanDuration(LONG);
+    let t0 = Instant::now();
     let (id, r) = h.run().await;
+    assert!(t0.elapsed() < PROMPTLY, "{:?}", t0.elapsed());
     assert_eq!(r.outcome, Outcome::BudgetLimited);
     assert_eq!(r.reason, FinishReason::MaxTokens);
     assert_eq!(h.fake.calls().len(), 1, "no retry once the budget is spent");
