@@ -18,14 +18,21 @@ mod backends;
 mod cancel;
 mod cancel_watch;
 pub mod env;
+#[cfg(test)]
+mod fake_spawn;
 mod job_run;
+mod judge;
+#[cfg(test)]
+mod loop_tests;
 mod path_check;
 mod preset_check;
 pub mod prompt;
 mod round;
 pub mod round_gateway;
 mod sanitized;
+mod spawn;
 pub mod stdout_report;
+mod undrained;
 pub mod upstream;
 mod verify;
 pub mod workspace_lock;
@@ -133,6 +140,8 @@ pub struct Engine {
     observers: Vec<Arc<dyn Observer>>,
     agent_user: Option<String>,
     upstreams: upstream::Upstreams,
+    /// What starts the agent and verify processes (the sandbox backends, or a test's fake).
+    spawner: Arc<dyn spawn::Spawner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -154,9 +163,11 @@ impl Engine {
         runner: RunnerInfo,
         env: RunnerEnv,
     ) -> Self {
+        let spawner: Arc<dyn spawn::Spawner> = Arc::new(spawn::SandboxSpawner(backends.clone()));
         Self {
             store,
             backends,
+            spawner,
             state_dir,
             runner,
             env,
@@ -391,6 +402,13 @@ impl Engine {
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
+    }
+
+    /// Replaces what starts the agent and verify processes (tests drive the loop with a fake).
+    #[cfg(test)]
+    pub(crate) fn with_spawner(mut self, spawner: Arc<dyn spawn::Spawner>) -> Self {
+        self.spawner = spawner;
+        self
     }
 
     /// The sandbox backends.
