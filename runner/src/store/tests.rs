@@ -159,6 +159,7 @@ fn cancelled() -> EventKind {
         reason: FinishReason::CancelRequested,
         message: String::new(),
         exit_code: None,
+        ran_ms: None,
     }
 }
 
