@@ -71,11 +71,15 @@ fn hanging_run(run: Ralph, ws: &Path, state: &Path, url: Option<&str>) -> (Child
         hanging.exists()
     });
     let id = the_running_job(state, url).expect("a running job");
-    wait_until("round_spawned is journalled", Duration::from_secs(30), || {
-        events(state, url, &id)
-            .iter()
-            .any(|e| e["type"] == "round_spawned")
-    });
+    wait_until(
+        "round_spawned is journalled",
+        Duration::from_secs(30),
+        || {
+            events(state, url, &id)
+                .iter()
+                .any(|e| e["type"] == "round_spawned")
+        },
+    );
     (child, id)
 }
 
@@ -105,7 +109,10 @@ fn assert_closed_interrupted(ev: &[Value], id: &str, min_round_ms: u64) {
     assert_eq!(fin["outcome"], "interrupted", "{fin}");
     let msg = fin["message"].as_str().unwrap();
     assert!(msg.contains("nothing was re-run"), "{msg}");
-    assert!(msg.contains(&format!("`ralph resume {id}` continues")), "{msg}");
+    assert!(
+        msg.contains(&format!("`ralph resume {id}` continues")),
+        "{msg}"
+    );
     assert!(fin["ran_ms"].as_u64().unwrap() >= ms, "{fin}");
 }
 
@@ -120,9 +127,11 @@ fn a_killed_run_is_closed_as_interrupted_by_the_next_run_and_nothing_is_re_run()
         None,
     );
     // The heartbeat has seen the attempt run for a while.
-    wait_until("the heartbeat counts the attempt", Duration::from_secs(30), || {
-        attempt_ms(&f.state, &id) >= 1000
-    });
+    wait_until(
+        "the heartbeat counts the attempt",
+        Duration::from_secs(30),
+        || attempt_ms(&f.state, &id) >= 1000,
+    );
     kill9(&mut child);
     assert_eq!(
         events(&f.state, None, &id).last().unwrap()["type"],
@@ -178,9 +187,11 @@ fn a_live_run_is_left_alone_a_second_serve_is_refused_and_resume_does_not_count_
     // Hostile first: the service's start-up and its periodic watch, and client commands, leave
     // the live run's job alone (the heartbeat runs on past a watch period).
     let at_start = attempt_ms(&s.state, &id);
-    wait_until("the attempt runs past the watch", Duration::from_secs(30), || {
-        attempt_ms(&s.state, &id) >= at_start + 2500
-    });
+    wait_until(
+        "the attempt runs past the watch",
+        Duration::from_secs(30),
+        || attempt_ms(&s.state, &id) >= at_start + 2500,
+    );
     let out = s.ralph(&["jobs", "--json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
@@ -209,10 +220,15 @@ fn a_live_run_is_left_alone_a_second_serve_is_refused_and_resume_does_not_count_
     let used = attempt_ms(&s.state, &id);
     kill9(&mut child);
     let killed = Instant::now();
-    assert!(used < 12_000, "the run hit its deadline before the kill: {used} ms");
-    wait_until("the downtime exceeds the job timeout", Duration::from_secs(30), || {
-        killed.elapsed() >= Duration::from_secs(13)
-    });
+    assert!(
+        used < 12_000,
+        "the run hit its deadline before the kill: {used} ms"
+    );
+    wait_until(
+        "the downtime exceeds the job timeout",
+        Duration::from_secs(30),
+        || killed.elapsed() >= Duration::from_secs(13),
+    );
     // The service comes back and closes the job; the time it ran is the run's own.
     s.start();
     let j = s.wait_finished(&id, Duration::from_secs(30));
@@ -262,16 +278,24 @@ fn postgres_a_killed_host_has_its_job_closed_by_a_surviving_host() {
     // Hostile first: while `a` lives, `b` leaves its job alone for several lease periods.
     let store = Store::open_postgres(&db.url).unwrap();
     let start = Instant::now();
-    wait_until("several lease periods pass", Duration::from_secs(30), || {
-        let v = store.load(&id).unwrap();
-        assert_eq!(v.state, JobState::Running, "closed while its host lives");
-        start.elapsed() >= Duration::from_secs(5)
-    });
+    wait_until(
+        "several lease periods pass",
+        Duration::from_secs(30),
+        || {
+            let v = store.load(&id).unwrap();
+            assert_eq!(v.state, JobState::Running, "closed while its host lives");
+            start.elapsed() >= Duration::from_secs(5)
+        },
+    );
     // `a` dies for good; `b` closes the job within about lease_timeout, without restarting.
     a.kill9();
     let killed = Instant::now();
     let j = b.wait_finished(&id, Duration::from_secs(30));
-    assert!(killed.elapsed() < Duration::from_secs(15), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        killed.elapsed()
+    );
     assert_eq!(j["outcome"], "interrupted", "{j}");
     assert_closed_interrupted(&events(&b.state, url, &id), &id, 1000);
     assert_eq!(executions(&ws).len(), 1, "nothing was re-run");

@@ -19,6 +19,7 @@ mod cancel;
 mod cancel_watch;
 pub mod env;
 mod job_run;
+pub mod orphans;
 mod path_check;
 mod preset_check;
 pub mod prompt;
@@ -28,7 +29,6 @@ mod sanitized;
 pub mod stdout_report;
 pub mod upstream;
 mod verify;
-pub mod orphans;
 pub mod workspace_lock;
 
 use std::path::{Path, PathBuf};

@@ -70,7 +70,9 @@ pub fn close_orphans(
 /// time, on this host only.
 fn legacy_dead(view: &JobView, me: &RunnerInfo) -> bool {
     match &view.runner {
-        Some(r) if r.pid == me.pid && r.boot_id == me.boot_id && r.start_ticks == me.start_ticks => {
+        Some(r)
+            if r.pid == me.pid && r.boot_id == me.boot_id && r.start_ticks == me.start_ticks =>
+        {
             true
         }
         Some(r) => r.is_alive() == Some(false),

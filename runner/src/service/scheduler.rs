@@ -188,7 +188,11 @@ impl Service {
 
     /// Runs a claimed job to its end; one the engine could not finish is closed as an error.
     async fn run_job(&self, id: &str, lock: WorkspaceLock, cancel: Cancel, hold: &RunHold) {
-        match self.engine.run(id, lock, cancel, vec![hold.observer()]).await {
+        match self
+            .engine
+            .run(id, lock, cancel, vec![hold.observer()])
+            .await
+        {
             Ok(r) => log(&format!(
                 "job {id}: {} after {} round(s): {}",
                 r.outcome, r.rounds, r.message

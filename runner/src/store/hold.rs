@@ -192,7 +192,11 @@ impl RunHold {
 
     /// Takes the file hold of `job_id` in `state_dir` (SQLite) for `runner`, without waiting:
     /// [`HoldError::Busy`] names the live holder.
-    pub fn try_file(state_dir: &Path, job_id: &str, runner: &RunnerInfo) -> Result<Self, HoldError> {
+    pub fn try_file(
+        state_dir: &Path,
+        job_id: &str,
+        runner: &RunnerInfo,
+    ) -> Result<Self, HoldError> {
         let path = hold_path(state_dir, job_id);
         let file = match try_lock(&path, true)? {
             Locked::Yes(f) => f,

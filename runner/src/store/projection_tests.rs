@@ -175,16 +175,44 @@ fn job_finished(ran_ms: Option<u64>) -> EventKind {
 
 #[test]
 fn the_time_a_job_ran_is_the_runners_monotonic_time_whatever_the_wall_clock_did() {
-    let spec = JobSpec::new("o", "/ws", AgentSpec::Command { command: "true".into() });
+    let spec = JobSpec::new(
+        "o",
+        "/ws",
+        AgentSpec::Command {
+            command: "true".into(),
+        },
+    );
     let runner = RunnerInfo::current("test");
     let v = JobView::project(&[
-        at(1, "2026-01-01T00:00:00.000Z", EventKind::JobSubmitted { spec: Box::new(spec) }),
-        at(2, "2026-01-01T00:00:00.000Z", EventKind::JobStarted { runner: runner.clone() }),
+        at(
+            1,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+        ),
+        at(
+            2,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobStarted {
+                runner: runner.clone(),
+            },
+        ),
         // The wall clock jumps ten hours forward while the job runs (or the runner was down).
         at(3, "2026-01-01T10:00:00.000Z", job_finished(Some(5_000))),
-        at(4, "2026-01-01T10:00:01.000Z", EventKind::Resumed { message: "r".into() }),
+        at(
+            4,
+            "2026-01-01T10:00:01.000Z",
+            EventKind::Resumed {
+                message: "r".into(),
+            },
+        ),
         // ... and a year back.
-        at(5, "2025-01-01T00:00:00.000Z", EventKind::JobStarted { runner }),
+        at(
+            5,
+            "2025-01-01T00:00:00.000Z",
+            EventKind::JobStarted { runner },
+        ),
         at(6, "2025-01-01T00:00:00.000Z", job_finished(Some(3_000))),
     ])
     .unwrap();
@@ -193,15 +221,33 @@ fn the_time_a_job_ran_is_the_runners_monotonic_time_whatever_the_wall_clock_did(
 
 #[test]
 fn an_older_journal_without_ran_ms_counts_the_time_between_its_events() {
-    let spec = JobSpec::new("o", "/ws", AgentSpec::Command { command: "true".into() });
+    let spec = JobSpec::new(
+        "o",
+        "/ws",
+        AgentSpec::Command {
+            command: "true".into(),
+        },
+    );
     let old: EventKind = serde_json::from_value(json!({
         "type": "job_finished", "outcome": "interrupted", "reason": "runner_died",
         "message": "m", "exit_code": null
     }))
     .unwrap();
     let v = JobView::project(&[
-        at(1, "2026-01-01T00:00:00.000Z", EventKind::JobSubmitted { spec: Box::new(spec) }),
-        at(2, "2026-01-01T00:00:00.000Z", EventKind::JobStarted { runner: RunnerInfo::current("test") }),
+        at(
+            1,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+        ),
+        at(
+            2,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobStarted {
+                runner: RunnerInfo::current("test"),
+            },
+        ),
         at(3, "2026-01-01T00:00:07.000Z", old),
     ])
     .unwrap();

@@ -109,7 +109,10 @@ fn a_second_exclusive_file_is_refused_naming_the_holder_pid_and_command() {
     let first = ExclusiveFile::try_acquire(&p, "the state directory").unwrap();
     let e = ExclusiveFile::try_acquire(&p, "the state directory").unwrap_err();
     let text = e.to_string();
-    assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
     drop(first);
     let again = ExclusiveFile::try_acquire(&p, "the state directory").unwrap();
     assert_eq!(again.path(), p);

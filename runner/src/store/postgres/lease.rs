@@ -28,15 +28,16 @@ impl PgStore {
         let (id, host, role) = (id.to_owned(), runner.host.clone(), runner.role.clone());
         let pid = i64::from(runner.pid);
         let secs = timeout.as_secs_f64();
-        self.conn.call("create a runner lease in", move |client, _| {
-            client.execute(
-                "INSERT INTO runner_leases (id, host, pid, role, expires_at)
+        self.conn
+            .call("create a runner lease in", move |client, _| {
+                client.execute(
+                    "INSERT INTO runner_leases (id, host, pid, role, expires_at)
                  VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
                  ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
-                &[&id, &host, &pid, &role, &secs],
-            )?;
-            Ok(())
-        })?;
+                    &[&id, &host, &pid, &role, &secs],
+                )?;
+                Ok(())
+            })?;
         if let Ok(mut l) = self.lease.lock() {
             *l = Some(lease_id);
         }
@@ -97,50 +98,53 @@ impl PgStore {
     pub fn probe_lease(&self, job_id: &str) -> Result<Probe, StoreError> {
         let mine = self.lease_id();
         let id = job_id.to_owned();
-        self.conn.call("check the lease of a job in", move |client, _| {
-            let mut tx = client.transaction()?;
-            let Some(row) = tx.query_opt(
-                "SELECT j.lease_id, j.heartbeat, l.host, l.pid, l.role,
+        self.conn
+            .call("check the lease of a job in", move |client, _| {
+                let mut tx = client.transaction()?;
+                let Some(row) = tx.query_opt(
+                    "SELECT j.lease_id, j.heartbeat, l.host, l.pid, l.role,
                         (l.id IS NULL OR l.expires_at < now()) AS expired
                  FROM jobs j LEFT JOIN runner_leases l ON l.id = j.lease_id
                  WHERE j.id = $1 AND j.state = 'running'
                  FOR UPDATE OF j",
-                &[&id],
-            )?
-            else {
-                return Ok(Probe::Gone);
-            };
-            let lease: Option<String> = row.try_get(0)?;
-            let Some(lease) = lease else {
-                return Ok(Probe::Missing);
-            };
-            let heartbeat: Option<String> = row.try_get(1)?;
-            let (host, pid, role): (Option<String>, Option<i64>, Option<String>) =
-                (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?);
-            let expired: bool = row.try_get(5)?;
-            let who = match (host, pid, role) {
-                (Some(h), Some(p), Some(r)) => format!("`ralph {r}` (pid {p} on {h})"),
-                _ => format!("the runner of lease `{lease}`"),
-            };
-            if !expired || mine.as_deref() == Some(lease.as_str()) {
-                return Ok(Probe::Held { holder: who });
-            }
-            let Some(mine) = mine.clone() else {
-                return Ok(Probe::Held {
-                    holder: format!("{who} (its lease expired; this process has none to take it over)"),
-                });
-            };
-            tx.execute(
-                "UPDATE jobs SET lease_id = $2 WHERE id = $1 AND lease_id = $3",
-                &[&id, &mine, &lease],
-            )?;
-            tx.commit()?;
-            let last = heartbeat.and_then(|h| serde_json::from_str(&h).ok());
-            Ok(Probe::Free {
-                who: format!("{who}, whose lease expired,"),
-                last,
-                guard: None,
+                    &[&id],
+                )?
+                else {
+                    return Ok(Probe::Gone);
+                };
+                let lease: Option<String> = row.try_get(0)?;
+                let Some(lease) = lease else {
+                    return Ok(Probe::Missing);
+                };
+                let heartbeat: Option<String> = row.try_get(1)?;
+                let (host, pid, role): (Option<String>, Option<i64>, Option<String>) =
+                    (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?);
+                let expired: bool = row.try_get(5)?;
+                let who = match (host, pid, role) {
+                    (Some(h), Some(p), Some(r)) => format!("`ralph {r}` (pid {p} on {h})"),
+                    _ => format!("the runner of lease `{lease}`"),
+                };
+                if !expired || mine.as_deref() == Some(lease.as_str()) {
+                    return Ok(Probe::Held { holder: who });
+                }
+                let Some(mine) = mine.clone() else {
+                    return Ok(Probe::Held {
+                        holder: format!(
+                            "{who} (its lease expired; this process has none to take it over)"
+                        ),
+                    });
+                };
+                tx.execute(
+                    "UPDATE jobs SET lease_id = $2 WHERE id = $1 AND lease_id = $3",
+                    &[&id, &mine, &lease],
+                )?;
+                tx.commit()?;
+                let last = heartbeat.and_then(|h| serde_json::from_str(&h).ok());
+                Ok(Probe::Free {
+                    who: format!("{who}, whose lease expired,"),
+                    last,
+                    guard: None,
+                })
             })
-        })
     }
 }
