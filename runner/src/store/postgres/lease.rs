@@ -3,7 +3,9 @@
 //! heartbeat thread renews; the jobs it claims name it in `jobs.lease_id`, and their
 //! heartbeat (the monotonic time they ran) is kept in `jobs.heartbeat`. A job whose lease
 //! expired is taken over by a surviving host (a compare-and-set of `lease_id` to its own live
-//! lease, under the job row's lock: one taker), which closes it as `interrupted`.
+//! lease, under the job row's lock: one taker), which closes it as `interrupted`. A lease whose
+//! holder ran on this host and is provably gone (pid, boot id, start time) counts as lapsed at
+//! once: a host restarted after a kill closes its own jobs without waiting.
 //!
 //! The lease is a row, not only an advisory lock: a dead host's TCP session can linger for
 //! minutes, and its session locks with it; `expires_at` does not.
@@ -27,14 +29,16 @@ impl PgStore {
         let lease_id = id.to_owned();
         let (id, host, role) = (id.to_owned(), runner.host.clone(), runner.role.clone());
         let pid = i64::from(runner.pid);
+        let boot = runner.boot_id.clone();
+        let ticks = i64::try_from(runner.start_ticks).unwrap_or(i64::MAX);
         let secs = timeout.as_secs_f64();
         self.conn
             .call("create a runner lease in", move |client, _| {
                 client.execute(
-                    "INSERT INTO runner_leases (id, host, pid, role, expires_at)
-                 VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
-                 ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
-                    &[&id, &host, &pid, &role, &secs],
+                    "INSERT INTO runner_leases (id, host, pid, role, boot_id, start_ticks, expires_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+                     ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+                    &[&id, &host, &pid, &role, &boot, &ticks, &secs],
                 )?;
                 Ok(())
             })?;
@@ -103,7 +107,7 @@ impl PgStore {
                 let mut tx = client.transaction()?;
                 let Some(row) = tx.query_opt(
                     "SELECT j.lease_id, j.heartbeat, l.host, l.pid, l.role,
-                        (l.id IS NULL OR l.expires_at < now()) AS expired
+                        (l.id IS NULL OR l.expires_at < now()) AS expired, l.boot_id, l.start_ticks
                  FROM jobs j LEFT JOIN runner_leases l ON l.id = j.lease_id
                  WHERE j.id = $1 AND j.state = 'running'
                  FOR UPDATE OF j",
@@ -119,11 +123,28 @@ impl PgStore {
                 let heartbeat: Option<String> = row.try_get(1)?;
                 let (host, pid, role): (Option<String>, Option<i64>, Option<String>) =
                     (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?);
-                let expired: bool = row.try_get(5)?;
-                let who = match (host, pid, role) {
+                let mut expired: bool = row.try_get(5)?;
+                let (boot_id, ticks): (Option<String>, Option<i64>) =
+                    (row.try_get(6)?, row.try_get(7)?);
+                let who = match (&host, pid, &role) {
                     (Some(h), Some(p), Some(r)) => format!("`ralph {r}` (pid {p} on {h})"),
                     _ => format!("the runner of lease `{lease}`"),
                 };
+                // A holder of this host that is provably gone (a restart after a kill) need
+                // not wait for its lease to lapse.
+                if let (Some(host), Some(pid), Some(role), Some(boot_id), Some(ticks)) =
+                    (host, pid, role, boot_id, ticks)
+                {
+                    let holder = RunnerInfo {
+                        host,
+                        pid: u32::try_from(pid).unwrap_or(0),
+                        version: String::new(),
+                        role,
+                        boot_id,
+                        start_ticks: u64::try_from(ticks).unwrap_or(0),
+                    };
+                    expired |= holder.is_alive() == Some(false);
+                }
                 if !expired || mine.as_deref() == Some(lease.as_str()) {
                     return Ok(Probe::Held { holder: who });
                 }
@@ -141,7 +162,7 @@ impl PgStore {
                 tx.commit()?;
                 let last = heartbeat.and_then(|h| serde_json::from_str(&h).ok());
                 Ok(Probe::Free {
-                    who: format!("{who}, whose lease expired,"),
+                    who: format!("{who}, whose lease lapsed,"),
                     last,
                     guard: None,
                 })

@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS runner_leases (
     host        text NOT NULL,
     pid         bigint NOT NULL,
     role        text NOT NULL,
+    boot_id     text NOT NULL,
+    start_ticks bigint NOT NULL,
     expires_at  timestamptz NOT NULL
 );
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS lease_id text;
