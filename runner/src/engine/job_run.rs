@@ -557,6 +557,7 @@ impl<'e> JobRun<'e> {
             reason,
             message,
             exit_code,
+            ran_ms: Some(u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)),
         })?;
         Ok(())
     }

@@ -24,6 +24,7 @@ mod job_run;
 mod judge;
 #[cfg(test)]
 mod loop_tests;
+pub mod orphans;
 mod path_check;
 mod preset_check;
 pub mod prompt;
@@ -228,6 +229,31 @@ impl Engine {
         Ok(self.store.submit_started(spec, &self.runner)?)
     }
 
+    /// [`Engine::submit_started`] under the job's run hold, taken before the job is journalled
+    /// ([`crate::store::hold`]): it is never seen running without a holder. Keep the hold until
+    /// the run ends and pass its observer to [`Engine::run`].
+    pub fn submit_started_held(
+        &self,
+        spec: &JobSpec,
+    ) -> Result<(JobId, crate::store::hold::RunHold), EngineError> {
+        self.check(spec)?;
+        let id = crate::job::new_job_id();
+        let hold = self.hold_job(&id)?;
+        let id = self.store.submit_started_as(id, spec, &self.runner)?;
+        Ok((id, hold))
+    }
+
+    /// Takes the run hold of `job_id` for this runner (before it claims the job).
+    pub fn hold_job(&self, job_id: &str) -> Result<crate::store::hold::RunHold, StoreError> {
+        self.store.hold_job(&self.state_dir, job_id, &self.runner)
+    }
+
+    /// Closes as `interrupted` every running job of the store whose runner is gone
+    /// ([`orphans`]).
+    pub fn close_orphans(&self) -> Result<orphans::OrphanReport, StoreError> {
+        orphans::close_orphans(&self.store, &self.state_dir, &self.runner, &self.observers)
+    }
+
     /// Validates and journals a new job with a queue priority.
     pub fn submit_with_priority(
         &self,
@@ -390,6 +416,7 @@ impl Engine {
             reason: crate::job::FinishReason::CancelRequested,
             message: format!("cancelled by {by} before it started"),
             exit_code: None,
+            ran_ms: None,
         })?;
         Ok(true)
     }

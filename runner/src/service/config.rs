@@ -35,6 +35,10 @@ pub struct ServiceConfig {
     /// Drain grace on SIGTERM.
     #[serde(default = "default_grace")]
     pub drain_grace: HumanDuration,
+    /// PostgreSQL: how long a runner host's lease lasts without renewal; a host silent this
+    /// long has its running jobs closed as interrupted by a surviving one (SPEC §8).
+    #[serde(default = "default_lease_timeout")]
+    pub lease_timeout: HumanDuration,
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
@@ -147,6 +151,9 @@ fn default_concurrency() -> usize {
 }
 fn default_grace() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(300))
+}
+fn default_lease_timeout() -> HumanDuration {
+    HumanDuration(crate::store::lease::DEFAULT_LEASE_TIMEOUT)
 }
 fn default_max_mode() -> Mode {
     Mode::WorkspaceWrite
