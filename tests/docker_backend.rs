@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::docker::{IMAGE, containers_with_label, ready};
+use common::docker::{IMAGE, containers_with_label, ready, running_containers_with_label};
 use common::{Fixture, complete_report};
 use ralph_sandbox::docker::client;
 use ralph_sandbox::docker::{DockerBackend, labels};
@@ -392,11 +392,14 @@ fn sandbox_exec_exit_codes_and_no_container_left() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while containers_with_label(labels::JOB, &job).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no container");
+    // The container runs (not only exists) before the runner is signalled.
+    while running_containers_with_label(labels::JOB, &job).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no running container"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(300));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,

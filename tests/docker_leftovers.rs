@@ -11,7 +11,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::docker::{containers_with_label, ready};
+use common::docker::{containers_with_label, ready, running_containers_with_label};
 use ralph_sandbox::docker::labels;
 use serde_json::Value;
 
@@ -35,12 +35,14 @@ fn a_killed_runner_leaves_a_container_that_the_next_start_removes() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while containers_with_label(labels::JOB, &job).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no container");
+    // Running, not just created.
+    while running_containers_with_label(labels::JOB, &job).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no running container"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Running, not just created.
-    std::thread::sleep(Duration::from_millis(500));
     child.kill().unwrap();
     child.wait().unwrap();
     let left = containers_with_label(labels::JOB, &job);

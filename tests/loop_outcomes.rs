@@ -442,7 +442,7 @@ fn a_state_dir_inside_the_workspace_is_refused() {
 }
 
 #[test]
-fn a_missing_agent_command_fails_the_round_as_exec_failed() {
+fn a_missing_agent_command_ends_the_job_at_once_as_a_configuration_error() {
     let f = Fixture::new();
     let out = Ralph::new()
         .args([
@@ -451,7 +451,9 @@ fn a_missing_agent_command_fails_the_round_as_exec_failed() {
             "x",
             "--json",
             "--round-retries",
-            "0",
+            "2",
+            "--max-rounds",
+            "5",
             "--mode",
             TEST_MODE,
         ])
@@ -461,11 +463,28 @@ fn a_missing_agent_command_fails_the_round_as_exec_failed() {
         .arg(&f.state)
         .args(["--agent-cmd", "/nonexistent/agent-binary"])
         .output();
-    out.expect_code(3);
-    let msg = out.json()["message"].as_str().unwrap().to_owned();
+    // SPEC §3: an agent command the shell cannot run is a configuration error, at once.
+    out.expect_code(64);
+    let j = out.json();
+    assert_eq!(j["outcome"], "error");
+    assert_eq!(j["reason"], "configuration");
+    assert_eq!(j["rounds"], 1, "no further round");
+    assert_eq!(j["retries"], 0, "no retry of what cannot run");
+    let msg = j["message"].as_str().unwrap();
     assert!(
-        msg.contains("no_report") && msg.contains("exit status 127"),
+        msg.contains("exit 127") && msg.contains("/nonexistent/agent-binary"),
         "{msg}"
+    );
+    let events = f.events(&out.job_id());
+    let finished: Vec<_> = events
+        .iter()
+        .filter(|(t, _)| t == "round_finished")
+        .collect();
+    assert_eq!(finished.len(), 1);
+    assert_eq!(
+        finished[0].1["result"]["reason"], "exec_failed",
+        "{:?}",
+        finished[0].1
     );
 }
 

@@ -28,17 +28,20 @@ exec sleep {marker}3"#
 }
 
 fn assert_gone(marker: &str) {
-    // Everything is reaped before ralph exits; allow the kernel a moment to tear down.
-    for _ in 0..50 {
-        if processes_with(marker).is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "processes of the round survived: {:?}",
-        processes_with(marker)
+    // Everything is killed before ralph exits; allow the kernel a moment to tear down.
+    wait_until_gone(
+        marker,
+        Duration::from_secs(10),
+        "processes of the round survived",
     );
+}
+
+/// Waits until the whole stubborn tree runs (the `started` file comes before its last process).
+fn wait_for_tree(f: &Fixture, marker: &str) {
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(30));
+    let parts: Vec<String> = (1..=3).map(|i| format!("{marker}{i}")).collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    wait_for_processes(&parts, Duration::from_secs(30));
 }
 
 #[test]
@@ -75,8 +78,7 @@ fn sigint_cancels_with_130_and_leaves_no_orphan() {
     let marker = "93200";
     let agent = stubborn_tree(&f, marker);
     let child = f.run(&agent).spawn();
-    wait_for_file(&f.ws.join("started"), Duration::from_secs(10));
-    assert!(!processes_with(marker).is_empty());
+    wait_for_tree(&f, marker);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(
@@ -104,7 +106,7 @@ fn sigterm_cancels_too() {
     let marker = "93300";
     let agent = stubborn_tree(&f, marker);
     let child = f.run(&agent).spawn();
-    wait_for_file(&f.ws.join("started"), Duration::from_secs(10));
+    wait_for_tree(&f, marker);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
@@ -117,20 +119,15 @@ fn killing_the_runner_outright_still_kills_the_round() {
     let marker = "93400";
     let agent = stubborn_tree(&f, marker);
     let mut child = f.run(&agent).spawn();
-    wait_for_file(&f.ws.join("started"), Duration::from_secs(10));
+    wait_for_tree(&f, marker);
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     child.wait().unwrap();
     // The helper notices through its pidfd that the runner is gone and stops the tree
     // (SIGTERM, then SIGKILL after the grace period of 1s).
-    for _ in 0..150 {
-        if processes_with(marker).is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "round processes outlived the killed runner: {:?}",
-        processes_with(marker)
+    wait_until_gone(
+        marker,
+        Duration::from_secs(30),
+        "round processes outlived the killed runner",
     );
 }
 

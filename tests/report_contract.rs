@@ -187,3 +187,27 @@ fn a_report_file_that_is_a_symlink_is_refused() {
             .contains("symlinks are refused")
     );
 }
+
+#[test]
+fn a_utf8_bom_before_the_report_is_skipped_in_the_file_and_on_stdout() {
+    let f = Fixture::new();
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    bytes.extend(complete_report("with a BOM").as_bytes());
+    let file = f.data("bom.json", &bytes);
+    // In the report file.
+    let agent = f.agent(
+        "bom_file.sh",
+        &format!("cp '{}' \"$RALPH_REPORT_FILE\"", file.display()),
+    );
+    let out = f.run(&agent).args(["--round-retries", "0"]).output();
+    out.expect_code(0);
+    assert_eq!(out.json()["report"]["summary"], "with a BOM");
+    // As the last JSON line of stdout.
+    let agent = f.agent(
+        "bom_stdout.sh",
+        &format!("echo log line; cat '{}'; echo", file.display()),
+    );
+    let out = f.run(&agent).args(["--round-retries", "0"]).output();
+    out.expect_code(0);
+    assert_eq!(out.json()["report"]["summary"], "with a BOM");
+}

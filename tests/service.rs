@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::server::{Server, job};
-use common::{complete_report, continue_report, processes_with, wait_for_file};
+use common::{
+    complete_report, continue_report, wait_for_file, wait_for_processes, wait_until_gone,
+};
 use serde_json::{Value, json};
 
 fn post_jobs(s: &Server, jobs: Vec<Value>) -> (u16, Value) {
@@ -84,20 +86,15 @@ fn cancelling_a_running_job_leaves_no_process() {
     assert_eq!(code, 201, "{created}");
     let id = created["jobs"][0]["id"].as_str().unwrap().to_owned();
     wait_for_file(&ws.join("started"), Duration::from_secs(20));
-    assert!(!processes_with("9441").is_empty());
+    // Both processes of the round run before the cancel (the file comes first).
+    wait_for_processes(&["94411", "94412"], Duration::from_secs(30));
     s.ralph(&["cancel", &id]).expect_code(0);
     let out = s.ralph(&["wait", &id]);
     out.expect_code(130);
-    for _ in 0..100 {
-        if processes_with("9441").is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        processes_with("9441"),
-        Vec::<i32>::new(),
-        "processes of the cancelled round survived"
+    wait_until_gone(
+        "9441",
+        Duration::from_secs(30),
+        "processes of the cancelled round survived",
     );
     let types: Vec<String> = s
         .events(&id)

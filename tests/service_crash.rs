@@ -104,7 +104,7 @@ fi"#,
         std::thread::sleep(Duration::from_millis(rng.next() % 900));
         s.kill9();
         // The helpers see their runner die and stop their trees.
-        let left = wait_no_agents(Duration::from_secs(5));
+        let left = wait_no_agents(Duration::from_secs(30));
         survivors += left.len();
         s.start();
         // Recovery: nothing is running, no round is open.

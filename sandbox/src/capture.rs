@@ -16,6 +16,10 @@ pub trait OutputSink: Send {
     fn finish(self: Box<Self>) -> io::Result<CaptureSummary>;
 }
 
+/// The marker added to a capture whose reader did not finish draining within the limit after
+/// the process ended (the capture may be cut short or empty, never silently).
+pub const UNDRAINED_MARKER: &str = "\n[ralph: the output reader did not finish within 5 s after the process ended; this capture may be incomplete]\n";
+
 /// The marker written where output was cut. It counts inside the cap.
 pub fn truncation_marker(cap: u64) -> String {
     format!("\n[ralph: output truncated at {cap} bytes; the rest was discarded]\n")
@@ -88,6 +92,7 @@ impl OutputSink for CappedFile {
             bytes_seen: self.seen,
             bytes_kept: self.kept,
             truncated: self.truncated,
+            undrained: false,
         })
     }
 }
@@ -110,6 +115,7 @@ impl OutputSink for Discard {
             bytes_seen: self.seen,
             bytes_kept: 0,
             truncated: false,
+            undrained: false,
         })
     }
 }

@@ -281,6 +281,11 @@ pub struct CaptureSummary {
     pub bytes_kept: u64,
     /// True when output was cut at the cap.
     pub truncated: bool,
+    /// True when the stream's reader had not finished draining within the limit after the
+    /// process ended: what was kept may be cut short or empty (see
+    /// [`crate::capture::UNDRAINED_MARKER`]).
+    #[serde(default)]
+    pub undrained: bool,
 }
 
 /// Everything known about one finished run.

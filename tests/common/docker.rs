@@ -74,3 +74,19 @@ pub fn containers_with_label(key: &str, value: &str) -> Vec<String> {
     .map(str::to_owned)
     .collect()
 }
+
+/// Ids of the *running* containers with label `key=value`.
+pub fn running_containers_with_label(key: &str, value: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        "status=running",
+        "--filter",
+        &format!("label={key}={value}"),
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}

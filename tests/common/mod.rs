@@ -271,3 +271,39 @@ pub fn complete_report(summary: &str) -> String {
         r#"{{"status":"complete","summary":"{summary}","evidence":["checked"],"nextSteps":[],"blocker":""}}"#
     )
 }
+
+/// Waits (at most `limit`) until `cond` holds, polling; panics naming `what` when it never does.
+/// Tests synchronise on real conditions through this, never on a sleep or a single check.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until a live process exists for each of `markers` (substrings of command lines).
+pub fn wait_for_processes(markers: &[&str], limit: Duration) {
+    wait_until(&format!("processes with {markers:?} run"), limit, || {
+        markers.iter().all(|m| !processes_with(m).is_empty())
+    });
+}
+
+/// Waits until no live process has `marker` in its command line; panics listing the survivors.
+pub fn wait_until_gone(marker: &str, limit: Duration, what: &str) {
+    let start = Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: {left:?} still alive after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

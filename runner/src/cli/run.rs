@@ -116,6 +116,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let store = Arc::new(
         Store::open(&state_dir, database_url).map_err(|e| CliError::internal(e.to_string()))?,
     );
+    // PostgreSQL: this run's lease, which its job names while it runs (SPEC §8).
+    let _lease = store
+        .start_lease(&runner, ralph_runner::store::lease::DEFAULT_LEASE_TIMEOUT)
+        .map_err(|e| CliError::internal(e.to_string()))?;
     // The job's paths are resolved once the store says where earlier rounds could write.
     let known = WritableTrees::new(
         store
@@ -138,13 +142,24 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         RunnerEnv::capture(),
     )
     .with_agent_user(args.agent_user.clone());
+    // Jobs of this store whose runner died are closed as interrupted first (SPEC §8).
+    match engine.close_orphans() {
+        Ok(r) if !r.interrupted.is_empty() => eprintln!(
+            "ralph: closed {} job(s) whose runner died as interrupted: {}",
+            r.interrupted.len(),
+            r.interrupted.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("ralph: warning: failed to close the jobs of dead runners: {e}"),
+    }
     // The workspace first: a job that cannot have it is refused before it is journalled, so
     // it leaves no record (and certainly no `running` job) behind.
     let workspace = engine
         .lock_workspace(&spec.workspace)
         .map_err(|e| lock_error(&e))?;
-    // Journalled as started at once: a service sharing the store never takes this job.
-    let job_id = engine.submit_started(&spec).map_err(|e| match e {
+    // Journalled as started at once, under its run hold: a service sharing the store never
+    // takes this job, and nobody closes it while this process lives.
+    let (job_id, hold) = engine.submit_started_held(&spec).map_err(|e| match e {
         EngineError::Spec(s) => spec_error(&s),
         EngineError::Config { message } => CliError::usage(message),
         other => CliError::internal(other.to_string()),
@@ -155,8 +170,11 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         .build()
         .map_err(|e| CliError::internal(format!("failed to start the runtime: {e}")))?;
     let progress = Arc::new(Progress::new(std::io::stderr().is_terminal()));
-    let observers: Vec<Arc<dyn Observer>> =
-        vec![progress.clone(), Arc::new(MetricsObserver(metrics.clone()))];
+    let observers: Vec<Arc<dyn Observer>> = vec![
+        progress.clone(),
+        Arc::new(MetricsObserver(metrics.clone())),
+        hold.observer(),
+    ];
     let cancel = Cancel::new();
     let result = rt.block_on(async {
         watch_signals(cancel.clone());
@@ -170,6 +188,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         r
     });
     progress.finish();
+    drop(hold);
     let result = result.map_err(|e| CliError::internal(format!("job {job_id}: {e}")))?;
     print_result(&result, args.json)?;
     Ok(Exit::for_result(&result))

@@ -32,6 +32,7 @@ impl<W: Write + Send> OutputSink for Passthrough<W> {
             bytes_seen: self.seen,
             bytes_kept: self.seen,
             truncated: false,
+            undrained: false,
         })
     }
 }

@@ -174,7 +174,7 @@ impl<'e> JobRun<'e> {
         // The rounds' own network (the gateway is refused up front where it cannot be had).
         req.network = Some(self.spec.network());
         self.engine
-            .backends
+            .spawner
             .preflight(self.spec.sandbox.backend, &req)
             .map_err(|e| (finish_reason_of(e.class()), e.to_string()))
     }
@@ -278,16 +278,18 @@ impl<'e> JobRun<'e> {
                                 None,
                             );
                         }
+                        // A spent budget needs no backoff to be known.
+                        if self.budget_spent() {
+                            return self.finish_budget();
+                        }
                         let pause = backoff(self.spec.retry_backoff.0, attempt);
-                        self.journal.record(EventKind::RoundRetried {
-                            round,
-                            attempt,
-                            reason,
-                            backoff_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                        })?;
+                        let left = self
+                            .deadline
+                            .map(|d| d.saturating_duration_since(Instant::now()));
                         tokio::select! {
                             () = tokio::time::sleep(pause) => {}
                             () = self.cancel.cancelled() => {}
+                            () = tokio::time::sleep(left.unwrap_or(pause)), if left.is_some() => {}
                         }
                         if self.cancel.is_draining() {
                             return self.finish_cancelled();
@@ -299,8 +301,23 @@ impl<'e> JobRun<'e> {
                         if self.budget_spent() {
                             return self.finish_budget();
                         }
+                        // Journalled only now that the retry really starts.
+                        self.journal.record(EventKind::RoundRetried {
+                            round,
+                            attempt,
+                            reason,
+                            backoff_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                        })?;
                         retry_note = Some(format!("{reason}: {message}"));
                         attempt += 1;
+                    }
+                    AttemptEnd::CannotRun(msg) => {
+                        return self.finish(
+                            Outcome::Error,
+                            FinishReason::Configuration,
+                            &msg,
+                            None,
+                        );
                     }
                     AttemptEnd::Cancelled => {
                         return self.finish(
@@ -383,6 +400,9 @@ impl<'e> JobRun<'e> {
             ),
             AttemptEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
             AttemptEnd::BudgetSpent => self.finish_budget(),
+            AttemptEnd::CannotRun(msg) => {
+                self.finish(Outcome::Error, FinishReason::Configuration, &msg, code)
+            }
             AttemptEnd::Failed(reason, message) => self.finish(
                 Outcome::Failed,
                 FinishReason::TaskExit,
@@ -504,44 +524,84 @@ impl<'e> JobRun<'e> {
         )
     }
 
-    fn finish(
+    /// Journals the job's one outcome. The result it makes is checked first (SPEC §3): a result
+    /// that breaks an invariant is never journalled as the outcome; an `error` naming the
+    /// broken invariant is, instead.
+    pub(super) fn finish(
         &mut self,
         outcome: Outcome,
         reason: FinishReason,
         message: &str,
         exit_code: Option<i32>,
     ) -> Result<(), EngineError> {
+        let message = bounded(message, RESULT_TEXT_BOUND);
+        let (outcome, reason, message) = match self
+            .result_of(outcome, reason, &message, exit_code)
+            .check()
+        {
+            Ok(()) => (outcome, reason, message),
+            Err(broken) => (
+                Outcome::Error,
+                FinishReason::InternalError,
+                bounded(
+                    &format!(
+                        "{broken} (the runner refused to end the job as `{outcome}` ({}): {message})",
+                        reason.as_str()
+                    ),
+                    RESULT_TEXT_BOUND,
+                ),
+            ),
+        };
         self.journal.record(EventKind::JobFinished {
             outcome,
             reason,
-            message: bounded(message, RESULT_TEXT_BOUND),
+            message,
             exit_code,
+            ran_ms: Some(u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)),
         })?;
         Ok(())
     }
 
-    /// The result object of the finished job; its invariants are checked here.
-    fn result(&self) -> Result<JobResult, EngineError> {
+    /// The result object the job would have if it ended now as given.
+    fn result_of(
+        &self,
+        outcome: Outcome,
+        reason: FinishReason,
+        message: &str,
+        exit_code: Option<i32>,
+    ) -> JobResult {
         let v = self.journal.view();
-        let finish = v.finish.as_ref().ok_or_else(|| EngineError::Internal {
-            message: "the job did not finish".into(),
-        })?;
-        let result = JobResult {
+        JobResult {
             job_id: v.id.clone(),
             kind: v.spec.kind,
-            outcome: finish.outcome,
-            reason: finish.reason,
-            message: finish.message.clone(),
+            outcome,
+            reason,
+            message: message.to_owned(),
             rounds: v.rounds_started,
             max_rounds: v.spec.max_rounds,
             retries: v.retries,
             verified: v.verified,
             report: v.last_report.clone(),
+            resumed: v.resumes > 0,
             usage: v.usage,
-            exit_code: finish.exit_code,
+            exit_code,
             artifacts: self.job_dir.clone(),
             duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        };
+        }
+    }
+
+    /// The result object of the finished job; its invariants are checked again here.
+    fn result(&self) -> Result<JobResult, EngineError> {
+        let v = self.journal.view();
+        let finish = v.finish.as_ref().ok_or_else(|| EngineError::Internal {
+            message: "the job did not finish".into(),
+        })?;
+        let result = self.result_of(
+            finish.outcome,
+            finish.reason,
+            &finish.message,
+            finish.exit_code,
+        );
         result.check()?;
         Ok(result)
     }

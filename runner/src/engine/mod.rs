@@ -18,14 +18,22 @@ mod backends;
 mod cancel;
 mod cancel_watch;
 pub mod env;
+#[cfg(test)]
+mod fake_spawn;
 mod job_run;
+mod judge;
+#[cfg(test)]
+mod loop_tests;
+pub mod orphans;
 mod path_check;
 mod preset_check;
 pub mod prompt;
 mod round;
 pub mod round_gateway;
 mod sanitized;
+mod spawn;
 pub mod stdout_report;
+mod undrained;
 pub mod upstream;
 mod verify;
 pub mod workspace_lock;
@@ -133,6 +141,8 @@ pub struct Engine {
     observers: Vec<Arc<dyn Observer>>,
     agent_user: Option<String>,
     upstreams: upstream::Upstreams,
+    /// What starts the agent and verify processes (the sandbox backends, or a test's fake).
+    spawner: Arc<dyn spawn::Spawner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -154,9 +164,11 @@ impl Engine {
         runner: RunnerInfo,
         env: RunnerEnv,
     ) -> Self {
+        let spawner: Arc<dyn spawn::Spawner> = Arc::new(spawn::SandboxSpawner(backends.clone()));
         Self {
             store,
             backends,
+            spawner,
             state_dir,
             runner,
             env,
@@ -215,6 +227,31 @@ impl Engine {
     pub fn submit_started(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
         self.check(spec)?;
         Ok(self.store.submit_started(spec, &self.runner)?)
+    }
+
+    /// [`Engine::submit_started`] under the job's run hold, taken before the job is journalled
+    /// ([`crate::store::hold`]): it is never seen running without a holder. Keep the hold until
+    /// the run ends and pass its observer to [`Engine::run`].
+    pub fn submit_started_held(
+        &self,
+        spec: &JobSpec,
+    ) -> Result<(JobId, crate::store::hold::RunHold), EngineError> {
+        self.check(spec)?;
+        let id = crate::job::new_job_id();
+        let hold = self.hold_job(&id)?;
+        let id = self.store.submit_started_as(id, spec, &self.runner)?;
+        Ok((id, hold))
+    }
+
+    /// Takes the run hold of `job_id` for this runner (before it claims the job).
+    pub fn hold_job(&self, job_id: &str) -> Result<crate::store::hold::RunHold, StoreError> {
+        self.store.hold_job(&self.state_dir, job_id, &self.runner)
+    }
+
+    /// Closes as `interrupted` every running job of the store whose runner is gone
+    /// ([`orphans`]).
+    pub fn close_orphans(&self) -> Result<orphans::OrphanReport, StoreError> {
+        orphans::close_orphans(&self.store, &self.state_dir, &self.runner, &self.observers)
     }
 
     /// Validates and journals a new job with a queue priority.
@@ -379,6 +416,7 @@ impl Engine {
             reason: crate::job::FinishReason::CancelRequested,
             message: format!("cancelled by {by} before it started"),
             exit_code: None,
+            ran_ms: None,
         })?;
         Ok(true)
     }
@@ -391,6 +429,13 @@ impl Engine {
     /// The state directory.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
+    }
+
+    /// Replaces what starts the agent and verify processes (tests drive the loop with a fake).
+    #[cfg(test)]
+    pub(crate) fn with_spawner(mut self, spawner: Arc<dyn spawn::Spawner>) -> Self {
+        self.spawner = spawner;
+        self
     }
 
     /// The sandbox backends.

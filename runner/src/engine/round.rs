@@ -16,9 +16,10 @@ use ralph_sandbox::{
 
 use super::artifacts::AttemptDirs;
 use super::job_run::JobRun;
+use super::judge::{AttemptFacts, judge};
 use super::prompt::{self, PromptInput};
 use super::round_gateway::{GatewayEvent, GatewayPlan, RunningGateway};
-use super::stdout_report::{ReportLineSink, Slot, StdoutReport};
+use super::stdout_report::{ReportLineSink, Slot};
 use super::{EngineError, env};
 use crate::agent::output::{BudgetWatch, PresetOutput, PresetSink, ReaderSlot};
 use crate::agent::{AgentOptions, RoundFiles};
@@ -54,6 +55,9 @@ pub enum AttemptEnd {
     BudgetSpent,
     /// The sandbox could not be set up; the agent never ran.
     SandboxFailed(SandboxError),
+    /// The agent command's shell could not run it (exit 126/127, no report): a configuration
+    /// error (SPEC §3); the message says the fix.
+    CannotRun(String),
 }
 
 /// An attempt's end plus how the process terminated.
@@ -243,7 +247,7 @@ impl JobRun<'_> {
         let spawned = match self.paths_unchanged(&known) {
             Ok(()) => {
                 self.engine
-                    .backends
+                    .spawner
                     .spawn(self.spec.sandbox.backend, &spec, io)
                     .await
             }
@@ -304,6 +308,19 @@ impl JobRun<'_> {
                 Some(exec),
             ),
         };
+        // Output not fully read is said, in the capture and in a failure's message.
+        let undrained = exec.as_ref().and_then(|e| {
+            super::undrained::mark(&[
+                ("stdout", &e.stdout, &dirs.stdout_log()),
+                ("stderr", &e.stderr, &dirs.stderr_log()),
+            ])
+        });
+        let end = match (end, undrained) {
+            (AttemptEnd::Failed(reason, message), Some(note)) => {
+                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
+            }
+            (end, _) => end,
+        };
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;
         }
@@ -349,6 +366,10 @@ impl JobRun<'_> {
             AttemptEnd::Failed(reason, message) => AttemptResult::Failed {
                 reason: *reason,
                 message: message.clone(),
+            },
+            AttemptEnd::CannotRun(message) => AttemptResult::Failed {
+                reason: RoundFailure::ExecFailed,
+                message: bounded(message, 2048),
             },
             AttemptEnd::Cancelled => AttemptResult::Cancelled,
             AttemptEnd::Deadline => AttemptResult::DeadlineReached,
@@ -396,7 +417,7 @@ impl JobRun<'_> {
     /// gateway and returns the attempt's usage as the model API reported it.
     async fn wait_with_gateway(
         &mut self,
-        run: super::Run,
+        run: Box<dyn super::spawn::Spawned>,
         mut gw: RunningGateway,
         round_stop: &tokio_util::sync::CancellationToken,
         round: u32,
@@ -510,7 +531,7 @@ impl JobRun<'_> {
         }
     }
 
-    /// Decides how the attempt ended from what the sandbox reported and what the agent left.
+    /// Reads what the agent left and decides how the attempt ended ([`super::judge::judge`]).
     fn judge(
         &self,
         exec: &ExecReport,
@@ -520,95 +541,36 @@ impl JobRun<'_> {
         policy: ReportPolicy,
         deadline_bound: bool,
     ) -> AttemptEnd {
-        let o = &exec.outcome;
-        match o.ended_by {
-            EndedBy::Cancel | EndedBy::RunnerGone => return AttemptEnd::Cancelled,
-            EndedBy::Timeout if deadline_bound => return AttemptEnd::Deadline,
-            _ => {}
-        }
-        // Whatever the round claims, it broke the sandbox's rules on the host side (undone by
-        // now): its report is not trusted.
-        if !o.violations.is_empty() {
-            let found: Vec<String> = o.violations.iter().map(ToString::to_string).collect();
-            return AttemptEnd::Failed(
-                RoundFailure::WorkspaceTampered,
-                bounded(
-                    &format!(
-                        "the round left what the sandbox forbids: {}",
-                        found.join("; ")
-                    ),
-                    2048,
-                ),
-            );
-        }
-        match o.ended_by {
-            EndedBy::Cancel | EndedBy::RunnerGone => return AttemptEnd::Cancelled,
-            EndedBy::Timeout if deadline_bound => return AttemptEnd::Deadline,
-            EndedBy::Timeout => {
-                let t = self
-                    .spec
-                    .round_timeout
-                    .map_or_else(String::new, |t| format!(" of {t}"));
-                return AttemptEnd::Failed(
-                    RoundFailure::Timeout,
-                    format!("the round timeout{t} passed; the process tree was killed"),
-                );
-            }
-            EndedBy::Exit | EndedBy::MemoryLimit => {}
-        }
-        if let Some(msg) = &o.exec_error {
-            return AttemptEnd::Failed(RoundFailure::ExecFailed, bounded(msg, 2048));
-        }
-        // The CLI's own verdict on its run wins over anything it left behind.
-        if let Some(err) = preset.and_then(|p| p.error.as_ref()) {
-            return AttemptEnd::Failed(RoundFailure::AgentError, err.clone());
-        }
         let cap = self.spec.handoff_cap;
-        let from_file = read_report_file(&dirs.report_file(), cap);
-        let decoded = match (from_file, policy, preset) {
-            (Some(r), _, _) => Some(r),
-            (None, ReportPolicy::OptionalFile, _) => None,
-            (None, ReportPolicy::Required, Some(p)) => {
-                p.report.as_ref().map(|r| report::decode(r.as_bytes(), cap))
-            }
-            (None, ReportPolicy::Required, None) => {
-                match slot.lock().ok().and_then(|s| s.clone()) {
-                    Some(StdoutReport::Line(bytes)) => Some(report::decode(&bytes, cap)),
-                    Some(StdoutReport::Overlong(len)) => {
-                        Some(Err(ReportError::InputTooLarge { size: len, cap }))
-                    }
-                    None => None,
-                }
-            }
+        let stderr_tail = tail_of(&dirs.stderr_log(), STDERR_QUOTE);
+        let command = match &self.agent {
+            crate::agent::Agent::Command(c) => Some(c.as_str()),
+            crate::agent::Agent::Preset(_) => None,
         };
-        match decoded {
-            Some(Ok(r)) => AttemptEnd::Reported(r),
-            Some(Err(e)) => {
-                AttemptEnd::Failed(RoundFailure::InvalidReport, bounded(&e.to_string(), 2048))
-            }
-            None if policy == ReportPolicy::OptionalFile => AttemptEnd::Exited,
-            None => {
-                let stderr = tail_of(&dirs.stderr_log(), STDERR_QUOTE);
-                let missing = ReportError::Missing {
-                    file: dirs.report_file().display().to_string(),
-                };
-                let why = match (o.ended_by, o.termination) {
-                    (EndedBy::MemoryLimit, _) => "the memory limit was hit".to_owned(),
-                    (_, t) => format!("the agent ended with {t}"),
-                };
-                let detail = if stderr.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!("; stderr ends with: {}", stderr.trim())
-                };
-                let reason = if matches!(o.termination, Termination::Signaled { .. }) {
-                    RoundFailure::Crashed
-                } else {
-                    RoundFailure::NoReport
-                };
-                AttemptEnd::Failed(reason, bounded(&format!("{missing}; {why}{detail}"), 2048))
-            }
-        }
+        let facts = AttemptFacts {
+            outcome: &exec.outcome,
+            report_file: read_report_file(&dirs.report_file(), cap),
+            stdout: slot.lock().ok().and_then(|s| s.clone()),
+            preset,
+            policy,
+            deadline_bound,
+            round_timeout: self.spec.round_timeout.map(|t| t.to_string()),
+            cap,
+            report_path: &dirs.report_file().display().to_string(),
+            stderr_tail: &stderr_tail,
+            agent_command: command,
+        };
+        let cannot_run = |code: i32, output: &str| {
+            super::preset_check::cannot_run_message(
+                "the agent command",
+                command.unwrap_or_default(),
+                code,
+                output,
+                &self.spec,
+                &self.engine.env,
+            )
+        };
+        judge(facts, &cannot_run)
     }
 
     fn read_usage(

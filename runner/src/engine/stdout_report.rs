@@ -58,7 +58,12 @@ impl ReportLineSink {
                 self.last = Some(StdoutReport::Overlong(self.line_len));
             }
         } else {
-            let trimmed = self.line.trim_ascii();
+            // One UTF-8 BOM before the object is skipped, as the decoder does.
+            let line = self.line.trim_ascii_start();
+            let trimmed = line
+                .strip_prefix(crate::report::decode::UTF8_BOM)
+                .unwrap_or(line)
+                .trim_ascii();
             if trimmed.first() == Some(&b'{')
                 && trimmed.last() == Some(&b'}')
                 && serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(trimmed)
@@ -135,6 +140,14 @@ mod tests {
     fn an_unterminated_last_line_counts() {
         assert_eq!(
             scan(&[b"x\n  {\"a\":1}  "], 1000),
+            Some(StdoutReport::Line(b"{\"a\":1}".to_vec()))
+        );
+    }
+
+    #[test]
+    fn a_bom_before_the_object_is_skipped() {
+        assert_eq!(
+            scan(&[b"log\n\xEF\xBB\xBF{\"a\":1}\n"], 1000),
             Some(StdoutReport::Line(b"{\"a\":1}".to_vec()))
         );
     }

@@ -86,7 +86,7 @@ impl JobRun<'_> {
         let spawned = match self.paths_unchanged(&known) {
             Ok(()) => {
                 self.engine
-                    .backends
+                    .spawner
                     .spawn(self.spec.sandbox.backend, &spec, io)
                     .await
             }
@@ -98,6 +98,7 @@ impl JobRun<'_> {
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let _ = dirs.remove_private();
+        let outcome_captures;
         let (end, exit, ended_by, violations) = match outcome {
             Err(e) => {
                 let message = e.to_string();
@@ -113,6 +114,7 @@ impl JobRun<'_> {
                 return Ok(VerifyEnd::SandboxFailed(e));
             }
             Ok(r) => {
+                outcome_captures = Some(r.stdout);
                 let o = r.outcome;
                 self.record_git_check(round, None, &o.git)?;
                 let violations = o.violations;
@@ -131,6 +133,11 @@ impl JobRun<'_> {
         };
         if matches!(end, VerifyEnd::Cancelled) {
             self.note_cancel()?;
+        }
+        // Output not fully read is said: the marker ends the capture, so its tail (the note
+        // and the journal) carries it.
+        if let Some(c) = &outcome_captures {
+            let _ = super::undrained::mark(&[("output", c, &log)]);
         }
         let mut tail = tail_of(&log, VERIFY_TAIL_BYTES);
         if ended_by == Some(EndedBy::Timeout) {

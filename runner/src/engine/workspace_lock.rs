@@ -161,17 +161,9 @@ impl WorkspaceLock {
                 source,
             });
         }
-        let holder = file
-            .metadata()
-            .ok()
-            .and_then(|m| holder_pid(&read_locks(Path::new(PROC)), FileId::of(&m)))
-            .map_or(Holder::Unknown, |pid| Holder::Process {
-                pid,
-                command: command_line(Path::new(PROC), pid),
-            });
         Err(WorkspaceLockError::Busy {
             path: path.to_owned(),
-            holder,
+            holder: holder_of(&file),
         })
     }
 
@@ -247,6 +239,18 @@ impl WorkspaceLockError {
             other => other,
         }
     }
+}
+
+/// Who holds the `flock` lock of the file open as `file` (its pid and command line, from
+/// `/proc/locks`); also used for the run holds and the serve lock ([`crate::store::hold`]).
+pub fn holder_of(file: &File) -> Holder {
+    file.metadata()
+        .ok()
+        .and_then(|m| holder_pid(&read_locks(Path::new(PROC)), FileId::of(&m)))
+        .map_or(Holder::Unknown, |pid| Holder::Process {
+            pid,
+            command: command_line(Path::new(PROC), pid),
+        })
 }
 
 /// `<proc>/locks`, or nothing when it cannot be read.

@@ -195,6 +195,10 @@ pub struct JobResult {
     pub verified: Option<bool>,
     /// The last valid report, or null.
     pub report: Option<Report>,
+    /// Whether the job was resumed at least once (its later rounds may follow rounds that all
+    /// failed, so a later round-failed may carry no report).
+    #[serde(skip)]
+    pub resumed: bool,
     /// Token totals.
     pub usage: UsageTotals,
     /// A task's exit status.
@@ -253,7 +257,9 @@ impl JobResult {
                 if self.rounds == 1 && self.report.is_some() {
                     return fail("round-failed in round 1 carrying a previous report");
                 }
-                if self.rounds > 1 && self.report.is_none() {
+                // Without a resume, a later round follows rounds that all reported; a resumed job
+                // may follow a run whose rounds all failed (SPEC §3: "or none").
+                if self.rounds > 1 && self.report.is_none() && !self.resumed {
                     return fail("round-failed in a later round without the last valid report");
                 }
             }
@@ -275,5 +281,38 @@ impl JobResult {
             (_, Outcome::Failed | Outcome::Cancelled | Outcome::Interrupted | Outcome::Error) => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_failed(rounds: u32, resumed: bool) -> JobResult {
+        JobResult {
+            job_id: "j".into(),
+            kind: JobKind::Loop,
+            outcome: Outcome::RoundFailed,
+            reason: FinishReason::RoundFailed,
+            message: "round failed".into(),
+            rounds,
+            max_rounds: 5,
+            retries: 0,
+            verified: None,
+            report: None,
+            resumed,
+            usage: UsageTotals::default(),
+            exit_code: None,
+            artifacts: PathBuf::from("/tmp"),
+            duration_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_later_round_failed_without_a_report_is_a_bug_unless_the_job_was_resumed() {
+        assert!(round_failed(2, false).check().is_err());
+        // Resumed after a run whose only round failed: no round ever reported.
+        assert_eq!(round_failed(2, true).check(), Ok(()));
+        assert_eq!(round_failed(1, false).check(), Ok(()));
     }
 }

@@ -19,8 +19,12 @@ pub fn raw_limit(cap: usize) -> usize {
     cap.saturating_mul(RAW_FACTOR).saturating_add(RAW_SLACK)
 }
 
-/// Decodes and validates a report from raw bytes.
+/// The UTF-8 byte order mark some editors and tools write first; one is skipped.
+pub const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Decodes and validates a report from raw bytes (one leading UTF-8 BOM is skipped).
 pub fn decode(bytes: &[u8], cap: usize) -> Result<Report, ReportError> {
+    let bytes = bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes);
     if bytes.len() > raw_limit(cap) {
         return Err(ReportError::InputTooLarge {
             size: bytes.len(),

@@ -322,3 +322,154 @@ proptest! {
         }
     }
 }
+
+/// Text that is non-empty after trimming (and, for the blocker, its own trim).
+fn arb_text() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9_ .é✓-]{0,12}[a-zA-Z0-9é✓]".prop_map(|s| s.trim().to_owned())
+}
+
+fn arb_items(min: usize) -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(arb_text(), min..4)
+}
+
+/// Reports that keep every rule of SPEC §2, for each status.
+fn arb_valid_report() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        (arb_text(), arb_items(0), arb_items(1)).prop_map(|(s, e, n)| json!({
+            "status": "continue", "summary": s, "evidence": e, "nextSteps": n, "blocker": ""
+        })),
+        (arb_text(), arb_items(1)).prop_map(|(s, e)| json!({
+            "status": "complete", "summary": s, "evidence": e, "nextSteps": [], "blocker": ""
+        })),
+        (arb_text(), arb_items(0), arb_items(0), arb_text()).prop_map(|(s, e, n, b)| json!({
+            "status": "blocked", "summary": s, "evidence": e, "nextSteps": n, "blocker": b
+        })),
+    ]
+}
+
+/// One change that breaks a valid report (each rule of SPEC §2 in turn).
+fn break_report(mut v: Value, which: usize) -> Value {
+    let o = v.as_object_mut().unwrap();
+    let status = o["status"].as_str().unwrap().to_owned();
+    match which % 9 {
+        0 => {
+            o.remove(KEYS[which / 9 % KEYS.len()]);
+        }
+        1 => {
+            o.insert("extra".into(), json!(1));
+        }
+        2 => {
+            o.insert("summary".into(), json!("  "));
+        }
+        3 => {
+            o.insert("evidence".into(), json!(["ok", " "]));
+        }
+        4 => {
+            o.insert("blocker".into(), json!(" untrimmed "));
+        }
+        5 => {
+            o.insert("status".into(), json!("done"));
+        }
+        6 => {
+            o.insert("nextSteps".into(), json!("not a list"));
+        }
+        7 => {
+            // The status rule: continue without next steps, complete with some, blocked
+            // without a blocker.
+            match status.as_str() {
+                "continue" => o.insert("nextSteps".into(), json!([])),
+                "complete" => o.insert("nextSteps".into(), json!(["more"])),
+                _ => o.insert("blocker".into(), json!("")),
+            };
+        }
+        _ => {
+            o.insert("summary".into(), json!("x".repeat(CAP)));
+        }
+    }
+    v
+}
+
+/// Valid reports and near-valid ones (a valid report with one rule broken), about half each.
+fn arb_report_like() -> impl Strategy<Value = (Value, bool)> {
+    prop_oneof![
+        arb_valid_report().prop_map(|v| (v, true)),
+        (arb_valid_report(), 0usize..45).prop_map(|(v, w)| (break_report(v, w), false)),
+    ]
+}
+
+fn satisfies_every_rule(r: &Report) -> bool {
+    let by_status = match r.status {
+        Status::Continue => !r.next_steps.is_empty() && r.blocker.is_empty(),
+        Status::Complete => {
+            !r.evidence.is_empty() && r.next_steps.is_empty() && r.blocker.is_empty()
+        }
+        Status::Blocked => !r.blocker.is_empty(),
+    };
+    by_status
+        && !r.summary.trim().is_empty()
+        && r.blocker.trim() == r.blocker
+        && r.evidence
+            .iter()
+            .chain(&r.next_steps)
+            .all(|i| !i.trim().is_empty())
+        && r.to_compact_json().len() <= CAP
+}
+
+proptest! {
+    #[test]
+    fn generated_valid_reports_are_accepted_and_round_trip(v in arb_valid_report()) {
+        let r = decode(v.to_string().as_bytes(), CAP);
+        prop_assert!(r.is_ok(), "{v} rejected: {r:?}");
+        let r = r.unwrap();
+        prop_assert!(satisfies_every_rule(&r));
+        prop_assert_eq!(serde_json::to_value(&r).unwrap(), v);
+    }
+
+    #[test]
+    fn near_valid_reports_are_rejected_and_valid_ones_accepted((v, valid) in arb_report_like()) {
+        let r = decode(v.to_string().as_bytes(), CAP);
+        prop_assert_eq!(r.is_ok(), valid, "{} -> {:?}", v, r);
+        if let Ok(r) = r {
+            prop_assert!(satisfies_every_rule(&r));
+        }
+    }
+}
+
+#[test]
+fn the_mixed_strategy_exercises_both_branches() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = arb_report_like();
+    let n = 400;
+    let accepted = (0..n)
+        .filter(|_| {
+            let (v, _) = strategy.new_tree(&mut runner).unwrap().current();
+            decode(v.to_string().as_bytes(), CAP).is_ok()
+        })
+        .count();
+    assert!(
+        (n / 4..=n * 3 / 4).contains(&accepted),
+        "{accepted} of {n} accepted: both branches must be exercised"
+    );
+}
+
+#[test]
+fn one_leading_bom_is_skipped() {
+    let text = cont().to_string();
+    let with_bom = [UTF8_BOM_BYTES, text.as_bytes()].concat();
+    assert_eq!(decode(&with_bom, CAP).unwrap(), dec(cont()).unwrap());
+    // Only one, and only first.
+    let two = [UTF8_BOM_BYTES, UTF8_BOM_BYTES, text.as_bytes()].concat();
+    assert!(matches!(
+        decode(&two, CAP),
+        Err(ReportError::NotJson { .. })
+    ));
+    let inside = [b" ".as_slice(), UTF8_BOM_BYTES, text.as_bytes()].concat();
+    assert!(matches!(
+        decode(&inside, CAP),
+        Err(ReportError::NotJson { .. })
+    ));
+}
+
+const UTF8_BOM_BYTES: &[u8] = decode::UTF8_BOM;

@@ -41,6 +41,10 @@ pub struct ServiceConfig {
     /// How long a client may take to send a request body.
     #[serde(default = "default_body_timeout")]
     pub body_read_timeout: HumanDuration,
+    /// PostgreSQL: how long a runner host's lease lasts without renewal; a host silent this
+    /// long has its running jobs closed as interrupted by a surviving one (SPEC §8).
+    #[serde(default = "default_lease_timeout")]
+    pub lease_timeout: HumanDuration,
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
@@ -159,6 +163,9 @@ fn default_header_timeout() -> HumanDuration {
 }
 fn default_body_timeout() -> HumanDuration {
     HumanDuration(std::time::Duration::from_secs(30))
+}
+fn default_lease_timeout() -> HumanDuration {
+    HumanDuration(crate::store::lease::DEFAULT_LEASE_TIMEOUT)
 }
 fn default_max_mode() -> Mode {
     Mode::WorkspaceWrite

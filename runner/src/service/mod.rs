@@ -6,6 +6,7 @@
 //! - [`api`]: the HTTP/JSON API under `/v1`, `/healthz`, `/readyz`, `/metrics`, served by
 //!   [`http_server`] (read timeouts, graceful shutdown).
 //! - [`recovery`]: start-up reconciliation of what a dead instance left.
+//! - `orphan_watch`: the periodic close of jobs whose runner died (hold free, lease expired).
 //! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
 //! - [`auth`]: the bearer token. [`notify`]: `sd_notify`.
 
@@ -17,6 +18,7 @@ pub mod gateway_config;
 pub mod http_server;
 pub mod notify;
 pub mod path_admission;
+mod orphan_watch;
 pub mod recovery;
 mod scheduler;
 
@@ -57,6 +59,12 @@ pub enum ServiceError {
     /// The sandbox policies are unusable.
     #[error(transparent)]
     Policy(#[from] ralph_sandbox::policy::PolicyError),
+    /// Another `ralph serve` holds this SQLite state directory.
+    #[error("{source} (another `ralph serve` runs on this state directory)")]
+    Busy {
+        /// Whose hold.
+        source: crate::store::hold::HoldError,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -101,6 +109,10 @@ pub struct Service {
     ready: AtomicBool,
     events: broadcast::Sender<Event>,
     metrics: Arc<Metrics>,
+    /// PostgreSQL: this host's runner lease, renewed while the service lives.
+    _lease: Option<crate::store::lease::LeaseGuard>,
+    /// SQLite: the state directory's serve lock (one `ralph serve` per directory).
+    _serve_lock: Option<crate::store::hold::ExclusiveFile>,
 }
 
 impl std::fmt::Debug for Service {
@@ -114,6 +126,9 @@ impl std::fmt::Debug for Service {
 fn log(msg: &str) {
     eprintln!("ralph serve: {msg}");
 }
+
+/// The serve lock of a SQLite state directory.
+pub const SERVE_LOCK: &str = "serve.lock";
 
 /// How often a job the engine could not finish is tried to be closed, and the pause between.
 const FAIL_TRIES: u32 = 12;
@@ -155,9 +170,19 @@ impl Service {
         if config.database_url.is_some() {
             log(&format!("state store: {}", store.location()));
         }
+        let serve_lock = if store.is_sqlite() {
+            let what = format!("the state directory `{}`", state_dir.display());
+            Some(
+                crate::store::hold::ExclusiveFile::try_acquire(&state_dir.join(SERVE_LOCK), &what)
+                    .map_err(|source| ServiceError::Busy { source })?,
+            )
+        } else {
+            None
+        };
         let token = auth::load_or_create(&config.token_path())?;
         let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
         let runner = RunnerInfo::current("serve");
+        let lease = store.start_lease(&runner, config.lease_timeout.0)?;
         let ceilings = crate::job::Ceilings {
             max_rounds: config.limits.max_rounds,
             handoff_cap: usize::try_from(config.limits.max_handoff_cap.0).unwrap_or(usize::MAX),
@@ -207,6 +232,8 @@ impl Service {
             ready: AtomicBool::new(false),
             metrics,
             events,
+            _lease: lease,
+            _serve_lock: serve_lock,
         }))
     }
 
@@ -337,6 +364,7 @@ impl Service {
             reason: FinishReason::InternalError,
             message: crate::util::text::bounded(message, 4096),
             exit_code: None,
+            ran_ms: None,
         })?;
         Ok(())
     }
@@ -480,6 +508,7 @@ impl Service {
             });
         }
         let scheduler = tokio::spawn(self.clone().schedule());
+        let orphans = tokio::spawn(self.clone().watch_orphans());
         let first = loop {
             tokio::select! {
                 _ = term.recv() => break "SIGTERM",
@@ -502,6 +531,7 @@ impl Service {
         });
         self.drain(first, rx).await;
         scheduler.abort();
+        orphans.abort();
         shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;

@@ -1,25 +1,20 @@
-//! Start-up reconciliation, before any work is taken (SPEC §8): every round left open by a dead
-//! runner is closed as `interrupted` and its job finished as `interrupted` — never re-run;
-//! resuming is explicit (`ralph resume`). Then what a killed instance may have left is reaped:
+//! Start-up reconciliation, before any work is taken (SPEC §8): every running job whose run hold
+//! is free (its runner died: [`crate::engine::orphans`]) is closed as `interrupted` — never
+//! re-run; resuming is explicit (`ralph resume`); a job a live `ralph run` holds is left alone. Then what a killed instance may have left is reaped:
 //! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds, and
 //! this host's ralph containers whose runner is gone (found by their `io.ralph.*` labels).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::engine::AttemptDirs;
-use crate::job::{FinishReason, Outcome};
-use crate::store::{
-    AttemptResult, EventKind, JobState, Journal, Observer, RunnerInfo, Store, StoreError,
-};
-use crate::usage::RoundUsage;
+use crate::store::{Observer, RunnerInfo, Store, StoreError};
 
 /// What start-up reconciliation did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RecoveryReport {
     /// Jobs closed as interrupted.
     pub interrupted: Vec<String>,
-    /// Running jobs left alone because their runner is alive (another `ralph run`).
+    /// Running jobs left alone because their runner holds them (another `ralph run`, host).
     pub left_to_live_runners: Vec<String>,
     /// Orphaned sandbox helpers killed.
     pub helpers_killed: u32,
@@ -42,60 +37,9 @@ pub fn recover(
         containers_removed: remove_leftover_containers(),
         ..Default::default()
     };
-    for id in store.job_ids_in_state(JobState::Running)? {
-        let mut journal = Journal::open(store.clone(), &id, observers.to_vec())?;
-        let view = journal.view().clone();
-        let dead = match &view.runner {
-            Some(r)
-                if r.pid == me.pid
-                    && r.boot_id == me.boot_id
-                    && r.start_ticks == me.start_ticks =>
-            {
-                true
-            }
-            Some(r) => r.is_alive() == Some(false),
-            None => true,
-        };
-        if !dead {
-            report.left_to_live_runners.push(id);
-            continue;
-        }
-        let who = view.runner.as_ref().map_or_else(
-            || "an unknown runner".to_owned(),
-            |r| format!("`ralph {}` (pid {} on {})", r.role, r.pid, r.host),
-        );
-        journal.record(EventKind::Interrupted {
-            message: format!("{who} stopped while the job ran; found on restart"),
-        })?;
-        if let Some((round, attempt)) = view.open_attempt {
-            journal.record(EventKind::RoundFinished {
-                round,
-                attempt,
-                result: AttemptResult::Interrupted,
-                exit: None,
-                ended_by: None,
-                duration_ms: 0,
-                usage: RoundUsage::default(),
-                resources: None,
-                sandbox_violations: Vec::new(),
-                sandbox_setup_ms: None,
-                agent_retries: Default::default(),
-            })?;
-            let dirs = AttemptDirs::new(&crate::engine::job_dir(state_dir, &id), round, attempt);
-            let _ = dirs.remove_private();
-        }
-        let at = view.open_attempt.map_or_else(
-            || "between rounds".to_owned(),
-            |(r, a)| format!("in round {r} (attempt {a})"),
-        );
-        journal.record(EventKind::JobFinished {
-            outcome: Outcome::Interrupted,
-            reason: FinishReason::RunnerDied,
-            message: format!("the runner died {at}; nothing was re-run; `ralph resume {id}` continues with the remaining budget"),
-            exit_code: None,
-        })?;
-        report.interrupted.push(id);
-    }
+    let orphans = crate::engine::orphans::close_orphans(store, state_dir, me, observers)?;
+    report.interrupted = orphans.interrupted;
+    report.left_to_live_runners = orphans.left_to_live_runners;
     Ok(report)
 }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! next_queued(skip: running ids + passed over, busy: workspaces of running jobs + found held)
-//!   └─ WorkspaceLock::try_acquire(its workspace)
+//!   └─ WorkspaceLock::try_acquire(its workspace), then the job's run hold (store::hold)
 //!        ├─ held by another process ─▶ workspace added to `busy`; the job stays queued
 //!        └─ locked ─▶ claim(id) (journals job_started iff still queued)
 //!                       ├─ claimed ─▶ launch: Engine::run holds the lock to the job's end
@@ -30,6 +30,7 @@ use std::time::Duration;
 use super::{Service, changed_by_another_runner, log};
 use crate::engine::{Cancel, Holder, WorkspaceLock, WorkspaceLockError};
 use crate::store::QueuedJob;
+use crate::store::hold::RunHold;
 use crate::store::journal::blocking;
 
 /// A job this service runs.
@@ -100,6 +101,15 @@ impl Service {
                 // job is claimed and closed as an error rather than left queued for ever.
                 other => other,
             };
+            // The run hold before the claim: the job is never running without a holder.
+            let hold = match blocking(|| self.engine.hold_job(&job.id)) {
+                Ok(h) => h,
+                Err(e) => {
+                    log(&format!("job {}: not started now: {e}", job.id));
+                    passed.push(job.id);
+                    continue;
+                }
+            };
             // The claim journals `job_started` atomically: another runner sharing the store
             // never gets the same job.
             match blocking(|| self.engine.store().claim(&job.id, self.engine.runner())) {
@@ -108,7 +118,7 @@ impl Service {
                         w.remove(&job.id);
                     }
                     busy.push(job.workspace.clone());
-                    self.clone().launch(job, lock);
+                    self.clone().launch(job, lock, hold);
                 }
                 Ok(false) => passed.push(job.id),
                 Err(e) => {
@@ -143,7 +153,12 @@ impl Service {
 
     /// Runs a claimed job, holding its workspace lock until it ends; a job whose workspace
     /// could not be locked is closed as an error.
-    fn launch(self: Arc<Self>, job: QueuedJob, lock: Result<WorkspaceLock, WorkspaceLockError>) {
+    fn launch(
+        self: Arc<Self>,
+        job: QueuedJob,
+        lock: Result<WorkspaceLock, WorkspaceLockError>,
+        hold: RunHold,
+    ) {
         let cancel = Cancel::new();
         if let Ok(mut m) = self.running.lock() {
             m.insert(
@@ -157,12 +172,13 @@ impl Service {
         let id = job.id;
         tokio::spawn(async move {
             match lock {
-                Ok(lock) => self.run_job(&id, lock, cancel).await,
+                Ok(lock) => self.run_job(&id, lock, cancel, &hold).await,
                 Err(e) => {
                     log(&format!("job {id}: {e}"));
                     self.fail_with_retries(&id, &e.to_string()).await;
                 }
             }
+            drop(hold);
             if let Ok(mut m) = self.running.lock() {
                 m.remove(&id);
             }
@@ -171,8 +187,12 @@ impl Service {
     }
 
     /// Runs a claimed job to its end; one the engine could not finish is closed as an error.
-    async fn run_job(&self, id: &str, lock: WorkspaceLock, cancel: Cancel) {
-        match self.engine.run(id, lock, cancel, Vec::new()).await {
+    async fn run_job(&self, id: &str, lock: WorkspaceLock, cancel: Cancel, hold: &RunHold) {
+        match self
+            .engine
+            .run(id, lock, cancel, vec![hold.observer()])
+            .await
+        {
             Ok(r) => log(&format!(
                 "job {id}: {} after {} round(s): {}",
                 r.outcome, r.rounds, r.message

@@ -315,6 +315,11 @@ pub enum EventKind {
         message: String,
         /// A task's exit code.
         exit_code: Option<i32>,
+        /// Monotonic milliseconds this run of the job ran (the runner's clock, or the last
+        /// heartbeat of a dead runner's hold); absent in older journals, where the time between
+        /// `job_started` and this event counts instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ran_ms: Option<u64>,
     },
 }
 

@@ -3,6 +3,8 @@
 //! - [`event`]: the event types.
 //! - [`projection`]: a job's state as a fold of its events.
 //! - [`journal`]: appending events while a job runs.
+//! - [`lease`]: this process's runner lease on PostgreSQL.
+//! - [`hold`]: the run hold of a running job (file lock or lease) and its heartbeat.
 //! - [`sqlite`]: the embedded SQLite backend (the default: a file in the state directory).
 //! - [`postgres`]: the PostgreSQL backend (several runner hosts sharing one queue).
 //!
@@ -10,12 +12,15 @@
 //! (append-only events, optimistic sequence check, atomic claim of a queued job).
 
 pub mod event;
+pub mod hold;
 pub mod journal;
+pub mod lease;
 pub mod postgres;
 pub mod projection;
 pub mod sqlite;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use event::{AttemptResult, Event, EventKind, RunnerInfo};
 pub use journal::{Journal, Observer};
@@ -114,6 +119,18 @@ pub enum StoreError {
     /// A thread panicked while holding the database.
     #[error("the state store lock is poisoned")]
     Poisoned,
+    /// A run hold could not be taken or read.
+    #[error(transparent)]
+    Hold(Box<hold::HoldError>),
+}
+
+impl From<hold::HoldError> for StoreError {
+    fn from(e: hold::HoldError) -> Self {
+        match e {
+            hold::HoldError::Store(s) => *s,
+            other => StoreError::Hold(Box::new(other)),
+        }
+    }
 }
 
 /// The state store: the API the runner and the service use, over one of the backends.
@@ -185,7 +202,17 @@ impl Store {
     /// Accepts a new job already started by `runner` (`ralph run`): journals `job_submitted`
     /// and `job_started` in one transaction, so no service sharing the store can claim it.
     pub fn submit_started(&self, spec: &JobSpec, runner: &RunnerInfo) -> Result<JobId, StoreError> {
-        let id = new_job_id();
+        self.submit_started_as(new_job_id(), spec, runner)
+    }
+
+    /// [`Store::submit_started`] with the id chosen by the caller (who took its run hold
+    /// first: the job is never seen running without one).
+    pub fn submit_started_as(
+        &self,
+        id: JobId,
+        spec: &JobSpec,
+        runner: &RunnerInfo,
+    ) -> Result<JobId, StoreError> {
         let at = now_rfc3339();
         let submitted = Event {
             job_id: id.clone(),
@@ -291,6 +318,91 @@ impl Store {
             Backend::Sqlite(b) => b.path().display().to_string(),
             Backend::Postgres(b) => b.target().to_owned(),
         }
+    }
+
+    /// Starts this process's runner lease (PostgreSQL; `None` on SQLite, whose holds are file
+    /// locks): the jobs it starts from now on name it, and a heartbeat renews it every third of
+    /// `timeout`.
+    pub fn start_lease(
+        self: &Arc<Self>,
+        runner: &RunnerInfo,
+        timeout: std::time::Duration,
+    ) -> Result<Option<lease::LeaseGuard>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(None),
+            Backend::Postgres(pg) => lease::LeaseGuard::start(self, pg, runner, timeout).map(Some),
+        }
+    }
+
+    pub(crate) fn renew_lease(
+        &self,
+        id: &str,
+        timeout: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(true),
+            Backend::Postgres(pg) => pg.renew_lease(id, timeout),
+        }
+    }
+
+    pub(crate) fn recreate_lease(
+        &self,
+        id: &str,
+        runner: &RunnerInfo,
+        timeout: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.create_lease(id, runner, timeout),
+        }
+    }
+
+    pub(crate) fn end_lease(&self, id: &str) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.end_lease(id),
+        }
+    }
+
+    /// Takes the run hold of `job_id` for `runner` before it is journalled running (SQLite: its
+    /// file lock in `state_dir`; PostgreSQL: the job will name this process's lease, which must
+    /// have been started). A live holder is [`hold::HoldError::Busy`].
+    pub fn hold_job(
+        self: &Arc<Self>,
+        state_dir: &Path,
+        job_id: &str,
+        runner: &RunnerInfo,
+    ) -> Result<hold::RunHold, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(hold::RunHold::try_file(state_dir, job_id, runner)?),
+            Backend::Postgres(_) => Ok(hold::RunHold::lease(self, job_id, runner)),
+        }
+    }
+
+    /// Whether the running job `job_id` is held by a live runner; one that is not is taken
+    /// ([`hold::Probe::Free`]) for the caller to close.
+    pub fn probe_hold(&self, state_dir: &Path, job_id: &str) -> Result<hold::Probe, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(hold::probe_file(state_dir, job_id)?),
+            Backend::Postgres(pg) => pg.probe_lease(job_id),
+        }
+    }
+
+    /// Stores a running job's heartbeat (PostgreSQL; the file hold keeps its own).
+    pub(crate) fn write_heartbeat(
+        &self,
+        job_id: &str,
+        beat: &hold::Heartbeat,
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.write_heartbeat(job_id, beat),
+        }
+    }
+
+    /// Whether this is the SQLite backend.
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self.backend, Backend::Sqlite(_))
     }
 
     /// The SQLite database file, when that is the backend.

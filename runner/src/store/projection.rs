@@ -395,6 +395,7 @@ impl JobView {
                 reason,
                 message,
                 exit_code,
+                ran_ms,
             } => {
                 if self.state == JobState::Finished {
                     return Err(problem(ev, "the job already finished"));
@@ -403,11 +404,12 @@ impl JobView {
                     return Err(problem(ev, "an attempt is still open"));
                 }
                 self.state = JobState::Finished;
-                if let Some(start) = &self.run_started_at {
-                    self.elapsed_ms = self
-                        .elapsed_ms
-                        .saturating_add(millis_between(start, &ev.at));
-                }
+                let ran = match (ran_ms, &self.run_started_at) {
+                    (Some(ms), _) => *ms,
+                    (None, Some(start)) => millis_between(start, &ev.at),
+                    (None, None) => 0,
+                };
+                self.elapsed_ms = self.elapsed_ms.saturating_add(ran);
                 self.finish = Some(Finish {
                     outcome: *outcome,
                     reason: *reason,

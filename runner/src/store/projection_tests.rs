@@ -155,3 +155,104 @@ fn notes_are_bounded() {
     }
     assert_eq!(v.git_notes.len(), GIT_NOTES);
 }
+
+fn at(seq: u64, at: &str, kind: EventKind) -> Event {
+    Event {
+        at: at.into(),
+        ..ev(seq, kind)
+    }
+}
+
+fn job_finished(ran_ms: Option<u64>) -> EventKind {
+    EventKind::JobFinished {
+        outcome: crate::job::Outcome::Interrupted,
+        reason: crate::job::FinishReason::RunnerDied,
+        message: "m".into(),
+        exit_code: None,
+        ran_ms,
+    }
+}
+
+#[test]
+fn the_time_a_job_ran_is_the_runners_monotonic_time_whatever_the_wall_clock_did() {
+    let spec = JobSpec::new(
+        "o",
+        "/ws",
+        AgentSpec::Command {
+            command: "true".into(),
+        },
+    );
+    let runner = RunnerInfo::current("test");
+    let v = JobView::project(&[
+        at(
+            1,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+        ),
+        at(
+            2,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobStarted {
+                runner: runner.clone(),
+            },
+        ),
+        // The wall clock jumps ten hours forward while the job runs (or the runner was down).
+        at(3, "2026-01-01T10:00:00.000Z", job_finished(Some(5_000))),
+        at(
+            4,
+            "2026-01-01T10:00:01.000Z",
+            EventKind::Resumed {
+                message: "r".into(),
+            },
+        ),
+        // ... and a year back.
+        at(
+            5,
+            "2025-01-01T00:00:00.000Z",
+            EventKind::JobStarted { runner },
+        ),
+        at(6, "2025-01-01T00:00:00.000Z", job_finished(Some(3_000))),
+    ])
+    .unwrap();
+    assert_eq!(v.elapsed_ms, 8_000);
+}
+
+#[test]
+fn an_older_journal_without_ran_ms_counts_the_time_between_its_events() {
+    let spec = JobSpec::new(
+        "o",
+        "/ws",
+        AgentSpec::Command {
+            command: "true".into(),
+        },
+    );
+    let old: EventKind = serde_json::from_value(json!({
+        "type": "job_finished", "outcome": "interrupted", "reason": "runner_died",
+        "message": "m", "exit_code": null
+    }))
+    .unwrap();
+    let v = JobView::project(&[
+        at(
+            1,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+        ),
+        at(
+            2,
+            "2026-01-01T00:00:00.000Z",
+            EventKind::JobStarted {
+                runner: RunnerInfo::current("test"),
+            },
+        ),
+        at(3, "2026-01-01T00:00:07.000Z", old),
+    ])
+    .unwrap();
+    assert_eq!(v.elapsed_ms, 7_000);
+    // And a new one carries the field.
+    let text = serde_json::to_value(job_finished(Some(42))).unwrap();
+    assert_eq!(text["ran_ms"], 42);
+}

@@ -159,6 +159,7 @@ fn cancelled() -> EventKind {
         reason: FinishReason::CancelRequested,
         message: String::new(),
         exit_code: None,
+        ran_ms: None,
     }
 }
 
@@ -727,14 +728,18 @@ fn a_newer_schema_is_refused(db: &Db) {
         Db::Sqlite(dir) => Store::open_sqlite(dir.path()).unwrap_err(),
         Db::Postgres(t) => Store::open_postgres(&t.url).unwrap_err(),
     };
+    let ours = match db {
+        Db::Sqlite(_) => 1,
+        Db::Postgres(_) => i64::from(super::postgres::schema::SCHEMA_VERSION),
+    };
     assert!(
         matches!(
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported,
                 ..
-            }
+            } if supported == ours
         ),
         "{err}"
     );
@@ -852,4 +857,87 @@ fn writable_trees_are_the_distinct_workspaces_and_write_dirs(db: &Db) {
         ["/srv/ws1", "/srv/ws2", "/var/cache/a", "/var/cache/b"],
         "{trees:?}"
     );
+}
+
+#[test]
+fn a_version_1_postgres_database_is_upgraded_to_leases_in_place() {
+    let Some(db) = TestDatabase::create("upgrade_v1") else {
+        return;
+    };
+    let mut c = db.client();
+    c.batch_execute(include_str!("postgres/schema.sql"))
+        .unwrap();
+    c.batch_execute(
+        "CREATE TABLE ralph_schema (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), version integer NOT NULL);
+         INSERT INTO ralph_schema (version) VALUES (1);",
+    )
+    .unwrap();
+    let store = Store::open_postgres(&db.url).unwrap();
+    let id = store.submit(&spec()).unwrap();
+    assert_eq!(store.load(&id).unwrap().state, JobState::Queued);
+    let version: i32 = c
+        .query_one("SELECT version FROM ralph_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, super::postgres::schema::SCHEMA_VERSION);
+    let lease: Option<String> = c
+        .query_one("SELECT lease_id FROM jobs WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_eq!(lease, None);
+    c.batch_execute("SELECT id, expires_at FROM runner_leases")
+        .unwrap();
+}
+
+#[test]
+fn a_job_whose_lease_expired_is_taken_over_once_and_a_live_one_is_left_alone() {
+    let Some(db) = TestDatabase::create("lease_takeover") else {
+        return;
+    };
+    let me = RunnerInfo::current("serve");
+    // Host a: a lease that will lapse, and a job running under it.
+    let a = Arc::new(Store::open_postgres(&db.url).unwrap());
+    let _lease_a = a
+        .start_lease(&me, std::time::Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    let id = a.submit(&spec()).unwrap();
+    assert!(a.claim(&id, &me).unwrap());
+    // Two survivors with live leases.
+    let b = Arc::new(Store::open_postgres(&db.url).unwrap());
+    let _lease_b = b
+        .start_lease(&me, std::time::Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    let c = Arc::new(Store::open_postgres(&db.url).unwrap());
+    let _lease_c = c
+        .start_lease(&me, std::time::Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Hostile first: a live lease holds the job.
+    assert!(matches!(
+        b.probe_hold(dir.path(), &id).unwrap(),
+        super::hold::Probe::Held { .. }
+    ));
+    // The lease lapses (by the database's clock).
+    let n = db
+        .client()
+        .execute(
+            "UPDATE runner_leases SET expires_at = now() - interval '1 second'
+             WHERE id = (SELECT lease_id FROM jobs WHERE id = $1)",
+            &[&id],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let first = b.probe_hold(dir.path(), &id).unwrap();
+    assert!(
+        matches!(first, super::hold::Probe::Free { .. }),
+        "{first:?}"
+    );
+    // The second survivor finds it held by the first (which took it over).
+    assert!(matches!(
+        c.probe_hold(dir.path(), &id).unwrap(),
+        super::hold::Probe::Held { .. }
+    ));
 }

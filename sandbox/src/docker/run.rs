@@ -418,7 +418,12 @@ impl DockerRun {
             }
             Err(_) => {
                 self.pump.abort();
-                (CaptureSummary::default(), CaptureSummary::default())
+                // Said, never silently empty: the runner marks the capture and its message.
+                let undrained = CaptureSummary {
+                    undrained: true,
+                    ..CaptureSummary::default()
+                };
+                (undrained.clone(), undrained)
             }
         };
         let state = bounded(

@@ -418,7 +418,11 @@ impl Running for NativeRun {
                         message: format!("output capture task failed: {e}"),
                     });
                 }
-                Err(_) => CaptureSummary::default(),
+                // Said, never silently empty: the runner marks the capture and its message.
+                Err(_) => CaptureSummary {
+                    undrained: true,
+                    ..CaptureSummary::default()
+                },
             };
             captures.push(summary);
         }

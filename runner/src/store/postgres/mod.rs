@@ -17,7 +17,9 @@
 //! - [`target`]: the connection string (defaults, redaction).
 //! - [`worker`]: the connection thread, reconnects and retries.
 //! - [`schema`]: `schema.sql` and its version.
+//! - [`lease`]: runner leases, the run hold of this backend.
 
+pub mod lease;
 pub mod schema;
 pub mod target;
 pub mod worker;
@@ -36,6 +38,8 @@ use worker::{Attempt, CallError, Connection};
 #[derive(Debug)]
 pub struct PgStore {
     conn: Connection,
+    /// This process's runner lease ([`lease`]): the jobs it starts name it.
+    lease: std::sync::Mutex<Option<String>>,
 }
 
 /// One stored event row: (seq, at, data).
@@ -51,7 +55,10 @@ impl PgStore {
         })?;
         let conn = Connection::start(target)?;
         schema::ensure(&conn)?;
-        Ok(Self { conn })
+        Ok(Self {
+            conn,
+            lease: std::sync::Mutex::new(None),
+        })
     }
 
     /// The connection string, password redacted.
@@ -82,6 +89,11 @@ impl PgStore {
             view.spec.kind.as_str(),
             view.state.as_str(),
         );
+        let lease = if state == "running" {
+            self.lease_id()
+        } else {
+            None
+        };
         self.conn
             .call("insert a job into", move |client, attempt| {
                 let mut tx = client.transaction()?;
@@ -90,9 +102,9 @@ impl PgStore {
                 }
                 durability(&mut tx, first.kind.durability())?;
                 tx.execute(
-                    "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec)
-                     VALUES ($1, $2, $3, NULL, 0, $4, $5, $6, $7, $8)",
-                    &[&id, &kind, &state, &priority, &first.at, &last.at, &seq_i64(last.seq), &spec],
+                    "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec, lease_id)
+                     VALUES ($1, $2, $3, NULL, 0, $4, $5, $6, $7, $8, $9)",
+                    &[&id, &kind, &state, &priority, &first.at, &last.at, &seq_i64(last.seq), &spec, &lease],
                 )?;
                 for (event, data) in events.iter().zip(&data) {
                     insert_event(&mut tx, event, data)?;
@@ -154,6 +166,7 @@ impl PgStore {
         let data = encode(started)?;
         let durable = started.durability();
         let (id, at) = (job_id.to_owned(), at.to_owned());
+        let lease = self.lease_id();
         self.conn.call("claim a job from", move |client, attempt| {
             let mut tx = client.transaction()?;
             if attempt == Attempt::MaybeCommitted {
@@ -170,10 +183,11 @@ impl PgStore {
             }
             durability(&mut tx, durable)?;
             let claimed = tx.query_opt(
-                "UPDATE jobs SET state = 'running', updated_at = $2, last_seq = last_seq + 1
+                "UPDATE jobs SET state = 'running', updated_at = $2, last_seq = last_seq + 1,
+                     lease_id = $3, heartbeat = NULL
                  WHERE id = $1 AND state = 'queued'
                  RETURNING last_seq",
-                &[&id, &at],
+                &[&id, &at, &lease],
             )?;
             let Some(row) = claimed else {
                 return Ok(false);

@@ -1,4 +1,5 @@
-//! The PostgreSQL schema (`schema.sql`) and its version, kept in `ralph_schema`. Created once,
+//! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases) and its
+//! version, kept in `ralph_schema`. Created once,
 //! under an advisory lock so that several runners starting together do not race; a database
 //! written by a newer ralph is refused, like SQLite's `user_version`.
 
@@ -6,9 +7,25 @@ use super::worker::{CallError, Connection};
 use crate::store::StoreError;
 
 /// The schema version this ralph writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 const SCHEMA: &str = include_str!("schema.sql");
+
+/// Version 2: runner leases ([`super::lease`]); upgrades a version 1 database in place.
+const LEASES: &str = "
+CREATE TABLE IF NOT EXISTS runner_leases (
+    id          text PRIMARY KEY,
+    host        text NOT NULL,
+    pid         bigint NOT NULL,
+    role        text NOT NULL,
+    boot_id     text NOT NULL,
+    start_ticks bigint NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS lease_id text;
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS heartbeat text;
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_id) WHERE state = 'running';
+";
 
 /// Key of the transaction-scoped advisory lock taken while the schema is checked or created.
 const SCHEMA_LOCK: i64 = 0x7261_6c70_6801;
@@ -37,7 +54,10 @@ pub fn ensure(conn: &Connection) -> Result<(), StoreError> {
             }));
         }
         if found < SCHEMA_VERSION {
-            tx.batch_execute(SCHEMA)?;
+            if found < 1 {
+                tx.batch_execute(SCHEMA)?;
+            }
+            tx.batch_execute(LEASES)?;
             tx.execute(
                 "INSERT INTO ralph_schema (version) VALUES ($1)
                  ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",

@@ -1,0 +1,255 @@
+//! A recording fake [`Spawner`] for the loop's unit tests: each agent attempt and each verify
+//! run plays a scripted outcome (report file, stdout, exit code, usage, time taken) and every
+//! call is recorded with its timeout and stdin. Waiting honours the timeout the loop gave and
+//! the cancel token, so deadline and cancel orderings are the loop's own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use ralph_sandbox::outcome::{EndedBy, Enforcement, ExecOutcome};
+use ralph_sandbox::{
+    BackendKind, ExecIo, ExecReport, ExecSpec, SandboxError, SandboxRequest, Termination,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::spawn::{Spawned, Spawner};
+
+/// What one scripted process does.
+#[derive(Clone, Debug)]
+pub(crate) struct Script {
+    /// Written to `$RALPH_REPORT_FILE` at the start (agent attempts only).
+    pub report: Option<String>,
+    /// Written to stdout.
+    pub stdout: String,
+    /// The exit code when it ends by itself.
+    pub exit: i32,
+    /// Lines appended to `$RALPH_USAGE_FILE` at the start.
+    pub usage: Option<String>,
+    /// How long it runs unless stopped.
+    pub elapsed: Duration,
+    /// Its stdout reader does not finish draining in time.
+    pub undrained: bool,
+}
+
+impl Script {
+    /// Writes `report` to the report file and exits 0 at once.
+    pub fn report(report: serde_json::Value) -> Self {
+        Self {
+            report: Some(report.to_string()),
+            ..Self::exit(0)
+        }
+    }
+
+    /// Leaves no report and exits with `code` at once.
+    pub fn exit(code: i32) -> Self {
+        Self {
+            report: None,
+            stdout: String::new(),
+            exit: code,
+            usage: None,
+            elapsed: Duration::ZERO,
+            undrained: false,
+        }
+    }
+
+    /// Also reports `tokens` input tokens used.
+    pub fn spending(mut self, tokens: u64) -> Self {
+        self.usage = Some(format!("{{\"model\":\"m\",\"input_tokens\":{tokens}}}\n"));
+        self
+    }
+
+    /// Its stdout reader does not drain in time.
+    pub fn undrained(mut self) -> Self {
+        self.undrained = true;
+        self
+    }
+
+    /// Runs for `elapsed` before it ends by itself.
+    pub fn taking(mut self, elapsed: Duration) -> Self {
+        self.elapsed = elapsed;
+        self
+    }
+}
+
+/// Which process a call started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    /// A round attempt of the agent.
+    Agent,
+    /// The verify command.
+    Verify,
+}
+
+/// One recorded spawn.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    /// Agent or verify.
+    pub kind: CallKind,
+    /// `RALPH_ROUND`.
+    pub round: Option<u32>,
+    /// `RALPH_ATTEMPT` (agent attempts).
+    pub attempt: Option<u32>,
+    /// The timeout the loop gave the process.
+    pub timeout: Option<Duration>,
+    /// What the process got on stdin (the prompt, for an agent).
+    pub stdin: String,
+}
+
+/// The fake: scripted agent attempts and verify runs, in order.
+#[derive(Debug, Default)]
+pub(crate) struct FakeSpawner {
+    agent: Mutex<VecDeque<Script>>,
+    verify: Mutex<VecDeque<Script>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl FakeSpawner {
+    /// A fake whose agent attempts play `agent` and verify runs play `verify`, in order; past
+    /// the end of a script a process exits 1 with no report.
+    pub fn new(agent: Vec<Script>, verify: Vec<Script>) -> Self {
+        Self {
+            agent: Mutex::new(agent.into()),
+            verify: Mutex::new(verify.into()),
+            calls: Mutex::default(),
+        }
+    }
+
+    /// Every spawn so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// The kinds of the spawns so far.
+    pub fn kinds(&self) -> Vec<CallKind> {
+        self.calls().iter().map(|c| c.kind).collect()
+    }
+}
+
+fn var<'a>(spec: &'a ExecSpec, name: &str) -> Option<&'a str> {
+    spec.env
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+impl Spawner for FakeSpawner {
+    fn preflight(&self, _kind: BackendKind, _req: &SandboxRequest) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        _kind: BackendKind,
+        spec: &'a ExecSpec,
+        io: ExecIo,
+    ) -> BoxFuture<'a, Result<Box<dyn Spawned>, SandboxError>> {
+        let report_file = var(spec, "RALPH_REPORT_FILE").map(PathBuf::from);
+        let kind = if report_file.is_some() {
+            CallKind::Agent
+        } else {
+            CallKind::Verify
+        };
+        let script = match kind {
+            CallKind::Agent => self.agent.lock().unwrap().pop_front(),
+            CallKind::Verify => self.verify.lock().unwrap().pop_front(),
+        }
+        .unwrap_or_else(|| Script::exit(1));
+        self.calls.lock().unwrap().push(Call {
+            kind,
+            round: var(spec, "RALPH_ROUND").and_then(|v| v.parse().ok()),
+            attempt: var(spec, "RALPH_ATTEMPT").and_then(|v| v.parse().ok()),
+            timeout: spec.timeout,
+            stdin: String::from_utf8_lossy(io.stdin.as_deref().unwrap_or_default()).into_owned(),
+        });
+        if let (Some(path), Some(report)) = (&report_file, &script.report) {
+            std::fs::write(path, report).unwrap();
+        }
+        if let (Some(path), Some(usage)) = (var(spec, "RALPH_USAGE_FILE"), &script.usage) {
+            std::fs::write(path, usage).unwrap();
+        }
+        let run = FakeRun {
+            script,
+            io,
+            timeout: spec.timeout,
+            mode: spec.sandbox.mode,
+        };
+        Box::pin(async move { Ok(Box::new(run) as Box<dyn Spawned>) })
+    }
+}
+
+struct FakeRun {
+    script: Script,
+    io: ExecIo,
+    timeout: Option<Duration>,
+    mode: ralph_sandbox::Mode,
+}
+
+impl Spawned for FakeRun {
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)> {
+        Vec::new()
+    }
+
+    fn wait(
+        self: Box<Self>,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, Result<ExecReport, SandboxError>> {
+        Box::pin(async move {
+            let FakeRun {
+                script,
+                mut io,
+                timeout,
+                mode,
+            } = *self;
+            io.stdout.write(script.stdout.as_bytes()).unwrap();
+            let started = std::time::Instant::now();
+            let limit = timeout.unwrap_or(Duration::MAX);
+            let ended_by = tokio::select! {
+                () = tokio::time::sleep(script.elapsed), if script.elapsed < limit => EndedBy::Exit,
+                () = tokio::time::sleep(limit), if timeout.is_some() => EndedBy::Timeout,
+                () = cancel.cancelled() => EndedBy::Cancel,
+            };
+            let termination = match ended_by {
+                EndedBy::Exit => Termination::Exited { code: script.exit },
+                _ => Termination::Signaled { signal: 9 },
+            };
+            let mut stdout = io.stdout.finish().unwrap();
+            if script.undrained {
+                stdout = ralph_sandbox::outcome::CaptureSummary {
+                    undrained: true,
+                    ..Default::default()
+                };
+            }
+            let stderr = io.stderr.finish().unwrap();
+            Ok(ExecReport {
+                outcome: ExecOutcome {
+                    termination,
+                    ended_by,
+                    wall: started.elapsed(),
+                    setup: None,
+                    resources: Default::default(),
+                    leftovers_killed: 0,
+                    exec_error: None,
+                    violations: Vec::new(),
+                    git: Default::default(),
+                    enforcement: Enforcement {
+                        backend: BackendKind::Native,
+                        mode,
+                        restrictions: Vec::new(),
+                        network: None,
+                    },
+                },
+                stdout,
+                stderr,
+            })
+        })
+    }
+}

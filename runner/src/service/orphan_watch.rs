@@ -1,0 +1,43 @@
+//! The service's periodic close of orphaned jobs ([`crate::engine::orphans`]): a `ralph run`
+//! killed beside the service (SQLite), or a host whose lease lapsed (PostgreSQL), has its
+//! running jobs closed as `interrupted` without anyone restarting. Every `lease_timeout / 2`
+//! on PostgreSQL, every [`SQLITE_EVERY`] on SQLite (a few `flock` probes).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{Service, log};
+use crate::store::journal::blocking;
+
+/// How often a SQLite store's running jobs are probed.
+const SQLITE_EVERY: Duration = Duration::from_secs(2);
+
+impl Service {
+    /// Closes orphaned jobs until the service drains.
+    pub(super) async fn watch_orphans(self: Arc<Self>) {
+        loop {
+            let every = if self.engine.store().is_sqlite() {
+                SQLITE_EVERY
+            } else {
+                (self.config().lease_timeout.0 / 2).max(Duration::from_millis(200))
+            };
+            tokio::time::sleep(every).await;
+            if self.draining.load(Ordering::SeqCst) {
+                return;
+            }
+            match blocking(|| self.engine.close_orphans()) {
+                Ok(r) if !r.interrupted.is_empty() => {
+                    log(&format!(
+                        "closed {} job(s) whose runner died as interrupted: {}",
+                        r.interrupted.len(),
+                        r.interrupted.join(", ")
+                    ));
+                    self.wake();
+                }
+                Ok(_) => {}
+                Err(e) => log(&format!("failed to close the jobs of dead runners: {e}")),
+            }
+        }
+    }
+}
