@@ -17,8 +17,8 @@ pub mod config;
 pub mod gateway_config;
 pub mod http_server;
 pub mod notify;
-pub mod path_admission;
 mod orphan_watch;
+pub mod path_admission;
 pub mod recovery;
 mod scheduler;
 
