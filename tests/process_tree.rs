@@ -147,3 +147,39 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     f.run(&agent).output().expect_code(0);
     assert_gone(marker);
 }
+
+/// An agent started behind a shell (`--agent-cmd` runs under `sh -c`) that traps SIGTERM to
+/// clean up gets its kill grace: the wrapper shell dying at once must not cut the clean-up short.
+#[test]
+fn a_cancelled_agent_behind_a_shell_wrapper_gets_its_grace_to_clean_up() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "cleanup.sh",
+        "trap 'sleep 2; touch cleaned; exit 0' TERM\ntouch started\nwhile :; do sleep 0.1; done",
+    );
+    // A compound command: the shell cannot exec the agent and stays its parent.
+    let child = f
+        .run_cmd(&format!("{}; true", agent.display()))
+        .args(["--kill-grace", "30s"])
+        .spawn();
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(30));
+    let asked = std::time::Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        f.ws.join("cleaned").exists(),
+        "the agent's clean-up was cut short when its wrapper shell ended"
+    );
+    // The round ended when its processes did, not at the end of the grace.
+    assert!(
+        asked.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        asked.elapsed()
+    );
+}

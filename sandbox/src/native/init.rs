@@ -151,22 +151,35 @@ pub fn run(
     };
     drop(err_w);
     let mut status: Option<i32> = None;
-    while status.is_none() {
+    // Once the supervisor asked for a stop, every process got SIGTERM and its grace: the
+    // command (often only a `sh -c` wrapper) ending first must not cut the others' clean-up
+    // short. They are waited for; the supervisor kills this init when the grace is over.
+    let mut stopping = false;
+    loop {
+        let mut all_gone = false;
+        loop {
+            match sys::wait_any_nohang() {
+                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
+                Ok(WaitAny::Reaped(_)) => {}
+                Ok(WaitAny::NoChildren) => {
+                    all_gone = true;
+                    break;
+                }
+                Ok(WaitAny::StillRunning) | Err(_) => break,
+            }
+        }
+        if status.is_some() && (!stopping || all_gone) {
+            break;
+        }
         if let Ok(Some(info)) = sigfd.read_signal() {
             if !matches!(
                 Signal::try_from(info.ssi_signo as i32),
                 Ok(Signal::SIGCHLD) | Err(_)
             ) {
                 // Stop request from the supervisor: everyone in the namespace.
+                stopping = true;
                 let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
                 let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
-            }
-        }
-        loop {
-            match sys::wait_any_nohang() {
-                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
-                Ok(WaitAny::Reaped(_)) => {}
-                Ok(WaitAny::StillRunning) | Ok(WaitAny::NoChildren) | Err(_) => break,
             }
         }
     }
