@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::event::{Event, EventKind};
 use super::projection::{JobState, JobView};
-use super::{Store, StoreError, now_rfc3339};
+use super::{Store, StoreError, now_after};
 
 /// Runs a short blocking store call from async code without stalling a multi-threaded runtime's
 /// other tasks (`block_in_place`); on a current-thread runtime, or outside one, it just runs.
@@ -82,7 +82,7 @@ impl Journal {
             let event = Event {
                 job_id: self.view.id.clone(),
                 seq: self.view.seq + 1,
-                at: now_rfc3339(),
+                at: now_after(&self.view.updated_at),
                 kind: kind.clone(),
             };
             let mut next = self.view.clone();

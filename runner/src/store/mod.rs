@@ -249,7 +249,7 @@ impl Store {
         let started = EventKind::JobStarted {
             runner: runner.clone(),
         };
-        dispatch!(self.claim(job_id, &started, &now_rfc3339()))
+        dispatch!(self.claim(job_id, &started))
     }
 
     /// The journal of a job.
@@ -460,6 +460,19 @@ pub struct JobSummary {
 /// The current time as RFC 3339 UTC with milliseconds.
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The time of an event that follows one at `previous`: now, or `previous` when the clock says
+/// earlier (a step back of the wall clock, or another host's clock ahead of this one's). A
+/// journal's times never go backwards, so its order and its times agree. Both are RFC 3339 in
+/// UTC with milliseconds (fixed width), so comparing the text compares the times.
+pub fn now_after(previous: &str) -> String {
+    let now = now_rfc3339();
+    if previous.len() == now.len() && previous > now.as_str() {
+        previous.to_owned()
+    } else {
+        now
+    }
 }
 
 #[cfg(test)]

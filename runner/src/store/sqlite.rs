@@ -213,7 +213,7 @@ impl SqliteStore {
     /// event) as its next event and makes it running, inside one IMMEDIATE transaction (which
     /// holds the database's write lock: no other process can claim or append meanwhile).
     /// Returns whether it was claimed (`false`: no longer queued, or no such job).
-    pub fn claim(&self, job_id: &str, started: &EventKind, at: &str) -> Result<bool, StoreError> {
+    pub fn claim(&self, job_id: &str, started: &EventKind) -> Result<bool, StoreError> {
         let mut conn = self.conn()?;
         let err = db_err(&self.path, "claim a job from");
         conn.set_durability(started.durability()).map_err(&err)?;
@@ -221,21 +221,22 @@ impl SqliteStore {
             .db
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let last: Option<i64> = tx
+        let last: Option<(i64, String)> = tx
             .query_row(
-                "SELECT last_seq FROM jobs WHERE id = ?1 AND state = 'queued'",
+                "SELECT last_seq, updated_at FROM jobs WHERE id = ?1 AND state = 'queued'",
                 params![job_id],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
             .map_err(&err)?;
-        let Some(last) = last else {
+        let Some((last, previous)) = last else {
             return Ok(false);
         };
+        // The time is taken now, under the write lock, never before the previous event's.
         let event = Event {
             job_id: job_id.to_owned(),
             seq: u64::try_from(last).unwrap_or(0) + 1,
-            at: at.to_owned(),
+            at: super::now_after(&previous),
             kind: started.clone(),
         };
         insert_event(&tx, &event).map_err(&err)?;

@@ -92,7 +92,37 @@ on_both_backends!(
     cancel_requests_are_found_after_a_sequence_number,
     a_newer_schema_is_refused,
     writable_trees_are_the_distinct_workspaces_and_write_dirs,
+    a_journals_times_never_go_backwards,
 );
+
+/// A journal's times follow its order: a claim takes its time when it writes (not before its
+/// wait for the connection) and no event is dated before the one it follows, even when that one
+/// was written by a host whose clock is ahead of this one's.
+fn a_journals_times_never_go_backwards(db: &Db) {
+    let store = Arc::new(db.store());
+    let me = runner();
+    let id = store.submit(&spec()).unwrap();
+    let ahead = "2999-01-01T00:00:00.000Z";
+    db.exec(&format!(
+        "UPDATE jobs SET updated_at = '{ahead}' WHERE id = '{id}'"
+    ))
+    .unwrap();
+    assert!(store.claim(&id, &me).unwrap());
+    let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
+    j.record(EventKind::CancelRequested { by: "t".into() })
+        .unwrap();
+    let events = store.events(&id).unwrap();
+    let times: Vec<&str> = events.iter().map(|e| e.at.as_str()).collect();
+    assert_eq!(
+        times[1], ahead,
+        "the claim is dated before the event it follows"
+    );
+    assert_eq!(
+        times[2], ahead,
+        "an event is dated before the one it follows"
+    );
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+}
 
 fn spec() -> JobSpec {
     JobSpec::new(

@@ -162,10 +162,10 @@ impl PgStore {
     /// event) as its next event and makes it running, in one transaction that locks the job's
     /// row (a concurrent claim by another host waits for it, then finds the job running).
     /// Returns whether it was claimed (`false`: no longer queued, or no such job).
-    pub fn claim(&self, job_id: &str, started: &EventKind, at: &str) -> Result<bool, StoreError> {
+    pub fn claim(&self, job_id: &str, started: &EventKind) -> Result<bool, StoreError> {
         let data = encode(started)?;
         let durable = started.durability();
-        let (id, at) = (job_id.to_owned(), at.to_owned());
+        let id = job_id.to_owned();
         let lease = self.lease_id();
         self.conn.call("claim a job from", move |client, attempt| {
             let mut tx = client.transaction()?;
@@ -174,25 +174,29 @@ impl PgStore {
                 let mine = tx.query_opt(
                     "SELECT 1 FROM jobs j JOIN events e ON e.job_id = j.id AND e.seq = j.last_seq
                      WHERE j.id = $1 AND j.state = 'running' AND e.type = 'job_started'
-                       AND e.at = $2 AND e.data = $3",
-                    &[&id, &at, &data],
+                       AND e.data = $2",
+                    &[&id, &data],
                 )?;
                 if mine.is_some() {
                     return Ok(true);
                 }
             }
             durability(&mut tx, durable)?;
+            // The time is taken now, after the wait for the connection, and never before the
+            // previous event's (the row's `updated_at`): a journal's times follow its order.
+            let now = super::now_rfc3339();
             let claimed = tx.query_opt(
-                "UPDATE jobs SET state = 'running', updated_at = $2, last_seq = last_seq + 1,
-                     lease_id = $3, heartbeat = NULL
+                "UPDATE jobs SET state = 'running', updated_at = GREATEST($2, updated_at),
+                     last_seq = last_seq + 1, lease_id = $3, heartbeat = NULL
                  WHERE id = $1 AND state = 'queued'
-                 RETURNING last_seq",
-                &[&id, &at, &lease],
+                 RETURNING last_seq, updated_at",
+                &[&id, &now, &lease],
             )?;
             let Some(row) = claimed else {
                 return Ok(false);
             };
             let seq: i64 = row.try_get(0)?;
+            let at: String = row.try_get(1)?;
             tx.execute(
                 "INSERT INTO events (job_id, seq, at, type, data) VALUES ($1, $2, $3, 'job_started', $4)",
                 &[&id, &seq, &at, &data],
