@@ -196,6 +196,12 @@ fi"#,
         let runs = executions(ws);
         let events: Vec<Value> = s.events(id);
         let started = started_attempts(&events);
+        // The journal's order is its times' order, across kills, recoveries and resumes.
+        let times: Vec<&str> = events.iter().map(|e| e["at"].as_str().unwrap()).collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "{id}: event times go backwards: {times:?}"
+        );
         for (key, n) in &runs {
             if *n > 1 {
                 duplicated += n - 1;
