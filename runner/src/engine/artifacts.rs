@@ -111,6 +111,12 @@ impl AttemptDirs {
         self.root.join("output.log")
     }
 
+    /// A guard that removes the private HOME and TMPDIR when dropped, however the attempt ends
+    /// (a store error that returns early included).
+    pub(crate) fn private_scratch(&self) -> PrivateScratch {
+        PrivateScratch(self.clone())
+    }
+
     /// Removes the private HOME and TMPDIR (their content is not an artifact).
     pub fn remove_private(&self) -> std::io::Result<()> {
         for d in [&self.home, &self.tmp] {
@@ -125,5 +131,15 @@ impl AttemptDirs {
             }
         }
         Ok(())
+    }
+}
+
+/// Removes an attempt's private HOME and TMPDIR when dropped (see
+/// [`AttemptDirs::private_scratch`]).
+pub(crate) struct PrivateScratch(AttemptDirs);
+
+impl Drop for PrivateScratch {
+    fn drop(&mut self) {
+        let _ = self.0.remove_private();
     }
 }

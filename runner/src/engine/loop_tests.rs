@@ -485,3 +485,34 @@ async fn an_undrained_capture_is_marked_and_named_in_the_failure() {
         "{text:?}"
     );
 }
+
+/// Makes every later append fail (a store outage) once a round has been spawned.
+struct OutageAfterSpawn(std::path::PathBuf);
+
+impl Observer for OutageAfterSpawn {
+    fn on_event(&self, _view: &crate::store::JobView, event: &Event) {
+        if event.kind.name() == "round_spawned" {
+            let db =
+                rusqlite::Connection::open(self.0.join(crate::store::sqlite::DB_FILE)).unwrap();
+            db.execute_batch(
+                "CREATE TRIGGER outage BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'outage'); END;",
+            )
+            .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_outage_mid_round_leaves_no_private_scratch() {
+    let h = Harness::new(vec![Script::report(cont())], vec![]);
+    let id = h.engine.submit_started(&h.spec).unwrap();
+    let state = h.engine.state_dir().to_path_buf();
+    let lock = h.engine.lock_workspace(&h.spec.workspace).unwrap();
+    let observers: Vec<Arc<dyn Observer>> = vec![Arc::new(OutageAfterSpawn(state.clone()))];
+    let ended = h.engine.run(&id, lock, Cancel::new(), observers).await;
+    assert!(ended.is_err(), "the outage did not reach the loop");
+    let dirs = super::AttemptDirs::new(&super::job_dir(&state, &id), 1, 1);
+    assert!(dirs.root.exists(), "the attempt never started");
+    assert!(!dirs.home.exists(), "HOME survived the store error");
+    assert!(!dirs.tmp.exists(), "TMPDIR survived the store error");
+}

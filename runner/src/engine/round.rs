@@ -87,6 +87,8 @@ impl JobRun<'_> {
         let dirs = AttemptDirs::new(&self.job_dir, round, attempt);
         dirs.create()
             .map_err(|e| EngineError::io("create", &dirs.root, e))?;
+        // HOME and TMPDIR are scratch space, not artifacts: gone however this attempt ends.
+        let _scratch = dirs.private_scratch();
         let view = self.journal.view();
         let handoff = view.last_report.as_ref().map(Report::to_compact_json);
         if let Some(h) = &handoff {

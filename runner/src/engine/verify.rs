@@ -44,6 +44,7 @@ impl JobRun<'_> {
         let dirs = AttemptDirs::verify(&self.job_dir, round);
         dirs.create()
             .map_err(|e| EngineError::io("create", &dirs.root, e))?;
+        let _scratch = dirs.private_scratch();
         let vars = [
             ("RALPH_JOB_ID", self.journal.view().id.clone()),
             ("RALPH_ROUND", round.to_string()),
