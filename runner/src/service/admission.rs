@@ -190,12 +190,7 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
     }
     admit_model_access(spec, limits)?;
     let s = &mut spec.sandbox;
-    let roots: Vec<std::path::PathBuf> = limits
-        .workspace_roots
-        .iter()
-        .chain(&limits.read_roots)
-        .cloned()
-        .collect();
+    let roots = limits.path_roots();
     for (field, paths) in [
         ("read", &s.read),
         ("write", &s.write),

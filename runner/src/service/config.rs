@@ -125,6 +125,17 @@ pub struct Limits {
     pub allowed_upstreams: Option<Vec<String>>,
 }
 
+impl Limits {
+    /// Where `read`, `write` and `socket` paths may lie: under a workspace root or a read root.
+    pub fn path_roots(&self) -> Vec<PathBuf> {
+        self.workspace_roots
+            .iter()
+            .chain(&self.read_roots)
+            .cloned()
+            .collect()
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

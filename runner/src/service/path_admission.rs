@@ -63,12 +63,7 @@ pub fn admit_paths_as_written(req: &JobRequest, limits: &Limits) -> Result<(), R
             });
         }
     }
-    let roots: Vec<PathBuf> = limits
-        .workspace_roots
-        .iter()
-        .chain(&limits.read_roots)
-        .cloned()
-        .collect();
+    let roots = limits.path_roots();
     for (field, paths) in [
         ("read", &req.read),
         ("write", &req.write),
