@@ -329,8 +329,10 @@ pub enum Durability {
     /// Flushed (fsync) before `append` returns: the event must survive a power loss, because
     /// something irreversible follows it (a process spawn) or a caller relies on it (the outcome).
     Immediate,
-    /// Committed (a process crash cannot lose it) and flushed with the next immediate event.
-    /// Only for events whose loss on power failure is harmless or repaired by recovery.
+    /// Committed so that no process crash can lose it — ralph's or, on PostgreSQL, the
+    /// database server's (a server crash while ralph lives must not take back an event ralph
+    /// announced) — but on SQLite flushed only with the next immediate event. Only for events
+    /// whose loss on power failure of ralph's own machine is harmless or repaired by recovery.
     Deferred,
 }
 

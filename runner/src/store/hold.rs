@@ -222,6 +222,7 @@ impl RunHold {
     /// The hold of a job on a PostgreSQL `store` whose lease this process holds: its heartbeat
     /// goes to the job's row.
     pub(crate) fn lease(store: &Arc<super::Store>, job_id: &str, runner: &RunnerInfo) -> Self {
+        store.note_held(job_id, true);
         let sink = Arc::new(LeaseSink {
             store: Arc::downgrade(store),
             job_id: job_id.to_owned(),
@@ -265,10 +266,19 @@ impl Observer for HoldObserver {
     }
 }
 
-/// The job row of a PostgreSQL store.
+/// The job row of a PostgreSQL store. While it lives the store counts the job as held by this
+/// process.
 struct LeaseSink {
     store: std::sync::Weak<super::Store>,
     job_id: String,
+}
+
+impl Drop for LeaseSink {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.upgrade() {
+            store.note_held(&self.job_id, false);
+        }
+    }
 }
 
 impl Sink for LeaseSink {

@@ -5,6 +5,16 @@
 //! `cancel_requested` (e.g. the API of another host sharing the store): `record` folds such
 //! events into its projection and appends after them. Any other concurrent change is a
 //! [`StoreError::Conflict`].
+//!
+//! A journal keeps every event it knows (read at open, appended, folded in), so that when an
+//! append finds the stored journal *shorter* than its own — the database lost writes it had
+//! acknowledged (a crash with unflushed commits, a failover to a replica that lagged) — it can
+//! tell its own lost writes from another runner's: the stored journal is then a prefix of the
+//! one it knows, and the lost tail is journalled again, with its original times, before the new
+//! event. A stored journal that differs from the known one is another runner's change.
+//!
+//! A store that cannot be reached ([`StoreError::is_unreachable`]) is waited for, with backoff,
+//! up to [`OUTAGE_PATIENCE`]: a database restart does not end a round whose result is in hand.
 
 use std::sync::Arc;
 
@@ -33,6 +43,8 @@ pub trait Observer: Send + Sync {
 pub struct Journal {
     store: Arc<Store>,
     view: JobView,
+    /// The whole journal as this process knows it (`view` is its projection).
+    known: Vec<Event>,
     observers: Vec<Arc<dyn Observer>>,
 }
 
@@ -52,10 +64,12 @@ impl Journal {
         job_id: &str,
         observers: Vec<Arc<dyn Observer>>,
     ) -> Result<Self, StoreError> {
-        let view = store.load(job_id)?;
+        let known = store.events(job_id)?;
+        let view = JobView::project(&known)?;
         Ok(Self {
             store,
             view,
+            known,
             observers,
         })
     }
@@ -75,9 +89,11 @@ impl Journal {
 
     /// Appends `kind` durably and advances the projection. A `cancel_requested` that another
     /// process journalled meanwhile is folded in first (and a cancel request of ours after it
-    /// is not journalled twice: the folded one is returned).
+    /// is not journalled twice: the folded one is returned). Writes of ours that the store lost
+    /// are journalled again first; an unreachable store is waited for (module doc).
     pub fn record(&mut self, kind: EventKind) -> Result<Event, StoreError> {
-        let mut folds = 0;
+        let mut reconciled = 0;
+        let mut outage: Option<Outage> = None;
         loop {
             let event = Event {
                 job_id: self.view.id.clone(),
@@ -90,21 +106,28 @@ impl Journal {
             match blocking(|| self.store.append(&event, &next)) {
                 Ok(()) => {
                     self.view = next;
+                    self.known.push(event.clone());
                     for o in &self.observers {
                         o.on_event(&self.view, &event);
                     }
                     return Ok(event);
                 }
+                Err(e) if e.is_unreachable() => {
+                    outage.get_or_insert_with(Outage::new).wait(e)?;
+                }
                 Err(conflict @ StoreError::Conflict { .. }) => {
-                    if folds >= MAX_FOLDS || self.view.state != JobState::Running {
+                    if reconciled >= MAX_RECONCILES || self.view.state != JobState::Running {
                         return Err(conflict);
                     }
-                    folds += 1;
-                    let Some(folded) = self.fold_foreign_cancels()? else {
-                        return Err(conflict);
-                    };
-                    if matches!(kind, EventKind::CancelRequested { .. }) {
-                        return Ok(folded);
+                    reconciled += 1;
+                    match self.reconcile()? {
+                        Reconciled::Foreign => return Err(conflict),
+                        Reconciled::Repaired => {}
+                        Reconciled::Folded(folded) => {
+                            if matches!(kind, EventKind::CancelRequested { .. }) {
+                                return Ok(*folded);
+                            }
+                        }
                     }
                 }
                 Err(e) => return Err(e),
@@ -112,14 +135,51 @@ impl Journal {
         }
     }
 
-    /// Folds in the events appended by others since our last one, if they are all cancel
-    /// requests; returns the last of them (`None`, changing nothing, otherwise).
-    fn fold_foreign_cancels(&mut self) -> Result<Option<Event>, StoreError> {
-        let seq = self.view.seq;
-        let newer: Vec<Event> = blocking(|| self.store.events(&self.view.id))?
-            .into_iter()
-            .filter(|e| e.seq > seq)
-            .collect();
+    /// Compares the stored journal with the known one after a failed append: folds in newer
+    /// foreign cancel requests, journals again our own writes the store lost, or says the
+    /// journal is another runner's now.
+    fn reconcile(&mut self) -> Result<Reconciled, StoreError> {
+        let stored = blocking(|| self.store.events(&self.view.id))?;
+        let common = stored
+            .iter()
+            .zip(&self.known)
+            .take_while(|(s, k)| s == k)
+            .count();
+        if common == self.known.len() && stored.len() > common {
+            return Ok(match self.fold_foreign_cancels(&stored[common..])? {
+                Some(folded) => Reconciled::Folded(Box::new(folded)),
+                None => Reconciled::Foreign,
+            });
+        }
+        if common != stored.len() || common >= self.known.len() {
+            return Ok(Reconciled::Foreign);
+        }
+        // The stored journal is a strict prefix of ours: the store lost our last writes.
+        let lost: Vec<Event> = self.known[common..].to_vec();
+        let mut view = JobView::project(&stored)?;
+        for event in &lost {
+            view.apply(event)?;
+            match blocking(|| self.store.append(event, &view)) {
+                Ok(()) => {}
+                // Another runner wrote meanwhile: the job is not ours to repair.
+                Err(StoreError::Conflict { .. }) => return Ok(Reconciled::Foreign),
+                Err(e) => return Err(e),
+            }
+        }
+        debug_assert_eq!(view, self.view);
+        eprintln!(
+            "ralph: job {}: the store had lost {} event(s) it acknowledged (seq {}..={}); journalled them again",
+            self.view.id,
+            lost.len(),
+            common + 1,
+            self.known.len()
+        );
+        Ok(Reconciled::Repaired)
+    }
+
+    /// Folds in `newer`, the events appended by others after all we know, if they are all
+    /// cancel requests; returns the last of them (`None`, changing nothing, otherwise).
+    fn fold_foreign_cancels(&mut self, newer: &[Event]) -> Result<Option<Event>, StoreError> {
         if newer.is_empty()
             || !newer
                 .iter()
@@ -128,11 +188,12 @@ impl Journal {
             return Ok(None);
         }
         let mut view = self.view.clone();
-        for e in &newer {
+        for e in newer {
             view.apply(e)?;
         }
-        for e in &newer {
+        for e in newer {
             self.view.apply(e)?;
+            self.known.push(e.clone());
             for o in &self.observers {
                 o.on_event(&self.view, e);
             }
@@ -142,5 +203,50 @@ impl Journal {
     }
 }
 
-/// How often one `record` folds in foreign cancel requests before giving up with the conflict.
-const MAX_FOLDS: usize = 8;
+/// What a failed append found in the stored journal.
+enum Reconciled {
+    /// Others' cancel requests, now folded in (the last one).
+    Folded(Box<Event>),
+    /// Our own lost writes, now journalled again.
+    Repaired,
+    /// Another runner's change: the job is no longer ours to journal.
+    Foreign,
+}
+
+/// How long `record` waits for an unreachable store before it gives up. A job given up on is
+/// closed as `interrupted` once the store is back (by this process's orphan watch: its lease
+/// no longer covers a job it stopped running).
+pub const OUTAGE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// One outage seen by one `record`: when it began, and the backoff.
+struct Outage {
+    began: std::time::Instant,
+    tries: u32,
+}
+
+impl Outage {
+    fn new() -> Self {
+        Self {
+            began: std::time::Instant::now(),
+            tries: 0,
+        }
+    }
+
+    /// Sleeps before the next try, or gives `e` back once the patience is spent.
+    fn wait(&mut self, e: StoreError) -> Result<(), StoreError> {
+        if self.began.elapsed() >= OUTAGE_PATIENCE {
+            return Err(e);
+        }
+        if self.tries == 0 {
+            eprintln!("ralph: the store is unreachable; waiting up to {OUTAGE_PATIENCE:?}: {e}");
+        }
+        self.tries += 1;
+        let pause = std::time::Duration::from_millis(200u64 << self.tries.min(4));
+        blocking(|| std::thread::sleep(pause));
+        Ok(())
+    }
+}
+
+/// How often one `record` reconciles with the stored journal (folds in foreign cancel
+/// requests, repairs lost writes) before giving up with the conflict.
+const MAX_RECONCILES: usize = 8;

@@ -124,6 +124,31 @@ pub enum StoreError {
     Hold(Box<hold::HoldError>),
 }
 
+impl StoreError {
+    /// Whether the store could not be reached (PostgreSQL: no connection could be made or kept,
+    /// or the server is starting or shutting down) — as opposed to an answer. Waiting may help.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            StoreError::PostgresWorker { .. } => true,
+            StoreError::Postgres { source, .. } => {
+                source.is_closed()
+                    || std::error::Error::source(source).is_some_and(|c| c.is::<std::io::Error>())
+                    || source.code().is_some_and(|c| {
+                        let c = c.code();
+                        c.starts_with("08") || c.starts_with("57P")
+                    })
+                    || {
+                        // The client's own texts for a failed or timed-out connect.
+                        let text = source.to_string();
+                        text.starts_with("error connecting to server")
+                            || text.starts_with("timeout waiting for server")
+                    }
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<hold::HoldError> for StoreError {
     fn from(e: hold::HoldError) -> Self {
         match e {
@@ -385,6 +410,14 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => Ok(hold::probe_file(state_dir, job_id)?),
             Backend::Postgres(pg) => pg.probe_lease(job_id),
+        }
+    }
+
+    /// Notes whether this process holds the running job `job_id` (PostgreSQL; a file hold is
+    /// its own record).
+    pub(crate) fn note_held(&self, job_id: &str, held: bool) {
+        if let Backend::Postgres(pg) = &self.backend {
+            pg.note_held(job_id, held);
         }
     }
 

@@ -93,7 +93,100 @@ on_both_backends!(
     a_newer_schema_is_refused,
     writable_trees_are_the_distinct_workspaces_and_write_dirs,
     a_journals_times_never_go_backwards,
+    a_runner_journals_again_the_writes_the_store_lost,
+    a_runner_does_not_repair_over_another_runners_write,
 );
+
+/// Makes the store forget a job's events after `keep`, as a database crash does with commits it
+/// had acknowledged but not flushed (or a failover to a replica that lagged).
+fn lose_events_after(db: &Db, id: &str, keep: u64) {
+    match db {
+        Db::Sqlite(_) => db.exec("DROP TRIGGER events_append_only_delete").unwrap(),
+        Db::Postgres(_) => db
+            .exec("DROP TRIGGER events_append_only ON events")
+            .unwrap(),
+    }
+    db.exec(&format!(
+        "DELETE FROM events WHERE job_id = '{id}' AND seq > {keep};
+         UPDATE jobs SET last_seq = {keep} WHERE id = '{id}';"
+    ))
+    .unwrap();
+}
+
+/// A database that loses acknowledged writes of a running job (issue 17: the host's next write
+/// failed its sequence check, was taken for another runner's change, and the job was dropped,
+/// left `running`): the runner tells its own lost writes from another's, journals them again
+/// with their original times, and goes on.
+fn a_runner_journals_again_the_writes_the_store_lost(db: &Db) {
+    let store = Arc::new(db.store());
+    let id = store.submit(&spec()).unwrap();
+    assert!(store.claim(&id, &runner()).unwrap());
+    let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
+    j.record(started(1, 1)).unwrap();
+    j.record(EventKind::RoundSpawned {
+        round: 1,
+        attempt: 1,
+        pid: Some(42),
+    })
+    .unwrap();
+    let before = store.events(&id).unwrap();
+    assert_eq!(before.len(), 4);
+    lose_events_after(db, &id, 2);
+    assert_eq!(store.events(&id).unwrap().len(), 2);
+
+    let last = j
+        .record(finished(1, 1, AttemptResult::Reported { report: report() }))
+        .unwrap();
+    assert_eq!(last.seq, 5);
+    let after = store.events(&id).unwrap();
+    assert_eq!(after.len(), 5, "{after:#?}");
+    assert_eq!(
+        &after[..4],
+        &before[..],
+        "the lost events come back as they were"
+    );
+    assert_eq!(after[4], last);
+    let view = store.load(&id).unwrap();
+    assert_eq!(view.seq, 5);
+    assert_eq!(&view, j.view());
+    let times: Vec<&str> = after.iter().map(|e| e.at.as_str()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+}
+
+/// Hostile twin: when the journal lost our writes *and* another runner wrote after what is left
+/// (it closed the job), the journal is theirs: nothing of ours is written over it.
+fn a_runner_does_not_repair_over_another_runners_write(db: &Db) {
+    let store = Arc::new(db.store());
+    let id = store.submit(&spec()).unwrap();
+    assert!(store.claim(&id, &runner()).unwrap());
+    let mut j = Journal::open(store.clone(), &id, vec![]).unwrap();
+    j.record(started(1, 1)).unwrap();
+    j.record(EventKind::RoundSpawned {
+        round: 1,
+        attempt: 1,
+        pid: Some(42),
+    })
+    .unwrap();
+    lose_events_after(db, &id, 2);
+    let other = Arc::new(db.store());
+    let mut theirs = Journal::open(other, &id, vec![]).unwrap();
+    theirs
+        .record(EventKind::Interrupted {
+            message: "its runner's lease lapsed".into(),
+        })
+        .unwrap();
+    let stored = store.events(&id).unwrap();
+
+    let err = j
+        .record(finished(1, 1, AttemptResult::Reported { report: report() }))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert_eq!(
+        store.events(&id).unwrap(),
+        stored,
+        "the journal was written over"
+    );
+}
 
 /// A journal's times follow its order: a claim takes its time when it writes (not before its
 /// wait for the connection) and no event is dated before the one it follows, even when that one
@@ -970,4 +1063,35 @@ fn a_job_whose_lease_expired_is_taken_over_once_and_a_live_one_is_left_alone() {
         c.probe_hold(dir.path(), &id).unwrap(),
         super::hold::Probe::Held { .. }
     ));
+}
+
+/// A job this process stopped running while the store says its lease holds it (a store outage
+/// outlasted the journal's patience, so the job could not be closed): the process's own orphan
+/// watch finds it free and closes it; a job it still holds is left alone.
+#[test]
+fn a_job_this_process_gave_up_is_free_to_close_and_a_held_one_is_not() {
+    let Some(db) = TestDatabase::create("gave_up") else {
+        return;
+    };
+    let me = RunnerInfo::current("serve");
+    let store = Arc::new(Store::open_postgres(&db.url).unwrap());
+    let _lease = store
+        .start_lease(&me, std::time::Duration::from_secs(3600))
+        .unwrap()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let id = store.submit(&spec()).unwrap();
+    let hold = store.hold_job(dir.path(), &id, &me).unwrap();
+    assert!(store.claim(&id, &me).unwrap());
+    let probe = store.probe_hold(dir.path(), &id).unwrap();
+    assert!(
+        matches!(probe, super::hold::Probe::Held { .. }),
+        "{probe:?}"
+    );
+    drop(hold);
+    let probe = store.probe_hold(dir.path(), &id).unwrap();
+    match probe {
+        super::hold::Probe::Free { who, .. } => assert!(who.contains("gave the job up"), "{who}"),
+        other => panic!("the given-up job is not free: {other:?}"),
+    }
 }

@@ -76,6 +76,17 @@ impl PgStore {
         })
     }
 
+    /// Notes that this process holds (`true`) or no longer holds the running job `job_id`.
+    pub(crate) fn note_held(&self, job_id: &str, held: bool) {
+        if let Ok(mut h) = self.held.lock() {
+            if held {
+                h.insert(job_id.to_owned());
+            } else {
+                h.remove(job_id);
+            }
+        }
+    }
+
     /// The lease of this process, if it has one.
     pub fn lease_id(&self) -> Option<String> {
         self.lease.lock().ok().and_then(|l| l.clone())
@@ -98,10 +109,13 @@ impl PgStore {
     }
 
     /// Whether the running job `job_id` is held by a live lease; one whose lease expired is
-    /// taken over by this process's lease ([`Probe::Free`]) in the same transaction.
+    /// taken over by this process's lease ([`Probe::Free`]) in the same transaction. A job of
+    /// this process's own lease that it no longer holds (given up after a store outage) is free
+    /// too.
     pub fn probe_lease(&self, job_id: &str) -> Result<Probe, StoreError> {
         let mine = self.lease_id();
         let id = job_id.to_owned();
+        let held = self.held.clone();
         self.conn
             .call("check the lease of a job in", move |client, _| {
                 let mut tx = client.transaction()?;
@@ -145,7 +159,21 @@ impl PgStore {
                     };
                     expired |= holder.is_alive() == Some(false);
                 }
-                if !expired || mine.as_deref() == Some(lease.as_str()) {
+                if mine.as_deref() == Some(lease.as_str()) {
+                    // Read under the row's lock: a claim of ours holds the job before it
+                    // takes the row, so a job claimed meanwhile is seen held.
+                    let held_by_me = held.lock().map(|h| h.contains(&id)).unwrap_or(true);
+                    if held_by_me {
+                        return Ok(Probe::Held { holder: who });
+                    }
+                    let last = heartbeat.and_then(|h| serde_json::from_str(&h).ok());
+                    return Ok(Probe::Free {
+                        who: format!("{who}, which gave the job up after a store error,"),
+                        last,
+                        guard: None,
+                    });
+                }
+                if !expired {
                     return Ok(Probe::Held { holder: who });
                 }
                 let Some(mine) = mine.clone() else {

@@ -8,11 +8,13 @@
 //! [`PgStore::claim`] takes a queued job (`UPDATE … WHERE state = 'queued'`, which locks its row)
 //! and journals its `job_started` in the same transaction, so two hosts never start the same job.
 //!
-//! Durability: commits are flushed to the server's WAL before they return
-//! (`synchronous_commit = on`, the server default) for [`Durability::Immediate`] events;
-//! [`Durability::Deferred`] events commit with `SET LOCAL synchronous_commit = off` (visible at
-//! once, flushed by the WAL writer within a few hundred milliseconds or by the next immediate
-//! commit; a crash of the database server may lose them, never a crash of ralph).
+//! Durability: every commit is flushed to the server's WAL before it returns, whatever the
+//! server's default: [`Durability::Immediate`] events with `SET LOCAL synchronous_commit = on`
+//! (and synchronous standbys, where configured), [`Durability::Deferred`] ones with `local` (the
+//! primary's own WAL). The database is a process of its own that can crash while ralph lives:
+//! an asynchronous commit (`off`) would let ralph announce an event — to the follow stream, to
+//! metrics — that the crash then takes back (issue 17). Writes lost anyway (a failover to a
+//! lagging replica) are journalled again by their runner ([`crate::store::journal`]).
 //!
 //! - [`target`]: the connection string (defaults, redaction).
 //! - [`worker`]: the connection thread, reconnects and retries.
@@ -40,6 +42,10 @@ pub struct PgStore {
     conn: Connection,
     /// This process's runner lease ([`lease`]): the jobs it starts name it.
     lease: std::sync::Mutex<Option<String>>,
+    /// The running jobs this process holds ([`crate::store::hold::RunHold`]): a running job of
+    /// this process's lease that is not among them was given up (a store outage outlasted the
+    /// journal's patience) and is closed as any orphan is ([`lease`]).
+    held: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// One stored event row: (seq, at, data).
@@ -58,6 +64,7 @@ impl PgStore {
         Ok(Self {
             conn,
             lease: std::sync::Mutex::new(None),
+            held: Default::default(),
         })
     }
 
@@ -392,12 +399,20 @@ fn decode(job_id: &str, seq: i64, at: String, data: &str) -> Result<Event, Store
     })
 }
 
-/// Lets a deferred event commit without waiting for the WAL flush (this transaction only).
-fn durability(tx: &mut Transaction<'_>, d: Durability) -> Result<(), postgres::Error> {
+/// The `synchronous_commit` of a transaction journalling an event of class `d` (module doc).
+fn synchronous_commit(d: Durability) -> &'static str {
     match d {
-        Durability::Immediate => Ok(()),
-        Durability::Deferred => tx.batch_execute("SET LOCAL synchronous_commit = off"),
+        Durability::Immediate => "on",
+        Durability::Deferred => "local",
     }
+}
+
+/// Makes this transaction's commit as durable as its event's class promises.
+fn durability(tx: &mut Transaction<'_>, d: Durability) -> Result<(), postgres::Error> {
+    tx.batch_execute(&format!(
+        "SET LOCAL synchronous_commit = {}",
+        synchronous_commit(d)
+    ))
 }
 
 fn insert_event(tx: &mut Transaction<'_>, event: &Event, data: &str) -> Result<(), CallError> {
@@ -427,4 +442,20 @@ fn stored(tx: &mut Transaction<'_>, event: &Event, data: &str) -> Result<bool, C
         }
         None => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No event commits asynchronously: a database crash while ralph lives must not take back
+    /// an event ralph announced (issue 17). `local` still flushes the primary's WAL.
+    #[test]
+    fn every_event_class_commits_synchronously() {
+        for d in [Durability::Immediate, Durability::Deferred] {
+            assert_ne!(synchronous_commit(d), "off", "{d:?}");
+            assert_ne!(synchronous_commit(d), "remote_write", "{d:?}");
+        }
+        assert_eq!(synchronous_commit(Durability::Immediate), "on");
+    }
 }
