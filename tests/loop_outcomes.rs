@@ -461,7 +461,8 @@ fn a_missing_agent_command_ends_the_job_at_once_as_a_configuration_error() {
         .arg(&f.ws)
         .arg("--state-dir")
         .arg(&f.state)
-        .args(["--agent-cmd", "/nonexistent/agent-binary"])
+        // Behind `sh -c`, so no check before round 1 can see it: the shell finds out.
+        .args(["--agent-cmd", "sh -c /nonexistent/agent-binary"])
         .output();
     // SPEC §3: an agent command the shell cannot run is a configuration error, at once.
     out.expect_code(64);
@@ -580,12 +581,13 @@ echo late > still-running
 fn a_verify_command_the_sandbox_cannot_run_ends_the_job_at_once_with_the_fix() {
     let f = Fixture::new();
     let agent = counting_agent(&f, 1);
-    // Not installed anywhere: exit 127 from the shell, every round alike.
+    // Not installed anywhere: exit 127 from the shell, every round alike (behind `sh -c`, so
+    // the check before round 1 cannot see it).
     let out = f
         .run(&agent)
         .args([
             "--verify",
-            "no-such-tool-ralph --check",
+            "sh -c 'no-such-tool-ralph --check'",
             "--max-rounds",
             "5",
         ])
@@ -623,4 +625,109 @@ fn a_verify_command_the_sandbox_cannot_run_ends_the_job_at_once_with_the_fix() {
         msg.contains(&format!("--read {}", tools.display())),
         "{msg}"
     );
+}
+
+/// Issue 12, item 1: a program the sandbox cannot see costs no round. The agent's and the verify
+/// command's first program is checked before round 1 against what the sandbox will show: exit
+/// 64, nothing run, and the message names the `--read` that fixes it (or says the program is
+/// missing). With the fix given, the same job runs.
+#[test]
+fn a_program_the_sandbox_cannot_see_is_refused_before_round_1_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let hidden = f.root.path().join("hidden-tools");
+    std::fs::create_dir_all(&hidden).unwrap();
+    let hidden = hidden.canonicalize().unwrap();
+    let marker = f.ws.join("agent-ran");
+    let agent = hidden.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nprintf '%s' '{}' > \"$RALPH_REPORT_FILE\"\n",
+            marker.display(),
+            complete_report("done")
+        ),
+    )
+    .unwrap();
+    let check = hidden.join("mycheck");
+    std::fs::write(&check, "#!/bin/sh\nexit 0\n").unwrap();
+    for p in [&agent, &check] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let visible_agent = counting_agent(&f, 1);
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", hidden.display());
+    let fix = format!("--read {}", hidden.display());
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec!["--agent-cmd".into(), agent.display().to_string()],
+            fix.clone(),
+        ),
+        (
+            vec![
+                "--agent-cmd".into(),
+                format!("MODE=fast exec {} --x", agent.display()),
+            ],
+            fix.clone(),
+        ),
+        (vec!["--agent-cmd".into(), "agent.sh".into()], fix.clone()),
+        (
+            vec!["--agent-cmd".into(), "no-such-tool-ralph".into()],
+            "not on the PATH".into(),
+        ),
+        (
+            vec!["--agent-cmd".into(), "/nonexistent/agent-binary --x".into()],
+            "does not exist".into(),
+        ),
+        (
+            vec![
+                "--agent-cmd".into(),
+                visible_agent.display().to_string(),
+                "--verify".into(),
+                "mycheck --all".into(),
+            ],
+            fix.clone(),
+        ),
+    ];
+    for (args, needle) in &cases {
+        let out = Ralph::new()
+            .args(["run", "--objective", "x", "--json", "--mode", TEST_MODE])
+            .arg("--workspace")
+            .arg(&f.ws)
+            .arg("--state-dir")
+            .arg(&f.state)
+            .arg("--read")
+            .arg(&f.agents)
+            .args(args)
+            .env("PATH", &path)
+            .output();
+        out.expect_code(64);
+        let j = out.json();
+        assert_eq!(j["outcome"], "error", "{args:?}");
+        assert_eq!(j["reason"], "configuration", "{args:?}");
+        assert_eq!(j["rounds"], 0, "{args:?}: a round was spent");
+        let msg = j["message"].as_str().unwrap();
+        assert!(msg.contains(needle.as_str()), "{args:?}: {msg}");
+        let events = f.events(&out.job_id());
+        assert!(
+            !events.iter().any(|(t, _)| t == "round_started"),
+            "{args:?}: {events:?}"
+        );
+        assert!(!marker.exists(), "{args:?}: the agent ran");
+        assert!(!f.ws.join("count").exists(), "{args:?}: the agent ran");
+    }
+    // With the fix the message names, the same job runs.
+    let out = Ralph::new()
+        .args(["run", "--objective", "x", "--json", "--mode", TEST_MODE])
+        .arg("--workspace")
+        .arg(&f.ws)
+        .arg("--state-dir")
+        .arg(&f.state)
+        .args(["--read", hidden.to_str().unwrap()])
+        .arg("--agent-cmd")
+        .arg(&agent)
+        .args(["--verify", "mycheck --all"])
+        .env("PATH", &path)
+        .output();
+    out.expect_code(0);
+    assert!(marker.exists());
 }

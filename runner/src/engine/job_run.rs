@@ -180,7 +180,8 @@ impl<'e> JobRun<'e> {
     }
 
     /// Fails closed before any round when the agent cannot work (SPEC §6, §9): the preset's
-    /// CLI is not visible in the sandbox, the model upstream's key is missing, or the key would
+    /// CLI, or the program the agent or verify command starts with, is not visible in the
+    /// sandbox, the model upstream's key is missing, or the key would
     /// enter the sandbox. Each is a configuration error (exit 64) whose message says the fix.
     fn preflight_agent(&mut self) -> Result<(), (FinishReason, String)> {
         let config = |m: String| (FinishReason::Configuration, m);
@@ -189,6 +190,29 @@ impl<'e> JobRun<'e> {
             if self.spec.sandbox.backend == ralph_sandbox::BackendKind::Native {
                 super::preset_check::program_visible(
                     p,
+                    &self.spec,
+                    &self.engine.env,
+                    &self.engine.backends,
+                )
+                .map_err(config)?;
+            }
+        }
+        // The agent's and the verify command's program, where the native sandbox's view is
+        // known (a docker image has its own).
+        if self.spec.sandbox.backend == ralph_sandbox::BackendKind::Native {
+            let commands = [
+                match &self.spec.agent {
+                    crate::job::AgentSpec::Command { command } => {
+                        Some(("the agent command", command))
+                    }
+                    crate::job::AgentSpec::Preset { .. } => None,
+                },
+                self.spec.verify.as_ref().map(|v| ("the verify command", v)),
+            ];
+            for (what, command) in commands.into_iter().flatten() {
+                super::command_check::command_visible(
+                    what,
+                    command,
                     &self.spec,
                     &self.engine.env,
                     &self.engine.backends,

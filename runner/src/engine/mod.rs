@@ -17,6 +17,7 @@ mod artifacts;
 mod backends;
 mod cancel;
 mod cancel_watch;
+mod command_check;
 pub mod env;
 #[cfg(test)]
 mod fake_spawn;

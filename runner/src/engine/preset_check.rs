@@ -28,7 +28,7 @@ fn find_on_path(name: &str, path: &str) -> Option<(PathBuf, PathBuf)> {
 
 /// The directory to grant for `real`: a `node_modules` tree as a whole (a CLI from npm runs
 /// files of its sibling packages), else the file's directory.
-fn grant_for(real: &Path) -> PathBuf {
+pub(super) fn grant_for(real: &Path) -> PathBuf {
     let mut best = None;
     for a in real.ancestors() {
         if a.file_name().is_some_and(|n| n == "node_modules") {
