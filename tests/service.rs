@@ -486,3 +486,54 @@ fn a_nul_byte_in_a_command_is_refused_with_the_field_named() {
     assert_eq!(code, 400, "{body}");
     assert_eq!(body["error"]["field"], "job[0].verify", "{body}");
 }
+
+/// Issue 12, item 7: `ralph jobs | head -1` panicked on the closed pipe (exit 101, a panic
+/// message on stderr). A reader that goes away ends every printing command quietly, the way it
+/// ends `cat`: by SIGPIPE, nothing on stderr.
+#[test]
+fn a_closed_pipe_ends_a_printing_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = Server::new("");
+    let agent = s.agent(
+        "done.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
+    );
+    let ws = s.workspace("ws");
+    let (code, body) = post_jobs(&s, vec![common::server::job(&ws, &agent, json!({}))]);
+    assert_eq!(code, 201, "{body}");
+    let id = body["jobs"][0]["id"].as_str().unwrap().to_owned();
+    s.wait_finished(&id, std::time::Duration::from_secs(60));
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["jobs"],
+        vec!["jobs", "--json"],
+        vec!["show", &id],
+        vec!["logs", &id],
+        vec!["agent", "list"],
+        vec!["completions", "bash"],
+        vec!["serve", "--print-default-config"],
+    ];
+    for args in cases {
+        // A pipe whose reader is already gone: the first write fails with EPIPE.
+        let (r, w) = nix::unistd::pipe().unwrap();
+        drop(r);
+        let out = std::process::Command::new(common::ralph_bin())
+            .args(&args)
+            .env("RALPH_SERVER", s.url())
+            .env("RALPH_TOKEN", s.token())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(w))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?}, stderr: {stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

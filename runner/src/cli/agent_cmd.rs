@@ -1,7 +1,6 @@
 //! `ralph agent list` and `ralph agent show NAME`: the agent presets of this build, what they
 //! run and what they need.
 
-use std::io::Write;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -72,8 +71,8 @@ fn describe(p: &dyn Preset) -> serde_json::Value {
 }
 
 fn print(text: &str) -> Result<(), CliError> {
-    writeln!(std::io::stdout().lock(), "{text}")
-        .map_err(|e| CliError::internal(format!("failed to write: {e}")))
+    super::stdout::line(format_args!("{text}"));
+    Ok(())
 }
 
 /// Runs `ralph agent ...`.

@@ -4,7 +4,7 @@
 //! Exit codes: 0 done; 64 usage, a refused request or a wrong token; 70 the server unreachable
 //! or another failure; `wait` exits with the job's outcome code (SPEC §3).
 
-use std::io::Write;
+use super::stdout::outln;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -66,8 +66,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 
 fn print_json(v: &Value) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(v).map_err(|e| CliError::internal(e.to_string()))?;
-    writeln!(std::io::stdout(), "{text}")
-        .map_err(|e| CliError::internal(format!("failed to write: {e}")))
+    outln!("{text}");
+    Ok(())
 }
 
 /// `ralph submit` flags.
@@ -146,7 +146,7 @@ pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
         print_json(&created)?;
     } else {
         for j in created["jobs"].as_array().into_iter().flatten() {
-            println!("{}", j["id"].as_str().unwrap_or(""));
+            outln!("{}", j["id"].as_str().unwrap_or(""));
         }
     }
     Ok(Exit::Complete)
@@ -188,12 +188,16 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
     if args.server.json {
         return print_json(&list).map(|()| Exit::Complete);
     }
-    println!(
+    outln!(
         "{:<38} {:<9} {:<15} {:<5} {:>6}  CREATED",
-        "ID", "STATE", "OUTCOME", "KIND", "ROUNDS"
+        "ID",
+        "STATE",
+        "OUTCOME",
+        "KIND",
+        "ROUNDS"
     );
     for j in list["jobs"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{:<38} {:<9} {:<15} {:<5} {:>6}  {}",
             j["id"].as_str().unwrap_or(""),
             j["state"].as_str().unwrap_or(""),
@@ -204,7 +208,7 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
         );
     }
     if let Some(next) = list["next"].as_str() {
-        println!("(more: --before {next})");
+        outln!("(more: --before {next})");
     }
     Ok(Exit::Complete)
 }
@@ -265,7 +269,7 @@ pub fn show(args: JobRef) -> Result<Exit, CliError> {
     if args.server.json {
         print_json(&j)?;
     } else {
-        println!("{}", describe_job(&j));
+        outln!("{}", describe_job(&j));
     }
     Ok(Exit::Complete)
 }
@@ -452,15 +456,15 @@ pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
         let text = rt
             .block_on(client.logs(&args.id, round, args.attempt, &args.stream))
             .map_err(client_error)?;
-        print!("{text}");
+        super::stdout::write(&text);
         return Ok(Exit::Complete);
     }
     let json = args.server.json;
     rt.block_on(client.events(&args.id, 0, args.follow, |ev| {
         if json {
-            println!("{}", serde_json::to_string(&ev).unwrap_or_default());
+            outln!("{}", serde_json::to_string(&ev).unwrap_or_default());
         } else {
-            println!("{}", describe_event(&ev));
+            outln!("{}", describe_event(&ev));
         }
     }))
     .map_err(client_error)?;
@@ -476,9 +480,9 @@ pub fn cancel(args: JobRef) -> Result<Exit, CliError> {
     if args.server.json {
         print_json(&r)?;
     } else if r["outcome"].as_str() == Some("cancelled") {
-        println!("job {}: cancelled before it started", args.id);
+        outln!("job {}: cancelled before it started", args.id);
     } else {
-        println!(
+        outln!(
             "job {}: cancel requested; its round's processes are being stopped",
             args.id
         );
@@ -495,7 +499,7 @@ pub fn resume(args: JobRef) -> Result<Exit, CliError> {
     if args.server.json {
         print_json(&r)?;
     } else {
-        println!("job {}: queued again with its remaining budget", args.id);
+        outln!("job {}: queued again with its remaining budget", args.id);
     }
     Ok(Exit::Complete)
 }

@@ -20,10 +20,6 @@ pub fn execute(args: &CompletionsArgs) -> Result<Exit, CliError> {
     let mut cmd = Cli::command();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "ralph", &mut out);
-    use std::io::Write;
-    std::io::stdout()
-        .lock()
-        .write_all(&out)
-        .map_err(|e| CliError::internal(format!("failed to write the completion script: {e}")))?;
+    super::stdout::write(&String::from_utf8_lossy(&out));
     Ok(Exit::Complete)
 }

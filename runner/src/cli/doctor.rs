@@ -3,6 +3,7 @@
 //! Exit 0 when the default mode (workspace-write) can run on the chosen backend (native by
 //! default), 69 otherwise (for docker: the engine is unreachable or the image is missing).
 
+use super::stdout::outln;
 use clap::Args;
 use ralph_sandbox::BackendKind;
 use ralph_sandbox::docker::doctor::DockerReport;
@@ -77,12 +78,12 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
             "modes": report.modes,
             "policies": report.policies.iter().map(|(m, s)| serde_json::json!({"mode": m, "source": s})).collect::<Vec<_>>(),
         });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| CliError::internal(e.to_string()))?
         );
     } else {
-        println!(
+        outln!(
             "ralph {} on this host (uid {}):",
             env!("CARGO_PKG_VERSION"),
             host.euid
@@ -96,23 +97,23 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
             .unwrap_or(10)
             + 2;
         for c in &report.checks {
-            println!("  {:width$}{}", c.name, c.status);
+            outln!("  {:width$}{}", c.name, c.status);
         }
-        println!("native backend, by mode:");
+        outln!("native backend, by mode:");
         for m in &report.modes {
-            println!("  {:width$}{}", m.name, m.status);
+            outln!("  {:width$}{}", m.name, m.status);
         }
-        println!("policies:");
+        outln!("policies:");
         for (m, s) in &report.policies {
-            println!("  {:width$}{}", m.as_str(), s);
+            outln!("  {:width$}{}", m.as_str(), s);
         }
-        println!("docker backend ({}):", docker.socket);
+        outln!("docker backend ({}):", docker.socket);
         let line = |r: &Result<String, String>| match r {
             Ok(v) => format!("ok: {v}"),
             Err(e) => e.clone(),
         };
-        println!("  {:width$}{}", "engine", line(&docker.engine));
-        println!(
+        outln!("  {:width$}{}", "engine", line(&docker.engine));
+        outln!(
             "  {:width$}{}",
             format!("image {}", docker.image),
             line(&docker.image_status)
@@ -124,17 +125,17 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
         };
         match &docker.containers {
             Ok(list) if list.is_empty() => {
-                println!("  {:width$}none (runner `{}`)", what, docker.runner);
+                outln!("  {:width$}none (runner `{}`)", what, docker.runner);
             }
             Ok(list) => {
-                println!(
+                outln!(
                     "  {:width$}{} (runner `{}`)",
                     what,
                     list.len(),
                     docker.runner
                 );
                 for c in list {
-                    println!(
+                    outln!(
                         "    {} job {} round {} {}{}",
                         c.id,
                         c.job,
@@ -148,7 +149,7 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
                     );
                 }
             }
-            Err(e) => println!("  {what:width$}{e}"),
+            Err(e) => outln!("  {what:width$}{e}"),
         }
     }
     Ok(if ok {

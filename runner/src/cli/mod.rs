@@ -15,6 +15,7 @@ pub mod sandbox_exec;
 pub mod sandbox_gateway;
 pub mod serve;
 pub mod state_dir;
+pub mod stdout;
 
 use clap::{Parser, Subcommand};
 

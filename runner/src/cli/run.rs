@@ -269,9 +269,7 @@ fn print_result(r: &JobResult, json: bool) -> Result<(), CliError> {
     if json {
         let text =
             serde_json::to_string_pretty(r).map_err(|e| CliError::internal(e.to_string()))?;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{text}")
-            .map_err(|e| CliError::internal(format!("failed to write the result: {e}")))?;
+        super::stdout::line(format_args!("{text}"));
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ pub struct ServeArgs {
 /// Runs `ralph serve`.
 pub fn execute(args: ServeArgs) -> Result<Exit, CliError> {
     if args.print_default_config {
-        print!("{}", config::DEFAULT_CONFIG);
+        super::stdout::write(config::DEFAULT_CONFIG);
         return Ok(Exit::Complete);
     }
     let explicit = args.config.is_some();
