@@ -9,6 +9,7 @@
 //! - [`agent`]: what runs in a round.
 //! - [`usage`]: token usage lines (SPEC §4).
 //! - [`gateway`]: the per-job model gateway and egress proxy (SPEC §9).
+//! - [`ci`]: JUnit and Markdown reports of a finished job for CI systems.
 //!
 //! # Test strategy
 //!
@@ -17,6 +18,7 @@
 //! `tests/` by driving the real `ralph` binary with scripted agents.
 
 pub mod agent;
+pub mod ci;
 pub mod client;
 pub mod engine;
 pub mod gateway;

@@ -2,6 +2,7 @@
 //! calls into the library; nothing here decides how a job runs.
 
 pub mod agent_cmd;
+pub mod ci_files;
 pub mod client_cmds;
 pub mod completions;
 pub mod doctor;

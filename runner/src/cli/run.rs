@@ -38,6 +38,14 @@ pub struct RunArgs {
     /// up across runs writing the same file).
     #[arg(long, value_name = "PATH")]
     pub metrics_textfile: Option<PathBuf>,
+    /// Write a JUnit XML report to FILE when the job ends: a testcase per round attempt and per
+    /// verify, failures with their reason, reports as output (for CI test views).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Append a Markdown summary to FILE when the job ends: outcome, rounds, verify, tokens and
+    /// the last report (e.g. --summary "$GITHUB_STEP_SUMMARY").
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     /// Push the job's metrics to this Prometheus Pushgateway at the end (a failed push is a
     /// warning). Grouping: URL/metrics/job/ralph/instance/<hostname> unless URL has its own.
     #[arg(long, value_name = "URL")]
@@ -102,6 +110,12 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         .map_err(|e| CliError::usage(format!("--state-dir `{}`: {e}", state_dir.display())))?;
     if let Some(p) = &args.metrics_textfile {
         textfile::check_path(p).map_err(|e| CliError::usage(format!("--metrics-textfile: {e}")))?;
+    }
+    if let Some(p) = &args.junit {
+        super::ci_files::check("--junit", p)?;
+    }
+    if let Some(p) = &args.summary {
+        super::ci_files::check("--summary", p)?;
     }
     let runner = RunnerInfo::current("run");
     let push_url = match &args.pushgateway {
@@ -190,6 +204,12 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     progress.finish();
     drop(hold);
     let result = result.map_err(|e| CliError::internal(format!("job {job_id}: {e}")))?;
+    super::ci_files::write(
+        engine.store(),
+        &result,
+        args.junit.as_deref(),
+        args.summary.as_deref(),
+    );
     print_result(&result, args.json)?;
     Ok(Exit::for_result(&result))
 }

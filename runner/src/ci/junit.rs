@@ -1,0 +1,122 @@
+//! The JUnit XML report of a job: one `<testsuite>` named after the job, a `<testcase>` per round
+//! attempt (`round 2` or `round 2 (attempt 2)`) and per verify run (`verify after round 3`).
+//! A failed attempt or verify has a `<failure>` with its reason; a report is in
+//! `<system-out>`. The shape is the common subset Jenkins, GitLab, GitHub test reporters and
+//! `junitparser` read.
+
+use crate::job::JobResult;
+use crate::store::{AttemptResult, Event};
+
+use super::text::xml;
+
+/// How much of a report or an output goes into the file per testcase.
+const TEXT_CAP: usize = 16 * 1024;
+
+/// The report of `result`, from its journal `events`.
+pub fn render(result: &JobResult, events: &[Event]) -> String {
+    let (attempts, verifies) = super::steps(events);
+    let mut cases = String::new();
+    let mut failures = 0usize;
+    let mut tests = 0usize;
+    // Attempts and verifies in journal order: a verify follows the round it checked.
+    let mut v = verifies.iter().peekable();
+    for a in &attempts {
+        while let Some(ver) = v.next_if(|ver| ver.round < a.round) {
+            tests += 1;
+            failures += usize::from(!ver.passed);
+            cases.push_str(&verify_case(ver));
+        }
+        tests += 1;
+        let name = if a.attempt > 1 {
+            format!("round {} (attempt {})", a.round, a.attempt)
+        } else {
+            format!("round {}", a.round)
+        };
+        let (what, failed) = super::describe(&a.result);
+        let time = secs(a.duration_ms);
+        cases.push_str(&format!(
+            "    <testcase classname=\"ralph.rounds\" name=\"{}\" time=\"{time}\">\n",
+            xml(&name)
+        ));
+        if failed {
+            failures += 1;
+            let kind = match &a.result {
+                AttemptResult::Failed { reason, .. } => reason.as_str().to_owned(),
+                AttemptResult::SandboxFailed { .. } => "sandbox_unavailable".to_owned(),
+                other => serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
+                    .unwrap_or_else(|| "failed".to_owned()),
+            };
+            let message = bounded(&what);
+            cases.push_str(&format!(
+                "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
+                xml(&kind),
+                xml(&message),
+                xml(&message)
+            ));
+        }
+        if let AttemptResult::Reported { report } = &a.result {
+            cases.push_str(&format!(
+                "      <system-out>{}</system-out>\n",
+                xml(&bounded(&report.to_string()))
+            ));
+        }
+        cases.push_str("    </testcase>\n");
+    }
+    for ver in v {
+        tests += 1;
+        failures += usize::from(!ver.passed);
+        cases.push_str(&verify_case(ver));
+    }
+    let name = format!("ralph job {}", result.job_id);
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <testsuites name=\"ralph\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" time=\"{time}\">\n  \
+         <testsuite name=\"{name}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\" time=\"{time}\">\n    \
+         <properties>\n      \
+         <property name=\"outcome\" value=\"{outcome}\"/>\n      \
+         <property name=\"reason\" value=\"{reason}\"/>\n      \
+         <property name=\"rounds\" value=\"{rounds}\"/>\n      \
+         <property name=\"message\" value=\"{message}\"/>\n    \
+         </properties>\n{cases}  </testsuite>\n</testsuites>\n",
+        time = secs(result.duration_ms),
+        name = xml(&name),
+        outcome = result.outcome.as_str(),
+        reason = result.reason.as_str(),
+        rounds = result.rounds,
+        message = xml(&bounded(&result.message)),
+    )
+}
+
+fn verify_case(v: &super::Verify) -> String {
+    let mut s = format!(
+        "    <testcase classname=\"ralph.verify\" name=\"verify after round {}\" time=\"{}\">\n",
+        v.round,
+        secs(v.duration_ms)
+    );
+    if !v.passed {
+        let message = format!("`{}` failed", v.command);
+        s.push_str(&format!(
+            "      <failure type=\"verify_failed\" message=\"{}\">{}</failure>\n",
+            xml(&bounded(&message)),
+            xml(&bounded(&v.output_tail))
+        ));
+    }
+    if !v.output_tail.is_empty() {
+        s.push_str(&format!(
+            "      <system-out>{}</system-out>\n",
+            xml(&bounded(&v.output_tail))
+        ));
+    }
+    s.push_str("    </testcase>\n");
+    s
+}
+
+fn secs(ms: u64) -> String {
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
+fn bounded(s: &str) -> String {
+    crate::util::text::bounded(s, TEXT_CAP)
+}
