@@ -731,3 +731,34 @@ fn a_program_the_sandbox_cannot_see_is_refused_before_round_1_with_the_fix() {
     out.expect_code(0);
     assert!(marker.exists());
 }
+
+/// SPEC §6 / issue 12, item 7: with `--json`, a usage error is an `{"error":{…}}` object on
+/// stdout too (a CI step parsing stdout got nothing), for a bad flag value, an unknown flag and
+/// a client command's missing token alike; the human message stays on stderr.
+#[test]
+fn with_json_a_usage_error_is_a_json_object_on_stdout() {
+    let f = Fixture::new();
+    let agent = counting_agent(&f, 1);
+    let cases: Vec<(Ralph, &str)> = vec![
+        (f.run(&agent).args(["--max-rounds", "0"]), "--max-rounds"),
+        (f.run(&agent).arg("--no-such-flag"), "--no-such-flag"),
+        (
+            Ralph::new()
+                .args(["jobs", "--json", "--server", "http://127.0.0.1:9"])
+                .env("RALPH_TOKEN", "")
+                .env("RALPH_TOKEN_FILE", "/nonexistent/token"),
+            "token",
+        ),
+    ];
+    for (cmd, needle) in cases {
+        let out = cmd.output();
+        out.expect_code(64);
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", out.stdout));
+        assert_eq!(v["error"]["kind"], "usage", "{v}");
+        assert_eq!(v["error"]["exit_code"], 64, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{needle}: {message}");
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+    }
+}

@@ -51,6 +51,24 @@ impl Exit {
         }
     }
 
+    /// The code's name in machine-readable errors (`--json`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Exit::Complete => "complete",
+            Exit::Blocked => "blocked",
+            Exit::BudgetLimited => "budget_limited",
+            Exit::RoundFailed => "round_failed",
+            Exit::TaskFailed => "task_failed",
+            Exit::Usage => "usage",
+            Exit::SandboxUnavailable => "sandbox_unavailable",
+            Exit::Internal => "internal",
+            Exit::Interrupted => "interrupted",
+            Exit::Timeout => "timeout",
+            Exit::Cancelled => "cancelled",
+            Exit::Raw(_) => "command_status",
+        }
+    }
+
     /// The exit code for a finished job.
     pub fn for_result(r: &JobResult) -> Exit {
         Exit::for_outcome(r.outcome, r.reason)

@@ -104,8 +104,30 @@ impl CliError {
     }
 }
 
+/// Whether the command line asks for JSON output (`--json` before any `--`). Known before it
+/// parses, so a usage error can be machine-readable too.
+fn wants_json() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// Prints a failure as `{"error":{…}}` on stdout (SPEC §6: `--json` reports usage errors too).
+fn print_json_error(exit: Exit, message: &str) {
+    let v = serde_json::json!({
+        "error": {
+            "kind": exit.name(),
+            "exit_code": exit.code(),
+            "message": message,
+        }
+    });
+    stdout::line(format_args!("{v}"));
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> std::process::ExitCode {
+    let json = wants_json();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -115,6 +137,16 @@ pub fn main() -> std::process::ExitCode {
                 }
                 _ => Exit::Usage,
             };
+            if json && code == Exit::Usage {
+                let text = e.render().to_string();
+                let message = text
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("usage error")
+                    .trim_start_matches("error: ")
+                    .to_owned();
+                print_json_error(code, &message);
+            }
             let _ = e.print();
             return code.into();
         }
@@ -137,6 +169,9 @@ pub fn main() -> std::process::ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(e) => {
+            if json {
+                print_json_error(e.exit, &e.message);
+            }
             eprintln!("ralph: {}", e.message);
             e.exit.into()
         }
