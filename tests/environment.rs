@@ -36,6 +36,7 @@ fn only_the_allowlist_reaches_the_agent() {
     assert_eq!(
         names,
         [
+            "GIT_CONFIG_SYSTEM",
             "HOME",
             "LANG",
             "MY_PASSED_TOKEN",

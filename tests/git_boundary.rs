@@ -834,3 +834,43 @@ fn docker_ralph_run_journals_tells_keeps_and_counts_what_it_made_safe() {
     }
     ralph_run(Backend::Docker);
 }
+
+/// Issue 12, item 7: `git commit` in a round failed for lack of an identity (the round's HOME is
+/// private and empty: "unable to auto-detect email address"). Rounds get one at git's lowest
+/// level (`GIT_CONFIG_SYSTEM`); the runner's `GIT_AUTHOR_*` passed with `--env` and the
+/// repository's own `user.*` take precedence, as git ranks them.
+#[test]
+fn a_round_can_commit_with_the_default_identity_or_the_one_passed_in() {
+    for passed in [None, Some("Alice Example")] {
+        let f = Fixture::new();
+        let report = f.data("r.json", common::complete_report("committed").as_bytes());
+        let cmd = format!(
+            "git init -q repo && cd repo && git commit --allow-empty -qm 'a round' && git log -1 --format='%ae|%ce' > ../author.txt && git config user.email own@repo.example && git commit --allow-empty -qm again && git log -1 --format='%an|%ae' >> ../author.txt; cp '{}' \"$RALPH_REPORT_FILE\"",
+            report.display()
+        );
+        let mut run = f.run_cmd(&cmd);
+        if let Some(name) = passed {
+            run = run
+                .args(["--env", "GIT_AUTHOR_NAME"])
+                .env("GIT_AUTHOR_NAME", name);
+        }
+        let out = run.output();
+        out.expect_code(0);
+        let author = std::fs::read_to_string(f.ws.join("author.txt"))
+            .unwrap_or_else(|e| panic!("no commit was made ({e}): {}", out.stderr));
+        let lines: Vec<&str> = author.lines().collect();
+        assert_eq!(
+            lines[0], "ralph-agent@localhost|ralph-agent@localhost",
+            "{author}"
+        );
+        let (name, email) = lines[1].split_once('|').unwrap();
+        assert_eq!(
+            email, "own@repo.example",
+            "the repository's own identity wins"
+        );
+        match passed {
+            None => assert_eq!(name, "ralph agent"),
+            Some(n) => assert_eq!(name, n, "--env GIT_AUTHOR_NAME wins"),
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! <state-dir>/jobs/<job-id>/rounds/<round>/<attempt>/
-//!     in/prompt.md  in/handoff.json        readable by the agent
+//!     in/prompt.md  in/handoff.json        readable by the agent (+ in/gitconfig)
 //!     out/report.json  out/usage.jsonl     writable by the agent
 //!     home/  tmp/                          private HOME and TMPDIR (removed after the round)
 //!     stdout.log  stderr.log               capped output (runner only)
@@ -79,6 +79,11 @@ impl AttemptDirs {
     /// The prompt file.
     pub fn prompt_file(&self) -> PathBuf {
         self.input.join("prompt.md")
+    }
+
+    /// git's system configuration of the round (an identity; see `round.rs`).
+    pub fn git_system_config(&self) -> PathBuf {
+        self.input.join("gitconfig")
     }
 
     /// The handoff file (absent in round 1).

@@ -111,6 +111,7 @@ impl JobRun<'_> {
             retry_note,
         });
         write_file(&dirs.prompt_file(), prompt.as_bytes())?;
+        write_file(&dirs.git_system_config(), GIT_SYSTEM_CONFIG.as_bytes())?;
         let preset = self.agent.preset();
         for (name, content) in preset.map(|p| p.inputs()).unwrap_or_default() {
             write_file(&dirs.input.join(name), content.as_bytes())?;
@@ -135,6 +136,10 @@ impl JobRun<'_> {
                 dirs.report_file().display().to_string(),
             ),
             ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
+            (
+                "GIT_CONFIG_SYSTEM",
+                dirs.git_system_config().display().to_string(),
+            ),
         ];
         // The attempt's way out (SPEC §9): its model gateway and egress proxy, if the job has
         // them; the budget they enforce starts from what the job has used so far.
@@ -609,6 +614,13 @@ impl JobRun<'_> {
         Ok(usage)
     }
 }
+
+/// git's system-level configuration in a round (`GIT_CONFIG_SYSTEM`): an identity, so `git
+/// commit` works although the round's HOME is private and empty (it failed: "unable to
+/// auto-detect email address"), then the host's own `/etc/gitconfig`. The lowest level git has:
+/// the repository's `user.*`, a `~/.gitconfig` the round writes and the GIT_AUTHOR_* /
+/// GIT_COMMITTER_* variables passed with `--env` all rank above it.
+const GIT_SYSTEM_CONFIG: &str = "# Written by ralph for this round (GIT_CONFIG_SYSTEM).\n[user]\n\tname = ralph agent\n\temail = ralph-agent@localhost\n[include]\n\tpath = /etc/gitconfig\n";
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     std::fs::write(path, bytes).map_err(|e| EngineError::io("write", path, e))
