@@ -142,6 +142,17 @@ impl Spawner for FakeSpawner {
         Ok(())
     }
 
+    /// The fake world has every program (what runs is the script).
+    fn program_visible(
+        &self,
+        _what: &str,
+        _command: &str,
+        _spec: &crate::job::JobSpec,
+        _env: &super::env::RunnerEnv,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
     fn spawn<'a>(
         &'a self,
         _kind: BackendKind,

@@ -210,14 +210,10 @@ impl<'e> JobRun<'e> {
                 self.spec.verify.as_ref().map(|v| ("the verify command", v)),
             ];
             for (what, command) in commands.into_iter().flatten() {
-                super::command_check::command_visible(
-                    what,
-                    command,
-                    &self.spec,
-                    &self.engine.env,
-                    &self.engine.backends,
-                )
-                .map_err(config)?;
+                self.engine
+                    .spawner
+                    .program_visible(what, command, &self.spec, &self.engine.env)
+                    .map_err(config)?;
             }
         }
         if self.spec.network() == ralph_sandbox::Network::Gateway {

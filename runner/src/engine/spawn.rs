@@ -16,6 +16,16 @@ pub(crate) trait Spawner: Send + Sync {
     /// Fails closed when `kind` cannot enforce `req` on this host.
     fn preflight(&self, kind: BackendKind, req: &SandboxRequest) -> Result<(), SandboxError>;
 
+    /// Whether the program `command` starts with can run in the sandbox of `spec` (native
+    /// backend; [`super::command_check`]); `what` names the command in the message.
+    fn program_visible(
+        &self,
+        what: &str,
+        command: &str,
+        spec: &crate::job::JobSpec,
+        env: &super::env::RunnerEnv,
+    ) -> Result<(), String>;
+
     /// Starts `spec` on `kind`, its output going to `io`.
     fn spawn<'a>(
         &'a self,
@@ -45,6 +55,16 @@ pub(crate) struct SandboxSpawner(pub(crate) Backends);
 impl Spawner for SandboxSpawner {
     fn preflight(&self, kind: BackendKind, req: &SandboxRequest) -> Result<(), SandboxError> {
         self.0.preflight(kind, req)
+    }
+
+    fn program_visible(
+        &self,
+        what: &str,
+        command: &str,
+        spec: &crate::job::JobSpec,
+        env: &super::env::RunnerEnv,
+    ) -> Result<(), String> {
+        super::command_check::command_visible(what, command, spec, env, &self.0)
     }
 
     fn spawn<'a>(
