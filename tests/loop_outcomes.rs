@@ -400,7 +400,10 @@ fn max_rounds_over_the_ceiling_is_refused_with_64_and_no_job() {
         "{}",
         out.stderr
     );
-    assert!(out.stdout.is_empty());
+    // No job result: with --json, only the usage error as JSON (SPEC §6).
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["error"]["kind"], "usage", "{v}");
+    assert!(v.get("job_id").is_none(), "{v}");
     assert!(!f.ws.join("count").exists());
     f.run(&agent)
         .args(["--max-rounds", "0"])

@@ -90,11 +90,8 @@ fn a_second_ralph_run_on_a_busy_workspace_exits_64_naming_the_job_and_leaves_no_
         "{}",
         out.stderr
     );
-    assert!(
-        out.stdout.is_empty(),
-        "a usage error prints no result: {}",
-        out.stdout
-    );
+    // A usage error prints no result (with --json, only the error object).
+    common::assert_no_result(&out);
     assert!(!f.ws.join("second.started").exists(), "a round ran");
 
     std::fs::write(f.ws.join("release"), "").unwrap();

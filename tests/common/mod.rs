@@ -307,3 +307,19 @@ pub fn wait_until_gone(marker: &str, limit: Duration, what: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A refused command printed no result: with `--json`, stdout holds only the error object (SPEC
+/// §6), without a job id; without it, nothing.
+pub fn assert_no_result(out: &Output) {
+    let text = out.stdout.trim();
+    if text.is_empty() {
+        return;
+    }
+    let v: serde_json::Value = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("stdout is neither empty nor JSON ({e}): {text}"));
+    assert!(v["error"]["kind"].is_string(), "not an error object: {v}");
+    assert!(
+        v.get("job_id").is_none() && v.get("outcome").is_none(),
+        "a result: {v}"
+    );
+}
