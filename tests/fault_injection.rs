@@ -370,7 +370,7 @@ fn a_database_crash_at_each_event_boundary_loses_nothing_and_leaves_nothing_runn
             &agent,
             json!({"max_rounds": 2, "round_retries": 0, "verify": "true"}),
         );
-        let id = fleet.submit(i % 2, vec![spec]).remove(0);
+        let id = fleet.submit(0, vec![spec]).remove(0);
         f.jobs += 1;
         // Crash the moment the boundary is reached.
         let hit = Instant::now();
@@ -519,7 +519,7 @@ fi"#,
     for i in 0..5 {
         let ws = fleet.hosts[0].workspace(&format!("cancel{i}"));
         let id = fleet
-            .submit(i % 2, vec![job(&ws, &hang, json!({"max_rounds": 1}))])
+            .submit(0, vec![job(&ws, &hang, json!({"max_rounds": 1}))])
             .remove(0);
         common::wait_for_file(&ws.join("started"), Duration::from_secs(60));
         common::wait_until("the round's process runs", Duration::from_secs(30), || {
