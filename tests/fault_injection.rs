@@ -47,8 +47,9 @@ impl Fleet {
     fn start(test: &str) -> Option<Self> {
         let db = PgCluster::start(test)?;
         let extra = format!(
-            "max_concurrent_jobs = 3\nlease_timeout = \"{}s\"\n",
-            LEASE.as_secs()
+            "max_concurrent_jobs = 3\nlease_timeout = \"{}s\"\n[limits]\nallowed_images = [\"{}\"]\n",
+            LEASE.as_secs(),
+            common::docker::IMAGE
         );
         let hosts = [
             Server::with_database(&extra, &db.url),
@@ -252,12 +253,41 @@ fn verify_all(
         }
     }
     for h in &fleet.hosts {
-        let left = leftover_private_dirs(&h.state);
-        if !left.is_empty() {
-            failures.push(format!("private attempt dirs left: {left:?}"));
+        for dir in leftover_private_dirs(&h.state) {
+            failures.push(format!(
+                "private attempt dir left: {} (its round ended {})",
+                dir.display(),
+                how_attempt_ended(fleet, &dir)
+            ));
         }
     }
     (failures, lost, duplicated)
+}
+
+/// How the attempt owning `<state>/jobs/<id>/rounds/<round>/<attempt>/{home,tmp}` ended, from
+/// its `round_finished` (for the evidence of a leftover).
+fn how_attempt_ended(fleet: &Fleet, dir: &std::path::Path) -> String {
+    let parts: Vec<String> = dir
+        .iter()
+        .rev()
+        .skip(1)
+        .take(5)
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let [attempt, round, _, id, ..] = parts.as_slice() else {
+        return "?".into();
+    };
+    let events = fleet.events(id).unwrap_or_default();
+    events
+        .iter()
+        .find(|e| {
+            e["type"] == "round_finished"
+                && e["round"].to_string() == *round
+                && e["attempt"].to_string() == *attempt
+        })
+        .map_or("without round_finished".into(), |e| {
+            format!("{} ({})", e["result"]["kind"], e["result"]["message"])
+        })
 }
 
 /// A point in a job's life at which the database is crashed: the first event of `kind` (of
@@ -435,9 +465,28 @@ fn a_database_crash_at_each_event_boundary_loses_nothing_and_leaves_nothing_runn
     );
 }
 
-const KILL_JOBS: usize = 16;
-const KILL_ROUNDS: u64 = 4;
-const FAULTS: usize = 12;
+const KILL_JOBS: usize = 30;
+/// Of which this many run on the docker backend (when the engine and image are there).
+const DOCKER_JOBS: usize = 4;
+const KILL_ROUNDS: u64 = 5;
+const FAULTS: usize = 20;
+
+/// Resumes the interrupted jobs of `ids` that have rounds left, so the faults keep hitting work.
+fn resume_interrupted(fleet: &Fleet, ids: &[String], max_rounds: u64, f: &mut Figures) {
+    for (i, id) in ids.iter().enumerate() {
+        let Ok(view) = fleet.store.load(id) else {
+            continue;
+        };
+        if view.outcome().map(|o| o.as_str()) == Some("interrupted")
+            && u64::from(view.rounds_started) < max_rounds
+        {
+            let (code, _) = fleet.hosts[i % 2].api("POST", &format!("/v1/jobs/{id}/resume"), None);
+            if code == 202 {
+                f.resumed += 1;
+            }
+        }
+    }
+}
 
 #[test]
 fn host_kills_and_database_crashes_lose_duplicate_and_strand_nothing() {
@@ -451,8 +500,8 @@ fn host_kills_and_database_crashes_lose_duplicate_and_strand_nothing() {
         "chaos-kill-agent.sh",
         r#"echo "$RALPH_ROUND $RALPH_ATTEMPT $$" >> "$RALPH_WORKSPACE/executions"
 sleep 0.3717
-if [ "$RALPH_ROUND" -ge 4 ]; then
-  echo '{"status":"complete","summary":"four","evidence":["round 4"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE"
+if [ "$RALPH_ROUND" -ge 5 ]; then
+  echo '{"status":"complete","summary":"five","evidence":["round 5"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE"
 else
   echo '{"status":"continue","summary":"more","evidence":[],"nextSteps":["next"],"blocker":""}' > "$RALPH_REPORT_FILE"
 fi"#,
@@ -460,13 +509,15 @@ fi"#,
     let mut f = Figures::default();
     let mut jobs: Vec<(String, PathBuf)> = Vec::new();
     let mut specs = Vec::new();
+    let docker = common::docker::ready("host_kills (docker jobs)");
     for i in 0..KILL_JOBS {
         let ws = fleet.hosts[0].workspace(&format!("kill{i}"));
-        specs.push(job(
-            &ws,
-            &agent,
-            json!({"max_rounds": KILL_ROUNDS, "round_retries": 0}),
-        ));
+        let mut extra = json!({"max_rounds": KILL_ROUNDS, "round_retries": 0});
+        if docker && i < DOCKER_JOBS {
+            extra["backend"] = json!("docker");
+            extra["image"] = json!(common::docker::IMAGE);
+        }
+        specs.push(job(&ws, &agent, extra));
         jobs.push((String::new(), ws));
     }
     for (slot, id) in jobs.iter_mut().zip(fleet.submit(0, specs)) {
@@ -477,7 +528,50 @@ fi"#,
     let mut failures = Vec::new();
     for n in 0..FAULTS {
         std::thread::sleep(Duration::from_millis(rng.range(100, 1200)));
-        let what = match rng.next() % 3 {
+        let what = match rng.next() % 4 {
+            3 => {
+                // A host that stays down: the other one closes its jobs (lease or dead holder).
+                let h = (rng.next() % 2) as usize;
+                let dead = fleet.pid(h);
+                fleet.hosts[h].kill9();
+                f.host_kills += 1;
+                let down = Instant::now();
+                let orphaned = |fleet: &Fleet| {
+                    fleet
+                        .store
+                        .job_ids_in_state(JobState::Running)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|id| {
+                            fleet
+                                .store
+                                .load(id)
+                                .is_ok_and(|v| v.runner.is_some_and(|r| r.pid == dead))
+                        })
+                        .count()
+                };
+                let closed = loop {
+                    let left = orphaned(&fleet);
+                    if left == 0 {
+                        break Ok(down.elapsed());
+                    }
+                    if down.elapsed() > LEASE * 4 {
+                        break Err(left);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                };
+                if let Err(left) = closed {
+                    failures.push(format!(
+                        "fault {n}: {left} job(s) of dead host {h} still running after {:?}",
+                        LEASE * 4
+                    ));
+                }
+                fleet.hosts[h].start();
+                format!(
+                    "kill -9 host {} and keep it down until the other closes its jobs: {closed:?}",
+                    ["A", "B"][h]
+                )
+            }
             h @ (0 | 1) => {
                 fleet.kill_host(h as usize);
                 f.host_kills += 1;
@@ -496,6 +590,7 @@ fi"#,
                 failures.extend(order_violations(id, &events));
             }
         }
+        resume_interrupted(&fleet, &ids, KILL_ROUNDS, &mut f);
         let finished = fleet.store.count_in_state(JobState::Finished).unwrap_or(0);
         println!("fault {n}: {what}; {finished} job(s) finished so far");
     }
@@ -509,6 +604,18 @@ fi"#,
     let (more, lost, duplicated) =
         verify_all(&fleet, &jobs, &["chaos-kill-agent.sh", "0.3717"], &f);
     failures.extend(more);
+    // Nothing of ours left running in Docker.
+    if docker {
+        for (id, _) in jobs.iter().take(DOCKER_JOBS) {
+            let left = common::docker::running_containers_with_label(
+                ralph_sandbox::docker::labels::JOB,
+                id,
+            );
+            if !left.is_empty() {
+                failures.push(format!("{id}: containers still running: {left:?}"));
+            }
+        }
+    }
 
     // A cancel through the other host: the time until the round's process is gone.
     let hang = fleet.hosts[0].agent(
