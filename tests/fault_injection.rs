@@ -282,8 +282,8 @@ fn how_attempt_ended(fleet: &Fleet, dir: &std::path::Path) -> String {
         .iter()
         .find(|e| {
             e["type"] == "round_finished"
-                && e["round"].to_string() == *round
-                && e["attempt"].to_string() == *attempt
+                && e["round"].as_u64().map(|r| r.to_string()).as_ref() == Some(round)
+                && e["attempt"].as_u64().map(|a| a.to_string()).as_ref() == Some(attempt)
         })
         .map_or("without round_finished".into(), |e| {
             format!("{} ({})", e["result"]["kind"], e["result"]["message"])
