@@ -123,6 +123,8 @@ struct Figures {
     resumed: usize,
     /// Jobs found `running` with a live holder and a journal that no longer moved.
     stuck: Vec<String>,
+    /// Jobs left `interrupted` with no rounds to resume (their last round was cut by a fault).
+    at_budget: usize,
     /// Jobs that ended other than `complete` (or `interrupted` at their round budget).
     other_outcomes: Vec<String>,
 }
@@ -171,6 +173,7 @@ fn settle(fleet: &mut Fleet, ids: &[String], max_rounds: u64, f: &mut Figures, l
                                         && body.to_string().contains("no rounds left"),
                                     "{id}: resume refused: {body}"
                                 );
+                                f.at_budget += 1;
                                 done.insert(id.clone(), ());
                             }
                         }
@@ -447,11 +450,12 @@ fn a_database_crash_at_each_event_boundary_loses_nothing_and_leaves_nothing_runn
         failures.push(format!("boundary {m} was never reached"));
     }
     println!(
-        "CHAOS FIGURES (database crash at each boundary): jobs {}, database crashes {}, host restarts for stuck jobs {}, resumed {}, lost {lost}, duplicated {duplicated}, stuck {}, other outcomes {}, took {:?}",
+        "CHAOS FIGURES (database crash at each boundary): jobs {}, database crashes {}, host restarts for stuck jobs {}, resumed {}, interrupted with no rounds left {}, lost {lost}, duplicated {duplicated}, stuck {}, other outcomes {}, took {:?}",
         f.jobs,
         f.db_crashes,
         f.host_kills,
         f.resumed,
+        f.at_budget,
         f.stuck.len(),
         f.other_outcomes.len(),
         began.elapsed()
@@ -644,11 +648,12 @@ fi"#,
     }
     stops.sort();
     println!(
-        "CHAOS FIGURES (host kills and database crashes): jobs {}, host kills {}, database crashes {}, resumed {}, lost {lost}, duplicated {duplicated}, stuck {}, other outcomes {}; cancel through the other host, process gone after: median {:?}, max {:?}; took {:?}",
+        "CHAOS FIGURES (host kills and database crashes): jobs {}, host kills {}, database crashes {}, resumed {}, interrupted with no rounds left {}, lost {lost}, duplicated {duplicated}, stuck {}, other outcomes {}; cancel through the other host, process gone after: median {:?}, max {:?}; took {:?}",
         f.jobs,
         f.host_kills,
         f.db_crashes,
         f.resumed,
+        f.at_budget,
         f.stuck.len(),
         f.other_outcomes.len(),
         stops[stops.len() / 2],
