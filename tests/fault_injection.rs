@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 const LEASE: Duration = Duration::from_secs(3);
 /// A running job whose journal does not move for this long, with both hosts up and the lease
 /// timeout passed, is stuck.
-const STUCK_AFTER: Duration = Duration::from_secs(12);
+const STUCK_AFTER: Duration = Duration::from_secs(20);
 
 /// The tests share the machine's two cores: one fleet at a time keeps the timings meaningful.
 static ONE_FLEET: Mutex<()> = Mutex::new(());
