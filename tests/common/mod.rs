@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent_clis;
+pub mod chaos;
 pub mod docker;
 pub mod model_api;
 pub mod model_server;
+pub mod pg_cluster;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;
