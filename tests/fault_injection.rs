@@ -255,6 +255,17 @@ fn verify_all(
             failures.push(format!("agent processes {m:?} left: {left:?}"));
         }
     }
+    // A killed run's scratch is swept by its host (at start, and every 10 s while it serves):
+    // wait for the sweep, with a deadline, before counting what is left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while std::time::Instant::now() < deadline
+        && fleet
+            .hosts
+            .iter()
+            .any(|h| !leftover_private_dirs(&h.state).is_empty())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
     for h in &fleet.hosts {
         for dir in leftover_private_dirs(&h.state) {
             failures.push(format!(

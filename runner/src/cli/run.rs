@@ -166,6 +166,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         Ok(_) => {}
         Err(e) => eprintln!("ralph: warning: failed to close the jobs of dead runners: {e}"),
     }
+    engine.sweep_scratch();
     // The workspace first: a job that cannot have it is refused before it is journalled, so
     // it leaves no record (and certainly no `running` job) behind.
     let workspace = engine

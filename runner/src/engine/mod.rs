@@ -32,6 +32,7 @@ pub mod prompt;
 mod round;
 pub mod round_gateway;
 mod sanitized;
+pub mod scratch_sweep;
 mod spawn;
 pub mod stdout_report;
 mod undrained;
@@ -247,6 +248,12 @@ impl Engine {
     /// Takes the run hold of `job_id` for this runner (before it claims the job).
     pub fn hold_job(&self, job_id: &str) -> Result<crate::store::hold::RunHold, StoreError> {
         self.store.hold_job(&self.state_dir, job_id, &self.runner)
+    }
+
+    /// Removes the private scratch that killed runs left in this state directory
+    /// ([`scratch_sweep`]).
+    pub fn sweep_scratch(&self) -> scratch_sweep::SweepReport {
+        scratch_sweep::sweep(&self.state_dir)
     }
 
     /// Closes as `interrupted` every running job of the store whose runner is gone

@@ -199,14 +199,16 @@ impl Service {
             || report.helpers_killed > 0
             || report.cgroups_removed > 0
             || report.containers_removed > 0
+            || report.scratch_removed > 0
         {
             log(&format!(
-                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed",
+                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed, {} leftover private dir(s) removed",
                 report.interrupted.len(),
                 report.interrupted.join(", "),
                 report.helpers_killed,
                 report.cgroups_removed,
-                report.containers_removed
+                report.containers_removed,
+                report.scratch_removed
             ));
         }
         let engine = Engine::new(

@@ -1,7 +1,8 @@
 //! The service's periodic close of orphaned jobs ([`crate::engine::orphans`]): a `ralph run`
 //! killed beside the service (SQLite), or a host whose lease lapsed (PostgreSQL), has its
 //! running jobs closed as `interrupted` without anyone restarting. Every `lease_timeout / 2`
-//! on PostgreSQL, every [`SQLITE_EVERY`] on SQLite (a few `flock` probes).
+//! on PostgreSQL, every [`SQLITE_EVERY`] on SQLite (a few `flock` probes). Every
+//! [`SWEEP_EVERY`] it also sweeps killed runs' private scratch from the state directory.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,9 +14,15 @@ use crate::store::journal::blocking;
 /// How often a SQLite store's running jobs are probed.
 const SQLITE_EVERY: Duration = Duration::from_secs(2);
 
+/// How often this host's state directory is swept of killed runs' private scratch
+/// ([`crate::engine::scratch_sweep`]): a job killed here and closed by another host, or by this
+/// one after its restart while the job ran elsewhere, leaves it.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 impl Service {
     /// Closes orphaned jobs until the service drains.
     pub(super) async fn watch_orphans(self: Arc<Self>) {
+        let mut swept = std::time::Instant::now();
         loop {
             let every = if self.engine.store().is_sqlite() {
                 SQLITE_EVERY
@@ -37,6 +44,16 @@ impl Service {
                 }
                 Ok(_) => {}
                 Err(e) => log(&format!("failed to close the jobs of dead runners: {e}")),
+            }
+            if swept.elapsed() >= SWEEP_EVERY {
+                swept = std::time::Instant::now();
+                let r = blocking(|| self.engine.sweep_scratch());
+                if !r.removed.is_empty() {
+                    log(&format!(
+                        "removed {} leftover private dir(s) of killed runs",
+                        r.removed.len()
+                    ));
+                }
             }
         }
     }

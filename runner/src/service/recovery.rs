@@ -22,6 +22,8 @@ pub struct RecoveryReport {
     pub cgroups_removed: u32,
     /// Leftover containers removed (docker backend).
     pub containers_removed: u32,
+    /// Leftover private scratch directories (`home/`, `tmp/`) of killed runs removed.
+    pub scratch_removed: usize,
 }
 
 /// Reconciles the store in `state_dir` for the runner `me`.
@@ -40,6 +42,7 @@ pub fn recover(
     let orphans = crate::engine::orphans::close_orphans(store, state_dir, me, observers)?;
     report.interrupted = orphans.interrupted;
     report.left_to_live_runners = orphans.left_to_live_runners;
+    report.scratch_removed = crate::engine::scratch_sweep::sweep(state_dir).removed.len();
     Ok(report)
 }
 

@@ -152,6 +152,9 @@ pub struct RunHold {
     sink: Arc<dyn Sink>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// PostgreSQL: the job's hold file in this state directory, locked too, so that this state
+    /// directory's sweeps of private attempt dirs leave a live job alone (SQLite: the sink's).
+    _file: Option<File>,
 }
 
 impl std::fmt::Debug for RunHold {
@@ -187,6 +190,7 @@ impl RunHold {
             sink,
             stop,
             thread,
+            _file: None,
         }
     }
 
@@ -221,13 +225,23 @@ impl RunHold {
 
     /// The hold of a job on a PostgreSQL `store` whose lease this process holds: its heartbeat
     /// goes to the job's row.
-    pub(crate) fn lease(store: &Arc<super::Store>, job_id: &str, runner: &RunnerInfo) -> Self {
+    pub(crate) fn lease(
+        store: &Arc<super::Store>,
+        state_dir: &Path,
+        job_id: &str,
+        runner: &RunnerInfo,
+    ) -> Self {
         store.note_held(job_id, true);
         let sink = Arc::new(LeaseSink {
             store: Arc::downgrade(store),
             job_id: job_id.to_owned(),
         });
-        Self::start(Beat::new(runner), sink)
+        let mut hold = Self::start(Beat::new(runner), sink);
+        // Best effort: without it, a sweep could only miss this job's scratch (never run twice).
+        if let Ok(Locked::Yes(f)) = try_lock(&hold_path(state_dir, job_id), true) {
+            hold._file = Some(f);
+        }
+        hold
     }
 
     /// The observer that follows the job's round attempts (pass it to the engine's run).

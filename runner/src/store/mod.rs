@@ -400,7 +400,7 @@ impl Store {
     ) -> Result<hold::RunHold, StoreError> {
         match &self.backend {
             Backend::Sqlite(_) => Ok(hold::RunHold::try_file(state_dir, job_id, runner)?),
-            Backend::Postgres(_) => Ok(hold::RunHold::lease(self, job_id, runner)),
+            Backend::Postgres(_) => Ok(hold::RunHold::lease(self, state_dir, job_id, runner)),
         }
     }
 
