@@ -537,3 +537,54 @@ fn a_closed_pipe_ends_a_printing_command_quietly() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+/// Issue 12, item 7: the ROUNDS column of `ralph jobs` did not line up (a JSON number ignores
+/// the column width), and `ralph show` counted a task job's one run against a round budget.
+#[test]
+fn the_jobs_table_lines_up_and_a_task_is_shown_as_one_run() {
+    let s = Server::new("");
+    let agent = s.agent(
+        "done.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
+    );
+    let ws = s.workspace("ws");
+    let ws2 = s.workspace("ws2");
+    let (code, body) = post_jobs(
+        &s,
+        vec![
+            common::server::job(&ws, &agent, json!({})),
+            common::server::job(&ws2, &agent, json!({"kind": "task"})),
+        ],
+    );
+    assert_eq!(code, 201, "{body}");
+    let ids: Vec<String> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    for id in &ids {
+        s.wait_finished(id, std::time::Duration::from_secs(60));
+    }
+    let out = s.ralph(&["jobs"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let header = lines[0];
+    let end = header.find("ROUNDS").unwrap() + "ROUNDS".len();
+    for row in &lines[1..] {
+        assert_eq!(
+            row.as_bytes().get(end - 1),
+            Some(&b'1'),
+            "the count ends where ROUNDS ends:\n{}",
+            out.stdout
+        );
+        assert_eq!(row.as_bytes().get(end), Some(&b' '), "{}", out.stdout);
+    }
+    let show = s.ralph(&["show", &ids[1]]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(show.stdout.contains("runs: 1"), "{}", show.stdout);
+    assert!(!show.stdout.contains(" of 20"), "{}", show.stdout);
+}

@@ -95,3 +95,20 @@ fn a_task_verify_decides_even_without_a_report() {
     out.expect_code(0);
     assert_eq!(out.json()["reason"], "verified");
 }
+
+/// Issue 12, item 7: a task job's progress said "round 1/20" and "up to 20 round(s)"; it runs
+/// once, and says so.
+#[test]
+fn a_task_jobs_progress_counts_no_round_budget() {
+    let f = Fixture::new();
+    let agent = f.agent("ok.sh", "echo hello > out.txt");
+    let out = f.run(&agent).args(["--kind", "task"]).output();
+    out.expect_code(0);
+    assert!(out.stderr.contains("task job, one run"), "{}", out.stderr);
+    assert!(out.stderr.contains("the task ended"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("/20") && !out.stderr.contains("round(s)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -203,7 +203,8 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
             j["state"].as_str().unwrap_or(""),
             j["outcome"].as_str().unwrap_or("-"),
             j["kind"].as_str().unwrap_or(""),
-            j["rounds"],
+            // Rendered first: a JSON value's Display ignores the column width.
+            j["rounds"].to_string(),
             j["created_at"].as_str().unwrap_or("")
         );
     }
@@ -233,10 +234,18 @@ fn describe_job(j: &Value) -> String {
     if let Some(o) = j["outcome"].as_str() {
         s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
     }
-    s.push_str(&format!(
-        "\n  rounds: {} of {}, retries: {}",
-        j["rounds"], j["max_rounds"], j["retries"]
-    ));
+    if j["kind"].as_str() == Some("task") {
+        // A task job runs its command once: no round budget to count against.
+        s.push_str(&format!(
+            "\n  runs: {}, retries: {}",
+            j["rounds"], j["retries"]
+        ));
+    } else {
+        s.push_str(&format!(
+            "\n  rounds: {} of {}, retries: {}",
+            j["rounds"], j["max_rounds"], j["retries"]
+        ));
+    }
     if let Some(m) = j["message"].as_str() {
         s.push_str(&format!("\n  {m}"));
     }

@@ -87,20 +87,34 @@ impl Observer for Progress {
             return;
         };
         let n = view.spec.max_rounds;
+        let task = view.spec.kind == ralph_runner::job::JobKind::Task;
+        // A task job runs its command once: no round budget to count against.
+        let of = |round: &u32| {
+            if task {
+                "the task".to_owned()
+            } else {
+                format!("round {round}/{n}")
+            }
+        };
         match &ev.kind {
             EventKind::JobStarted { .. } => {
                 let s = &view.spec;
                 self.line(&format!(
-                    "job {} started: {} job, up to {} round(s), workspace {}, sandbox {}/{}",
+                    "job {} started: {} job, {}, workspace {}, sandbox {}/{}",
                     view.id,
                     s.kind.as_str(),
-                    n,
+                    if task {
+                        "one run".to_owned()
+                    } else {
+                        format!("up to {n} round(s)")
+                    },
                     s.workspace.display(),
                     s.sandbox.backend,
                     s.sandbox.mode
                 ));
             }
             EventKind::RoundStarted { round, attempt, .. } => {
+                let label = of(round);
                 st.round_started = Some(Instant::now());
                 let a = if *attempt > 1 {
                     format!(" (attempt {attempt})")
@@ -108,7 +122,7 @@ impl Observer for Progress {
                     String::new()
                 };
                 if self.live.is_none() {
-                    self.line(&format!("round {round}/{n}{a} started"));
+                    self.line(&format!("{label}{a} started"));
                 }
                 let last = if st.last_summary.is_empty() {
                     String::new()
@@ -116,7 +130,7 @@ impl Observer for Progress {
                     format!(" · last: {}", st.last_summary)
                 };
                 self.status(format!(
-                    "round {round}/{n}{a} · {} elapsed{last}",
+                    "{label}{a} · {} elapsed{last}",
                     secs(self.started.elapsed())
                 ));
             }
@@ -128,6 +142,7 @@ impl Observer for Progress {
                 sandbox_violations,
                 ..
             } => {
+                let label = of(round);
                 for v in sandbox_violations {
                     self.line(&format!("warning: round {round}: sandbox: {v}"));
                 }
@@ -136,31 +151,28 @@ impl Observer for Progress {
                     AttemptResult::Reported { .. } => match &view.last_report {
                         Some(r) => {
                             st.last_summary = summary_of(r);
-                            format!(
-                                "round {round}/{n} {} ({took}): {}",
-                                r.status, st.last_summary
-                            )
+                            format!("{label} {} ({took}): {}", r.status, st.last_summary)
                         }
-                        None => format!("round {round}/{n} reported ({took})"),
+                        None => format!("{label} reported ({took})"),
                     },
                     AttemptResult::Failed { reason, message } => {
                         format!(
-                            "round {round}/{n} attempt {attempt} failed ({took}): {reason}: {}",
+                            "{label} attempt {attempt} failed ({took}): {reason}: {}",
                             bounded(message, 400)
                         )
                     }
-                    AttemptResult::Exited => format!("round {round}/{n} ended ({took})"),
+                    AttemptResult::Exited => format!("{label} ended ({took})"),
                     AttemptResult::SandboxFailed { message, .. } => {
-                        format!("round {round}/{n}: sandbox failed: {message}")
+                        format!("{label}: sandbox failed: {message}")
                     }
-                    AttemptResult::Cancelled => format!("round {round}/{n} cancelled ({took})"),
+                    AttemptResult::Cancelled => format!("{label} cancelled ({took})"),
                     AttemptResult::DeadlineReached => {
-                        format!("round {round}/{n} stopped by the job timeout ({took})")
+                        format!("{label} stopped by the job timeout ({took})")
                     }
                     AttemptResult::BudgetSpent => {
-                        format!("round {round}/{n} stopped: the token budget is spent ({took})")
+                        format!("{label} stopped: the token budget is spent ({took})")
                     }
-                    AttemptResult::Interrupted => format!("round {round}/{n} interrupted"),
+                    AttemptResult::Interrupted => format!("{label} interrupted"),
                 };
                 self.line(&text);
             }

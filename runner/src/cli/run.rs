@@ -264,17 +264,25 @@ fn watch_signals(cancel: Cancel) {
 
 fn print_result(r: &JobResult, json: bool) -> Result<(), CliError> {
     let mut err = std::io::stderr().lock();
+    let task = r.kind == ralph_runner::job::JobKind::Task;
     let verified = match (r.outcome, r.verified) {
         (ralph_runner::job::Outcome::Complete, Some(true)) => " (verified)",
+        (ralph_runner::job::Outcome::Complete, _) if task => " (not verified)",
         (ralph_runner::job::Outcome::Complete, _) => " (worker reported completion; not verified)",
         _ => "",
     };
+    // A task job runs once: no rounds to count.
+    let rounds = if task {
+        String::new()
+    } else {
+        format!(" after {} round(s)", r.rounds)
+    };
     let _ = writeln!(
         err,
-        "ralph: {}{} after {} round(s) in {:.1}s: {}",
+        "ralph: {}{}{} in {:.1}s: {}",
         r.outcome,
         verified,
-        r.rounds,
+        rounds,
         r.duration_ms as f64 / 1000.0,
         r.message
     );
