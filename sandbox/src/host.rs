@@ -124,11 +124,11 @@ pub fn user_namespaces(read: impl Fn(&str) -> Option<String>) -> Result<(), Stri
     let num = |p: &str| read(p).and_then(|s| s.trim().parse::<i64>().ok());
     if num("/proc/sys/user/max_user_namespaces") == Some(0) {
         return Err(
-            "user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0)".into(),
+            "user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0): enable them with `sysctl -w user.max_user_namespaces=15000` (and a file in /etc/sysctl.d/ to keep it), or run ralph as root".into(),
         );
     }
     if num("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
-        return Err("unprivileged user namespaces are disabled (/proc/sys/kernel/unprivileged_userns_clone is 0)".into());
+        return Err("unprivileged user namespaces are disabled (/proc/sys/kernel/unprivileged_userns_clone is 0): enable them with `sysctl -w kernel.unprivileged_userns_clone=1` (and a file in /etc/sysctl.d/ to keep it), or run ralph as root".into());
     }
     if num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
         return Err("AppArmor restricts unprivileged user namespaces (/proc/sys/kernel/apparmor_restrict_unprivileged_userns is 1); allow them for ralph with an AppArmor profile, or run as root".into());
@@ -371,6 +371,16 @@ mod tests {
                 .then(|| "1\n".to_owned())
         };
         assert!(user_namespaces(deny).unwrap_err().contains("AppArmor"));
+        let off = |p: &str| (p == "/proc/sys/user/max_user_namespaces").then(|| "0\n".to_owned());
+        let e = user_namespaces(off).unwrap_err();
+        assert!(
+            e.contains("user.max_user_namespaces") && e.contains("sysctl -w"),
+            "names the setting and the fix: {e}"
+        );
+        let off =
+            |p: &str| (p == "/proc/sys/kernel/unprivileged_userns_clone").then(|| "0\n".to_owned());
+        let e = user_namespaces(off).unwrap_err();
+        assert!(e.contains("kernel.unprivileged_userns_clone=1"), "{e}");
         assert!(user_namespaces(|_| None).is_ok());
     }
 }

@@ -9,12 +9,14 @@ use crate::plan::IdMap;
 /// Enters a new user namespace where the runner's uid and gid map to themselves.
 pub fn enter_user_namespace(map: IdMap) -> Result<(), StepFailure> {
     unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
-        StepFailure::nix(
+        let mut f = StepFailure::nix(
             restriction::NAMESPACES,
             "unshare(CLONE_NEWUSER)",
             "create a user namespace",
             e,
-        )
+        );
+        f.reason.push_str(&format!("; {}", userns_fix()));
+        f
     })?;
     let write = |file: &str, text: String| {
         std::fs::write(file, text).map_err(|e| {
@@ -25,6 +27,15 @@ pub fn enter_user_namespace(map: IdMap) -> Result<(), StepFailure> {
     write("/proc/self/uid_map", format!("{0} {0} 1\n", map.uid))?;
     write("/proc/self/gid_map", format!("{0} {0} 1\n", map.gid))?;
     Ok(())
+}
+
+/// What to do when a user namespace cannot be made: the host setting that forbids it, when one
+/// does ([`crate::host::user_namespaces`]), else where to look.
+pub fn userns_fix() -> String {
+    match crate::host::user_namespaces(|p| std::fs::read_to_string(p).ok()) {
+        Err(why) => why,
+        Ok(()) => "user namespaces are forbidden here although the sysctls allow them (a container's seccomp profile, a full user.max_user_namespaces count, or an LSM): run `ralph doctor`, allow unshare(CLONE_NEWUSER) for ralph, or run it as root".to_owned(),
+    }
 }
 
 /// `unshare(flags)`, naming the namespaces in the failure.
