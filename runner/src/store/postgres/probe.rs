@@ -172,3 +172,46 @@ fn once(client: &mut Option<Client>, config: &postgres::Config) -> Result<(), St
         None => Err("no connection".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_db::TestDatabase;
+
+    #[test]
+    fn a_store_that_refuses_connections_is_unreachable_and_named_without_its_password() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let target = Target::parse(&format!("postgres://u:s3cret@127.0.0.1:{port}/d")).unwrap();
+        let probe = Probe::start(&target).unwrap();
+        let e = probe.check().unwrap_err();
+        assert!(matches!(e, StoreError::PostgresUnreachable { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "failed to reach the PostgreSQL store `postgres://u:***@127.0.0.1:{port}/d`: "
+            )) && !text.contains("s3cret"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_live_store_is_reachable_and_the_answer_is_reused() {
+        let Some(db) = TestDatabase::create("probe_live") else {
+            return;
+        };
+        let probe = Probe::start(&Target::parse(&db.url).unwrap()).unwrap();
+        probe.check().unwrap();
+        let answers = probe.shared.lock().answers;
+        probe.check().unwrap();
+        let again = probe.shared.lock();
+        // A second check within FRESH reuses the answer (unless the first one is already old).
+        let fresh = again
+            .last
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < FRESH);
+        assert!(!fresh || again.answers == answers, "{}", again.answers);
+    }
+}
