@@ -196,7 +196,12 @@ fn serve(shared: &Shared, worker: &mut Worker) {
                 q = shared.ready.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         };
-        job(worker);
+        // A call that panics (a bug) loses its answer (its caller gets `PostgresWorker`) and
+        // this thread's connection, not the thread: the pool keeps its size.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(worker)));
+        if ran.is_err() {
+            worker.disconnect();
+        }
     }
 }
 
@@ -280,6 +285,26 @@ mod tests {
             .unwrap();
         assert_eq!(n, 7);
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_call_that_panics_fails_alone_and_the_pool_keeps_its_connection_thread() {
+        let Some(db) = TestDatabase::create("pool_panic") else {
+            return;
+        };
+        let pool = pool(&db, 1, Duration::from_secs(60));
+        let e = pool
+            .call("read from", |_, _| -> Result<(), CallError> {
+                panic!("a bug in a call")
+            })
+            .unwrap_err();
+        assert!(matches!(e, StoreError::PostgresWorker { .. }), "{e:?}");
+        let n: i32 = pool
+            .call("read from", |client, _| {
+                Ok(client.query_one("SELECT 5", &[])?.try_get(0)?)
+            })
+            .unwrap();
+        assert_eq!(n, 5);
     }
 
     #[test]

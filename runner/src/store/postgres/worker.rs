@@ -83,6 +83,11 @@ impl Worker {
         }
     }
 
+    /// Drops the connection (the next call opens a new one).
+    pub fn disconnect(&mut self) {
+        self.client = None;
+    }
+
     fn error(&self, action: &'static str, source: postgres::Error) -> StoreError {
         StoreError::Postgres {
             action,
