@@ -356,11 +356,18 @@ async fn metrics_auth(State(svc): Svc, req: Request, next: Next) -> Result<Respo
     Ok(next.run(req).await)
 }
 
-async fn readyz(State(svc): Svc) -> (StatusCode, &'static str) {
-    if svc.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+/// 200 when recovered, listening, not draining and the store answers (a probe of its own,
+/// cached for a second: never behind a stuck call); 503 with the reason otherwise.
+async fn readyz(State(svc): Svc) -> (StatusCode, String) {
+    if !svc.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into());
+    }
+    match crate::store::journal::blocking(|| svc.engine().store().reachable()) {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the store is unreachable: {e}\n"),
+        ),
     }
 }
 

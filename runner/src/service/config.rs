@@ -12,6 +12,9 @@ use crate::util::units::{ByteSize, HumanDuration};
 /// The commented default configuration.
 pub const DEFAULT_CONFIG: &str = include_str!("config.toml");
 
+/// Most connections `postgres_pool_size` may ask for.
+const MAX_POOL_SIZE: usize = 64;
+
 /// Default config file.
 pub const DEFAULT_PATH: &str = "/etc/ralph/config.toml";
 
@@ -45,6 +48,12 @@ pub struct ServiceConfig {
     /// long has its running jobs closed as interrupted by a surviving one (SPEC §8).
     #[serde(default = "default_lease_timeout")]
     pub lease_timeout: HumanDuration,
+    /// PostgreSQL: connections this host opens to the store (independent calls run at once).
+    #[serde(default = "default_pool_size")]
+    pub postgres_pool_size: usize,
+    /// PostgreSQL: how long a call waits for a free connection before it fails.
+    #[serde(default = "default_pool_wait")]
+    pub postgres_pool_wait: HumanDuration,
     /// Whether /metrics needs the token.
     #[serde(default)]
     pub metrics_require_auth: bool,
@@ -178,6 +187,12 @@ fn default_body_timeout() -> HumanDuration {
 fn default_lease_timeout() -> HumanDuration {
     HumanDuration(crate::store::lease::DEFAULT_LEASE_TIMEOUT)
 }
+fn default_pool_size() -> usize {
+    crate::store::postgres::pool::DEFAULT_POOL_SIZE
+}
+fn default_pool_wait() -> HumanDuration {
+    HumanDuration(crate::store::postgres::pool::DEFAULT_POOL_WAIT)
+}
 fn default_max_mode() -> Mode {
     Mode::WorkspaceWrite
 }
@@ -213,9 +228,15 @@ impl ServiceConfig {
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
         }
+        if !(1..=MAX_POOL_SIZE).contains(&c.postgres_pool_size) {
+            return Err(err(format!(
+                "`postgres_pool_size` must be within 1..={MAX_POOL_SIZE}"
+            )));
+        }
         for (key, d) in [
             ("header_read_timeout", c.header_read_timeout),
             ("body_read_timeout", c.body_read_timeout),
+            ("postgres_pool_wait", c.postgres_pool_wait),
         ] {
             if d.0.is_zero() {
                 return Err(err(format!("`{key}` must be more than 0s")));
@@ -288,6 +309,14 @@ impl ServiceConfig {
         }
     }
 
+    /// The PostgreSQL pool this configuration asks for.
+    pub fn pool_options(&self) -> crate::store::postgres::pool::PoolOptions {
+        crate::store::postgres::pool::PoolOptions {
+            size: self.postgres_pool_size,
+            wait: self.postgres_pool_wait.0,
+        }
+    }
+
     /// The token file.
     pub fn token_path(&self) -> PathBuf {
         self.token_file
@@ -341,6 +370,14 @@ mod tests {
         );
         let c = ServiceConfig::parse("database_url = \"postgres://r:s3cret@db/r\"\n", "c").unwrap();
         assert!(!format!("{c:?}").contains("s3cret"));
+        for bad in ["postgres_pool_size = 0\n", "postgres_pool_size = 65\n"] {
+            let e = ServiceConfig::parse(bad, "c").unwrap_err().to_string();
+            assert!(e.contains("postgres_pool_size"), "{e}");
+        }
+        let e = ServiceConfig::parse("postgres_pool_wait = \"0s\"\n", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("postgres_pool_wait"), "{e}");
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();

@@ -166,7 +166,11 @@ impl Service {
             .database_url
             .as_ref()
             .map(config::DatabaseUrl::as_str);
-        let store = Arc::new(Store::open(&state_dir, database_url)?);
+        let store = Arc::new(Store::open_with(
+            &state_dir,
+            database_url,
+            config.pool_options(),
+        )?);
         if config.database_url.is_some() {
             log(&format!("state store: {}", store.location()));
         }

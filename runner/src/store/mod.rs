@@ -70,6 +70,28 @@ pub enum StoreError {
         /// The connection string, password redacted.
         target: String,
     },
+    /// Every connection of the PostgreSQL pool stayed busy for as long as a call may wait.
+    #[error(
+        "failed to {action} the PostgreSQL store `{target}`: no free connection within {waited:?} (pool of {size} connection(s))"
+    )]
+    PostgresPoolWait {
+        /// What was to be done.
+        action: &'static str,
+        /// The connection string, password redacted.
+        target: String,
+        /// The pool's connections.
+        size: usize,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
+    /// The readiness probe could not reach the PostgreSQL store.
+    #[error("failed to reach the PostgreSQL store `{target}`: {message}")]
+    PostgresUnreachable {
+        /// The connection string, password redacted.
+        target: String,
+        /// Why (the client's error, or that the probe did not answer in time).
+        message: String,
+    },
     /// The database was written by a newer `ralph`.
     #[error(
         "the state store `{location}` has schema version {found}; this ralph supports up to {supported}"
@@ -126,10 +148,13 @@ pub enum StoreError {
 
 impl StoreError {
     /// Whether the store could not be reached (PostgreSQL: no connection could be made or kept,
-    /// or the server is starting or shutting down) — as opposed to an answer. Waiting may help.
+    /// the server is starting or shutting down, or no pooled connection came free in time) — as
+    /// opposed to an answer. Waiting may help.
     pub fn is_unreachable(&self) -> bool {
         match self {
-            StoreError::PostgresWorker { .. } => true,
+            StoreError::PostgresWorker { .. }
+            | StoreError::PostgresUnreachable { .. }
+            | StoreError::PostgresPoolWait { .. } => true,
             StoreError::Postgres { source, .. } => {
                 source.is_closed()
                     || std::error::Error::source(source).is_some_and(|c| c.is::<std::io::Error>())
@@ -188,18 +213,49 @@ impl Store {
         })
     }
 
-    /// Connects to the PostgreSQL store at `url` (creating its schema if needed).
+    /// Connects to the PostgreSQL store at `url` (creating its schema if needed), with the
+    /// default pool ([`postgres::pool::PoolOptions::default`]).
     pub fn open_postgres(url: &str) -> Result<Self, StoreError> {
+        Self::open_postgres_with(url, postgres::pool::PoolOptions::default())
+    }
+
+    /// Connects to the PostgreSQL store at `url` with a pool of `pool.size` connections.
+    pub fn open_postgres_with(
+        url: &str,
+        pool: postgres::pool::PoolOptions,
+    ) -> Result<Self, StoreError> {
         Ok(Self {
-            backend: Backend::Postgres(postgres::PgStore::open(url)?),
+            backend: Backend::Postgres(postgres::PgStore::open(url, pool)?),
         })
     }
 
     /// PostgreSQL at `database_url` when one is given, else SQLite in `state_dir`.
     pub fn open(state_dir: &Path, database_url: Option<&str>) -> Result<Self, StoreError> {
+        Self::open_with(
+            state_dir,
+            database_url,
+            postgres::pool::PoolOptions::default(),
+        )
+    }
+
+    /// [`Store::open`] with the PostgreSQL pool's size and wait bound (unused on SQLite).
+    pub fn open_with(
+        state_dir: &Path,
+        database_url: Option<&str>,
+        pool: postgres::pool::PoolOptions,
+    ) -> Result<Self, StoreError> {
         match database_url {
-            Some(url) => Self::open_postgres(url),
+            Some(url) => Self::open_postgres_with(url, pool),
             None => Self::open_sqlite(state_dir),
+        }
+    }
+
+    /// Whether the store can be reached now: a cheap probe on PostgreSQL (cached for a second,
+    /// never behind a stuck call); always `Ok` on SQLite (a local file).
+    pub fn reachable(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.reachable(),
         }
     }
 

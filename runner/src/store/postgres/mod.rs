@@ -17,11 +17,15 @@
 //! lagging replica) are journalled again by their runner ([`crate::store::journal`]).
 //!
 //! - [`target`]: the connection string (defaults, redaction).
-//! - [`worker`]: the connection thread, reconnects and retries.
+//! - [`pool`]: the connection threads and their queue, the wait bound.
+//! - [`worker`]: one connection: session settings, reconnects and retries.
+//! - [`probe`]: whether the store can be reached now (`/readyz`).
 //! - [`schema`]: `schema.sql` and its version.
 //! - [`lease`]: runner leases, the run hold of this backend.
 
 pub mod lease;
+pub mod pool;
+pub mod probe;
 pub mod schema;
 pub mod target;
 pub mod worker;
@@ -33,13 +37,16 @@ use postgres::Transaction;
 use super::event::{Durability, Event, EventKind};
 use super::projection::JobView;
 use super::{JobFilter, JobSummary, QueuedJob, StoreError};
+use pool::{Connection, PoolOptions};
 use target::Target;
-use worker::{Attempt, CallError, Connection};
+use worker::{Attempt, CallError};
 
 /// The PostgreSQL store.
 #[derive(Debug)]
 pub struct PgStore {
     conn: Connection,
+    /// The readiness probe, on a connection of its own.
+    probe: probe::Probe,
     /// This process's runner lease ([`lease`]): the jobs it starts name it.
     lease: std::sync::Mutex<Option<String>>,
     /// The running jobs this process holds ([`crate::store::hold::RunHold`]): a running job of
@@ -52,17 +59,20 @@ pub struct PgStore {
 type Row = (i64, String, String);
 
 impl PgStore {
-    /// Connects to `url`, creating or checking the schema.
-    pub fn open(url: &str) -> Result<Self, StoreError> {
+    /// Connects to `url` with a pool of `options.size` connections, creating or checking the
+    /// schema.
+    pub fn open(url: &str, options: PoolOptions) -> Result<Self, StoreError> {
         let target = Target::parse(url).map_err(|source| StoreError::Postgres {
             action: "parse the connection string of",
             target: target::redact(url),
             source,
         })?;
-        let conn = Connection::start(target)?;
+        let probe = probe::Probe::start(&target)?;
+        let conn = Connection::start(target, options)?;
         schema::ensure(&conn)?;
         Ok(Self {
             conn,
+            probe,
             lease: std::sync::Mutex::new(None),
             held: Default::default(),
         })
@@ -71,6 +81,11 @@ impl PgStore {
     /// The connection string, password redacted.
     pub fn target(&self) -> &str {
         self.conn.target()
+    }
+
+    /// Whether the database answers now ([`probe`]): never waits behind the pool's calls.
+    pub fn reachable(&self) -> Result<(), StoreError> {
+        self.probe.check()
     }
 
     /// Records a new job: its `jobs` row (the projection columns of `view`, the view after

@@ -3,7 +3,8 @@
 //! under an advisory lock so that several runners starting together do not race; a database
 //! written by a newer ralph is refused, like SQLite's `user_version`.
 
-use super::worker::{CallError, Connection};
+use super::pool::Connection;
+use super::worker::CallError;
 use crate::store::StoreError;
 
 /// The schema version this ralph writes.

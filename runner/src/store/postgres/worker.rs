@@ -1,14 +1,11 @@
-//! The thread that owns the PostgreSQL connection. The sync `postgres` client drives its own
-//! tokio runtime and panics when called from inside another one (`ralph run` and `ralph serve`
-//! run the store from tokio tasks), so every call is sent over a channel to this plain thread,
-//! which runs it and sends the answer back.
+//! One PostgreSQL connection as a pool thread owns it ([`super::pool`]): the sync client, its
+//! session settings, and how one call is run on it.
 //!
 //! A broken connection is reopened with bounded retries and backoff, and the call is tried
 //! again; a call that may have committed before the connection broke is told so
 //! ([`Attempt::MaybeCommitted`]) and checks its own write first. Past the retries the caller gets
 //! [`StoreError::Postgres`] naming the redacted target.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use postgres::error::SqlState;
@@ -23,8 +20,10 @@ const CONNECT_ATTEMPTS: u32 = 6;
 const CALL_ATTEMPTS: u32 = 4;
 
 /// Session settings of every connection: a transaction of ours never waits forever for a row
-/// lock, and a client that vanished mid-transaction does not hold its locks for long.
-const SESSION: &str = "SET lock_timeout = '30s'; SET idle_in_transaction_session_timeout = '60s'";
+/// lock, no statement runs unboundedly, and a client that vanished mid-transaction does not
+/// hold its locks for long.
+pub const SESSION: &str = "SET lock_timeout = '30s'; SET statement_timeout = '60s'; \
+     SET idle_in_transaction_session_timeout = '60s'";
 
 /// Whether an earlier try of this call may have committed (the connection broke during it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,67 +55,8 @@ impl From<StoreError> for CallError {
     }
 }
 
-type Job = Box<dyn FnOnce(&mut Worker) + Send>;
-
-/// The handle callers use: sends calls to the connection thread.
-#[derive(Debug)]
-pub struct Connection {
-    requests: mpsc::Sender<Job>,
-    target: String,
-}
-
-impl Connection {
-    /// Starts the connection thread for `target` (it connects on the first call).
-    pub fn start(target: Target) -> Result<Self, StoreError> {
-        let (requests, rx) = mpsc::channel::<Job>();
-        let redacted = target.redacted.clone();
-        std::thread::Builder::new()
-            .name("ralph-postgres".into())
-            .spawn(move || {
-                let mut worker = Worker {
-                    target,
-                    client: None,
-                };
-                while let Ok(job) = rx.recv() {
-                    job(&mut worker);
-                }
-            })
-            .map_err(|source| StoreError::Io {
-                action: "start the PostgreSQL connection thread for",
-                path: redacted.clone().into(),
-                source,
-            })?;
-        Ok(Self {
-            requests,
-            target: redacted,
-        })
-    }
-
-    /// The redacted connection string.
-    pub fn target(&self) -> &str {
-        &self.target
-    }
-
-    /// Runs `op` on the connection thread, retrying it as described in the module doc.
-    /// `action` completes "failed to … the PostgreSQL store".
-    pub fn call<T, F>(&self, action: &'static str, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut Client, Attempt) -> Result<T, CallError> + Send + 'static,
-    {
-        let (reply, answer) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move |w: &mut Worker| {
-            let _ = reply.send(w.run(action, op));
-        });
-        let gone = || StoreError::PostgresWorker {
-            target: self.target.clone(),
-        };
-        self.requests.send(job).map_err(|_| gone())?;
-        answer.recv().map_err(|_| gone())?
-    }
-}
-
-struct Worker {
+/// One connection (opened on the first call, reopened after it breaks) and its target.
+pub struct Worker {
     target: Target,
     client: Option<Client>,
 }
@@ -125,7 +65,29 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_secs(2))
 }
 
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("target", &self.target)
+            .field("connected", &self.client.is_some())
+            .finish()
+    }
+}
+
 impl Worker {
+    /// A worker for `target`, not connected yet.
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            client: None,
+        }
+    }
+
+    /// Drops the connection (the next call opens a new one).
+    pub fn disconnect(&mut self) {
+        self.client = None;
+    }
+
     fn error(&self, action: &'static str, source: postgres::Error) -> StoreError {
         StoreError::Postgres {
             action,
@@ -178,7 +140,8 @@ impl Worker {
             })
     }
 
-    fn run<T, F>(&mut self, action: &'static str, mut op: F) -> Result<T, StoreError>
+    /// Runs `op`, reconnecting and retrying it as described in the module doc.
+    pub fn run<T, F>(&mut self, action: &'static str, mut op: F) -> Result<T, StoreError>
     where
         F: FnMut(&mut Client, Attempt) -> Result<T, CallError>,
     {
