@@ -62,7 +62,11 @@ fn docker_a_cancelled_agent_behind_a_shell_wrapper_gets_its_grace() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_cleaned(&f, &out);
-    assert!(asked.elapsed() < Duration::from_secs(60), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        asked.elapsed()
+    );
     assert_gone_everywhere(&f, "71301");
 }
 
@@ -132,4 +136,38 @@ fn docker_killing_the_runner_outright_still_gives_the_grace_and_stops_the_round(
 #[test]
 fn native_killing_the_runner_outright_still_gives_the_grace_and_stops_the_round() {
     runner_killed("native", "71304");
+}
+
+/// The pid of a child of `parent` whose command line holds `needle`.
+fn child_with(parent: u32, needle: &str) -> Option<i32> {
+    processes_with(needle).into_iter().find(|pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok())
+            == Some(parent)
+    })
+}
+
+#[test]
+fn native_killing_the_supervisor_outright_still_gives_the_grace_and_stops_the_round() {
+    let f = Fixture::new();
+    let marker = "71305";
+    let child = start(&f, marker, "native", &[]);
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
+    let helper = child_with(child.id(), ralph_sandbox::native::HELPER_ARG)
+        .expect("the runner's sandbox helper");
+    // The supervisor is gone at once: the init (its child, pid 1 of the round) must stop the
+    // round itself, with the grace.
+    kill(Pid::from_raw(helper), Signal::SIGKILL).unwrap();
+    wait_until(
+        "the agent cleaned up after its supervisor was killed",
+        Duration::from_secs(60),
+        || f.ws.join("cleaned").exists(),
+    );
+    // The runner may go on to another round: it goes, and that round with it.
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    assert_gone_everywhere(&f, marker);
 }
