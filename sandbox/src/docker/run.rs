@@ -54,7 +54,7 @@ pub struct DockerRun {
     git: Option<Box<(GitGuard, Inventory)>>,
     control_dir: PathBuf,
     /// Ralph's init in the container: its liveness FIFO, held open while the runner lives.
-    init: Option<super::init::InitSetup>,
+    init: Option<Box<super::init::InitSetup>>,
 }
 
 impl DockerRun {
@@ -213,7 +213,7 @@ pub async fn start(
             snapshot,
             git,
             control_dir: spec.control_dir.clone(),
-            init,
+            init: init.map(Box::new),
         }),
         Err(e) => {
             let _ = c.remove().await;
