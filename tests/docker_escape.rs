@@ -18,7 +18,8 @@
 //! - with the network on, the container has its own network namespace (the bridge): loopback is
 //!   the container's own, so a host listener on 127.0.0.1 is unreachable (ECONNREFUSED) rather
 //!   than reached as natively in full-access;
-//! - pid 1 is the engine's init (`/sbin/docker-init`, tini), running as the command's user.
+//! - pid 1 is ralph's container init (`/.ralph-init __container-init`, the runner's own static
+//!   executable mounted read-only), running as the command's user.
 //!
 //! The command runs as the workspace owner (root in CI: uid 0 without any capability).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -465,7 +466,7 @@ fn view() -> Vec<Case> {
                 }
             })
         }),
-        // pid 1 is the engine's init, then the command.
+        // pid 1 is the container's init, then the command.
         Case::new("proc_shows_only_sandbox_processes", ALL, |_, _| {
             let host = host_sleeper();
             Spec::py(PROC_PIDS, argv![], ok())
@@ -971,7 +972,7 @@ fn processes() -> Vec<Case> {
             )
             .keep(host)
         }),
-        // pid 1 is the engine's init, running as the command's own user, in the container's
+        // pid 1 is the container's init, running as the command's own user, in the container's
         // pid namespace. The init guard refuses any signal to pid 1 in the confined modes; full-access trusts
         // the command (the init runs as its user, so signalling it is allowed).
         Case::new("kill_init", ALL, |_, sb| {
@@ -992,10 +993,10 @@ fn processes() -> Vec<Case> {
                 ok_with(vec![("exit", json!(0))]),
             )
             .after(|run| {
-                if run.stderr.starts_with("/sbin/docker-init\0--\0") {
+                if run.stderr.starts_with("/.ralph-init\0__container-init\0") {
                     Ok(())
                 } else {
-                    Err("/proc/1/cmdline is not the engine's init".into())
+                    Err("/proc/1/cmdline is not ralph's container init".into())
                 }
             })
         }),
@@ -1246,7 +1247,7 @@ fn keeps_working() -> Vec<Case> {
         Case::new("exit_status_passthrough", ALL, |_, _| {
             Spec::cmd(argv!["/bin/sh", "-c", "exit 42"], exit(42))
         }),
-        // The engine's init reports the failed exec: 127 and 126, like a shell (and native).
+        // The container's init reports the failed exec: 127 and 126, like a shell (and native).
         Case::new("command_not_found", ALL, |_, _| {
             Spec::cmd(
                 argv!["/nonexistent/ralph-escape-command"],

@@ -1,4 +1,4 @@
-//! The `ralph` binary: dispatches to the sandbox helper (before anything else, while the
+//! The `ralph` binary: dispatches to the sandbox helper or the container init (before anything else, while the
 //! process is single-threaded) or to the command line.
 
 mod cli;
@@ -9,6 +9,12 @@ fn main() -> std::process::ExitCode {
         .is_some_and(|a| a == ralph_sandbox::native::HELPER_ARG)
     {
         ralph_sandbox::native::helper_main();
+    }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == ralph_sandbox::docker::init::INIT_ARG)
+    {
+        ralph_sandbox::docker::init::init_main();
     }
     cli::main()
 }

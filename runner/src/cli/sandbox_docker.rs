@@ -45,7 +45,11 @@ pub fn exec(policies: PolicySet, spec: &ExecSpec) -> Result<ExecOutcome, Sandbox
         .map_err(|e| SandboxError::Engine {
             message: format!("failed to start the runtime: {e}"),
         })?;
-    let backend = DockerBackend::new(Arc::new(policies));
+    let mut backend = DockerBackend::new(Arc::new(policies));
+    // This static executable is the container's init (without it, the engine's).
+    if let Ok(exe) = std::env::current_exe() {
+        backend = backend.with_init_program(exe);
+    }
     let outcome = rt.block_on(async {
         let cancel = CancellationToken::new();
         watch_signals(&cancel);

@@ -28,14 +28,20 @@ pub enum Run {
 }
 
 impl Backends {
-    /// Backends whose native helper is `helper_exe` (the `ralph` binary), enforcing `policies`.
+    /// Backends whose native helper and container init is `helper_exe` (the static `ralph`
+    /// binary), enforcing `policies`.
     /// The docker backend removes this host's leftover containers (of runners that are gone)
     /// when it starts its first container.
     pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
         let policies = Arc::new(policies);
+        let helper_exe = helper_exe.into();
         Self {
-            native: NativeBackend::with_shared_policies(helper_exe, policies.clone()),
-            docker: DockerBackend::new(policies).reaping_leftovers(),
+            native: NativeBackend::with_shared_policies(helper_exe.clone(), policies.clone()),
+            // The same static executable is the containers' init, by its real path (the engine
+            // resolves a mount's source itself: `/proc/self/exe` would be its own).
+            docker: DockerBackend::new(policies)
+                .reaping_leftovers()
+                .with_init_program(std::fs::canonicalize(&helper_exe).unwrap_or(helper_exe)),
         }
     }
 

@@ -8,6 +8,7 @@ use bollard::models::{
     MountType, ResourcesUlimits,
 };
 
+use super::init::{ALIVE_PATH, INIT_PATH, InitSetup};
 use super::plan::ContainerPlan;
 use super::seccomp;
 use crate::mode::Network;
@@ -46,27 +47,37 @@ pub fn tmpfs(plan: &ContainerPlan) -> HashMap<String, String> {
     out
 }
 
-/// The create request.
+fn bind(source: &std::path::Path, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_owned()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        bind_options: Some(MountBindOptions {
+            propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The create request. With `init`, ralph's own init is pid 1 (mounted read-only with the
+/// runner's liveness FIFO, see [`super::init`]); without, the engine's (tini).
 pub fn body(
     plan: &ContainerPlan,
     spec: &ExecSpec,
     labels: HashMap<String, String>,
+    init: Option<&InitSetup>,
 ) -> Result<ContainerCreateBody, String> {
-    let mounts = plan
+    let mut mounts: Vec<Mount> = plan
         .mounts
         .iter()
-        .map(|m| Mount {
-            target: Some(m.path.display().to_string()),
-            source: Some(m.path.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(m.read_only),
-            bind_options: Some(MountBindOptions {
-                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        .map(|m| bind(&m.path, &m.path.display().to_string(), m.read_only))
         .collect();
+    if let Some(i) = init {
+        mounts.push(bind(&i.program, INIT_PATH, true));
+        mounts.push(bind(&i.alive, ALIVE_PATH, true));
+    }
     let mut ulimits = vec![ulimit("core", 0)];
     ulimits.extend(plan.open_files.map(|n| ulimit("nofile", n)));
     ulimits.extend(plan.file_size.map(|n| ulimit("fsize", n)));
@@ -88,7 +99,7 @@ pub fn body(
             }
             .into(),
         ),
-        init: Some(true),
+        init: Some(init.is_none()),
         privileged: Some(false),
         memory: plan.memory.map(i64_of),
         memory_swap: plan.memory.map(i64_of),
@@ -103,7 +114,10 @@ pub fn body(
     let stdin = spec.stdin != StdinMode::Null;
     Ok(ContainerCreateBody {
         image: Some(plan.image.clone()),
-        cmd: Some(spec.argv.clone()),
+        cmd: Some(match init {
+            Some(_) => super::init::command_line(spec.kill_grace, spec.timeout, &spec.argv),
+            None => spec.argv.clone(),
+        }),
         // The image's entrypoint would run before the command: none.
         entrypoint: Some(Vec::new()),
         env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),

@@ -16,6 +16,8 @@
 //! - [`seccomp`]: the profile (`policies/docker-seccomp.json` + the mode's deny list).
 //! - [`client`]: connection, API version negotiation, bounded requests.
 //! - [`image`]: missing images (never pulled). [`labels`], [`reap`]: leftovers.
+//! - [`init`]: ralph's own pid 1 in the container (stops with the grace, also when the runner
+//!   is gone or past a backstop deadline).
 //! - [`run`]: one container's life; [`handle`]: removal on every way out; [`streams`]: its
 //!   stdin and output. [`doctor`]: what `ralph doctor` reports.
 
@@ -24,6 +26,7 @@ pub mod container;
 pub mod doctor;
 pub mod handle;
 pub mod image;
+pub mod init;
 pub mod labels;
 pub mod plan;
 pub mod reap;
@@ -58,6 +61,7 @@ pub struct DockerBackend {
     owner: labels::Owner,
     reap_first: bool,
     reaped: Arc<AtomicBool>,
+    init_program: Option<PathBuf>,
 }
 
 impl DockerBackend {
@@ -72,7 +76,17 @@ impl DockerBackend {
             owner: labels::Owner::current(),
             reap_first: false,
             reaped: Arc::new(AtomicBool::new(false)),
+            init_program: None,
         }
+    }
+
+    /// Runs `program` (the static `ralph` executable) as the containers' init
+    /// (`ralph __container-init`, see [`init`]): every process gets the kill grace, and a
+    /// container stops itself when the runner dies or past its own deadline. Without it the
+    /// engine's init (tini) is used, which signals only the command.
+    pub fn with_init_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.init_program = Some(program.into());
+        self
     }
 
     /// Also removes this host's leftover containers (of dead runners), in the background, the
@@ -147,6 +161,6 @@ impl Backend for DockerBackend {
             });
         }
         let labels = labels::for_spec(spec, &self.runner, &self.owner);
-        run::start(engine, plan, spec, io, labels).await
+        run::start(engine, plan, spec, io, labels, self.init_program.as_deref()).await
     }
 }

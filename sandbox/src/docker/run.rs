@@ -53,6 +53,8 @@ pub struct DockerRun {
     /// The git check: what it covers and what the trees held before the run.
     git: Option<Box<(GitGuard, Inventory)>>,
     control_dir: PathBuf,
+    /// Ralph's init in the container: its liveness FIFO, held open while the runner lives.
+    init: Option<Box<super::init::InitSetup>>,
 }
 
 impl DockerRun {
@@ -129,10 +131,20 @@ pub async fn start(
     spec: &ExecSpec,
     io: ExecIo,
     labels: HashMap<String, String>,
+    init_program: Option<&std::path::Path>,
 ) -> Result<DockerRun, SandboxError> {
     let setup_began = Instant::now();
-    let body =
-        container::body(&plan, spec, labels).map_err(|m| SandboxError::invalid("policy", m))?;
+    let init =
+        match init_program {
+            Some(p) => Some(super::init::prepare(p, &spec.control_dir).map_err(|e| {
+                SandboxError::Engine {
+                    message: e.to_string(),
+                }
+            })?),
+            None => None,
+        };
+    let body = container::body(&plan, spec, labels, init.as_ref())
+        .map_err(|m| SandboxError::invalid("policy", m))?;
     let placeholders = prepare_host(&plan)?;
     // What the protected paths hold, to find and undo any change after the run.
     let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
@@ -201,6 +213,7 @@ pub async fn start(
             snapshot,
             git,
             control_dir: spec.control_dir.clone(),
+            init: init.map(Box::new),
         }),
         Err(e) => {
             let _ = c.remove().await;
@@ -261,7 +274,7 @@ async fn start_created(
     Ok((pump, writer))
 }
 
-/// The termination from the container's exit status: the init (`init: true`) exits 128 + n
+/// The termination from the container's exit status: the init (ralph's or tini) exits 128 + n
 /// when signal n killed the command, and the engine reports 128 + n when it killed the init.
 pub fn termination(code: i64) -> Termination {
     match code {
@@ -312,6 +325,9 @@ impl Running for DockerRun {
             }
         }
         cleanup_host(&self.placeholders);
+        if let Some(init) = self.init.take() {
+            let _ = std::fs::remove_file(&init.alive);
+        }
         if let Ok(report) = &result {
             write_result(&self.control_dir, &report.outcome);
         }

@@ -2,12 +2,14 @@
 //! (mounts, network) that must happen inside, forks the command, reaps every process, forwards
 //! the supervisor's stop request to the whole namespace, and reports the command's status.
 //! When it exits, the kernel kills whatever is left in the namespace; when the supervisor dies,
-//! it dies too (`PR_SET_PDEATHSIG`), taking the namespace with it.
+//! it stops the namespace like on a stop request (`PR_SET_PDEATHSIG` = SIGHUP: SIGTERM to all,
+//! the grace, then SIGKILL) and exits, taking the namespace with it.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -61,8 +63,10 @@ pub fn run(
         gateway: handover,
     } = pipes;
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
-    // parent-death signal fires exactly when it dies.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // parent-death signal fires exactly when it dies. SIGHUP is a stop request below (with the
+    // grace, then SIGKILL to all); before the command exists it is ignored (pid 1, default
+    // disposition) and the closed `go` pipe ends the init instead.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP, 0, 0, 0) };
     let mut flags = CloneFlags::empty();
     let mut names = Vec::new();
     if plan.mount_namespace {
@@ -120,7 +124,7 @@ pub fn run(
     ] {
         mask.add(s);
     }
-    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) {
+    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
         Ok(fd) => fd,
         Err(e) => die(
             &err_w,
@@ -155,6 +159,8 @@ pub fn run(
     // command (often only a `sh -c` wrapper) ending first must not cut the others' clean-up
     // short. They are waited for; the supervisor kills this init when the grace is over.
     let mut stopping = false;
+    // The grace runs out here too: the supervisor that would SIGKILL this init may be gone.
+    let mut kill_at: Option<std::time::Instant> = None;
     loop {
         let mut all_gone = false;
         loop {
@@ -171,13 +177,31 @@ pub fn run(
         if status.is_some() && (!stopping || all_gone) {
             break;
         }
-        if let Ok(Some(info)) = sigfd.read_signal() {
+        let now = std::time::Instant::now();
+        if kill_at.is_some_and(|at| now >= at) {
+            break;
+        }
+        let timeout = kill_at.map_or(PollTimeout::NONE, |at| {
+            let ms = at
+                .saturating_duration_since(now)
+                .as_millis()
+                .saturating_add(1);
+            PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000).min(60_000))
+                .unwrap_or(PollTimeout::MAX)
+        });
+        let _ = poll(
+            &mut [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)],
+            timeout,
+        );
+        while let Ok(Some(info)) = sigfd.read_signal() {
             if !matches!(
                 Signal::try_from(info.ssi_signo as i32),
                 Ok(Signal::SIGCHLD) | Err(_)
-            ) {
-                // Stop request from the supervisor: everyone in the namespace.
+            ) && !stopping
+            {
+                // Stop request from the supervisor (or its death): everyone in the namespace.
                 stopping = true;
+                kill_at = Some(std::time::Instant::now() + spec.kill_grace);
                 let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
                 let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
             }

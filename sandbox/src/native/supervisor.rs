@@ -116,6 +116,11 @@ struct Supervisor {
     git: Option<(GitGuard, Inventory)>,
     /// Where the originals of what the git check replaces go.
     control_dir: PathBuf,
+    /// Read ends of the runner's output pipes (the command's stdout and stderr), never read
+    /// while the runner lives; once it is gone they are drained, so the command's writes neither
+    /// fail (EPIPE, SIGPIPE: a shell's "Terminated" would kill it mid-clean-up) nor block during
+    /// its grace.
+    spare_readers: Vec<OwnedFd>,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -201,6 +206,11 @@ impl Supervisor {
                         .map_err(|e| format!("failed to watch the runner (pidfd_open): {e}"))?,
                 )
             }
+        };
+        let spare_readers = if parent.is_some() {
+            spare_readers()
+        } else {
+            Vec::new()
         };
         if let Some(map) = plan.user_namespace {
             if let Err(f) = ns::enter_user_namespace(map) {
@@ -398,6 +408,7 @@ impl Supervisor {
             snapshot,
             git,
             control_dir: spec.control_dir.clone(),
+            spare_readers,
         })))
     }
 
@@ -516,16 +527,27 @@ impl Supervisor {
             let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
             if let Some(p) = &self.parent {
                 fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+            } else {
+                // The runner is gone: nobody reads the command's output but us.
+                for r in &self.spare_readers {
+                    fds.push(PollFd::new(r.as_fd(), PollFlags::POLLIN));
+                }
             }
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::Error::EINTR) => {}
                 Err(e) => return Err(format!("failed to wait for events (poll): {}", e.desc())),
             }
-            let parent_gone = fds
-                .get(1)
-                .and_then(|f| f.revents())
-                .is_some_and(|r| !r.is_empty());
+            let parent_gone = self.parent.is_some()
+                && fds
+                    .get(1)
+                    .and_then(|f| f.revents())
+                    .is_some_and(|r| !r.is_empty());
             drop(fds);
+            if self.parent.is_none() {
+                for r in &self.spare_readers {
+                    discard_available(r);
+                }
+            }
             while let Ok(Some(info)) = self.sigfd.read_signal() {
                 match Signal::try_from(info.ssi_signo as i32) {
                     Ok(Signal::SIGCHLD) | Err(_) => {}
@@ -613,4 +635,37 @@ fn create_mask(fallback_dir: &Path, run_id: &str) -> std::io::Result<PathBuf> {
         Ok(path)
     };
     create(Path::new("/dev/shm")).or_else(|_| create(fallback_dir))
+}
+
+/// Second read ends of this process's stdout and stderr when they are pipes (the runner's),
+/// opened through `/proc/self/fd` (non-blocking, close-on-exec). Best effort.
+fn spare_readers() -> Vec<OwnedFd> {
+    let mut out = Vec::new();
+    for fd in [1, 2] {
+        let Ok(st) = nix::sys::stat::fstat(fd) else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+            continue;
+        }
+        if let Ok(raw) = nix::fcntl::open(
+            format!("/proc/self/fd/{fd}").as_str(),
+            nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_NONBLOCK
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+            out.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+        }
+    }
+    out
+}
+
+/// Reads and drops whatever `fd` (non-blocking) holds now.
+fn discard_available(fd: &OwnedFd) {
+    let mut buf = [0u8; 8192];
+    while matches!(nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(fd), &mut buf), Ok(n) if n > 0)
+    {
+    }
 }

@@ -1,0 +1,401 @@
+//! The container's init: pid 1 of a docker round (`ralph __container-init`, the runner's own
+//! static executable mounted read-only at [`INIT_PATH`]). It forks the command, reaps every
+//! process, and on a stop — the engine's SIGTERM (cancel, timeout), the runner's death (EOF on
+//! the liveness FIFO at [`ALIVE_PATH`]) or its own backstop deadline — sends SIGTERM to every
+//! process of the container and waits for all of them, up to the grace, before SIGKILL. Outside
+//! a stop it ends when the command does, killing what is left. It exits like tini: the
+//! command's code, or 128 + n when signal n killed it.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{OFlag, open};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::stat::Mode;
+use nix::unistd::{ForkResult, Pid, execvp, fork};
+
+use crate::sys::{self, WaitAny};
+
+/// The hidden first argument of the `ralph` binary that runs [`init_main`].
+pub const INIT_ARG: &str = "__container-init";
+/// Where the init program is mounted in the container.
+pub const INIT_PATH: &str = "/.ralph-init";
+/// Where the runner's liveness FIFO is mounted in the container.
+pub const ALIVE_PATH: &str = "/.ralph-alive";
+/// The liveness FIFO's name in the run's control directory.
+pub const ALIVE_FILE: &str = "container-alive";
+
+/// Exit status when the init itself cannot run the command (like a shell's "cannot execute").
+const CANNOT_START: i32 = 125;
+
+/// What the init needs from the host: the program to mount and the runner's liveness FIFO.
+#[derive(Debug)]
+pub struct InitSetup {
+    /// The static `ralph` executable, mounted read-only at [`INIT_PATH`].
+    pub program: PathBuf,
+    /// The FIFO in the control directory, mounted read-only at [`ALIVE_PATH`].
+    pub alive: PathBuf,
+    /// The runner's end of the FIFO (read-write, close-on-exec): the init sees end-of-file
+    /// once every copy of it is closed, i.e. when the runner is gone.
+    pub held: OwnedFd,
+}
+
+/// A failure to make the liveness FIFO.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// A system call on the FIFO failed.
+    #[error("failed to {action} the container's liveness FIFO {}: {source}", path.display())]
+    Fifo {
+        /// What was attempted.
+        action: &'static str,
+        /// The FIFO.
+        path: PathBuf,
+        /// The cause.
+        source: nix::Error,
+    },
+    /// The command line of the init is malformed.
+    #[error("failed to parse the container init's arguments: {reason}")]
+    Args {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Creates the liveness FIFO in `control_dir` (replacing a stale one) and opens the runner's
+/// end. The FIFO is left mode 0444 so nothing in the container can open it for writing.
+pub fn prepare(program: &Path, control_dir: &Path) -> Result<InitSetup, InitError> {
+    let alive = control_dir.join(ALIVE_FILE);
+    let fail = |action, source| InitError::Fifo {
+        action,
+        path: alive.clone(),
+        source,
+    };
+    match std::fs::remove_file(&alive) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(fail(
+                "remove",
+                nix::Error::from_raw(e.raw_os_error().unwrap_or(0)),
+            ));
+        }
+    }
+    nix::unistd::mkfifo(&alive, Mode::S_IRUSR | Mode::S_IWUSR).map_err(|e| fail("create", e))?;
+    let held = open(
+        &alive,
+        OFlag::O_RDWR | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| fail("open", e))?;
+    // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+    let held = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(held) };
+    nix::sys::stat::fchmod(
+        std::os::fd::AsRawFd::as_raw_fd(&held),
+        Mode::S_IRUSR | Mode::S_IRGRP | Mode::S_IROTH,
+    )
+    .map_err(|e| fail("make read-only", e))?;
+    Ok(InitSetup {
+        program: program.to_path_buf(),
+        alive,
+        held,
+    })
+}
+
+/// The container's entrypoint and command: the init, its options, then `argv`.
+pub fn command_line(grace: Duration, timeout: Option<Duration>, argv: &[String]) -> Vec<String> {
+    let mut out = vec![
+        INIT_PATH.to_owned(),
+        INIT_ARG.to_owned(),
+        "--grace-ms".to_owned(),
+        grace.as_millis().to_string(),
+        "--alive".to_owned(),
+        ALIVE_PATH.to_owned(),
+    ];
+    if let Some(t) = timeout {
+        // A backstop: the runner stops the round at its timeout and kills it a grace later.
+        out.push("--deadline-ms".to_owned());
+        out.push(t.saturating_add(grace).as_millis().to_string());
+    }
+    out.push("--".to_owned());
+    out.extend(argv.iter().cloned());
+    out
+}
+
+/// The init's parsed options.
+#[derive(Debug, PartialEq, Eq)]
+pub struct InitArgs {
+    /// How long processes have between SIGTERM and SIGKILL in a stop the init starts itself.
+    pub grace: Duration,
+    /// When (from the init's start) it stops the round itself.
+    pub deadline: Option<Duration>,
+    /// The liveness FIFO.
+    pub alive: Option<PathBuf>,
+    /// The command.
+    pub argv: Vec<CString>,
+}
+
+fn millis(v: Option<OsString>, name: &str) -> Result<Duration, InitError> {
+    v.and_then(|s| s.to_str().and_then(|s| s.parse::<u64>().ok()))
+        .map(Duration::from_millis)
+        .ok_or_else(|| InitError::Args {
+            reason: format!("{name} needs a number of milliseconds"),
+        })
+}
+
+/// Parses the arguments after [`INIT_ARG`].
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitError> {
+    let mut it = args.into_iter();
+    let mut out = InitArgs {
+        grace: Duration::ZERO,
+        deadline: None,
+        alive: None,
+        argv: Vec::new(),
+    };
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--grace-ms") => out.grace = millis(it.next(), "--grace-ms")?,
+            Some("--deadline-ms") => out.deadline = Some(millis(it.next(), "--deadline-ms")?),
+            Some("--alive") => out.alive = it.next().map(PathBuf::from),
+            Some("--") => break,
+            _ => {
+                return Err(InitError::Args {
+                    reason: format!("unknown argument {a:?}"),
+                });
+            }
+        }
+    }
+    for a in it {
+        out.argv
+            .push(CString::new(a.as_bytes()).map_err(|_| InitError::Args {
+                reason: "the command holds a NUL byte".into(),
+            })?);
+    }
+    if out.argv.is_empty() {
+        return Err(InitError::Args {
+            reason: "no command after --".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// The `ralph __container-init` entry point. Never returns.
+pub fn init_main() -> ! {
+    let code = match parse(std::env::args_os().skip(2)) {
+        Ok(args) => run(&args),
+        Err(e) => {
+            eprintln!("ralph: {e}");
+            CANNOT_START
+        }
+    };
+    std::process::exit(code)
+}
+
+/// The exit code for a raw wait status, as a shell reports it.
+pub fn exit_code(status: i32) -> i32 {
+    if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    }
+}
+
+fn run(args: &InitArgs) -> i32 {
+    let started = Instant::now();
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        mask.add(s);
+    }
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
+        eprintln!("ralph: the container init failed to block signals: {e}");
+        return CANNOT_START;
+    }
+    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+        Ok(fd) => fd,
+        Err(e) => {
+            eprintln!("ralph: the container init failed to watch signals (signalfd): {e}");
+            return CANNOT_START;
+        }
+    };
+    let mut alive: Option<OwnedFd> = match &args.alive {
+        None => None,
+        Some(p) => match open(
+            p,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+            Ok(fd) => Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }),
+            Err(e) => {
+                eprintln!(
+                    "ralph: the container init failed to open the runner's liveness FIFO {}: {e}",
+                    p.display()
+                );
+                return CANNOT_START;
+            }
+        },
+    };
+    // SAFETY: the init is single-threaded (the `ralph` binary dispatches here before anything
+    // starts a thread), so the child may run anything until it execs.
+    let command = match unsafe { fork() } {
+        Ok(ForkResult::Child) => exec(&args.argv),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => {
+            eprintln!("ralph: the container init failed to fork: {e}");
+            return CANNOT_START;
+        }
+    };
+    let mut status: Option<i32> = None;
+    // Once stopping, every process got SIGTERM; they all have until `kill_at`.
+    let mut kill_at: Option<Instant> = None;
+    let stop = |kill_at: &mut Option<Instant>| {
+        if kill_at.is_none() {
+            let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
+            let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
+            *kill_at = Some(Instant::now() + args.grace);
+        }
+    };
+    loop {
+        let mut all_gone = false;
+        loop {
+            match sys::wait_any_nohang() {
+                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
+                Ok(WaitAny::Reaped(_)) => {}
+                Ok(WaitAny::NoChildren) => {
+                    all_gone = true;
+                    break;
+                }
+                Ok(WaitAny::StillRunning) | Err(_) => break,
+            }
+        }
+        if status.is_some() && (kill_at.is_none() || all_gone) {
+            break;
+        }
+        let now = Instant::now();
+        if kill_at.is_some_and(|at| now >= at) {
+            break;
+        }
+        if kill_at.is_none() && args.deadline.is_some_and(|d| now >= started + d) {
+            stop(&mut kill_at);
+            continue;
+        }
+        let wake = match kill_at {
+            Some(at) => Some(at),
+            None => args.deadline.map(|d| started + d),
+        };
+        let timeout = wake.map_or(PollTimeout::NONE, |at| {
+            let ms = at
+                .saturating_duration_since(now)
+                .as_millis()
+                .saturating_add(1)
+                .min(60_000);
+            PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000)).unwrap_or(PollTimeout::MAX)
+        });
+        let mut fds = vec![PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+        if let Some(a) = &alive {
+            fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
+        }
+        let _ = poll(&mut fds, timeout);
+        let runner_gone = fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
+        drop(fds);
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            if !matches!(
+                Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)),
+                Ok(Signal::SIGCHLD) | Err(_)
+            ) {
+                stop(&mut kill_at);
+            }
+        }
+        if runner_gone {
+            alive = None;
+            stop(&mut kill_at);
+        }
+    }
+    // The command is done (or the grace is over): whatever is left goes now.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    loop {
+        match nix::sys::wait::waitpid(Pid::from_raw(-1), None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(pid, code)) if pid == command => {
+                status = Some(code << 8);
+            }
+            Ok(nix::sys::wait::WaitStatus::Signaled(pid, sig, _)) if pid == command => {
+                status = Some(sig as i32);
+            }
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(_) => break,
+        }
+    }
+    drop(alive);
+    status.map_or(128 + libc::SIGKILL, exit_code)
+}
+
+/// The command, in the forked child: a clean signal state, then `execvp`.
+fn exec(argv: &[CString]) -> ! {
+    let _ = sys::reset_signals();
+    let code = match argv.first() {
+        Some(prog) => {
+            let e = execvp(prog, argv).map_or_else(|e| e, |_| nix::Error::UnknownErrno);
+            eprintln!(
+                "ralph: failed to run {}: {}",
+                prog.to_string_lossy(),
+                e.desc()
+            );
+            if e == nix::Error::ENOENT { 127 } else { 126 }
+        }
+        None => 127,
+    };
+    // SAFETY: _exit in a forked child, without running the parent's exit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_round_trips() {
+        let line = command_line(
+            Duration::from_secs(5),
+            Some(Duration::from_secs(60)),
+            &["sh".into(), "-c".into(), "-- x".into()],
+        );
+        assert_eq!(line[0], INIT_PATH);
+        assert_eq!(line[1], INIT_ARG);
+        let args = parse(line.into_iter().skip(2).map(OsString::from)).unwrap();
+        assert_eq!(args.grace, Duration::from_secs(5));
+        assert_eq!(args.deadline, Some(Duration::from_secs(65)));
+        assert_eq!(args.alive.as_deref(), Some(Path::new(ALIVE_PATH)));
+        assert_eq!(
+            args.argv,
+            vec![c"sh".to_owned(), c"-c".to_owned(), c"-- x".to_owned()]
+        );
+    }
+
+    #[test]
+    fn malformed_arguments_are_refused() {
+        let p = |v: &[&str]| parse(v.iter().map(OsString::from));
+        assert!(p(&["--grace-ms", "x", "--", "true"]).is_err());
+        assert!(p(&["--grace-ms", "5"]).is_err());
+        assert!(p(&["--bogus", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn statuses_map_like_tini() {
+        assert_eq!(exit_code(3 << 8), 3);
+        assert_eq!(exit_code(libc::SIGTERM), 143);
+        assert_eq!(exit_code(libc::SIGKILL), 137);
+    }
+}
