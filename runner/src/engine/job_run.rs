@@ -14,7 +14,6 @@ use super::verify::VerifyEnd;
 use crate::agent::Agent;
 use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
 use crate::report::Status;
-use crate::store::journal::blocking;
 use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
 use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 
@@ -142,7 +141,7 @@ impl<'e> JobRun<'e> {
     /// this run's observers (progress, metrics, followers) existed: they hear it now.
     fn announce_start(&self) -> Result<(), EngineError> {
         let id = &self.journal.view().id;
-        let events = blocking(|| self.engine.store.events(id))?;
+        let events = crate::store::journal::patiently(|| self.engine.store.events(id))?;
         if let Some(i) = events
             .iter()
             .rposition(|e| matches!(e.kind, EventKind::JobStarted { .. }))

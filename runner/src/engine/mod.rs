@@ -318,7 +318,7 @@ impl Engine {
     ) -> Result<JobResult, EngineError> {
         let mut all = self.observers.clone();
         all.extend(observers);
-        let journal = Journal::open(self.store.clone(), job_id, all)?;
+        let journal = Journal::open_patiently(self.store.clone(), job_id, all)?;
         let view = journal.view();
         if view.state == JobState::Finished {
             return Err(EngineError::NotRunnable {

@@ -13,12 +13,13 @@ use super::EngineError;
 use super::job_run::JobRun;
 use crate::job::paths::{Requested, resolve_paths};
 use crate::job::resolve::{ResolveError, WritableTrees};
-use crate::store::journal::blocking;
 
 impl JobRun<'_> {
     /// The writable trees of the engine's store (this job's own are added by the check).
     pub(super) fn known_trees(&self) -> Result<WritableTrees, EngineError> {
-        blocking(|| self.engine.writable_trees())
+        Ok(WritableTrees::new(crate::store::journal::patiently(|| {
+            self.engine.store().writable_trees()
+        })?))
     }
 
     /// Fails when one of the job's paths now runs through a symlink inside a writable tree.

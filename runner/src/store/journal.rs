@@ -58,6 +58,15 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
+    /// [`Journal::open`] for a running job: waits out an unreachable store ([`patiently`]).
+    pub fn open_patiently(
+        store: Arc<Store>,
+        job_id: &str,
+        observers: Vec<Arc<dyn Observer>>,
+    ) -> Result<Self, StoreError> {
+        patiently(|| Self::open(store.clone(), job_id, observers.clone()))
+    }
+
     /// Opens the journal of `job_id` (its projection is rebuilt from the stored events).
     pub fn open(
         store: Arc<Store>,
@@ -217,6 +226,19 @@ enum Reconciled {
 /// closed as `interrupted` once the store is back (by this process's orphan watch: its lease
 /// no longer covers a job it stopped running).
 pub const OUTAGE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs a store call of a running job, waiting out an unreachable store (with backoff, up to
+/// [`OUTAGE_PATIENCE`]) as `record` does: a database restart between two events must not end
+/// the job as an error. Answers (conflicts, refusals) come back at once.
+pub fn patiently<T>(mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let mut outage: Option<Outage> = None;
+    loop {
+        match blocking(&mut f) {
+            Err(e) if e.is_unreachable() => outage.get_or_insert_with(Outage::new).wait(e)?,
+            other => return other,
+        }
+    }
+}
 
 /// One outage seen by one `record`: when it began, and the backoff.
 struct Outage {
