@@ -17,9 +17,9 @@ use crate::job::resolve::{ResolveError, WritableTrees};
 impl JobRun<'_> {
     /// The writable trees of the engine's store (this job's own are added by the check).
     pub(super) fn known_trees(&self) -> Result<WritableTrees, EngineError> {
-        Ok(WritableTrees::new(crate::store::journal::patiently(|| {
-            self.engine.store().writable_trees()
-        })?))
+        Ok(WritableTrees::new(crate::store::journal::patiently(
+            || self.engine.store().writable_trees(),
+        )?))
     }
 
     /// Fails when one of the job's paths now runs through a symlink inside a writable tree.
