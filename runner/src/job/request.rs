@@ -210,7 +210,9 @@ fn deserialize(text: &str, format: Format) -> Result<JobFile, Failure> {
 /// Parses a job file.
 pub fn parse_job_file(text: &str, format: Format) -> Result<Vec<JobRequest>, JobFileError> {
     let file = deserialize(text, format).map_err(|(path, message)| {
-        let message = message.trim_end().replace('\n', " ");
+        // TOML's message is a snippet of the file with a caret under the offending text: kept
+        // on its lines, it shows the user where to look.
+        let message = message.trim_end().to_owned();
         let (field, index) = field_of(&path, &message);
         JobFileError {
             message: match index {
@@ -450,6 +452,28 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("job"), "{e}");
         let e = parse_job_file("{\"job\": []} x", Format::Json).unwrap_err();
         assert_eq!(e.field, None, "{e}");
+    }
+
+    #[test]
+    fn a_toml_error_keeps_its_snippet_and_caret_on_their_lines() {
+        let e = parse_job_file(
+            "[[job]]\nobjective = \"a\"\n[[job]]\nmemory = true\n",
+            Format::Toml,
+        )
+        .unwrap_err();
+        let lines: Vec<&str> = e.message.lines().collect();
+        assert!(lines[0].starts_with("job[1]: "), "{}", e.message);
+        assert!(e.message.contains("line 4"), "{}", e.message);
+        let code = lines.iter().position(|l| l.contains("memory = true"));
+        let caret = lines.iter().position(|l| l.trim_start().starts_with("|") && l.contains('^'));
+        assert!(
+            matches!((code, caret), (Some(c), Some(k)) if k == c + 1),
+            "{}",
+            e.message
+        );
+        let e = parse_job_file("[[job]]\nobjective = \"a\nmax_rounds = 3\n", Format::Toml)
+            .unwrap_err();
+        assert!(e.message.lines().any(|l| l.contains('^')), "{}", e.message);
     }
 
     #[test]

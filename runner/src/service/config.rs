@@ -216,6 +216,29 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Keys whose values may hold a secret: a TOML error on their line is not shown with the line.
+const SECRET_KEYS: [&str; 1] = ["database_url"];
+
+/// A TOML error as the toml crate writes it (the line, with a caret under the offending text), or
+/// only its line number and message when the line sets a key that may hold a secret.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.to_string().trim_end().to_owned();
+    };
+    let start = span.start.min(text.len());
+    let line_no = text[..start].matches('\n').count() + 1;
+    let line = text.lines().nth(line_no - 1).unwrap_or("");
+    let key = line.split('=').next().unwrap_or("").trim();
+    if SECRET_KEYS.contains(&key) {
+        format!(
+            "line {line_no}: `{key}`: {} (the line is not shown: it may hold a secret)",
+            e.message().trim_end()
+        )
+    } else {
+        e.to_string().trim_end().to_owned()
+    }
+}
+
 impl ServiceConfig {
     /// Parses and validates a configuration text.
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
@@ -224,7 +247,7 @@ impl ServiceConfig {
             message,
         };
         let c: ServiceConfig =
-            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().replace('\n', " ")))?;
+            toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
         }
@@ -378,6 +401,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("postgres_pool_wait"), "{e}");
+        // A syntax error shows the line with a caret under it, on its own lines...
+        let e = ServiceConfig::parse("listen = \"127.0.0.1:1\"\nmax_concurrent_jobs = two\n", "c")
+            .unwrap_err()
+            .to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert!(e.contains("line 2"), "{e}");
+        let code = lines.iter().position(|l| l.contains("max_concurrent_jobs = two"));
+        assert!(
+            code.is_some_and(|c| lines.get(c + 1).is_some_and(|l| l.contains('^'))),
+            "{e}"
+        );
+        // ...except a line that may hold a secret.
+        let e = ServiceConfig::parse("database_url = postgres://r:s3cret@db/r\n", "c")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1") && e.contains("database_url"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();
