@@ -8,6 +8,7 @@ pub mod completions;
 pub mod doctor;
 pub mod exit;
 pub mod job_args;
+pub mod man;
 pub mod progress;
 pub mod run;
 pub mod sandbox_args;
@@ -22,11 +23,24 @@ use clap::{Parser, Subcommand};
 
 use exit::Exit;
 
+/// `ralph --version`: the version, the commit it was built from, and the sandbox backends built
+/// in (what this host can use is `ralph doctor`'s answer).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit: ",
+    env!("RALPH_BUILD_COMMIT"),
+    " (",
+    env!("RALPH_BUILD_DATE"),
+    ")\nbackends: native (Landlock, seccomp, namespaces, cgroups), docker (Engine API 1.41+)",
+    "\nstore: sqlite (embedded), postgresql",
+);
+
 /// ralph runs AI coding-agent work as fresh sandboxed processes on a shared workspace.
 #[derive(Parser, Debug)]
 #[command(
     name = "ralph",
     version,
+    long_version = LONG_VERSION,
     about,
     propagate_version = true,
     max_term_width = 100
@@ -68,6 +82,8 @@ pub enum Command {
     Agent(agent_cmd::AgentCommand),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
+    /// Print the man page ralph(1), or write every page with --dir.
+    Man(man::ManArgs),
 }
 
 /// `ralph sandbox ...`
@@ -165,6 +181,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Wait(args) => client_cmds::wait(args),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),
         Command::Completions(args) => completions::execute(&args),
+        Command::Man(args) => man::execute(&args),
     };
     match result {
         Ok(exit) => exit.into(),

@@ -246,8 +246,7 @@ impl ServiceConfig {
             path: path.to_owned(),
             message,
         };
-        let c: ServiceConfig =
-            toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
+        let c: ServiceConfig = toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
         }
@@ -407,7 +406,9 @@ mod tests {
             .to_string();
         let lines: Vec<&str> = e.lines().collect();
         assert!(e.contains("line 2"), "{e}");
-        let code = lines.iter().position(|l| l.contains("max_concurrent_jobs = two"));
+        let code = lines
+            .iter()
+            .position(|l| l.contains("max_concurrent_jobs = two"));
         assert!(
             code.is_some_and(|c| lines.get(c + 1).is_some_and(|l| l.contains('^'))),
             "{e}"
