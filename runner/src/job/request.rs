@@ -454,6 +454,38 @@ mod tests {
         assert_eq!(e.field, None, "{e}");
     }
 
+    /// The job-file reference (`docs/job-file.md`) has a row for every key and none for a key
+    /// that does not exist, and its examples are valid job files.
+    #[test]
+    fn the_job_file_reference_lists_every_key_and_its_examples_parse() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/job-file.md"));
+        let keys: std::collections::BTreeSet<String> =
+            match serde_json::to_value(JobRequest::default()).unwrap() {
+                serde_json::Value::Object(m) => m.keys().cloned().collect(),
+                other => panic!("{other}"),
+            };
+        let rows: std::collections::BTreeSet<String> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_owned)
+            .collect();
+        let missing: Vec<_> = keys.difference(&rows).collect();
+        let stale: Vec<_> = rows.difference(&keys).collect();
+        assert!(missing.is_empty(), "keys without a row: {missing:?}");
+        assert!(stale.is_empty(), "rows for no key: {stale:?}");
+        let block = |fence: &str| {
+            let start = doc.find(fence).unwrap() + fence.len();
+            let end = start + doc[start..].find("\n```").unwrap();
+            doc[start..end].to_owned()
+        };
+        let jobs = parse_job_file(&block("```toml\n"), Format::Toml).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[1].kind, Some(JobKind::Task));
+        let jobs = parse_job_file(&block("```json\n"), Format::Json).unwrap();
+        assert_eq!(jobs.len(), 1);
+    }
+
     #[test]
     fn a_toml_error_keeps_its_snippet_and_caret_on_their_lines() {
         let e = parse_job_file(
@@ -465,14 +497,16 @@ mod tests {
         assert!(lines[0].starts_with("job[1]: "), "{}", e.message);
         assert!(e.message.contains("line 4"), "{}", e.message);
         let code = lines.iter().position(|l| l.contains("memory = true"));
-        let caret = lines.iter().position(|l| l.trim_start().starts_with("|") && l.contains('^'));
+        let caret = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("|") && l.contains('^'));
         assert!(
             matches!((code, caret), (Some(c), Some(k)) if k == c + 1),
             "{}",
             e.message
         );
-        let e = parse_job_file("[[job]]\nobjective = \"a\nmax_rounds = 3\n", Format::Toml)
-            .unwrap_err();
+        let e =
+            parse_job_file("[[job]]\nobjective = \"a\nmax_rounds = 3\n", Format::Toml).unwrap_err();
         assert!(e.message.lines().any(|l| l.contains('^')), "{}", e.message);
     }
 
