@@ -18,6 +18,7 @@
 //! `tests/` by driving the real `ralph` binary with scripted agents.
 
 pub mod agent;
+pub mod builtin;
 pub mod ci;
 pub mod client;
 pub mod engine;
