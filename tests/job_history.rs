@@ -366,7 +366,7 @@ fn submit_file(s: &Server, name: &str, text: &str) -> Output {
 fn names_labels_and_prefixes_through_a_server() {
     let s = Server::new("");
     let ws = s.workspace("ws");
-    let gate = ws.join("go");
+    let gate = s.agents.join("go");
     let agent = s.agent(
         "gated.sh",
         &format!(

@@ -270,6 +270,9 @@ fn describe_job(j: &Value) -> String {
         j["kind"].as_str().unwrap_or(""),
         j["state"].as_str().unwrap_or("")
     );
+    if let Some(o) = j["outcome"].as_str() {
+        s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
+    }
     if let Some(n) = j["name"].as_str() {
         s.push_str(&format!("\n  name: {n}"));
     }
@@ -279,9 +282,6 @@ fn describe_job(j: &Value) -> String {
             .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
             .collect();
         s.push_str(&format!("\n  labels: {}", pairs.join(", ")));
-    }
-    if let Some(o) = j["outcome"].as_str() {
-        s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
     }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.

@@ -133,19 +133,31 @@ impl SqliteStore {
         })
     }
 
-    /// Opens the store in `state_dir` read-only: no directory, file, schema or setting is
-    /// created or changed; a missing database is [`StoreError::NoStore`].
+    /// Opens the store in `state_dir` for reading only (`query_only`): no directory, schema or
+    /// setting is created or changed; a missing database is [`StoreError::NoStore`].
     pub fn open_read_only(state_dir: &Path) -> Result<Self, StoreError> {
         use rusqlite::OpenFlags;
         let path = state_dir.join(DB_FILE);
         if !path.is_file() {
             return Err(StoreError::NoStore { path });
         }
+        // Opened for writing (never creating) with `query_only`: a reader that is the WAL
+        // database's last connection then removes the `-wal` and `-shm` files it had to make,
+        // as a writer does, so the state directory is left as it was. A store this user may not
+        // write is opened read-only.
         let conn = Connection::open_with_flags(
             &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
+        .or_else(|_| {
+            Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        })
         .map_err(db_err(&path, "open"))?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(db_err(&path, "configure"))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(&path, "configure"))?;
         let version: i64 = conn
