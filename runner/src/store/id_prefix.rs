@@ -52,6 +52,6 @@ mod tests {
             );
         }
         assert_eq!(check("019A-b").unwrap(), "019a-b");
-        assert!(upper_bound("019a") > "019affff-".to_owned());
+        assert!(upper_bound("019a").as_str() > "019affff-");
     }
 }
