@@ -104,6 +104,14 @@ fn local_history_reads_a_run_without_a_server_and_changes_nothing() {
     out.expect_code(64);
     assert!(out.stderr.contains("not both"), "{}", out.stderr);
 
+    let env_server = Command::new(ralph_bin())
+        .args(["show", "--state-dir", &state, &id])
+        .env("RALPH_SERVER", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(env_server.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&env_server.stderr).contains("--server/RALPH_SERVER"));
+
     let before = snapshot(&f.state);
     let prefix = &id[..8];
 
@@ -336,6 +344,17 @@ fn wait_timeout_exits_124_and_leaves_a_local_job_running() {
         "{}",
         out.stderr
     );
+    let out = local(&[
+        "wait",
+        "--state-dir",
+        &state,
+        &id,
+        "--timeout",
+        "1s",
+        "--json",
+    ]);
+    out.expect_code(124);
+    assert_eq!(out.json()["error"]["exit_code"], 124);
     // A wait without a timeout follows the run of the other process to its end.
     let waiter = Command::new(ralph_bin())
         .args(["wait", "--state-dir", &state, &id])

@@ -573,7 +573,8 @@ pub fn wait(args: WaitArgs) -> Result<Exit, CliError> {
         }
     })?;
     let j = source.job(&args.id)?;
-    if json {
+    // On a timeout the error is the one JSON document (`--json`), naming the state.
+    if json && !matches!(followed, Followed::TimedOut) {
         print_json(&j)?;
     }
     if matches!(followed, Followed::TimedOut) {
