@@ -1,5 +1,7 @@
 //! The client commands of `ralph serve`: `submit`, `jobs`, `show`, `logs`, `cancel`, `resume`,
-//! `wait`. Server from `--server`/`RALPH_SERVER`, token from `--token-file`/`RALPH_TOKEN`.
+//! `wait`. Server from `--server`/`RALPH_SERVER`, token from `--token-file`/`RALPH_TOKEN`;
+//! `jobs`, `show`, `logs` and `wait` read a local store instead with `--state-dir DIR`
+//! ([`super::job_source`]).
 //!
 //! Exit codes: 0 done; 64 usage, a refused request or a wrong token; 70 the server unreachable
 //! or another failure; `wait` exits with the job's outcome code (SPEC §3).
@@ -17,13 +19,15 @@ use serde_json::{Value, json};
 use super::CliError;
 use super::exit::Exit;
 use super::job_args::JobArgs;
+use super::job_source::{Followed, ListRequest, SourceArgs};
+use ralph_runner::util::units::HumanDuration;
 
 /// Where the server is and how to authenticate.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Server address.
-    #[arg(long, env = "RALPH_SERVER", default_value = DEFAULT_SERVER, value_name = "URL")]
-    pub server: String,
+    /// Server address [default: http://127.0.0.1:7979].
+    #[arg(long, env = "RALPH_SERVER", value_name = "URL")]
+    pub server: Option<String>,
     /// File holding the API token (else $RALPH_TOKEN, else /var/lib/ralph/token).
     #[arg(long, env = "RALPH_TOKEN_FILE", value_name = "PATH")]
     pub token_file: Option<PathBuf>,
@@ -33,7 +37,7 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    fn client(&self) -> Result<Client, CliError> {
+    pub(super) fn client(&self) -> Result<Client, CliError> {
         let token = match &self.token_file {
             Some(p) => std::fs::read_to_string(p).map_err(|e| CliError::usage(format!("--token-file `{}`: {e}", p.display())))?,
             None => match std::env::var("RALPH_TOKEN") {
@@ -42,11 +46,15 @@ impl ServerArgs {
                     .map_err(|_| CliError::usage("no API token: give --token-file PATH or set RALPH_TOKEN (the server writes it to <state-dir>/token)"))?,
             },
         };
-        Client::new(&self.server, token.trim()).map_err(client_error)
+        Client::new(
+            self.server.as_deref().unwrap_or(DEFAULT_SERVER),
+            token.trim(),
+        )
+        .map_err(client_error)
     }
 }
 
-fn client_error(e: ClientError) -> CliError {
+pub(super) fn client_error(e: ClientError) -> CliError {
     let exit = match &e {
         ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
         ClientError::Unreachable { .. } | ClientError::Decode(_) => Exit::Internal,
@@ -57,7 +65,7 @@ fn client_error(e: ClientError) -> CliError {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -167,45 +175,53 @@ pub struct JobsArgs {
     /// Only jobs older than this id (the next page).
     #[arg(long, value_name = "ID")]
     pub before: Option<String>,
+    /// Only jobs with this name.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Only jobs with this label; repeatable (all must match).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub label: Vec<(String, String)>,
     #[command(flatten)]
-    pub server: ServerArgs,
+    pub source: SourceArgs,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    ralph_runner::job::labels::parse_label(s)
 }
 
 /// Runs `ralph jobs`.
 pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
-    let client = args.server.client()?;
-    let mut q = vec![("limit", args.limit.to_string())];
-    for (k, v) in [
-        ("state", &args.state),
-        ("outcome", &args.outcome),
-        ("before", &args.before),
-    ] {
-        if let Some(v) = v {
-            q.push((k, v.clone()));
-        }
-    }
-    let list = runtime()?.block_on(client.list(&q)).map_err(client_error)?;
-    if args.server.json {
+    let list = args.source.open()?.list(&ListRequest {
+        state: args.state,
+        outcome: args.outcome,
+        limit: args.limit,
+        before: args.before,
+        name: args.name,
+        labels: args.label,
+    })?;
+    if args.source.server.json {
         return print_json(&list).map(|()| Exit::Complete);
     }
     outln!(
-        "{:<38} {:<9} {:<15} {:<5} {:>6}  CREATED",
+        "{:<38} {:<9} {:<15} {:<5} {:>6}  {:<24}  NAME",
         "ID",
         "STATE",
         "OUTCOME",
         "KIND",
-        "ROUNDS"
+        "ROUNDS",
+        "CREATED"
     );
     for j in list["jobs"].as_array().into_iter().flatten() {
         outln!(
-            "{:<38} {:<9} {:<15} {:<5} {:>6}  {}",
+            "{:<38} {:<9} {:<15} {:<5} {:>6}  {:<24}  {}",
             j["id"].as_str().unwrap_or(""),
             j["state"].as_str().unwrap_or(""),
             j["outcome"].as_str().unwrap_or("-"),
             j["kind"].as_str().unwrap_or(""),
             // Rendered first: a JSON value's Display ignores the column width.
             j["rounds"].to_string(),
-            j["created_at"].as_str().unwrap_or("")
+            j["created_at"].as_str().unwrap_or(""),
+            j["name"].as_str().unwrap_or("-")
         );
     }
     if let Some(next) = list["next"].as_str() {
@@ -214,10 +230,33 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
     Ok(Exit::Complete)
 }
 
+/// Flags of `ralph show`.
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// The job id (or a unique prefix of it, at least 4 characters).
+    #[arg(value_name = "JOB")]
+    pub id: String,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// Flags of `ralph wait`.
+#[derive(Args, Debug)]
+pub struct WaitArgs {
+    /// The job id (or a unique prefix of it, at least 4 characters).
+    #[arg(value_name = "JOB")]
+    pub id: String,
+    /// Give up after this long (e.g. 30s, 5m): exit 124, the job left running.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<HumanDuration>,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
 /// Flags of the commands that take one job.
 #[derive(Args, Debug)]
 pub struct JobRef {
-    /// The job id.
+    /// The job id (or a unique prefix of it, at least 4 characters).
     #[arg(value_name = "JOB")]
     pub id: String,
     #[command(flatten)]
@@ -233,6 +272,16 @@ fn describe_job(j: &Value) -> String {
     );
     if let Some(o) = j["outcome"].as_str() {
         s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
+    }
+    if let Some(n) = j["name"].as_str() {
+        s.push_str(&format!("\n  name: {n}"));
+    }
+    if let Some(l) = j["labels"].as_object().filter(|l| !l.is_empty()) {
+        let pairs: Vec<String> = l
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+            .collect();
+        s.push_str(&format!("\n  labels: {}", pairs.join(", ")));
     }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.
@@ -270,12 +319,9 @@ fn describe_job(j: &Value) -> String {
 }
 
 /// Runs `ralph show`.
-pub fn show(args: JobRef) -> Result<Exit, CliError> {
-    let client = args.server.client()?;
-    let j = runtime()?
-        .block_on(client.job(&args.id))
-        .map_err(client_error)?;
-    if args.server.json {
+pub fn show(args: ShowArgs) -> Result<Exit, CliError> {
+    let j = args.source.open()?.job(&args.id)?;
+    if args.source.server.json {
         print_json(&j)?;
     } else {
         outln!("{}", describe_job(&j));
@@ -454,29 +500,25 @@ pub struct LogsArgs {
     #[arg(long, default_value = "stdout")]
     pub stream: String,
     #[command(flatten)]
-    pub server: ServerArgs,
+    pub source: SourceArgs,
 }
 
 /// Runs `ralph logs`.
 pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
-    let client = args.server.client()?;
-    let rt = runtime()?;
+    let source = args.source.open()?;
     if let Some(round) = args.round {
-        let text = rt
-            .block_on(client.logs(&args.id, round, args.attempt, &args.stream))
-            .map_err(client_error)?;
+        let text = source.round_log(&args.id, round, args.attempt, &args.stream)?;
         super::stdout::write(&text);
         return Ok(Exit::Complete);
     }
-    let json = args.server.json;
-    rt.block_on(client.events(&args.id, 0, args.follow, |ev| {
+    let json = args.source.server.json;
+    source.events(&args.id, args.follow, None, |ev| {
         if json {
             outln!("{}", serde_json::to_string(&ev).unwrap_or_default());
         } else {
             outln!("{}", describe_event(&ev));
         }
-    }))
-    .map_err(client_error)?;
+    })?;
     Ok(Exit::Complete)
 }
 
@@ -514,11 +556,11 @@ pub fn resume(args: JobRef) -> Result<Exit, CliError> {
 }
 
 /// Runs `ralph wait`: follows the job until it finishes and exits with its outcome code.
-pub fn wait(args: JobRef) -> Result<Exit, CliError> {
-    let client = args.server.client()?;
-    let rt = runtime()?;
-    let json = args.server.json;
-    rt.block_on(client.events(&args.id, 0, true, |ev| {
+pub fn wait(args: WaitArgs) -> Result<Exit, CliError> {
+    let source = args.source.open()?;
+    let json = args.source.server.json;
+    let deadline = args.timeout.map(|t| std::time::Instant::now() + t.0);
+    let followed = source.events(&args.id, true, deadline, |ev| {
         if !json
             && matches!(
                 ev.kind,
@@ -529,11 +571,23 @@ pub fn wait(args: JobRef) -> Result<Exit, CliError> {
         {
             eprintln!("ralph: {}", describe_event(&ev));
         }
-    }))
-    .map_err(client_error)?;
-    let j = rt.block_on(client.job(&args.id)).map_err(client_error)?;
-    if json {
+    })?;
+    let j = source.job(&args.id)?;
+    // On a timeout the error is the one JSON document (`--json`), naming the state.
+    if json && !matches!(followed, Followed::TimedOut) {
         print_json(&j)?;
+    }
+    if matches!(followed, Followed::TimedOut) {
+        return Err(CliError {
+            exit: Exit::Timeout,
+            message: format!(
+                "job {} is still {} (round {}) after --timeout {}; it was left as it is",
+                j["id"].as_str().unwrap_or(&args.id),
+                j["state"].as_str().unwrap_or("unfinished"),
+                j["rounds"],
+                args.timeout.map(|t| t.to_string()).unwrap_or_default()
+            ),
+        });
     }
     let outcome: Option<Outcome> = serde_json::from_value(j["outcome"].clone()).ok();
     let reason: Option<FinishReason> = serde_json::from_value(j["reason"].clone()).ok();

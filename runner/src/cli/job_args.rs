@@ -81,6 +81,16 @@ pub struct JobArgs {
     /// An extra argument for a preset's CLI; repeatable, passed in order.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_arg: Vec<String>,
+    /// A name for finding the job again (`ralph jobs --name`).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A label for filtering (`ralph jobs --label`); repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub label: Vec<(String, String)>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    ralph_runner::job::labels::parse_label(s)
 }
 
 impl JobArgs {
@@ -122,6 +132,8 @@ impl JobArgs {
             model: self.model.clone(),
             agent_arg: self.agent_arg.clone(),
             allow_host: s.allow_host.clone(),
+            name: self.name.clone(),
+            labels: self.label.iter().cloned().collect(),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod completions;
 pub mod doctor;
 pub mod exit;
 pub mod job_args;
+pub mod job_source;
 pub mod man;
 pub mod progress;
 pub mod run;
@@ -65,10 +66,10 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Submit jobs to a server (a job file with one or many jobs, or job flags).
     Submit(Box<client_cmds::SubmitArgs>),
-    /// List a server's jobs.
+    /// List a server's jobs (or a local store's, with --state-dir).
     Jobs(client_cmds::JobsArgs),
     /// Show one job.
-    Show(client_cmds::JobRef),
+    Show(client_cmds::ShowArgs),
     /// Print a job's journal (or a round's output with --round).
     Logs(client_cmds::LogsArgs),
     /// Cancel a job (a running round's processes are stopped).
@@ -76,7 +77,7 @@ pub enum Command {
     /// Re-arm an interrupted, cancelled, failed or errored job with its remaining budget.
     Resume(client_cmds::JobRef),
     /// Wait for a job and exit with its outcome code.
-    Wait(client_cmds::JobRef),
+    Wait(client_cmds::WaitArgs),
     /// The agent presets (`--agent NAME`): list them, show what one runs.
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),

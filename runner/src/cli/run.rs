@@ -88,6 +88,9 @@ pub fn build_spec(args: &RunArgs, cwd: &Path, known: &WritableTrees) -> Result<J
 }
 
 pub fn flag_of(field: &str) -> String {
+    if field == "labels" {
+        return "--label".into();
+    }
     format!("--{}", field.replace('_', "-"))
 }
 

@@ -1,6 +1,7 @@
 //! Jobs: the immutable request ([`spec`]), how a request's host paths are resolved
 //! ([`resolve`]) and how a job ends ([`outcome`]).
 
+pub mod labels;
 pub mod model_access;
 pub mod outcome;
 pub mod paths;

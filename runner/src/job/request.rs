@@ -3,6 +3,7 @@
 //! (SPEC §6); unknown keys are refused with the key named. `ralph run`'s flags become one of these
 //! too, so every way in ends in the same [`JobRequest::into_spec`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ralph_sandbox::{BackendKind, Mode, Network};
@@ -93,6 +94,11 @@ pub struct JobRequest {
     /// Hosts the egress proxy lets the round reach (`HOST[:PORT]`).
     #[serde(default)]
     pub allow_host: Vec<String>,
+    /// A name for finding the job again.
+    pub name: Option<String>,
+    /// Labels (key → value) for filtering.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A job file: one or many jobs.
@@ -356,6 +362,8 @@ impl JobRequest {
             agent_args: self.agent_arg,
             allow_hosts: self.allow_host,
         };
+        d.name = self.name;
+        d.labels = self.labels;
         Ok((spec, self.priority.unwrap_or(0)))
     }
 }

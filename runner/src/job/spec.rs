@@ -1,6 +1,7 @@
 //! The job request: objective, workspace, agent, sandbox and limits. It is journalled once when
 //! the job is submitted and never changes afterwards; nothing an agent does can alter it.
 
+use std::collections::BTreeMap;
 use std::path::{Component, PathBuf};
 
 use ralph_sandbox::{BackendKind, Mode, Network};
@@ -150,6 +151,12 @@ pub struct JobSpec {
     /// The model gateway and egress settings (SPEC §9).
     #[serde(default, skip_serializing_if = "ModelAccess::is_empty")]
     pub model_access: ModelAccess,
+    /// A name for finding the job again (not unique).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Labels (key → value) for filtering.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl JobSpec {
@@ -176,6 +183,8 @@ impl JobSpec {
             sandbox: SandboxSettings::default(),
             env: Vec::new(),
             model_access: ModelAccess::default(),
+            name: None,
+            labels: BTreeMap::new(),
         }
     }
 }
@@ -250,6 +259,7 @@ impl JobSpec {
 
     /// Checks every rule; a request over a ceiling is rejected, never clamped.
     pub fn validate(&self, ceilings: &Ceilings) -> Result<(), SpecError> {
+        super::labels::validate(self.name.as_deref(), &self.labels)?;
         if self.objective.trim().is_empty() {
             return Err(err("objective", "must not be empty"));
         }

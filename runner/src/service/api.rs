@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! POST /v1/jobs                         a job file (TOML or JSON): one or many jobs → 201
-//! GET  /v1/jobs?state=&outcome=&limit=&before=   newest first, paged by `before`
-//! GET  /v1/jobs/{id}                    the job and its result
+//! GET  /v1/jobs?state=&outcome=&limit=&before=&name=&label=K=V   newest first, paged by `before`
+//! GET  /v1/jobs/{id}                    the job and its result ({id}: an id or a unique prefix)
 //! GET  /v1/jobs/{id}/events?after=N&follow=true  journal events as NDJSON
 //! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify
 //! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -52,6 +52,8 @@ pub struct ApiError {
     rule: Option<String>,
     /// Whether the connection is closed after the answer (the rest of the request is not read).
     close: bool,
+    /// The jobs an ambiguous id prefix matches.
+    candidates: Vec<String>,
 }
 
 /// The JSON error shape of every error answer.
@@ -68,6 +70,7 @@ impl ApiError {
             field: None,
             rule: None,
             close: false,
+            candidates: Vec::new(),
         }
     }
 
@@ -94,7 +97,7 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            format!("no job with id `{id}`"),
+            format!("no job matches `{id}`"),
         )
     }
 }
@@ -107,6 +110,9 @@ impl IntoResponse for ApiError {
         }
         if let Some(r) = self.rule {
             err["rule"] = json!(r);
+        }
+        if !self.candidates.is_empty() {
+            err["candidates"] = json!(self.candidates);
         }
         let mut resp = (self.status, axum::Json(json!({ "error": err }))).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
@@ -125,6 +131,21 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchJob { id } => ApiError::not_found(&id),
+            bad @ StoreError::InvalidIdPrefix { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", bad.to_string())
+            }
+            StoreError::AmbiguousId { prefix, candidates } => {
+                let mut e = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "ambiguous_id",
+                    format!(
+                        "the job id prefix `{prefix}` matches several jobs: {}",
+                        candidates.join(", ")
+                    ),
+                );
+                e.candidates = candidates;
+                e
+            }
             // Another runner sharing the store changed the job meanwhile.
             conflict @ StoreError::Conflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", conflict.to_string())
@@ -551,14 +572,19 @@ struct ListQuery {
     outcome: Option<String>,
     limit: Option<usize>,
     before: Option<String>,
+    name: Option<String>,
 }
 
 async fn list_jobs(
     State(svc): Svc,
-    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let Query(q) =
-        q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
+    let (q, labels) =
+        super::list_query::parse::<ListQuery>(raw.as_deref().unwrap_or("")).map_err(|e| {
+            let mut err = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.message);
+            err.field = e.field;
+            err
+        })?;
     let state = match q.state.as_deref() {
         None => None,
         Some("queued") => Some(JobState::Queued),
@@ -595,6 +621,8 @@ async fn list_jobs(
         outcome,
         before: q.before,
         limit,
+        name: q.name,
+        labels,
     };
     let jobs = blocking(|| svc.engine().store().list(&filter))?;
     let next = (jobs.len() == limit)
@@ -623,11 +651,19 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "created_at": view.submitted_at,
         "updated_at": view.updated_at,
         "artifacts": artifacts,
+        "name": view.spec.name,
+        "labels": view.spec.labels,
         "spec": view.spec,
     })
 }
 
+/// The one job a path's id (or unique id prefix) names.
+fn resolve(svc: &Service, given: &str) -> Result<String, ApiError> {
+    Ok(blocking(|| svc.engine().store().resolve_id(given))?)
+}
+
 async fn get_job(State(svc): Svc, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let id = resolve(&svc, &id)?;
     let view = blocking(|| svc.engine().store().load(&id))?;
     Ok(axum::Json(job_json(&view, &svc.engine().job_dir(&id))))
 }
@@ -647,6 +683,7 @@ async fn job_events(
     let Query(q) =
         q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
     let follow = q.follow.unwrap_or(false);
+    let id = resolve(&svc, &id)?;
     // Subscribe before reading the stored events, so nothing falls between the two.
     let rx = svc.subscribe();
     let stored = blocking(|| svc.engine().store().events(&id))?;
@@ -765,6 +802,7 @@ async fn round_logs(
 ) -> Result<Response, ApiError> {
     let Query(q) =
         q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
+    let id = resolve(&svc, &id)?;
     blocking(|| svc.engine().store().load(&id))?;
     let job_dir = svc.engine().job_dir(&id);
     let path = match q.stream.as_deref().unwrap_or("stdout") {
@@ -802,6 +840,7 @@ async fn cancel_job(
     State(svc): Svc,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    let id = resolve(&svc, &id)?;
     if let Some(c) = svc.running_cancel(&id) {
         c.cancel("api");
         return Ok((
@@ -832,6 +871,7 @@ async fn resume_job(
     State(svc): Svc,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    let id = resolve(&svc, &id)?;
     blocking(|| svc.engine().resume(&id))?;
     svc.wake();
     Ok((

@@ -13,6 +13,7 @@
 
 pub mod event;
 pub mod hold;
+pub mod id_prefix;
 pub mod journal;
 pub mod lease;
 pub mod postgres;
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use event::{AttemptResult, Event, EventKind, RunnerInfo};
+pub use id_prefix::{MAX_CANDIDATES, MIN_ID_PREFIX};
 pub use journal::{Journal, Observer};
 pub use projection::{JobState, JobView, ProjectionError};
 
@@ -104,8 +106,32 @@ pub enum StoreError {
         /// Ours.
         supported: i64,
     },
+    /// A reader was pointed at a state directory that holds no store.
+    #[error(
+        "failed to open the state store: `{path}` does not exist (expected a state directory written by `ralph run --state-dir`)"
+    )]
+    NoStore {
+        /// The database file looked for.
+        path: PathBuf,
+    },
+    /// A job id (or prefix) that cannot be one.
+    #[error("failed to resolve the job id `{prefix}`: {expected}")]
+    InvalidIdPrefix {
+        /// What was given (escaped).
+        prefix: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A prefix that matches several jobs.
+    #[error("the job id prefix `{prefix}` matches several jobs: {}", candidates.join(", "))]
+    AmbiguousId {
+        /// The prefix.
+        prefix: String,
+        /// Some of the jobs it matches (at most [`MAX_CANDIDATES`]).
+        candidates: Vec<String>,
+    },
     /// No job has this id.
-    #[error("no job with id `{id}`")]
+    #[error("no job matches `{id}`")]
     NoSuchJob {
         /// The id.
         id: String,
@@ -256,6 +282,34 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => Ok(()),
             Backend::Postgres(pg) => pg.reachable(),
+        }
+    }
+
+    /// Opens the SQLite store in `state_dir` for reading only: nothing is created, configured or
+    /// migrated; a state directory without a store is [`StoreError::NoStore`].
+    pub fn open_sqlite_read_only(state_dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            backend: Backend::Sqlite(sqlite::SqliteStore::open_read_only(state_dir)?),
+        })
+    }
+
+    /// The one job whose id starts with `prefix` (a whole id, or at least
+    /// [`MIN_ID_PREFIX`] characters of one): none is [`StoreError::NoSuchJob`], several
+    /// [`StoreError::AmbiguousId`]. Only hex digits and `-` are accepted (ids are UUIDv7 text),
+    /// so a prefix cannot carry a pattern. One indexed range query.
+    pub fn resolve_id(&self, prefix: &str) -> Result<JobId, StoreError> {
+        let prefix = id_prefix::check(prefix)?;
+        let mut found = dispatch!(self.ids_with_prefix(&prefix, MAX_CANDIDATES + 1))?;
+        match found.len() {
+            0 => Err(StoreError::NoSuchJob { id: prefix }),
+            1 => Ok(found.remove(0)),
+            _ => {
+                found.truncate(MAX_CANDIDATES);
+                Err(StoreError::AmbiguousId {
+                    prefix,
+                    candidates: found,
+                })
+            }
         }
     }
 
@@ -523,6 +577,10 @@ pub struct JobFilter {
     pub before: Option<String>,
     /// At most this many.
     pub limit: usize,
+    /// Only jobs with this name.
+    pub name: Option<String>,
+    /// Only jobs carrying all of these labels.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// One line of a job listing.
@@ -544,6 +602,16 @@ pub struct JobSummary {
     pub created_at: String,
     /// Last change.
     pub updated_at: String,
+    /// The job's name.
+    pub name: Option<String>,
+    /// The job's labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+/// The labels of a listed job from their stored JSON (none when absent or unreadable).
+fn labels_of(json: Option<&str>) -> std::collections::BTreeMap<String, String> {
+    json.and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default()
 }
 
 /// The current time as RFC 3339 UTC with milliseconds.

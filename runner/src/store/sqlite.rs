@@ -133,6 +133,73 @@ impl SqliteStore {
         })
     }
 
+    /// Opens the store in `state_dir` for reading only (`query_only`): no directory, schema or
+    /// setting is created or changed; a missing database is [`StoreError::NoStore`].
+    pub fn open_read_only(state_dir: &Path) -> Result<Self, StoreError> {
+        use rusqlite::OpenFlags;
+        let path = state_dir.join(DB_FILE);
+        if !path.is_file() {
+            return Err(StoreError::NoStore { path });
+        }
+        // Opened for writing (never creating) with `query_only`: a reader that is the WAL
+        // database's last connection then removes the `-wal` and `-shm` files it had to make,
+        // as a writer does, so the state directory is left as it was. A store this user may not
+        // write is opened read-only.
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .or_else(|_| {
+            Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        })
+        .map_err(db_err(&path, "open"))?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(db_err(&path, "configure"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(db_err(&path, "configure"))?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(db_err(&path, "read the schema of"))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                location: path.display().to_string(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        Ok(Self {
+            conn: Mutex::new(Conn {
+                db: conn,
+                sync: Durability::Immediate,
+            }),
+            path,
+        })
+    }
+
+    /// Up to `limit` ids starting with the checked `prefix`, in order (a range on the key).
+    pub fn ids_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "look up job ids in");
+        let mut stmt = conn
+            .db
+            .prepare_cached("SELECT id FROM jobs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT ?3")
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map(
+                params![
+                    prefix,
+                    super::id_prefix::upper_bound(prefix),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(&err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&err)
+    }
+
     fn conn(&self) -> Result<std::sync::MutexGuard<'_, Conn>, StoreError> {
         self.conn.lock().map_err(|_| StoreError::Poisoned)
     }
@@ -356,8 +423,14 @@ impl SqliteStore {
         let mut stmt = conn
             .db
             .prepare_cached(
-                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at FROM jobs
+                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
+                        json_extract(spec, '$.name'), json_extract(spec, '$.labels') FROM jobs
                  WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR outcome = ?2) AND (?3 IS NULL OR id < ?3)
+                   AND (?5 IS NULL OR json_extract(spec, '$.name') = ?5)
+                   AND NOT EXISTS (
+                       SELECT 1 FROM json_each(?6) AS want WHERE NOT EXISTS (
+                           SELECT 1 FROM json_each(jobs.spec, '$.labels') AS have
+                           WHERE have.key = want.key AND have.value = want.value))
                  ORDER BY id DESC LIMIT ?4",
             )
             .map_err(&err)?;
@@ -367,7 +440,9 @@ impl SqliteStore {
                     filter.state.map(|s| s.as_str()),
                     filter.outcome.map(|o| o.as_str()),
                     filter.before,
-                    filter.limit as i64
+                    filter.limit as i64,
+                    filter.name,
+                    serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?
                 ],
                 |r| {
                     Ok(super::JobSummary {
@@ -379,6 +454,8 @@ impl SqliteStore {
                         priority: r.get(5)?,
                         created_at: r.get(6)?,
                         updated_at: r.get(7)?,
+                        name: r.get(8)?,
+                        labels: super::labels_of(r.get::<_, Option<String>>(9)?.as_deref()),
                     })
                 },
             )

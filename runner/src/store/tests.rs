@@ -95,6 +95,8 @@ on_both_backends!(
     a_journals_times_never_go_backwards,
     a_runner_journals_again_the_writes_the_store_lost,
     a_runner_does_not_repair_over_another_runners_write,
+    id_prefixes_resolve_to_one_job,
+    names_and_labels_filter_listings,
 );
 
 /// Makes the store forget a job's events after `keep`, as a database crash does with commits it
@@ -477,6 +479,7 @@ fn listing_is_newest_first_filtered_and_paged(db: &Db) {
                 outcome,
                 before: before.map(str::to_owned),
                 limit,
+                ..Default::default()
             })
             .unwrap()
             .into_iter()
@@ -1094,4 +1097,112 @@ fn a_job_this_process_gave_up_is_free_to_close_and_a_held_one_is_not() {
         super::hold::Probe::Free { who, .. } => assert!(who.contains("gave the job up"), "{who}"),
         other => panic!("the given-up job is not free: {other:?}"),
     }
+}
+
+fn id_prefixes_resolve_to_one_job(db: &Db) {
+    let store = Arc::new(db.store());
+    let ids = [
+        "0190aaaa-0000-7000-8000-000000000001",
+        "0190aaaa-0000-7000-8000-000000000002",
+        "0190abcd-0000-7000-8000-000000000003",
+    ];
+    for id in ids {
+        store
+            .submit_started_as(id.into(), &spec(), &runner())
+            .unwrap();
+    }
+    // Hostile first: patterns, short or foreign prefixes never reach a query.
+    for bad in [
+        "0190%",
+        "0190_",
+        "%",
+        "019",
+        "0190aaaa' OR 1=1",
+        "0190\u{0}",
+    ] {
+        let e = store.resolve_id(bad).unwrap_err();
+        assert!(
+            matches!(e, StoreError::InvalidIdPrefix { .. }),
+            "{bad}: {e}"
+        );
+    }
+    match store.resolve_id("0190aaaa").unwrap_err() {
+        StoreError::AmbiguousId { prefix, candidates } => {
+            assert_eq!(prefix, "0190aaaa");
+            assert_eq!(candidates, ids[..2].to_vec());
+        }
+        other => panic!("{other}"),
+    }
+    assert!(matches!(
+        store.resolve_id("0190ffff").unwrap_err(),
+        StoreError::NoSuchJob { .. }
+    ));
+    assert_eq!(store.resolve_id("0190ab").unwrap(), ids[2]);
+    assert_eq!(store.resolve_id("0190ABCD").unwrap(), ids[2]);
+    assert_eq!(store.resolve_id(ids[1]).unwrap(), ids[1]);
+    assert_eq!(
+        store
+            .resolve_id("0190aaaa-0000-7000-8000-000000000001")
+            .unwrap(),
+        ids[0]
+    );
+}
+
+fn names_and_labels_filter_listings(db: &Db) {
+    let store = db.store();
+    let mut infra = spec();
+    infra.name = Some("nightly".into());
+    infra.labels = [
+        ("team".into(), "infra".into()),
+        ("ticket".into(), "T-12".into()),
+    ]
+    .into();
+    let mut ops = spec();
+    ops.labels = [("team".into(), "ops".into())].into();
+    let a = store.submit(&infra).unwrap();
+    let b = store.submit(&ops).unwrap();
+    let c = store.submit(&spec()).unwrap();
+    let list = |name: Option<&str>, labels: &[(&str, &str)]| -> Vec<String> {
+        store
+            .list(&JobFilter {
+                limit: 10,
+                name: name.map(str::to_owned),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect()
+    };
+    assert_eq!(
+        list(None, &[("team", "infra"), ("ticket", "x")]),
+        Vec::<String>::new()
+    );
+    assert_eq!(list(None, &[("team", "infra%")]), Vec::<String>::new());
+    assert_eq!(
+        list(None, &[("team", "infra"), ("ticket", "T-12")]),
+        vec![a.clone()]
+    );
+    assert_eq!(list(None, &[("team", "ops")]), vec![b.clone()]);
+    assert_eq!(list(Some("nightly"), &[]), vec![a.clone()]);
+    assert_eq!(list(Some("nightl"), &[]), Vec::<String>::new());
+    let mut every = list(None, &[]);
+    every.sort();
+    let mut expected = vec![a.clone(), b, c];
+    expected.sort();
+    assert_eq!(every, expected);
+    let all = store
+        .list(&JobFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    let first = all.iter().find(|j| j.id == a).unwrap();
+    assert_eq!(first.name.as_deref(), Some("nightly"));
+    assert_eq!(first.labels["ticket"], "T-12");
+    assert!(all.iter().all(|j| j.id == a || j.name.is_none()));
 }

@@ -251,6 +251,24 @@ impl PgStore {
             .collect()
     }
 
+    /// Up to `limit` ids starting with the checked `prefix`, in order: a byte-wise range
+    /// (`~>=~`, `~<~`) on the `text_pattern_ops` index, whatever the database's collation.
+    pub fn ids_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let low = prefix.to_owned();
+        let high = crate::store::id_prefix::upper_bound(prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.conn.call("look up job ids in", move |client, _| {
+            let rows = client.query(
+                "SELECT id FROM jobs WHERE id ~>=~ $1 AND id ~<~ $2 ORDER BY id COLLATE \"C\" LIMIT $3",
+                &[&low, &high, &limit],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<Vec<String>, postgres::Error>>()?)
+        })
+    }
+
     /// Who asked to cancel the job in an event after `after_seq`, if anyone did.
     pub fn cancel_requested_after(
         &self,
@@ -310,13 +328,18 @@ impl PgStore {
         let outcome = filter.outcome.map(|o| o.as_str());
         let before = filter.before.clone();
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let name = filter.name.clone();
+        let labels = serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?;
         self.conn.call("list jobs in", move |client, _| {
             let rows = client.query(
-                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at FROM jobs
+                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
+                        spec::jsonb ->> 'name', (spec::jsonb -> 'labels')::text FROM jobs
                  WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR outcome = $2)
                    AND ($3::text IS NULL OR id < $3)
+                   AND ($5::text IS NULL OR spec::jsonb ->> 'name' = $5)
+                   AND coalesce(spec::jsonb -> 'labels', '{}'::jsonb) @> $6::text::jsonb
                  ORDER BY id DESC LIMIT $4",
-                &[&state, &outcome, &before, &limit],
+                &[&state, &outcome, &before, &limit, &name, &labels],
             )?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
@@ -330,6 +353,8 @@ impl PgStore {
                     priority: r.try_get(5)?,
                     created_at: r.try_get(6)?,
                     updated_at: r.try_get(7)?,
+                    name: r.try_get(8)?,
+                    labels: crate::store::labels_of(r.try_get::<_, Option<String>>(9)?.as_deref()),
                 });
             }
             Ok(out)

@@ -1,4 +1,5 @@
-//! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases) and its
+//! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases, and version
+//! 3: the id prefix index) and its
 //! version, kept in `ralph_schema`. Created once,
 //! under an advisory lock so that several runners starting together do not race; a database
 //! written by a newer ralph is refused, like SQLite's `user_version`.
@@ -8,7 +9,7 @@ use super::worker::CallError;
 use crate::store::StoreError;
 
 /// The schema version this ralph writes.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 const SCHEMA: &str = include_str!("schema.sql");
 
@@ -26,6 +27,11 @@ CREATE TABLE IF NOT EXISTS runner_leases (
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS lease_id text;
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS heartbeat text;
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_id) WHERE state = 'running';
+";
+
+/// Version 3: a byte-wise index on the job id, for id prefixes ([`crate::store::Store::resolve_id`]).
+const ID_PREFIXES: &str = "
+CREATE INDEX IF NOT EXISTS jobs_id_prefix ON jobs (id text_pattern_ops);
 ";
 
 /// Key of the transaction-scoped advisory lock taken while the schema is checked or created.
@@ -58,7 +64,10 @@ pub fn ensure(conn: &Connection) -> Result<(), StoreError> {
             if found < 1 {
                 tx.batch_execute(SCHEMA)?;
             }
-            tx.batch_execute(LEASES)?;
+            if found < 2 {
+                tx.batch_execute(LEASES)?;
+            }
+            tx.batch_execute(ID_PREFIXES)?;
             tx.execute(
                 "INSERT INTO ralph_schema (version) VALUES ($1)
                  ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",

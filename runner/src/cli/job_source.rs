@@ -1,0 +1,283 @@
+//! Where `ralph jobs/show/logs/wait` read jobs from: a server's API (`--server`/`RALPH_SERVER`),
+//! or a local store read directly (`--state-dir DIR`, as `ralph run --state-dir DIR` wrote it;
+//! opened read-only, nothing in DIR is created or changed). Each command is written once
+//! against [`JobSource`]; both give the same JSON shapes (the API's). A job id may be a unique
+//! prefix of one (at least 4 characters): the local store resolves it, a server does the same.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use ralph_runner::client::Client;
+use ralph_runner::engine::{AttemptDirs, job_dir};
+use ralph_runner::job::Outcome;
+use ralph_runner::service::api::job_json;
+use ralph_runner::store::{Event, EventKind, JobFilter, JobState, Store, StoreError};
+use serde_json::{Value, json};
+
+use super::CliError;
+use super::client_cmds::{ServerArgs, client_error, runtime};
+
+/// How often a local journal is read again while following it.
+const POLL: Duration = Duration::from_millis(200);
+
+/// `--state-dir` or a server.
+#[derive(Args, Debug)]
+pub struct SourceArgs {
+    /// Read the local store in DIR (`ralph run --state-dir DIR`) instead of a server.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// A source of jobs.
+pub enum JobSource {
+    /// A server's API.
+    Remote {
+        /// The client.
+        client: Client,
+        /// The runtime its calls run on.
+        rt: tokio::runtime::Runtime,
+    },
+    /// A local store, read-only.
+    Local {
+        /// The store.
+        store: Store,
+        /// Its state directory (the artifacts are under it).
+        state_dir: PathBuf,
+    },
+}
+
+/// The filters of a listing.
+#[derive(Debug, Default)]
+pub struct ListRequest {
+    /// queued, running or finished.
+    pub state: Option<String>,
+    /// An outcome.
+    pub outcome: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+    /// Older than this id.
+    pub before: Option<String>,
+    /// This name.
+    pub name: Option<String>,
+    /// All of these labels.
+    pub labels: Vec<(String, String)>,
+}
+
+/// How following a job ended.
+pub enum Followed {
+    /// Its journal ended with `job_finished`.
+    Finished,
+    /// The deadline came first.
+    TimedOut,
+}
+
+fn store_error(e: StoreError) -> CliError {
+    match e {
+        StoreError::NoSuchJob { .. }
+        | StoreError::InvalidIdPrefix { .. }
+        | StoreError::AmbiguousId { .. }
+        | StoreError::NoStore { .. } => CliError::usage(e.to_string()),
+        other => CliError::internal(other.to_string()),
+    }
+}
+
+/// Whether a journal is over: its last `job_finished` is not followed by `resumed`.
+fn finished(events: &[Event]) -> bool {
+    events
+        .iter()
+        .rev()
+        .find(|e| {
+            matches!(
+                e.kind,
+                EventKind::JobFinished { .. } | EventKind::Resumed { .. }
+            )
+        })
+        .is_some_and(|e| matches!(e.kind, EventKind::JobFinished { .. }))
+}
+
+impl SourceArgs {
+    /// Opens the source the flags name.
+    pub fn open(&self) -> Result<JobSource, CliError> {
+        match &self.state_dir {
+            Some(dir) => {
+                if self.server.server.is_some() {
+                    return Err(CliError::usage(
+                        "give --state-dir (a local store) or --server/RALPH_SERVER (a server), not both",
+                    ));
+                }
+                let store = Store::open_sqlite_read_only(dir).map_err(store_error)?;
+                Ok(JobSource::Local {
+                    store,
+                    state_dir: dir.clone(),
+                })
+            }
+            None => Ok(JobSource::Remote {
+                client: self.server.client()?,
+                rt: runtime()?,
+            }),
+        }
+    }
+}
+
+impl JobSource {
+    /// The jobs matching `q`, as `{"jobs": [...], "next": ...}`.
+    pub fn list(&self, q: &ListRequest) -> Result<Value, CliError> {
+        match self {
+            JobSource::Remote { client, rt } => {
+                let mut query = vec![("limit", q.limit.to_string())];
+                for (k, v) in [
+                    ("state", &q.state),
+                    ("outcome", &q.outcome),
+                    ("before", &q.before),
+                    ("name", &q.name),
+                ] {
+                    if let Some(v) = v {
+                        query.push((k, v.clone()));
+                    }
+                }
+                for (k, v) in &q.labels {
+                    query.push(("label", format!("{k}={v}")));
+                }
+                rt.block_on(client.list(&query)).map_err(client_error)
+            }
+            JobSource::Local { store, .. } => {
+                let state = match q.state.as_deref() {
+                    None => None,
+                    Some("queued") => Some(JobState::Queued),
+                    Some("running") => Some(JobState::Running),
+                    Some("finished") => Some(JobState::Finished),
+                    Some(other) => {
+                        return Err(CliError::usage(format!(
+                            "--state: `{other}` is not queued, running or finished"
+                        )));
+                    }
+                };
+                let outcome = match q.outcome.as_deref() {
+                    None => None,
+                    Some(o) => Some(
+                        Outcome::ALL
+                            .into_iter()
+                            .find(|x| x.as_str() == o)
+                            .ok_or_else(|| {
+                                CliError::usage(format!("--outcome: `{o}` is not an outcome"))
+                            })?,
+                    ),
+                };
+                let limit = q.limit.clamp(1, 1000);
+                let filter = JobFilter {
+                    state,
+                    outcome,
+                    before: q.before.clone(),
+                    limit,
+                    name: q.name.clone(),
+                    labels: q.labels.iter().cloned().collect(),
+                };
+                let jobs = store.list(&filter).map_err(store_error)?;
+                let next = (jobs.len() == limit)
+                    .then(|| jobs.last().map(|j| j.id.clone()))
+                    .flatten();
+                Ok(json!({ "jobs": jobs, "next": next }))
+            }
+        }
+    }
+
+    /// One job (by id or unique prefix), as the API shows it.
+    pub fn job(&self, id: &str) -> Result<Value, CliError> {
+        match self {
+            JobSource::Remote { client, rt } => rt.block_on(client.job(id)).map_err(client_error),
+            JobSource::Local { store, state_dir } => {
+                let id = store.resolve_id(id).map_err(store_error)?;
+                let view = store.load(&id).map_err(store_error)?;
+                Ok(job_json(&view, &job_dir(state_dir, &id)))
+            }
+        }
+    }
+
+    /// A round's captured output (`stream`: stdout, stderr or verify).
+    pub fn round_log(
+        &self,
+        id: &str,
+        round: u32,
+        attempt: u32,
+        stream: &str,
+    ) -> Result<String, CliError> {
+        match self {
+            JobSource::Remote { client, rt } => rt
+                .block_on(client.logs(id, round, attempt, stream))
+                .map_err(client_error),
+            JobSource::Local { store, state_dir } => {
+                let id = store.resolve_id(id).map_err(store_error)?;
+                let dir = job_dir(state_dir, &id);
+                let path = local_log(&dir, round, attempt, stream)?;
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    CliError::usage(format!(
+                        "job `{id}` has no such log (round {round}): `{}`: {e}",
+                        path.display()
+                    ))
+                })?;
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            }
+        }
+    }
+
+    /// Gives `each` the job's journal; with `follow`, until the job finishes or `deadline`.
+    pub fn events(
+        &self,
+        id: &str,
+        follow: bool,
+        deadline: Option<Instant>,
+        mut each: impl FnMut(Event),
+    ) -> Result<Followed, CliError> {
+        match self {
+            JobSource::Remote { client, rt } => {
+                let call = client.events(id, 0, follow, &mut each);
+                match deadline {
+                    None => rt.block_on(call).map_err(client_error)?,
+                    Some(d) => {
+                        let left = d.saturating_duration_since(Instant::now());
+                        match rt.block_on(async { tokio::time::timeout(left, call).await }) {
+                            Ok(r) => r.map_err(client_error)?,
+                            Err(_) => return Ok(Followed::TimedOut),
+                        }
+                    }
+                }
+                Ok(Followed::Finished)
+            }
+            JobSource::Local { store, .. } => {
+                let id = store.resolve_id(id).map_err(store_error)?;
+                let mut last = 0;
+                loop {
+                    let events = store.events(&id).map_err(store_error)?;
+                    let done = finished(&events);
+                    let seen = last;
+                    for ev in events.into_iter().filter(|e| e.seq > seen) {
+                        last = ev.seq;
+                        each(ev);
+                    }
+                    if !follow || done {
+                        return Ok(Followed::Finished);
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(Followed::TimedOut);
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        }
+    }
+}
+
+fn local_log(job_dir: &Path, round: u32, attempt: u32, stream: &str) -> Result<PathBuf, CliError> {
+    let dirs = AttemptDirs::new(job_dir, round, attempt);
+    match stream {
+        "verify" => Ok(AttemptDirs::verify(job_dir, round).output_log()),
+        "stdout" => Ok(dirs.stdout_log()),
+        "stderr" => Ok(dirs.stderr_log()),
+        other => Err(CliError::usage(format!(
+            "--stream: `{other}` is not stdout, stderr or verify"
+        ))),
+    }
+}
