@@ -72,13 +72,11 @@ fn the_readme_tour_runs_verbatim() {
         code, 0,
         "tour block failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    let result: serde_json::Value = stdout
-        .lines()
-        .find_map(|l| {
-            serde_json::from_str(l)
-                .ok()
-                .filter(|v: &serde_json::Value| v.get("outcome").is_some())
-        })
+    // `ralph run --json` prints the result object first, then `ralph jobs` its table.
+    let result: serde_json::Value = serde_json::Deserializer::from_str(&stdout)
+        .into_iter()
+        .next()
+        .and_then(Result::ok)
         .unwrap_or_else(|| panic!("no JSON result on stdout:\n{stdout}"));
     assert_eq!(result["outcome"], "complete", "{result}");
     let id = result["job_id"].as_str().unwrap();
