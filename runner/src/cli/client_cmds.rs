@@ -441,7 +441,8 @@ pub struct LogsArgs {
     /// The job id.
     #[arg(value_name = "JOB")]
     pub id: String,
-    /// Keep following until the job finishes.
+    /// Keep following until the job finishes; with --round, print the round's output as it is
+    /// written until that attempt ends (waiting for it to start).
     #[arg(long, short)]
     pub follow: bool,
     /// Print this round's captured output instead of the journal.
@@ -461,6 +462,11 @@ pub struct LogsArgs {
 pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
     let client = args.server.client()?;
     let rt = runtime()?;
+    if let (Some(round), true) = (args.round, args.follow) {
+        let f = super::follow::round_logs(&client, &args.id, round, args.attempt, &args.stream);
+        rt.block_on(f).map_err(client_error)?;
+        return Ok(Exit::Complete);
+    }
     if let Some(round) = args.round {
         let text = rt
             .block_on(client.logs(&args.id, round, args.attempt, &args.stream))

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod config;
 pub mod gateway_config;
 pub mod http_server;
+pub mod log_follow;
 pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
