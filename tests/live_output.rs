@@ -147,11 +147,23 @@ cp {}/report.json $RALPH_REPORT_FILE",
     // The text itself is shown, the controls removed or escaped.
     assert!(stderr.contains("[round 1] title-line\n"), "{stderr}");
     assert!(stderr.contains("[round 1] clear-line\n"), "{stderr}");
-    assert!(stderr.contains("[round 1] before\\rrewritten\n"), "{stderr}");
-    assert!(stderr.contains("[round 1] bad \u{fffd}\u{fffd} utf8\n"), "{stderr}");
+    assert!(
+        stderr.contains("[round 1] before\\rrewritten\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[round 1] bad \u{fffd}\u{fffd} utf8\n"),
+        "{stderr}"
+    );
     assert!(stderr.contains("[round 1 stderr] err-line\n"), "{stderr}");
-    assert!(stderr.contains("[round 1] no newline at the end \n"), "{stderr}");
-    assert!(!stderr.contains("owned") && !stderr.contains("pwned"), "{stderr}");
+    assert!(
+        stderr.contains("[round 1] no newline at the end \n"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("owned") && !stderr.contains("pwned"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -165,7 +177,10 @@ fn the_artifacts_path_is_printed_before_round_1_ends() {
     out.expect_code(0);
     let id = out.job_id();
     let state = f.state.canonicalize().unwrap();
-    let path = format!("ralph: artifacts: {}\n", state.join("jobs").join(&id).display());
+    let path = format!(
+        "ralph: artifacts: {}\n",
+        state.join("jobs").join(&id).display()
+    );
     let first = index_of(&out.stderr, &path);
     let summary = index_of(&out.stderr, "ralph: round 1/");
     assert!(first < summary, "{}", out.stderr);
@@ -176,7 +191,10 @@ fn the_artifacts_path_is_printed_before_round_1_ends() {
 fn run_on_a_tty(f: &Fixture, agent: &std::path::Path, env: &[(&str, &str)]) -> (Child, Collected) {
     let mut cmd_line = format!("'{}'", ralph_bin().display());
     for a in f.run(agent).command().get_args() {
-        cmd_line.push_str(&format!(" '{}'", a.to_str().unwrap().replace('\'', "'\\''")));
+        cmd_line.push_str(&format!(
+            " '{}'",
+            a.to_str().unwrap().replace('\'', "'\\''")
+        ));
     }
     cmd_line.push_str(" --max-rounds 3");
     let mut c = Command::new("script");
@@ -200,14 +218,21 @@ fn the_live_view_ticks_its_elapsed_time_while_a_round_sleeps() {
     let agent = gated_agent(&f);
     let (mut child, tty) = run_on_a_tty(&f, &agent, &[("TERM", "xterm")]);
     // The round prints nothing while it waits; the spinner's clocks still move.
-    wait_until("the round's clock reaches 2s on the live line", LIMIT, || {
-        tty.text().contains("round 1/3 · 2s · job ")
-    });
+    wait_until(
+        "the round's clock reaches 2s on the live line",
+        LIMIT,
+        || tty.text().contains("round 1/3 · 2s · job "),
+    );
     let text = tty.text();
     assert!(text.contains("round 1/3 · 0s · job "), "{text:?}");
     assert!(child.try_wait().unwrap().is_none());
     std::fs::write(f.ws.join("go"), "").unwrap();
-    assert_eq!(wait_exit(&mut child, "ralph run exits", &tty), 0, "{}", tty.text());
+    assert_eq!(
+        wait_exit(&mut child, "ralph run exits", &tty),
+        0,
+        "{}",
+        tty.text()
+    );
 }
 
 #[test]
@@ -225,11 +250,22 @@ fn term_dumb_and_no_color_get_plain_lines_on_a_terminal() {
             ),
         );
         let (mut child, tty) = run_on_a_tty(&f, &agent, env);
-        assert_eq!(wait_exit(&mut child, "ralph run exits", &tty), 0, "{}", tty.text());
+        assert_eq!(
+            wait_exit(&mut child, "ralph run exits", &tty),
+            0,
+            "{}",
+            tty.text()
+        );
         let bytes = tty.bytes();
         let text = tty.text();
-        assert!(text.contains("ralph: round 1/3 complete"), "{env:?}: {text:?}");
-        assert!(!bytes.contains(&0x1b), "{env:?}: escape on the terminal: {text:?}");
+        assert!(
+            text.contains("ralph: round 1/3 complete"),
+            "{env:?}: {text:?}"
+        );
+        assert!(
+            !bytes.contains(&0x1b),
+            "{env:?}: escape on the terminal: {text:?}"
+        );
     }
 }
 

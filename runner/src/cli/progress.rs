@@ -104,7 +104,10 @@ impl Progress {
     /// stderr), so every line of it is made safe for a terminal first.
     fn line(&self, text: &str) {
         for part in text.split('\n') {
-            self.print(&format!("ralph: {}", safe_line(part.as_bytes(), LINE_CHARS)));
+            self.print(&format!(
+                "ralph: {}",
+                safe_line(part.as_bytes(), LINE_CHARS)
+            ));
         }
     }
 

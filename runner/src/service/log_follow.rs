@@ -51,9 +51,14 @@ impl Target {
 
     fn starts(self, kind: &EventKind) -> bool {
         match (self, kind) {
-            (Target::Attempt { round, attempt }, EventKind::RoundStarted { round: r, attempt: a, .. }) => {
-                *r == round && *a == attempt
-            }
+            (
+                Target::Attempt { round, attempt },
+                EventKind::RoundStarted {
+                    round: r,
+                    attempt: a,
+                    ..
+                },
+            ) => *r == round && *a == attempt,
             (Target::Verify { round }, EventKind::VerifyStarted { round: r }) => *r == round,
             _ => false,
         }
@@ -61,9 +66,14 @@ impl Target {
 
     fn ends(self, kind: &EventKind) -> bool {
         match (self, kind) {
-            (Target::Attempt { round, attempt }, EventKind::RoundFinished { round: r, attempt: a, .. }) => {
-                *r == round && *a == attempt
-            }
+            (
+                Target::Attempt { round, attempt },
+                EventKind::RoundFinished {
+                    round: r,
+                    attempt: a,
+                    ..
+                },
+            ) => *r == round && *a == attempt,
             (Target::Verify { round }, EventKind::VerifyFinished { round: r, .. }) => *r == round,
             _ => false,
         }

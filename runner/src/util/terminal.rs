@@ -95,10 +95,16 @@ mod tests {
     fn escape_sequences_and_controls_never_pass() {
         let hostile = b"a\x1b]0;owned\x07b\x1b[2Jc\x1b[1;31mred\x1b[0m\rX\x08\x9b\x1bPdcs\x1b\\d";
         let s = safe_line(hostile, 1000);
-        assert!(!s.contains('\u{1b}') && !s.contains('\r') && !s.contains('\u{7}'), "{s:?}");
+        assert!(
+            !s.contains('\u{1b}') && !s.contains('\r') && !s.contains('\u{7}'),
+            "{s:?}"
+        );
         assert!(!s.contains('\u{8}'), "{s:?}");
         assert!(s.starts_with("abcred\\rX\\x08"), "{s:?}");
-        assert!(s.ends_with('d') && !s.contains("owned") && !s.contains("dcs"), "{s:?}");
+        assert!(
+            s.ends_with('d') && !s.contains("owned") && !s.contains("dcs"),
+            "{s:?}"
+        );
     }
 
     #[test]
