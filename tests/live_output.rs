@@ -186,7 +186,7 @@ fn the_artifacts_path_is_printed_before_round_1_ends() {
     assert!(first < summary, "{}", out.stderr);
 }
 
-/// `ralph run` on a pseudo-terminal (util-linux `script`) with `env`; the terminal's output
+/// `ralph run --follow` on a pseudo-terminal (util-linux `script`) with `env`; the terminal's output
 /// is collected as it is written.
 fn run_on_a_tty(f: &Fixture, agent: &std::path::Path, env: &[(&str, &str)]) -> (Child, Collected) {
     let mut cmd_line = format!("'{}'", ralph_bin().display());
@@ -196,7 +196,7 @@ fn run_on_a_tty(f: &Fixture, agent: &std::path::Path, env: &[(&str, &str)]) -> (
             a.to_str().unwrap().replace('\'', "'\\''")
         ));
     }
-    cmd_line.push_str(" --max-rounds 3");
+    cmd_line.push_str(" --max-rounds 3 --follow");
     let mut c = Command::new("script");
     c.args(["-qfec", &cmd_line, "/dev/null"])
         .stdin(Stdio::null())
@@ -212,20 +212,27 @@ fn run_on_a_tty(f: &Fixture, agent: &std::path::Path, env: &[(&str, &str)]) -> (
     (child, out)
 }
 
+/// The distinct values the live line showed for the round's clock (`round 1/3 · 4s · job …`).
+fn round_clocks(tty: &str) -> std::collections::BTreeSet<u64> {
+    tty.split("round 1/3 · ")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("s · job ")?.0.parse().ok())
+        .collect()
+}
+
 #[test]
 fn the_live_view_ticks_its_elapsed_time_while_a_round_sleeps() {
     let f = Fixture::new();
     let agent = gated_agent(&f);
     let (mut child, tty) = run_on_a_tty(&f, &agent, &[("TERM", "xterm")]);
-    // The round prints nothing while it waits; the spinner's clocks still move.
-    wait_until(
-        "the round's clock reaches 2s on the live line",
-        LIMIT,
-        || tty.text().contains("round 1/3 · 2s · job "),
-    );
-    let text = tty.text();
-    assert!(text.contains("round 1/3 · 0s · job "), "{text:?}");
-    assert!(child.try_wait().unwrap().is_none());
+    wait_until("the agent's first line is printed", LIMIT, || {
+        tty.text().contains("marker-live-1")
+    });
+    // The round prints nothing more while it waits; the spinner's clock still moves.
+    wait_until("the round's clock shows two different times", LIMIT, || {
+        round_clocks(&tty.text()).len() >= 2
+    });
+    assert!(child.try_wait().unwrap().is_none(), "{:?}", tty.text());
     std::fs::write(f.ws.join("go"), "").unwrap();
     assert_eq!(
         wait_exit(&mut child, "ralph run exits", &tty),
