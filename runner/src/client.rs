@@ -173,6 +173,33 @@ impl Client {
             .map_err(|e| ClientError::Decode(e.to_string()))
     }
 
+    /// A round's captured output followed as it grows: `each` sees every chunk as it arrives;
+    /// returns when that attempt (or verify run) has ended. An attempt not started yet is
+    /// waited for; one the job ended without is an `Api` error (404).
+    pub async fn logs_follow(
+        &self,
+        id: &str,
+        round: u32,
+        attempt: u32,
+        stream: &str,
+        mut each: impl FnMut(&[u8]),
+    ) -> Result<(), ClientError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/jobs/{id}/rounds/{round}/logs")))
+            .query(&[
+                ("attempt", attempt.to_string()),
+                ("stream", stream.to_owned()),
+                ("follow", "true".to_owned()),
+            ]);
+        let mut body = self.send(req).await?.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| self.unreachable(&e))?;
+            each(&chunk);
+        }
+        Ok(())
+    }
+
     /// The journal of a job, optionally following it until it finishes; `each` sees every event.
     pub async fn events(
         &self,

@@ -487,7 +487,8 @@ pub struct LogsArgs {
     /// The job id.
     #[arg(value_name = "JOB")]
     pub id: String,
-    /// Keep following until the job finishes.
+    /// Keep following until the job finishes; with --round, print the round's output as it is
+    /// written until that attempt ends (waiting for it to start).
     #[arg(long, short)]
     pub follow: bool,
     /// Print this round's captured output instead of the journal.
@@ -506,6 +507,10 @@ pub struct LogsArgs {
 /// Runs `ralph logs`.
 pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
     let source = args.source.open()?;
+    if let (Some(round), true) = (args.round, args.follow) {
+        source.follow_round_log(&args.id, round, args.attempt, &args.stream)?;
+        return Ok(Exit::Complete);
+    }
     if let Some(round) = args.round {
         let text = source.round_log(&args.id, round, args.attempt, &args.stream)?;
         super::stdout::write(&text);

@@ -223,6 +223,54 @@ impl JobSource {
         }
     }
 
+    /// Prints a round's log as it grows until that attempt (or the round's verify) has ended.
+    pub fn follow_round_log(
+        &self,
+        id: &str,
+        round: u32,
+        attempt: u32,
+        stream: &str,
+    ) -> Result<(), CliError> {
+        match self {
+            JobSource::Remote { client, rt } => rt
+                .block_on(super::follow::round_logs(
+                    client, id, round, attempt, stream,
+                ))
+                .map_err(client_error),
+            JobSource::Local { store, state_dir } => {
+                let id = store.resolve_id(id).map_err(store_error)?;
+                let path = local_log(&job_dir(state_dir, &id), round, attempt, stream)?;
+                let verify = stream == "verify";
+                let mut offset = 0u64;
+                loop {
+                    // The journal first: once the attempt has ended, its log is complete.
+                    let events = store.events(&id).map_err(store_error)?;
+                    let ended = events.iter().any(|e| match &e.kind {
+                        EventKind::RoundFinished {
+                            round: r,
+                            attempt: a,
+                            ..
+                        } => !verify && *r == round && *a == attempt,
+                        EventKind::VerifyFinished { round: r, .. } => verify && *r == round,
+                        _ => false,
+                    });
+                    let done = finished(&events);
+                    offset += print_from(&path, offset)?;
+                    if ended {
+                        return Ok(());
+                    }
+                    if done {
+                        return Err(CliError::usage(format!(
+                            "job `{id}` ended without {} round {round} (attempt {attempt})",
+                            if verify { "verifying" } else { "starting" }
+                        )));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
     /// Gives `each` the job's journal; with `follow`, until the job finishes or `deadline`.
     pub fn events(
         &self,
@@ -280,4 +328,26 @@ fn local_log(job_dir: &Path, round: u32, attempt: u32, stream: &str) -> Result<P
             "--stream: `{other}` is not stdout, stderr or verify"
         ))),
     }
+}
+
+/// Prints what `path` holds past `offset` (nothing when it does not exist yet); returns how many
+/// bytes were printed.
+fn print_from(path: &Path, offset: u64) -> Result<u64, CliError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(CliError::usage(format!(
+                "failed to read `{}`: {e}",
+                path.display()
+            )));
+        }
+    };
+    let mut buf = Vec::new();
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_to_end(&mut buf))
+        .map_err(|e| CliError::usage(format!("failed to read `{}`: {e}", path.display())))?;
+    super::stdout::write_bytes(&buf);
+    Ok(buf.len() as u64)
 }

@@ -1,19 +1,28 @@
 //! Progress of a foreground job on stderr: a live line on a terminal (indicatif), plain lines
-//! otherwise. It is an observer of the journal, so it shows exactly what was recorded.
+//! otherwise. It is an observer of the journal, so it shows exactly what was recorded. The live
+//! line shows the current step's and the job's elapsed time, ticking every second; plain mode
+//! (not a terminal, `TERM=dumb`, or `NO_COLOR` set) writes no escape sequence at all.
 
-use std::io::Write;
-use std::sync::Mutex;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use ralph_runner::report::Report;
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
+use ralph_runner::util::terminal::safe_line;
 use ralph_runner::util::text::bounded;
+
+/// The most characters of one progress line.
+const LINE_CHARS: usize = 4000;
 
 /// Prints journal events as progress.
 pub struct Progress {
     live: Option<ProgressBar>,
-    started: Instant,
+    /// When the current round attempt or verify started (the live line's step clock).
+    step: Arc<Mutex<Option<Instant>>>,
+    artifacts: PathBuf,
     state: Mutex<State>,
 }
 
@@ -27,7 +36,6 @@ impl std::fmt::Debug for Progress {
 
 #[derive(Default)]
 struct State {
-    round_started: Option<Instant>,
     last_summary: String,
 }
 
@@ -35,37 +43,94 @@ fn secs(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
+/// A clock for the live line: `7s`, `2m05s`, `1h02m05s`.
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, s) => format!("{h}h{m:02}m{s:02}s"),
+    }
+}
+
+/// True when stderr gets the live view: a terminal, `TERM` not `dumb`, and `NO_COLOR` unset
+/// (or empty). Everything else gets plain lines without escape sequences.
+pub fn live_terminal() -> bool {
+    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    std::io::stderr().is_terminal() && !dumb && !no_color
+}
+
 impl Progress {
-    /// A live display when `tty`, plain lines otherwise.
-    pub fn new(tty: bool) -> Self {
-        let live = tty.then(|| {
+    /// A live display when `live`, plain lines otherwise; `artifacts` is the job's directory,
+    /// shown when the job starts.
+    pub fn new(live: bool, artifacts: PathBuf) -> Self {
+        let started = Instant::now();
+        let step: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let live = live.then(|| {
             let pb = ProgressBar::new_spinner();
-            pb.set_style(
-                ProgressStyle::with_template("{spinner} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            let step_clock = step.clone();
+            let style = ProgressStyle::with_template(
+                "{spinner} {prefix} · {step_elapsed} · job {job_elapsed}{msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_spinner())
+            .with_key(
+                "job_elapsed",
+                move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = w.write_str(&clock(started.elapsed()));
+                },
+            )
+            .with_key(
+                "step_elapsed",
+                move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let at = step_clock.lock().ok().and_then(|s| *s);
+                    let _ = w.write_str(&clock(at.map_or(Duration::ZERO, |t| t.elapsed())));
+                },
             );
+            pb.set_style(style);
+            pb.set_prefix("starting");
             pb.enable_steady_tick(Duration::from_millis(120));
             pb
         });
         Self {
             live,
-            started: Instant::now(),
+            step,
+            artifacts,
             state: Mutex::new(State::default()),
         }
     }
 
+    /// A progress line; its text may quote the agent (a report summary, the tail of its
+    /// stderr), so every line of it is made safe for a terminal first.
     fn line(&self, text: &str) {
+        for part in text.split('\n') {
+            self.print(&format!(
+                "ralph: {}",
+                safe_line(part.as_bytes(), LINE_CHARS)
+            ));
+        }
+    }
+
+    /// Prints one whole line on stderr without tearing the live view (`text` must be safe for a
+    /// terminal: see `ralph_runner::util::terminal`).
+    pub fn print(&self, text: &str) {
         match &self.live {
-            Some(pb) => pb.println(format!("ralph: {text}")),
+            Some(pb) => pb.println(text),
             None => {
-                let _ = writeln!(std::io::stderr(), "ralph: {text}");
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{text}");
             }
         }
     }
 
-    fn status(&self, text: String) {
+    /// Shows `label` with a step clock started now.
+    fn status(&self, label: String, rest: String) {
+        if let Ok(mut s) = self.step.lock() {
+            *s = Some(Instant::now());
+        }
         if let Some(pb) = &self.live {
-            pb.set_message(text);
+            pb.set_prefix(safe_line(label.as_bytes(), LINE_CHARS));
+            pb.set_message(safe_line(rest.as_bytes(), LINE_CHARS));
         }
     }
 
@@ -112,10 +177,10 @@ impl Observer for Progress {
                     s.sandbox.backend,
                     s.sandbox.mode
                 ));
+                self.line(&format!("artifacts: {}", self.artifacts.display()));
             }
             EventKind::RoundStarted { round, attempt, .. } => {
                 let label = of(round);
-                st.round_started = Some(Instant::now());
                 let a = if *attempt > 1 {
                     format!(" (attempt {attempt})")
                 } else {
@@ -129,10 +194,7 @@ impl Observer for Progress {
                 } else {
                     format!(" · last: {}", st.last_summary)
                 };
-                self.status(format!(
-                    "{label}{a} · {} elapsed{last}",
-                    secs(self.started.elapsed())
-                ));
+                self.status(format!("{label}{a}"), last);
             }
             EventKind::RoundFinished {
                 round,
@@ -267,10 +329,7 @@ impl Observer for Progress {
                 if self.live.is_none() {
                     self.line(&format!("verify: running `{cmd}`"));
                 }
-                self.status(format!(
-                    "verify `{cmd}` · {} elapsed",
-                    secs(self.started.elapsed())
-                ));
+                self.status(format!("verify `{}`", bounded(cmd, 80)), String::new());
             }
             EventKind::VerifyFinished {
                 passed,

@@ -1,7 +1,7 @@
 //! `ralph run`: one job in the foreground, for CI. Progress on stderr, the result object on
 //! stdout with `--json`, and the exit code of SPEC §3.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use ralph_runner::store::{Observer, RunnerInfo, Store};
 
 use super::exit::Exit;
 use super::job_args::JobArgs;
+use super::live_output::LiveOutput;
 use super::progress::Progress;
 use super::{CliError, state_dir};
 
@@ -34,6 +35,11 @@ pub struct RunArgs {
     /// Print the result object as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Print each round's output on stderr while it is written, its lines prefixed
+    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); escape
+    /// sequences and control characters of the agent are removed or shown escaped.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
     /// Write the job's metrics to PATH (node exporter textfile format, atomically; counters add
     /// up across runs writing the same file).
     #[arg(long, value_name = "PATH")]
@@ -187,12 +193,20 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::internal(format!("failed to start the runtime: {e}")))?;
-    let progress = Arc::new(Progress::new(std::io::stderr().is_terminal()));
-    let observers: Vec<Arc<dyn Observer>> = vec![
-        progress.clone(),
+    let progress = Arc::new(Progress::new(
+        super::progress::live_terminal(),
+        engine.job_dir(&job_id),
+    ));
+    let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+    if args.follow {
+        // Before the progress: a round's output is drained before its summary line.
+        observers.push(Arc::new(LiveOutput::new(progress.clone())));
+    }
+    observers.extend([
+        progress.clone() as Arc<dyn Observer>,
         Arc::new(MetricsObserver(metrics.clone())),
         hold.observer(),
-    ];
+    ]);
     let cancel = Cancel::new();
     let result = rt.block_on(async {
         watch_signals(cancel.clone());

@@ -9,8 +9,13 @@ use super::exit::Exit;
 
 /// Writes `text` and flushes.
 pub fn write(text: &str) {
+    write_bytes(text.as_bytes());
+}
+
+/// Writes `bytes` as they are (a captured log) and flushes.
+pub fn write_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
         failed(&e);
     }
 }

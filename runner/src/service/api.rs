@@ -5,7 +5,7 @@
 //! GET  /v1/jobs?state=&outcome=&limit=&before=&name=&label=K=V   newest first, paged by `before`
 //! GET  /v1/jobs/{id}                    the job and its result ({id}: an id or a unique prefix)
 //! GET  /v1/jobs/{id}/events?after=N&follow=true  journal events as NDJSON
-//! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify
+//! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify&follow=true
 //! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
 //! GET  /healthz  /readyz  /metrics
 //! ```
@@ -62,7 +62,7 @@ pub fn error_body(code: &str, message: &str) -> String {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -793,6 +793,7 @@ fn follow_through_resume(events: &[Event]) -> bool {
 struct LogsQuery {
     attempt: Option<u32>,
     stream: Option<String>,
+    follow: Option<bool>,
 }
 
 async fn round_logs(
@@ -805,10 +806,15 @@ async fn round_logs(
     let id = resolve(&svc, &id)?;
     blocking(|| svc.engine().store().load(&id))?;
     let job_dir = svc.engine().job_dir(&id);
+    let attempt = q.attempt.unwrap_or(1);
+    let target = match q.stream.as_deref() {
+        Some("verify") => super::log_follow::Target::Verify { round },
+        _ => super::log_follow::Target::Attempt { round, attempt },
+    };
     let path = match q.stream.as_deref().unwrap_or("stdout") {
         "verify" => crate::engine::AttemptDirs::verify(&job_dir, round).output_log(),
         s @ ("stdout" | "stderr") => {
-            let dirs = crate::engine::AttemptDirs::new(&job_dir, round, q.attempt.unwrap_or(1));
+            let dirs = crate::engine::AttemptDirs::new(&job_dir, round, attempt);
             if s == "stdout" {
                 dirs.stdout_log()
             } else {
@@ -824,6 +830,9 @@ async fn round_logs(
             .field("stream"));
         }
     };
+    if q.follow == Some(true) {
+        return super::log_follow::follow(svc.clone(), id, target, path).await;
+    }
     match tokio::fs::read(&path).await {
         Ok(bytes) => {
             Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())

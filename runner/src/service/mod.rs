@@ -17,6 +17,7 @@ pub mod config;
 pub mod gateway_config;
 pub mod http_server;
 pub mod list_query;
+pub mod log_follow;
 pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
