@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod exit;
 pub mod job_args;
 pub mod progress;
+pub mod prune;
 pub mod run;
 pub mod sandbox_args;
 pub mod sandbox_docker;
@@ -66,6 +67,8 @@ pub enum Command {
     /// The agent presets (`--agent NAME`): list them, show what one runs.
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),
+    /// Remove the artifacts of jobs that finished more than --older-than ago (the journal stays).
+    Prune(prune::PruneArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
 }
@@ -151,6 +154,12 @@ pub fn main() -> std::process::ExitCode {
             return code.into();
         }
     };
+    if !matches!(cli.command, Command::Serve(_)) {
+        // Library events reach stderr only when RUST_LOG asks (`ralph serve` sets up its own).
+        if let Err(e) = ralph_runner::logging::init_if_asked() {
+            eprintln!("ralph: warning: {e}; no log");
+        }
+    }
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
@@ -164,6 +173,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),
+        Command::Prune(args) => prune::execute(args),
         Command::Completions(args) => completions::execute(&args),
     };
     match result {
