@@ -17,7 +17,14 @@ const LIMIT: Duration = Duration::from_secs(90);
 
 fn run_in(s: &Server, ws: &Path, agent: &Path) -> Ralph {
     Ralph::new()
-        .args(["run", "--objective", "test objective", "--json", "--kill-grace", "1s"])
+        .args([
+            "run",
+            "--objective",
+            "test objective",
+            "--json",
+            "--kill-grace",
+            "1s",
+        ])
         .arg("--workspace")
         .arg(ws)
         .arg("--state-dir")
@@ -83,16 +90,25 @@ fn prune_removes_only_finished_artifacts_and_keeps_the_journal() {
     let ws2 = s.workspace("w2");
     let mut running = run_in(&s, &ws2, &gated).spawn();
     wait_for_file(&ws2.join("started"), LIMIT);
-    let running_id = std::fs::read_to_string(ws2.join("started")).unwrap().trim().to_owned();
+    let running_id = std::fs::read_to_string(ws2.join("started"))
+        .unwrap()
+        .trim()
+        .to_owned();
     let running_dir = s.state.join("jobs").join(&running_id).join("rounds/1/1");
 
     // Hostile first: a job younger than --older-than stays; a dry run removes nothing.
-    assert_eq!(pruned_ids(&prune(&s, &["--older-than", "1h"])), Vec::<String>::new());
+    assert_eq!(
+        pruned_ids(&prune(&s, &["--older-than", "1h"])),
+        Vec::<String>::new()
+    );
     let dry = prune(&s, &["--older-than", "0s", "--dry-run"]);
     assert_eq!(pruned_ids(&dry), vec![id.clone()], "{dry}");
     assert_eq!(dry["dry_run"], true);
     assert!(dry["files"].as_u64().unwrap() > 0, "{dry}");
-    assert!(out_dir.join("report.json").exists(), "a dry run removed files");
+    assert!(
+        out_dir.join("report.json").exists(),
+        "a dry run removed files"
+    );
 
     let r = prune(&s, &["--older-than", "0s"]);
     assert_eq!(pruned_ids(&r), vec![id.clone()], "{r}");
@@ -103,11 +119,20 @@ fn prune_removes_only_finished_artifacts_and_keeps_the_journal() {
         "precious",
         "a link's target was touched"
     );
-    assert!(running_dir.exists(), "a running job's artifacts were removed");
+    assert!(
+        running_dir.exists(),
+        "a running job's artifacts were removed"
+    );
     // The journal keeps every event.
     let events = s.events(&id);
-    assert!(events.iter().any(|e| e["type"] == "job_finished"), "{events:?}");
-    assert!(events.iter().any(|e| e["type"] == "round_finished"), "{events:?}");
+    assert!(
+        events.iter().any(|e| e["type"] == "job_finished"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e["type"] == "round_finished"),
+        "{events:?}"
+    );
     // The text form says what it removed; a second prune finds nothing left.
     let again = Ralph::new()
         .args(["prune", "--older-than", "0s", "--state-dir"])

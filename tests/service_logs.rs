@@ -21,14 +21,16 @@ fn json_lines(s: &Server) -> Vec<Value> {
     s.log_text()
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}"))
-        })
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
         .collect()
 }
 
 fn post(s: &Server, jobs: Vec<Value>) -> (u16, Value) {
-    s.api("POST", "/v1/jobs", Some(&json!({ "job": jobs }).to_string()))
+    s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": jobs }).to_string()),
+    )
 }
 
 fn submit_one(s: &Server, j: Value) -> String {
@@ -41,9 +43,14 @@ fn submit_one(s: &Server, j: Value) -> String {
 fn json_log_has_job_start_finish_and_refusals_without_the_token() {
     let s = Server::with_args("", &["--log-format", "json"], &[("RUST_LOG", "info")]);
     // Hostile first: a wrong token, and a submission over a rule.
-    let (code, _) = s.raw("GET", "/v1/jobs", Some(WRONG_TOKEN), None, None).unwrap();
+    let (code, _) = s
+        .raw("GET", "/v1/jobs", Some(WRONG_TOKEN), None, None)
+        .unwrap();
     assert_eq!(code, 401);
-    let agent = s.agent("done.sh", &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")));
+    let agent = s.agent(
+        "done.sh",
+        &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")),
+    );
     let outside = tempfile::tempdir().unwrap();
     let mut refused = job(outside.path(), &agent, json!({}));
     refused["objective"] = json!("BODY-MARKER objective");
@@ -67,7 +74,9 @@ fn json_log_has_job_start_finish_and_refusals_without_the_token() {
 
     let lines = json_lines(&s);
     for l in &lines {
-        let at = l["timestamp"].as_str().unwrap_or_else(|| panic!("no timestamp: {l}"));
+        let at = l["timestamp"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no timestamp: {l}"));
         assert!(humantime::parse_rfc3339_weak(&at[..19]).is_ok(), "{l}");
         assert!(
             ["INFO", "WARN", "ERROR", "DEBUG", "TRACE"].contains(&l["level"].as_str().unwrap()),
@@ -97,22 +106,39 @@ fn json_log_has_job_start_finish_and_refusals_without_the_token() {
     assert_eq!(unauth["level"], "WARN", "{unauth}");
     assert_eq!(unauth["method"], "GET", "{unauth}");
     assert_eq!(unauth["path"], "/v1/jobs", "{unauth}");
-    assert!(unauth["peer"].as_str().unwrap().starts_with("127.0.0.1:"), "{unauth}");
+    assert!(
+        unauth["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{unauth}"
+    );
     assert_eq!(unauth["reason"], "wrong bearer token", "{unauth}");
     let forbidden = refusals.iter().find(|l| l["status"] == 403).unwrap();
     assert_eq!(forbidden["method"], "POST", "{forbidden}");
-    assert!(forbidden["reason"].as_str().unwrap().contains("workspace"), "{forbidden}");
+    assert!(
+        forbidden["reason"].as_str().unwrap().contains("workspace"),
+        "{forbidden}"
+    );
     let text = s.log_text();
-    assert!(!text.contains(WRONG_TOKEN), "the wrong token is logged:\n{text}");
+    assert!(
+        !text.contains(WRONG_TOKEN),
+        "the wrong token is logged:\n{text}"
+    );
     assert!(!text.contains(&s.token()), "the token is logged:\n{text}");
     assert!(!text.contains("BODY-MARKER"), "the body is logged:\n{text}");
-    assert!(lines.iter().any(|l| l["message"].as_str().unwrap().starts_with("listening on http://")));
+    assert!(lines.iter().any(|l| {
+        l["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("listening on http://")
+    }));
 }
 
 #[test]
 fn rust_log_warn_silences_the_info_events() {
     let s = Server::with_args("", &["--log-format", "json"], &[("RUST_LOG", "warn")]);
-    let agent = s.agent("done.sh", &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")));
+    let agent = s.agent(
+        "done.sh",
+        &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")),
+    );
     let ws = s.workspace("w1");
     let id = submit_one(&s, job(&ws, &agent, json!({"max_rounds": 1})));
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
@@ -120,11 +146,15 @@ fn rust_log_warn_silences_the_info_events() {
     let (code, _) = s.raw("GET", "/v1/jobs", None, None, None).unwrap();
     assert_eq!(code, 401);
     wait_until("the refusal is logged", LIMIT, || {
-        json_lines(&s).iter().any(|l| l["message"] == "request refused")
+        json_lines(&s)
+            .iter()
+            .any(|l| l["message"] == "request refused")
     });
     let lines = json_lines(&s);
     assert!(
-        lines.iter().all(|l| l["level"] == "WARN" || l["level"] == "ERROR"),
+        lines
+            .iter()
+            .all(|l| l["level"] == "WARN" || l["level"] == "ERROR"),
         "{lines:#?}"
     );
 }
@@ -132,7 +162,14 @@ fn rust_log_warn_silences_the_info_events() {
 #[test]
 fn an_invalid_rust_log_is_a_usage_error() {
     let out = common::Ralph::new()
-        .args(["serve", "--log-format", "text", "--listen", "127.0.0.1:0", "--state-dir"])
+        .args([
+            "serve",
+            "--log-format",
+            "text",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+        ])
         .arg(tempfile::tempdir().unwrap().path())
         .env("RUST_LOG", "ralph=loud")
         .output();
@@ -161,7 +198,10 @@ fn text_lines_start_with_a_timestamp_and_a_newline_cannot_forge_one() {
     let text = s.log_text();
     for line in text.lines().filter(|l| !l.is_empty()) {
         let (at, rest) = line.split_once(' ').unwrap();
-        assert!(humantime::parse_rfc3339(at).is_ok(), "no timestamp: {line:?}\n{text}");
+        assert!(
+            humantime::parse_rfc3339(at).is_ok(),
+            "no timestamp: {line:?}\n{text}"
+        );
         assert!(at.ends_with('Z'), "{line:?}");
         let level = rest.split_whitespace().next().unwrap();
         assert!(["INFO", "WARN", "ERROR"].contains(&level), "{line:?}");

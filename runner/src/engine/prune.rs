@@ -199,13 +199,16 @@ pub fn prune(
         if !dry_run {
             let failed: Vec<String> = entries
                 .iter()
-                .filter_map(|e| remove(e).err().map(|err| format!("`{}`: {err}", e.display())))
+                .filter_map(|e| {
+                    remove(e)
+                        .err()
+                        .map(|err| format!("`{}`: {err}", e.display()))
+                })
                 .collect();
             if !failed.is_empty() {
-                report.skipped.push(format!(
-                    "job {id}: failed to remove {}",
-                    failed.join(", ")
-                ));
+                report
+                    .skipped
+                    .push(format!("job {id}: failed to remove {}", failed.join(", ")));
             }
             let previous = pruned_marker(&job_dir);
             let marker = PrunedMarker {

@@ -26,7 +26,9 @@ pub enum LogFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// `RUST_LOG` is not a filter.
-    #[error("failed to parse RUST_LOG `{value}`: {message} (expected e.g. `info`, `warn` or `ralph_runner=debug`)")]
+    #[error(
+        "failed to parse RUST_LOG `{value}`: {message} (expected e.g. `info`, `warn` or `ralph_runner=debug`)"
+    )]
     Filter {
         /// The variable's value.
         value: String,
@@ -62,9 +64,9 @@ pub fn init(format: LogFormat) -> Result<(), LogError> {
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
     let result = match format {
-        LogFormat::Text => tracing::subscriber::set_global_default(
-            builder.event_format(text::TextFormat).finish(),
-        ),
+        LogFormat::Text => {
+            tracing::subscriber::set_global_default(builder.event_format(text::TextFormat).finish())
+        }
         LogFormat::Json => tracing::subscriber::set_global_default(
             builder
                 .json()

@@ -18,10 +18,10 @@ pub mod gateway_config;
 pub mod http_server;
 pub mod notify;
 mod orphan_watch;
-mod retention;
 pub mod path_admission;
 pub mod recovery;
 pub mod refusal_log;
+mod retention;
 mod scheduler;
 
 use std::collections::HashMap;
@@ -124,7 +124,6 @@ impl std::fmt::Debug for Service {
             .finish_non_exhaustive()
     }
 }
-
 
 /// The serve lock of a SQLite state directory.
 pub const SERVE_LOCK: &str = "serve.lock";
@@ -449,7 +448,9 @@ impl Service {
                 tracing::info!(config = %self.options.config_path.display(), "configuration reloaded");
                 self.wake();
             }
-            Err(e) => tracing::error!(error = %e, "configuration not reloaded, the old one stays: {e}"),
+            Err(e) => {
+                tracing::error!(error = %e, "configuration not reloaded, the old one stays: {e}")
+            }
         }
     }
 

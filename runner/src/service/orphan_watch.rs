@@ -48,7 +48,9 @@ impl Service {
                     self.wake();
                 }
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "failed to close the jobs of dead runners: {e}"),
+                Err(e) => {
+                    tracing::error!(error = %e, "failed to close the jobs of dead runners: {e}")
+                }
             }
             if swept.elapsed() >= SWEEP_EVERY {
                 swept = std::time::Instant::now();

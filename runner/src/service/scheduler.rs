@@ -223,7 +223,7 @@ impl Service {
                 retries = r.retries,
                 duration_ms = r.duration_ms,
                 exit_code = r.exit_code,
-                message = %r.message,
+                detail = %r.message,
                 "job finished"
             ),
             Err(e) if changed_by_another_runner(&e) => tracing::warn!(
