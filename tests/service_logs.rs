@@ -134,7 +134,8 @@ fn json_log_has_job_start_finish_and_refusals_without_the_token() {
 
 #[test]
 fn rust_log_warn_silences_the_info_events() {
-    let s = Server::with_args("", &["--log-format", "json"], &[("RUST_LOG", "warn")]);
+    // The form from the configuration file this time (no flag).
+    let s = Server::with_args("log_format = \"json\"\n", &[], &[("RUST_LOG", "warn")]);
     let agent = s.agent(
         "done.sh",
         &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok")),
