@@ -24,6 +24,7 @@ pub mod client;
 pub mod engine;
 pub mod gateway;
 pub mod job;
+pub mod logging;
 pub mod metrics;
 pub mod report;
 pub mod service;

@@ -24,6 +24,9 @@ pub struct Server {
     pub log: PathBuf,
     /// The shared PostgreSQL store, when the server uses one instead of SQLite.
     pub database_url: Option<String>,
+    /// Extra `ralph serve` arguments and environment (e.g. `--log-format`, `RUST_LOG`).
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -45,7 +48,21 @@ impl Server {
         Self::build(extra, Some(url))
     }
 
+    /// Like [`Server::new`], started with extra `ralph serve` arguments and environment.
+    pub fn with_args(extra: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::build_with(extra, None, args, env)
+    }
+
     fn build(extra: &str, database_url: Option<&str>) -> Self {
+        Self::build_with(extra, database_url, &[], &[])
+    }
+
+    fn build_with(
+        extra: &str,
+        database_url: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ralph-serve-")
             .tempdir()
@@ -91,6 +108,11 @@ impl Server {
             child: None,
             log,
             database_url: database_url.map(str::to_owned),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         s.start();
         s
@@ -106,6 +128,8 @@ impl Server {
         let child = Command::new(ralph_bin())
             .args(["serve", "--config"])
             .arg(&self.config)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -310,10 +310,13 @@ fn describe_job(j: &Value) -> String {
         "\n  tokens: {} input ({} cached), {} output ({} reasoning)",
         u["input_tokens"], u["cached_input_tokens"], u["output_tokens"], u["reasoning_tokens"]
     ));
+    let artifacts = match j["artifacts_pruned"]["pruned_at"].as_str() {
+        Some(at) => format!("pruned at {at} (the journal remains: ralph logs)"),
+        None => j["artifacts"].as_str().unwrap_or("").to_owned(),
+    };
     s.push_str(&format!(
-        "\n  workspace: {}\n  artifacts: {}",
-        j["spec"]["workspace"].as_str().unwrap_or(""),
-        j["artifacts"].as_str().unwrap_or("")
+        "\n  workspace: {}\n  artifacts: {artifacts}",
+        j["spec"]["workspace"].as_str().unwrap_or("")
     ));
     s
 }

@@ -13,6 +13,7 @@ pub mod job_source;
 pub mod live_output;
 pub mod man;
 pub mod progress;
+pub mod prune;
 pub mod run;
 pub mod sandbox_args;
 pub mod sandbox_docker;
@@ -83,6 +84,8 @@ pub enum Command {
     /// The agent presets (`--agent NAME`): list them, show what one runs.
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),
+    /// Remove the artifacts of jobs that finished more than --older-than ago (the journal stays).
+    Prune(prune::PruneArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Print the man page ralph(1), or write every page with --dir.
@@ -170,6 +173,12 @@ pub fn main() -> std::process::ExitCode {
             return code.into();
         }
     };
+    if !matches!(cli.command, Command::Serve(_)) {
+        // Library events reach stderr only when RUST_LOG asks (`ralph serve` sets up its own).
+        if let Err(e) = ralph_runner::logging::init_if_asked() {
+            eprintln!("ralph: warning: {e}; no log");
+        }
+    }
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
@@ -183,6 +192,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),
+        Command::Prune(args) => prune::execute(args),
         Command::Completions(args) => completions::execute(&args),
         Command::Man(args) => man::execute(&args),
     };

@@ -20,6 +20,10 @@ pub struct ServeArgs {
     /// State directory (overrides `state_dir`; default /var/lib/ralph).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The log on stderr: text (a line per event) or json (an object per line); overrides
+    /// `log_format`. RUST_LOG sets the levels (default info).
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<ralph_runner::logging::LogFormat>,
     /// Print the commented default configuration and exit.
     #[arg(long)]
     pub print_default_config: bool,
@@ -39,6 +43,15 @@ pub fn execute(args: ServeArgs) -> Result<Exit, CliError> {
         .map(PathBuf::from)
         .or_else(|| config_path.parent().map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("/etc/ralph"));
+    let format = match args.log_format {
+        Some(f) => f,
+        None => {
+            config::ServiceConfig::load(&config_path, explicit)
+                .map_err(|e| CliError::usage(e.to_string()))?
+                .log_format
+        }
+    };
+    ralph_runner::logging::init(format).map_err(|e| CliError::usage(e.to_string()))?;
     let options = ServeOptions {
         config_path,
         explicit_config: explicit,

@@ -29,6 +29,7 @@ pub mod orphans;
 mod path_check;
 mod preset_check;
 pub mod prompt;
+pub mod prune;
 mod round;
 pub mod round_gateway;
 mod sanitized;

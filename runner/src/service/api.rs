@@ -115,6 +115,10 @@ impl IntoResponse for ApiError {
             err["candidates"] = json!(self.candidates);
         }
         let mut resp = (self.status, axum::Json(json!({ "error": err }))).into_response();
+        resp.extensions_mut().insert(super::refusal_log::Refused {
+            code: self.code,
+            message: self.message,
+        });
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -217,6 +221,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(super::refusal_log::log_refusals))
         .with_state(svc)
 }
 
@@ -230,6 +235,7 @@ fn code_of(status: StatusCode) -> &'static str {
         405 => "method_not_allowed",
         408 => "request_timeout",
         409 => "conflict",
+        410 => "pruned",
         413 => "too_large",
         415 => "unsupported_media_type",
         503 => "unavailable",
@@ -665,7 +671,13 @@ fn resolve(svc: &Service, given: &str) -> Result<String, ApiError> {
 async fn get_job(State(svc): Svc, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
     let id = resolve(&svc, &id)?;
     let view = blocking(|| svc.engine().store().load(&id))?;
-    Ok(axum::Json(job_json(&view, &svc.engine().job_dir(&id))))
+    let dir = svc.engine().job_dir(&id);
+    let mut j = job_json(&view, &dir);
+    // Retention removed its artifacts (the journal stays): say so and when.
+    if let Some(m) = crate::engine::prune::pruned_marker(&dir) {
+        j["artifacts_pruned"] = json!(m);
+    }
+    Ok(axum::Json(j))
 }
 
 #[derive(Deserialize)]
@@ -830,6 +842,16 @@ async fn round_logs(
             .field("stream"));
         }
     };
+    if let Some(m) = crate::engine::prune::pruned_marker(&job_dir) {
+        return Err(ApiError::new(
+            StatusCode::GONE,
+            "pruned",
+            format!(
+                "the artifacts of job `{id}` were pruned at {} (retention); its journal remains: `ralph logs {id}`",
+                m.pruned_at
+            ),
+        ));
+    }
     if q.follow == Some(true) {
         return super::log_follow::follow(svc.clone(), id, target, path).await;
     }

@@ -68,6 +68,11 @@ pub struct ServiceConfig {
     /// The model upstreams jobs may name (SPEC §9).
     #[serde(default)]
     pub gateway: super::gateway_config::GatewayConfig,
+    /// The log's form on stderr (`--log-format` wins).
+    #[serde(default)]
+    pub log_format: crate::logging::LogFormat,
+    /// Remove the artifacts of jobs that finished more than this long ago (absent: keep them).
+    pub retention: Option<HumanDuration>,
 }
 
 /// A PostgreSQL connection string; its `Debug` form has the password redacted.
@@ -308,6 +313,9 @@ impl ServiceConfig {
                     "`limits.allowed_upstreams`: `{n}` is not an upstream of [gateway.upstreams]"
                 )));
             }
+        }
+        if c.retention.is_some_and(|r| r.0.is_zero()) {
+            return Err(err("`retention` must be more than 0s".into()));
         }
         if c.listen.is_empty() && c.unix_socket.is_none() {
             return Err(err(

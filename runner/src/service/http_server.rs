@@ -51,6 +51,16 @@ fn header_timeout_answer() -> Vec<u8> {
     .into_bytes()
 }
 
+/// The peer address of a connection: `ip:port` for TCP, `local` otherwise (a unix socket).
+fn peer_of(io: &impl AsFd) -> String {
+    // A duplicate of the descriptor, read as a TCP socket; closing it leaves the connection.
+    io.as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| std::net::TcpStream::from(fd).peer_addr().ok())
+        .map_or_else(|| "local".to_owned(), |a| a.to_string())
+}
+
 /// Serves one connection until it ends or `stop` asks for a graceful end.
 async fn connection<I>(io: I, router: Router, header_timeout: Duration, stop: CancellationToken)
 where
@@ -59,6 +69,7 @@ where
     // A second handle on the socket: hyper closes a connection whose head timed out without a
     // word, and the client is owed a 408.
     let raw: Option<OwnedFd> = io.as_fd().try_clone_to_owned().ok();
+    let router = router.layer(axum::Extension(super::refusal_log::Peer(peer_of(&io))));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

@@ -22,6 +22,8 @@ pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
 pub mod recovery;
+pub mod refusal_log;
+mod retention;
 mod scheduler;
 
 use std::collections::HashMap;
@@ -125,10 +127,6 @@ impl std::fmt::Debug for Service {
     }
 }
 
-fn log(msg: &str) {
-    eprintln!("ralph serve: {msg}");
-}
-
 /// The serve lock of a SQLite state directory.
 pub const SERVE_LOCK: &str = "serve.lock";
 
@@ -174,7 +172,7 @@ impl Service {
             config.pool_options(),
         )?);
         if config.database_url.is_some() {
-            log(&format!("state store: {}", store.location()));
+            tracing::info!(store = %store.location(), "state store: {}", store.location());
         }
         let serve_lock = if store.is_sqlite() {
             let what = format!("the state directory `{}`", state_dir.display());
@@ -201,13 +199,22 @@ impl Service {
         ];
         // Recovery before any work is taken.
         let report = recovery::recover(&store, &state_dir, &runner, &observers)?;
+        for id in &report.interrupted {
+            tracing::warn!(job_id = %id, "job {id}: closed as interrupted at start (its runner died)");
+        }
         if !report.interrupted.is_empty()
             || report.helpers_killed > 0
             || report.cgroups_removed > 0
             || report.containers_removed > 0
             || report.scratch_removed > 0
         {
-            log(&format!(
+            tracing::warn!(
+                interrupted = report.interrupted.len(),
+                jobs = %report.interrupted.join(","),
+                helpers_killed = report.helpers_killed,
+                cgroups_removed = report.cgroups_removed,
+                containers_removed = report.containers_removed,
+                scratch_removed = report.scratch_removed,
                 "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed, {} leftover private dir(s) removed",
                 report.interrupted.len(),
                 report.interrupted.join(", "),
@@ -215,7 +222,9 @@ impl Service {
                 report.cgroups_removed,
                 report.containers_removed,
                 report.scratch_removed
-            ));
+            );
+        } else {
+            tracing::info!(interrupted = 0, "recovered: nothing to reconcile");
         }
         let engine = Engine::new(
             store,
@@ -313,21 +322,14 @@ impl Service {
                 Err(e) => e,
             };
             if matches!(e, crate::store::StoreError::Conflict { .. }) {
-                log(&format!(
-                    "job {id}: left as it is, another runner changed its journal: {e}"
-                ));
+                tracing::warn!(job_id = %id, error = %e, "job {id}: left as it is, another runner changed its journal: {e}");
                 return;
             }
             if attempt == FAIL_TRIES {
-                log(&format!(
-                    "job {id}: failed to close it as an error ({e}); it stays running in the store until this service restarts"
-                ));
+                tracing::error!(job_id = %id, error = %e, "job {id}: failed to close it as an error ({e}); it stays running in the store until this service restarts");
                 return;
             }
-            log(&format!(
-                "job {id}: failed to close it as an error ({e}); trying again in {}s",
-                FAIL_PAUSE.as_secs()
-            ));
+            tracing::warn!(job_id = %id, error = %e, "job {id}: failed to close it as an error ({e}); trying again in {}s", FAIL_PAUSE.as_secs());
             tokio::time::sleep(FAIL_PAUSE).await;
         }
     }
@@ -342,9 +344,7 @@ impl Service {
         if j.view().state == JobState::Running
             && j.view().runner.as_ref() != Some(self.engine.runner())
         {
-            log(&format!(
-                "job {id}: not closed as an error: it runs under another runner"
-            ));
+            tracing::warn!(job_id = %id, "job {id}: not closed as an error: it runs under another runner");
             return Ok(());
         }
         if let Some((round, attempt)) = j.view().open_attempt {
@@ -394,11 +394,13 @@ impl Service {
             .lock()
             .map(|m| m.values().map(|r| r.cancel.clone()).collect())
             .unwrap_or_default();
-        log(&format!(
+        tracing::info!(
+            running = running.len(),
+            grace = %crate::util::units::HumanDuration(grace),
             "draining: {} running job(s) may finish their round within {}",
             running.len(),
             crate::util::units::HumanDuration(grace)
-        ));
+        );
         for c in &running {
             c.drain(first);
         }
@@ -412,12 +414,12 @@ impl Service {
                 () = tokio::time::sleep(Duration::from_millis(100)) => {}
                 () = tokio::time::sleep_until(deadline), if !hard => {
                     hard = true;
-                    log("drain grace passed: cancelling the rounds still running");
+                    tracing::warn!("drain grace passed: cancelling the rounds still running");
                     self.cancel_all(&format!("{first} (drain grace passed)"));
                 }
                 Some(sig) = again.recv(), if !hard => {
                     hard = true;
-                    log(&format!("second {sig}: cancelling the running rounds now"));
+                    tracing::warn!(signal = sig, "second {sig}: cancelling the running rounds now");
                     self.cancel_all(&format!("second {sig}"));
                 }
             }
@@ -445,12 +447,12 @@ impl Service {
                 if let Ok(mut c) = self.config.write() {
                     *c = new;
                 }
-                log("configuration reloaded");
+                tracing::info!(config = %self.options.config_path.display(), "configuration reloaded");
                 self.wake();
             }
-            Err(e) => log(&format!(
-                "configuration not reloaded, the old one stays: {e}"
-            )),
+            Err(e) => {
+                tracing::error!(error = %e, "configuration not reloaded, the old one stays: {e}")
+            }
         }
     }
 
@@ -473,7 +475,7 @@ impl Service {
                 .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| config.listen.clone());
-            log(&format!("listening on http://{addr}"));
+            tracing::info!(address = %format!("http://{addr}"), "listening on http://{addr}");
             servers.push(tokio::spawn(http_server::serve(
                 listener,
                 router.clone(),
@@ -490,7 +492,7 @@ impl Service {
                 })?;
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660));
-            log(&format!("listening on unix://{}", path.display()));
+            tracing::info!(address = %format!("unix://{}", path.display()), "listening on unix://{}", path.display());
             servers.push(tokio::spawn(http_server::serve(
                 listener,
                 router.clone(),
@@ -517,6 +519,7 @@ impl Service {
         }
         let scheduler = tokio::spawn(self.clone().schedule());
         let orphans = tokio::spawn(self.clone().watch_orphans());
+        let retention = tokio::spawn(self.clone().keep_retention());
         let first = loop {
             tokio::select! {
                 _ = term.recv() => break "SIGTERM",
@@ -524,7 +527,7 @@ impl Service {
                 _ = hup.recv() => self.reload(),
             }
         };
-        log(&format!("{first}: stopping (no new jobs)"));
+        tracing::info!(signal = first, "{first}: stopping (no new jobs)");
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
             loop {
@@ -540,11 +543,12 @@ impl Service {
         self.drain(first, rx).await;
         scheduler.abort();
         orphans.abort();
+        retention.abort();
         shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
         }
-        log("stopped");
+        tracing::info!("stopped");
         Ok(())
     }
 }

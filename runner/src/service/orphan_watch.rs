@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Service, log};
+use super::Service;
 use crate::store::journal::blocking;
 
 /// How often a SQLite store's running jobs are probed.
@@ -35,24 +35,32 @@ impl Service {
             }
             match blocking(|| self.engine.close_orphans()) {
                 Ok(r) if !r.interrupted.is_empty() => {
-                    log(&format!(
+                    for id in &r.interrupted {
+                        tracing::warn!(job_id = %id, "job {id}: closed as interrupted (its runner died)");
+                    }
+                    tracing::warn!(
+                        interrupted = r.interrupted.len(),
+                        jobs = %r.interrupted.join(","),
                         "closed {} job(s) whose runner died as interrupted: {}",
                         r.interrupted.len(),
                         r.interrupted.join(", ")
-                    ));
+                    );
                     self.wake();
                 }
                 Ok(_) => {}
-                Err(e) => log(&format!("failed to close the jobs of dead runners: {e}")),
+                Err(e) => {
+                    tracing::error!(error = %e, "failed to close the jobs of dead runners: {e}")
+                }
             }
             if swept.elapsed() >= SWEEP_EVERY {
                 swept = std::time::Instant::now();
                 let r = blocking(|| self.engine.sweep_scratch());
                 if !r.removed.is_empty() {
-                    log(&format!(
+                    tracing::info!(
+                        removed = r.removed.len(),
                         "removed {} leftover private dir(s) of killed runs",
                         r.removed.len()
-                    ));
+                    );
                 }
             }
         }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Service, changed_by_another_runner, log};
+use super::{Service, changed_by_another_runner};
 use crate::engine::{Cancel, Holder, WorkspaceLock, WorkspaceLockError};
 use crate::store::QueuedJob;
 use crate::store::hold::RunHold;
@@ -86,7 +86,7 @@ impl Service {
                     return;
                 }
                 Err(e) => {
-                    log(&format!("failed to claim a job from the queue: {e}"));
+                    tracing::error!(error = %e, "failed to claim a job from the queue: {e}");
                     return;
                 }
             };
@@ -105,7 +105,7 @@ impl Service {
             let hold = match blocking(|| self.engine.hold_job(&job.id)) {
                 Ok(h) => h,
                 Err(e) => {
-                    log(&format!("job {}: not started now: {e}", job.id));
+                    tracing::warn!(job_id = %job.id, error = %e, "job {}: not started now: {e}", job.id);
                     passed.push(job.id);
                     continue;
                 }
@@ -122,10 +122,28 @@ impl Service {
                 }
                 Ok(false) => passed.push(job.id),
                 Err(e) => {
-                    log(&format!("failed to claim a job from the queue: {e}"));
+                    tracing::error!(error = %e, "failed to claim a job from the queue: {e}");
                     return;
                 }
             }
+        }
+    }
+
+    /// Logs a job's start: its workspace, backend, and whether it was resumed.
+    fn log_start(&self, id: &str) {
+        match blocking(|| self.engine.store().load(id)) {
+            Ok(v) => tracing::info!(
+                job_id = %id,
+                kind = v.spec.kind.as_str(),
+                workspace = %v.spec.workspace.display(),
+                backend = %v.spec.sandbox.backend,
+                resumed = v.resumes > 0,
+                resumes = v.resumes,
+                rounds_before = v.rounds_started,
+                max_rounds = v.spec.max_rounds,
+                "job started"
+            ),
+            Err(e) => tracing::info!(job_id = %id, error = %e, "job started"),
         }
     }
 
@@ -144,11 +162,14 @@ impl Service {
         waiting.insert(job.id.clone(), pid);
         drop(waiting);
         let holder = blocking(|| holder.in_store(self.engine.store(), &job.workspace));
-        log(&format!(
+        tracing::info!(
+            job_id = %job.id,
+            workspace = %job.workspace.display(),
+            holder = %holder,
             "job {}: waits in the queue: the workspace `{}` is in use by {holder}",
             job.id,
             job.workspace.display()
-        ));
+        );
     }
 
     /// Runs a claimed job, holding its workspace lock until it ends; a job whose workspace
@@ -174,7 +195,7 @@ impl Service {
             match lock {
                 Ok(lock) => self.run_job(&id, lock, cancel, &hold).await,
                 Err(e) => {
-                    log(&format!("job {id}: {e}"));
+                    tracing::error!(job_id = %id, error = %e, "job {id}: {e}");
                     self.fail_with_retries(&id, &e.to_string()).await;
                 }
             }
@@ -188,20 +209,30 @@ impl Service {
 
     /// Runs a claimed job to its end; one the engine could not finish is closed as an error.
     async fn run_job(&self, id: &str, lock: WorkspaceLock, cancel: Cancel, hold: &RunHold) {
+        self.log_start(id);
         match self
             .engine
             .run(id, lock, cancel, vec![hold.observer()])
             .await
         {
-            Ok(r) => log(&format!(
-                "job {id}: {} after {} round(s): {}",
-                r.outcome, r.rounds, r.message
-            )),
-            Err(e) if changed_by_another_runner(&e) => log(&format!(
+            Ok(r) => tracing::info!(
+                job_id = %id,
+                outcome = r.outcome.as_str(),
+                reason = r.reason.as_str(),
+                rounds = r.rounds,
+                retries = r.retries,
+                duration_ms = r.duration_ms,
+                exit_code = r.exit_code,
+                detail = %r.message,
+                "job finished"
+            ),
+            Err(e) if changed_by_another_runner(&e) => tracing::warn!(
+                job_id = %id,
+                error = %e,
                 "job {id}: left as it is, another runner changed its journal: {e}"
-            )),
+            ),
             Err(e) => {
-                log(&format!("job {id}: {e}"));
+                tracing::error!(job_id = %id, error = %e, "job {id}: {e}");
                 self.fail_with_retries(id, &e.to_string()).await;
             }
         }
