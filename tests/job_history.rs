@@ -506,3 +506,91 @@ fn names_labels_and_prefixes_through_a_server() {
     out.expect_code(0);
     assert!(out.stdout.contains("finished: complete"), "{}", out.stdout);
 }
+
+#[test]
+fn a_local_round_log_is_followed_while_the_round_runs() {
+    use std::io::Read;
+    let f = Fixture::new();
+    let state = f.state.display().to_string();
+    let go = f.ws.join("go");
+    let agent = f.agent(
+        "chatty.sh",
+        &format!(
+            "echo first-line\nwhile [ ! -f '{}' ]; do sleep 0.1; done\necho after-go\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            go.display(),
+            complete_report("went")
+        ),
+    );
+    let mut run = f.run(&agent).spawn();
+    let mut id = String::new();
+    wait_until("the running job", Duration::from_secs(60), || {
+        let out = local(&[
+            "jobs",
+            "--state-dir",
+            &state,
+            "--json",
+            "--state",
+            "running",
+        ]);
+        match out.json()["jobs"][0]["id"].as_str() {
+            Some(i) => {
+                id = i.to_owned();
+                true
+            }
+            None => false,
+        }
+    });
+    let mut follower = Command::new(ralph_bin())
+        .args([
+            "logs",
+            "--state-dir",
+            &state,
+            &id[..13],
+            "--round",
+            "1",
+            "--follow",
+        ])
+        .env_remove("RALPH_SERVER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // What the round wrote before `go` arrives while the round still waits.
+    let mut stdout = follower.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("first-line") {
+        assert!(Instant::now() < deadline, "no first line: {seen:?}");
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "the follow ended early: {seen:?}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "the follow ended while the round ran"
+    );
+    std::fs::write(&go, "").unwrap();
+    stdout.read_to_end(&mut seen).unwrap();
+    let status = follower.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text = String::from_utf8_lossy(&seen);
+    assert!(
+        text.contains("first-line\n") && text.contains("after-go"),
+        "{text}"
+    );
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    // A round the job never started: the follow ends with the reason.
+    let out = local(&[
+        "logs",
+        "--state-dir",
+        &state,
+        &id,
+        "--round",
+        "2",
+        "--follow",
+    ]);
+    out.expect_code(64);
+    assert!(out.stderr.contains("round 2"), "{}", out.stderr);
+}
