@@ -16,5 +16,11 @@ fn main() -> std::process::ExitCode {
     {
         ralph_sandbox::docker::init::init_main();
     }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == ralph_runner::builtin::entry::ARG)
+    {
+        return ralph_runner::builtin::entry::main(std::env::args_os().skip(2).collect());
+    }
     cli::main()
 }

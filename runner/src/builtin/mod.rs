@@ -8,8 +8,10 @@
 //! - [`http`]: requests with retries and backoff.
 //! - [`tools`]: `shell`, `read_file`, `write_file`, `edit_file`.
 //! - [`context`]: trimming old tool output to a context budget.
+//! - [`entry`]: the hidden subcommand a round runs.
 
 pub mod context;
+pub mod entry;
 pub mod http;
 pub mod tools;
 pub mod wire;
