@@ -276,8 +276,7 @@ fi"#,
                 continue;
             }
             assert!(
-                started.iter().any(|(sr, _)| *sr == r)
-                    && !reported.iter().any(|(rr, _)| *rr == r),
+                started.iter().any(|(sr, _)| *sr == r) && !reported.iter().any(|(rr, _)| *rr == r),
                 "{id}: round {r} never ran and was not an interrupted start: {rounds:?} {events:?}"
             );
         }

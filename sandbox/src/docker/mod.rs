@@ -27,6 +27,7 @@ pub mod doctor;
 pub mod handle;
 pub mod image;
 pub mod init;
+pub mod init_status;
 pub mod labels;
 pub mod plan;
 pub mod reap;
