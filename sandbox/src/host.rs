@@ -265,6 +265,8 @@ pub struct Host {
     pub memory: Result<CgroupSite, String>,
     /// Where process limits can be put, or why not.
     pub pids: Result<CgroupSite, String>,
+    /// Where CPU limits can be put (the `cpu` controller), or why not.
+    pub cpu: Result<CgroupSite, String>,
     /// The hard `RLIMIT_NOFILE`.
     pub nofile_hard: u64,
     /// The hard `RLIMIT_FSIZE`.
@@ -312,6 +314,7 @@ pub fn probe() -> Host {
         },
         memory: site("memory"),
         pids: site("pids"),
+        cpu: site("cpu"),
         nofile_hard: hard(nix::sys::resource::Resource::RLIMIT_NOFILE),
         fsize_hard: hard(nix::sys::resource::Resource::RLIMIT_FSIZE),
     }

@@ -108,6 +108,8 @@ pub enum Restriction {
     ProcessTree,
     /// Memory limit of the tree.
     Memory,
+    /// CPU limit of the tree (`--cpus`).
+    Cpu,
     /// Process-count limit of the tree.
     Pids,
     /// `RLIMIT_CORE` = 0.
@@ -215,8 +217,10 @@ pub struct ExecOutcome {
     /// from the helper's first set-up step to the command's `execve`). `None` when unknown.
     #[serde(default)]
     pub setup: Option<Duration>,
-    /// Resources of the whole tree.
-    pub resources: ResourceUsage,
+    /// Resources of the whole tree; `None` when the backend could not read them (a docker
+    /// container whose init could not report them).
+    #[serde(default)]
+    pub resources: Option<ResourceUsage>,
     /// Processes still alive after the main process ended, which the supervisor killed.
     pub leftovers_killed: u32,
     /// Set when the command could not be executed at all (not found, not executable).

@@ -235,6 +235,9 @@ pub struct SandboxPlan {
     pub memory: Option<CgroupLimit>,
     /// Process limit through a cgroup.
     pub pids: Option<CgroupLimit>,
+    /// CPU limit through a cgroup (`cpu` controller), in thousandths of a CPU.
+    #[serde(default)]
+    pub cpu: Option<CgroupLimit>,
     /// What this plan enforces.
     pub enforcement: Enforcement,
 }
@@ -927,6 +930,50 @@ pub fn resolve(
         }
     };
 
+    let cpu = match (req.limits.cpu_millis, policy.limits.cpus.map(|c| c.0)) {
+        (None, None) => {
+            e.record(Restriction::Cpu, Level::NotRequested, "no cpu limit");
+            None
+        }
+        (asked, default) => {
+            let millis = asked.or(default).unwrap_or(u64::MAX);
+            let note = if asked.is_some() {
+                ""
+            } else {
+                " (policy default)"
+            };
+            match &host.cpu {
+                Ok(site) => {
+                    let (quota, period) = crate::native::cgroup::cfs_quota(millis);
+                    e.record(
+                        Restriction::Cpu,
+                        Level::Full,
+                        format!(
+                            "cgroup v{} cpu quota {quota}/{period} us{note}",
+                            site.version
+                        ),
+                    );
+                    Some(CgroupLimit {
+                        version: site.version,
+                        parent: site.dir.clone(),
+                        value: millis,
+                    })
+                }
+                Err(reason) if asked.is_some() => {
+                    return Err(unavailable("the cpu limit (--cpus)", reason.clone()));
+                }
+                Err(reason) => {
+                    e.record(
+                        Restriction::Cpu,
+                        Level::Partial,
+                        format!("policy default not enforced: {reason}"),
+                    );
+                    None
+                }
+            }
+        }
+    };
+
     Ok(SandboxPlan {
         mode,
         user_namespace,
@@ -963,6 +1010,7 @@ pub fn resolve(
         nproc,
         memory,
         pids,
+        cpu,
         enforcement: e,
     })
 }

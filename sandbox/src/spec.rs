@@ -174,4 +174,8 @@ pub struct Limits {
     /// Size of each of the private HOME and TMPDIR (tmpfs), in bytes (`None`: the policy's).
     #[serde(default)]
     pub tmp_bytes: Option<u64>,
+    /// CPU time of the whole tree, in thousandths of a CPU (`1500`: one and a half CPUs;
+    /// cgroup `cpu` quota on native, `NanoCpus` on docker). `None`: the policy's, if any.
+    #[serde(default)]
+    pub cpu_millis: Option<u64>,
 }

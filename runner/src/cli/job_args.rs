@@ -123,6 +123,7 @@ impl JobArgs {
             memory: s.memory,
             tmp_size: s.tmp_size,
             pids: s.pids,
+            cpus: s.cpus,
             image: s.image.clone(),
             output_cap: self.output_cap,
             env: self.env.clone(),

@@ -54,6 +54,9 @@ pub struct SandboxArgs {
     /// Process limit of the process tree.
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
+    /// CPU limit of the process tree in CPUs, e.g. 1.5 (over 0, at most this host's CPUs).
+    #[arg(long, value_name = "N", value_parser = parse_cpus)]
+    pub cpus: Option<ralph_sandbox::policy::Cpus>,
     /// Container image (docker backend).
     #[arg(long, value_name = "IMG")]
     pub image: Option<String>,
@@ -68,6 +71,16 @@ pub fn config_dir() -> PathBuf {
 pub fn load_policies() -> Result<ralph_sandbox::policy::PolicySet, CliError> {
     ralph_sandbox::policy::PolicySet::load(Some(&config_dir()))
         .map_err(|e| CliError::usage(e.to_string()))
+}
+
+fn parse_cpus(s: &str) -> Result<ralph_sandbox::policy::Cpus, String> {
+    let c: ralph_sandbox::policy::Cpus = s.parse()?;
+    match ralph_sandbox::policy::host_cpus() {
+        Some(host) if c.0 > host.saturating_mul(1000) => {
+            Err(format!("{c} is more than this host's {host} CPUs"))
+        }
+        _ => Ok(c),
+    }
 }
 
 fn parse_word<T: std::str::FromStr>(s: &str) -> Result<T, String>

@@ -215,6 +215,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 open_files: None,
                 file_size_bytes: None,
                 tmp_bytes: args.sandbox.tmp_size.map(|t| t.0),
+                cpu_millis: args.sandbox.cpus.map(|c| c.0),
             },
             image: args.sandbox.image,
             forbidden: Vec::new(),

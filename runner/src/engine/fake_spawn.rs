@@ -246,7 +246,7 @@ impl Spawned for FakeRun {
                     ended_by,
                     wall: started.elapsed(),
                     setup: None,
-                    resources: Default::default(),
+                    resources: Some(Default::default()),
                     leftovers_killed: 0,
                     exec_error: None,
                     violations: Vec::new(),

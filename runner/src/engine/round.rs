@@ -398,7 +398,7 @@ impl JobRun<'_> {
             ended_by: exec.as_ref().map(|e| e.outcome.ended_by),
             duration_ms,
             usage,
-            resources: exec.as_ref().map(|e| e.outcome.resources),
+            resources: exec.as_ref().and_then(|e| e.outcome.resources),
             sandbox_violations: exec
                 .as_ref()
                 .map(|e| {
@@ -530,6 +530,7 @@ impl JobRun<'_> {
                 open_files: None,
                 file_size_bytes: None,
                 tmp_bytes: s.tmp_size.map(|t| t.0),
+                cpu_millis: s.cpus.map(|c| c.0),
             },
             image: s.image.clone(),
             // The journal and other jobs' artifacts stay out of the agent's reach.

@@ -73,6 +73,9 @@ pub struct JobRequest {
     pub tmp_size: Option<ByteSize>,
     /// Process limit.
     pub pids: Option<u64>,
+    /// CPU limit, in CPUs.
+    #[serde(default)]
+    pub cpus: Option<ralph_sandbox::policy::Cpus>,
     /// Container image.
     pub image: Option<String>,
     /// Per-stream output cap.
@@ -351,6 +354,7 @@ impl JobRequest {
             memory: self.memory,
             tmp_size: self.tmp_size,
             pids: self.pids,
+            cpus: self.cpus,
             image: self.image,
             output_cap: self.output_cap.unwrap_or(defaults.output_cap),
         };

@@ -89,6 +89,9 @@ pub struct SandboxSettings {
     pub tmp_size: Option<ByteSize>,
     /// Process limit of a round's tree.
     pub pids: Option<u64>,
+    /// CPU limit of a round's tree, in CPUs (e.g. 1.5).
+    #[serde(default)]
+    pub cpus: Option<ralph_sandbox::policy::Cpus>,
     /// Container image (docker backend).
     pub image: Option<String>,
     /// Per-stream output cap of a round.
@@ -108,6 +111,7 @@ impl Default for SandboxSettings {
             memory: None,
             tmp_size: None,
             pids: None,
+            cpus: None,
             image: None,
             output_cap: ByteSize(DEFAULT_OUTPUT_CAP),
         }
@@ -389,6 +393,14 @@ impl JobSpec {
         }
         if self.sandbox.memory.is_some_and(|m| m.0 < (1 << 20)) {
             return Err(err("memory", "must be at least 1M"));
+        }
+        if let (Some(c), Some(host)) = (self.sandbox.cpus, ralph_sandbox::policy::host_cpus()) {
+            if c.0 > host.saturating_mul(1000) {
+                return Err(err(
+                    "cpus",
+                    format!("{c} is more than this host's {host} CPUs"),
+                ));
+            }
         }
         self.model_access.validate(
             matches!(self.agent, AgentSpec::Preset { .. }),

@@ -254,6 +254,19 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
             None => s.pids = Some(max),
         }
     }
+    if let Some(max) = limits.max_cpus {
+        match s.cpus {
+            Some(c) if c.0 > max.0 => {
+                return refuse(
+                    "max_cpus",
+                    "cpus",
+                    format!("{c} is over this server's ceiling of {max}"),
+                );
+            }
+            Some(_) => {}
+            None => s.cpus = Some(max),
+        }
+    }
     if s.backend == BackendKind::Docker {
         // A docker job without an image runs the default one, which must be allowed too.
         let img = s

@@ -121,6 +121,9 @@ pub struct Limits {
     pub max_memory: Option<ByteSize>,
     /// Ceiling (and default) of the process limit.
     pub max_pids: Option<u64>,
+    /// Ceiling (and default) of the CPU limit, in CPUs.
+    #[serde(default)]
+    pub max_cpus: Option<ralph_sandbox::policy::Cpus>,
     /// Ceiling (and default) of the round timeout.
     pub max_round_timeout: Option<HumanDuration>,
     /// Ceiling (and default) of the job timeout.
@@ -161,6 +164,7 @@ impl Default for Limits {
             max_handoff_cap: default_handoff(),
             max_memory: None,
             max_pids: None,
+            max_cpus: None,
             max_round_timeout: None,
             max_job_timeout: None,
             allowed_env: Vec::new(),

@@ -77,6 +77,7 @@ pub fn body(
     if let Some(i) = init {
         mounts.push(bind(&i.program, INIT_PATH, true));
         mounts.push(bind(&i.alive, ALIVE_PATH, true));
+        mounts.push(bind(&i.status.path, super::init_status::STATUS_PATH, true));
     }
     let mut ulimits = vec![ulimit("core", 0)];
     ulimits.extend(plan.open_files.map(|n| ulimit("nofile", n)));

@@ -5,10 +5,19 @@
 //! process of the container and waits for all of them, up to the grace, before SIGKILL. Outside
 //! a stop it ends when the command does, killing what is left. It exits like tini: the
 //! command's code, or 128 + n when signal n killed it.
+//!
+//! It reports to the runner on the status socket at [`super::init_status::STATUS_PATH`]
+//! (connected before the command exists, so the command cannot forge it): an `execve` that
+//! failed (the command's program missing or not executable; the init then exits 127 or 126, but
+//! the runner decides from the report, never from the status, which the command could choose),
+//! and at the end the CPU time and peak memory of every process it reaped. It cannot connect:
+//! it runs nothing and exits [`CANNOT_START`] (125).
 
 use std::ffi::{CString, OsString};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -31,7 +40,7 @@ pub const ALIVE_PATH: &str = "/.ralph-alive";
 pub const ALIVE_FILE: &str = "container-alive";
 
 /// Exit status when the init itself cannot run the command (like a shell's "cannot execute").
-const CANNOT_START: i32 = 125;
+pub const CANNOT_START: i32 = 125;
 
 /// What the init needs from the host: the program to mount and the runner's liveness FIFO.
 #[derive(Debug)]
@@ -43,6 +52,8 @@ pub struct InitSetup {
     /// The runner's end of the FIFO (read-write, close-on-exec): the init sees end-of-file
     /// once every copy of it is closed, i.e. when the runner is gone.
     pub held: OwnedFd,
+    /// The status socket, mounted read-only at [`super::init_status::STATUS_PATH`].
+    pub status: super::init_status::StatusListener,
 }
 
 /// A failure to make the liveness FIFO.
@@ -58,6 +69,9 @@ pub enum InitError {
         /// The cause.
         source: nix::Error,
     },
+    /// The status socket cannot be set up.
+    #[error(transparent)]
+    Status(#[from] super::init_status::StatusError),
     /// The command line of the init is malformed.
     #[error("failed to parse the container init's arguments: {reason}")]
     Args {
@@ -67,8 +81,14 @@ pub enum InitError {
 }
 
 /// Creates the liveness FIFO in `control_dir` (replacing a stale one) and opens the runner's
-/// end. The FIFO is left mode 0444 so nothing in the container can open it for writing.
-pub fn prepare(program: &Path, control_dir: &Path) -> Result<InitSetup, InitError> {
+/// end. The FIFO is left mode 0444 so nothing in the container can open it for writing. Binds
+/// the status socket for the container's user `uid:gid`.
+pub fn prepare(
+    program: &Path,
+    control_dir: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<InitSetup, InitError> {
     let alive = control_dir.join(ALIVE_FILE);
     let fail = |action, source| InitError::Fifo {
         action,
@@ -99,10 +119,12 @@ pub fn prepare(program: &Path, control_dir: &Path) -> Result<InitSetup, InitErro
         Mode::S_IRUSR | Mode::S_IRGRP | Mode::S_IROTH,
     )
     .map_err(|e| fail("make read-only", e))?;
+    let status = super::init_status::StatusListener::bind(control_dir, uid, gid)?;
     Ok(InitSetup {
         program: program.to_path_buf(),
         alive,
         held,
+        status,
     })
 }
 
@@ -115,6 +137,8 @@ pub fn command_line(grace: Duration, timeout: Option<Duration>, argv: &[String])
         grace.as_millis().to_string(),
         "--alive".to_owned(),
         ALIVE_PATH.to_owned(),
+        "--status".to_owned(),
+        super::init_status::STATUS_PATH.to_owned(),
     ];
     if let Some(t) = timeout {
         // A backstop: the runner stops the round at its timeout and kills it a grace later.
@@ -135,6 +159,8 @@ pub struct InitArgs {
     pub deadline: Option<Duration>,
     /// The liveness FIFO.
     pub alive: Option<PathBuf>,
+    /// The runner's status socket.
+    pub status: Option<PathBuf>,
     /// The command.
     pub argv: Vec<CString>,
 }
@@ -154,6 +180,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
         grace: Duration::ZERO,
         deadline: None,
         alive: None,
+        status: None,
         argv: Vec::new(),
     };
     while let Some(a) = it.next() {
@@ -161,6 +188,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
             Some("--grace-ms") => out.grace = millis(it.next(), "--grace-ms")?,
             Some("--deadline-ms") => out.deadline = Some(millis(it.next(), "--deadline-ms")?),
             Some("--alive") => out.alive = it.next().map(PathBuf::from),
+            Some("--status") => out.status = it.next().map(PathBuf::from),
             Some("--") => break,
             _ => {
                 return Err(InitError::Args {
@@ -245,10 +273,31 @@ fn run(args: &InitArgs) -> i32 {
             }
         },
     };
+    // Connected before the command exists: the runner reads this first connection only.
+    let mut report: Option<UnixStream> = match &args.status {
+        None => None,
+        Some(p) => match UnixStream::connect(p) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!(
+                    "ralph: the container init failed to connect to the runner's status socket {}: {e}",
+                    p.display()
+                );
+                return CANNOT_START;
+            }
+        },
+    };
+    // Not dumpable: the command (same user) cannot reach the init's descriptors through
+    // /proc/1/fd. The command's own `execve` makes it dumpable again.
+    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        eprintln!("ralph: the container init failed to make itself undumpable");
+        return CANNOT_START;
+    }
     // SAFETY: the init is single-threaded (the `ralph` binary dispatches here before anything
     // starts a thread), so the child may run anything until it execs.
     let command = match unsafe { fork() } {
-        Ok(ForkResult::Child) => exec(&args.argv),
+        Ok(ForkResult::Child) => exec(&args.argv, report.as_mut()),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             eprintln!("ralph: the container init failed to fork: {e}");
@@ -339,20 +388,35 @@ fn run(args: &InitArgs) -> i32 {
         }
     }
     drop(alive);
+    if let Some(mut r) = report {
+        // Every process is reaped: their CPU time and the largest resident set among them.
+        // SAFETY: getrusage fills the zeroed struct it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `usage` is a valid, writable rusage.
+        if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } == 0 {
+            let _ = r.write_all(super::init_status::usage_line(&usage).as_bytes());
+        }
+    }
     status.map_or(128 + libc::SIGKILL, exit_code)
 }
 
-/// The command, in the forked child: a clean signal state, then `execvp`.
-fn exec(argv: &[CString]) -> ! {
+/// The command, in the forked child: a clean signal state, then `execvp`. A failed `execve`
+/// is reported on the status socket (nothing of the command ran yet, so it is the init's word).
+fn exec(argv: &[CString], report: Option<&mut UnixStream>) -> ! {
     let _ = sys::reset_signals();
     let code = match argv.first() {
         Some(prog) => {
             let e = execvp(prog, argv).map_or_else(|e| e, |_| nix::Error::UnknownErrno);
-            eprintln!(
-                "ralph: failed to run {}: {}",
+            let message = format!(
+                "failed to run {}: {} ({e})",
                 prog.to_string_lossy(),
                 e.desc()
             );
+            eprintln!("ralph: {message}");
+            if let Some(r) = report {
+                let line = super::init_status::exec_failed_line(e as i32, &message);
+                let _ = r.write_all(line.as_bytes());
+            }
             if e == nix::Error::ENOENT { 127 } else { 126 }
         }
         None => 127,
@@ -378,6 +442,10 @@ mod tests {
         assert_eq!(args.grace, Duration::from_secs(5));
         assert_eq!(args.deadline, Some(Duration::from_secs(65)));
         assert_eq!(args.alive.as_deref(), Some(Path::new(ALIVE_PATH)));
+        assert_eq!(
+            args.status.as_deref(),
+            Some(Path::new(super::super::init_status::STATUS_PATH))
+        );
         assert_eq!(
             args.argv,
             vec![c"sh".to_owned(), c"-c".to_owned(), c"-- x".to_owned()]

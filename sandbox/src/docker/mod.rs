@@ -17,7 +17,8 @@
 //! - [`client`]: connection, API version negotiation, bounded requests.
 //! - [`image`]: missing images (never pulled). [`labels`], [`reap`]: leftovers.
 //! - [`init`]: ralph's own pid 1 in the container (stops with the grace, also when the runner
-//!   is gone or past a backstop deadline).
+//!   is gone or past a backstop deadline); [`init_status`]: its report to the runner (exec
+//!   failure, CPU time and peak memory), on a channel the command cannot forge.
 //! - [`run`]: one container's life; [`handle`]: removal on every way out; [`streams`]: its
 //!   stdin and output. [`doctor`]: what `ralph doctor` reports.
 
@@ -27,6 +28,7 @@ pub mod doctor;
 pub mod handle;
 pub mod image;
 pub mod init;
+pub mod init_status;
 pub mod labels;
 pub mod plan;
 pub mod reap;

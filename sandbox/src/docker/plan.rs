@@ -537,6 +537,15 @@ pub fn resolve(
         ),
         None => e.record(Restriction::Memory, Level::NotRequested, "no memory limit"),
     }
+    let cpu_millis = req.limits.cpu_millis.or(policy.limits.cpus.map(|c| c.0));
+    match cpu_millis {
+        Some(m) => e.record(
+            Restriction::Cpu,
+            Level::Full,
+            format!("NanoCpus {}", m.saturating_mul(1_000_000)),
+        ),
+        None => e.record(Restriction::Cpu, Level::NotRequested, "no cpu limit"),
+    }
     let pids = req.limits.pids.or(policy.limits.pids);
     match pids {
         Some(n) => e.record(Restriction::Pids, Level::Full, format!("pids_limit {n}")),
@@ -599,7 +608,7 @@ pub fn resolve(
         network,
         memory,
         pids,
-        cpu_millis: policy.limits.cpus.map(|c| c.0),
+        cpu_millis,
         open_files,
         file_size,
         seccomp,

@@ -24,9 +24,7 @@ use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
 use crate::gitguard::{self, GitGuard, Inventory};
 use crate::outcome::git::GitCheck;
-use crate::outcome::{
-    CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, ResourceUsage, Termination,
-};
+use crate::outcome::{CaptureSummary, EndedBy, Enforcement, ExecOutcome, ExecReport, Termination};
 use crate::protect::{self, Placeholder};
 use crate::snapshot::Snapshot;
 use crate::spec::{ExecSpec, StderrMode, StdinMode};
@@ -134,15 +132,16 @@ pub async fn start(
     init_program: Option<&std::path::Path>,
 ) -> Result<DockerRun, SandboxError> {
     let setup_began = Instant::now();
-    let init =
-        match init_program {
-            Some(p) => Some(super::init::prepare(p, &spec.control_dir).map_err(|e| {
+    let init = match init_program {
+        Some(p) => Some(
+            super::init::prepare(p, &spec.control_dir, plan.uid, plan.gid).map_err(|e| {
                 SandboxError::Engine {
                     message: e.to_string(),
                 }
-            })?),
-            None => None,
-        };
+            })?,
+        ),
+        None => None,
+    };
     let body = container::body(&plan, spec, labels, init.as_ref())
         .map_err(|m| SandboxError::invalid("policy", m))?;
     let placeholders = prepare_host(&plan)?;
@@ -458,15 +457,21 @@ impl DockerRun {
         }
         let mut violations = protect::check_after_run(&self.watch, &self.absent);
         violations.extend(self.snapshot.check_and_restore());
+        // The container is gone: what its init said (ralph's init only; unknown without it).
+        let said = self
+            .init
+            .as_ref()
+            .and_then(|i| i.status.collect())
+            .unwrap_or_default();
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),
                 ended_by,
                 wall,
                 setup: Some(self.setup),
-                resources: ResourceUsage::default(),
+                resources: said.usage,
                 leftovers_killed: 0,
-                exec_error: None,
+                exec_error: said.exec_failed,
                 violations,
                 git: GitCheck::default(),
                 enforcement: self.enforcement.clone(),

@@ -30,6 +30,13 @@ fn write(path: &Path, value: &str) -> Result<(), StepFailure> {
     })
 }
 
+/// The CFS quota and period (microseconds) for `millis` thousandths of a CPU: a period of
+/// 100 ms, the quota that share of it (at least the kernel's minimum of 1 ms).
+pub fn cfs_quota(millis: u64) -> (u64, u64) {
+    const PERIOD_US: u64 = 100_000;
+    (millis.saturating_mul(100).max(1000), PERIOD_US)
+}
+
 impl RunCgroups {
     fn dir(&mut self, parent: &Path, run_id: &str) -> Result<PathBuf, StepFailure> {
         let name = super::cgroup_owner::CgroupOwner::current().map_or_else(
@@ -52,10 +59,11 @@ impl RunCgroups {
         Ok(dir)
     }
 
-    /// Creates the cgroups for `memory` and `pids` limits.
+    /// Creates the cgroups for `memory`, `pids` and `cpu` limits (`cpu`: thousandths of a CPU).
     pub fn create(
         memory: Option<&CgroupLimit>,
         pids: Option<&CgroupLimit>,
+        cpu: Option<&CgroupLimit>,
         run_id: &str,
     ) -> Result<Self, StepFailure> {
         let mut cg = RunCgroups::default();
@@ -82,6 +90,16 @@ impl RunCgroups {
             if let Some(p) = pids {
                 let dir = cg.dir(&p.parent, run_id)?;
                 write(&dir.join("pids.max"), &p.value.to_string())?;
+            }
+            if let Some(c) = cpu {
+                let dir = cg.dir(&c.parent, run_id)?;
+                let (quota, period) = cfs_quota(c.value);
+                if c.version == 1 {
+                    write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
+                    write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                } else {
+                    write(&dir.join("cpu.max"), &format!("{quota} {period}"))?;
+                }
             }
             Ok(())
         })();
@@ -135,5 +153,17 @@ impl RunCgroups {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_shares_become_cfs_quotas() {
+        assert_eq!(cfs_quota(500), (50_000, 100_000));
+        assert_eq!(cfs_quota(1500), (150_000, 100_000));
+        assert_eq!(cfs_quota(1), (1000, 100_000));
     }
 }

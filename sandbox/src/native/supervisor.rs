@@ -223,7 +223,12 @@ impl Supervisor {
             .unwrap_or(0);
         let run_id = format!("{}-{nanos}", std::process::id());
         let mut cleanup = Cleanup::default();
-        match RunCgroups::create(plan.memory.as_ref(), plan.pids.as_ref(), &run_id) {
+        match RunCgroups::create(
+            plan.memory.as_ref(),
+            plan.pids.as_ref(),
+            plan.cpu.as_ref(),
+            &run_id,
+        ) {
             Ok(cg) => cleanup.cgroups = cg,
             Err(f) => return Ok(Started::Failed(f)),
         }
@@ -605,11 +610,11 @@ impl Supervisor {
             ended_by: self.ended_by,
             wall: self.main_wall.unwrap_or_else(|| self.started.elapsed()),
             setup: Some(self.setup),
-            resources: ResourceUsage {
+            resources: Some(ResourceUsage {
                 user_cpu_ms: ms(usage.ru_utime),
                 system_cpu_ms: ms(usage.ru_stime),
                 max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
-            },
+            }),
             leftovers_killed: self.leftovers_killed,
             exec_error: self.exec_error.take(),
             violations,

@@ -23,6 +23,10 @@ fn host() -> Host {
             version: 1,
             dir: PathBuf::from("/sys/fs/cgroup/pids"),
         }),
+        cpu: Ok(CgroupSite {
+            version: 1,
+            dir: PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"),
+        }),
         nofile_hard: 1 << 20,
         fsize_hard: u64::MAX,
     }

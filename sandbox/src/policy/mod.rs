@@ -118,7 +118,7 @@ pub struct LimitDefaults {
     pub open_files: Option<u64>,
     /// `RLIMIT_FSIZE`.
     pub file_size: Option<ByteSize>,
-    /// CPU limit in CPUs (e.g. 1.5); the docker backend only.
+    /// CPU limit in CPUs (e.g. 1.5): cgroup `cpu` quota (native), `NanoCpus` (docker).
     #[serde(default)]
     pub cpus: Option<Cpus>,
     /// Size of each of the private HOME and TMPDIR (tmpfs) when the job sets none.
@@ -141,6 +141,55 @@ impl<'de> Deserialize<'de> for Cpus {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(Cpus((v * 1000.0).round() as u64))
     }
+}
+
+impl serde::Serialize for Cpus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[allow(clippy::cast_precision_loss)]
+        s.serialize_f64(self.0 as f64 / 1000.0)
+    }
+}
+
+impl std::fmt::Display for Cpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (whole, frac) = (self.0 / 1000, self.0 % 1000);
+        if frac == 0 {
+            write!(f, "{whole}")
+        } else {
+            let frac = format!("{frac:03}");
+            write!(f, "{whole}.{}", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+impl std::str::FromStr for Cpus {
+    type Err = String;
+
+    /// A decimal number of CPUs over 0 (`2`, `0.5`, `1.25`), to a thousandth.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("expected a number of CPUs over 0 such as 2 or 1.5, not `{s}`");
+        let t = s.trim();
+        if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            return Err(bad());
+        }
+        let v: f64 = t.parse().map_err(|_| bad())?;
+        if !(0.001..=4096.0).contains(&v) {
+            return Err(format!(
+                "expected a number of CPUs within 0.001..=4096, not `{s}`"
+            ));
+        }
+        // In range, so the product fits.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(Cpus((v * 1000.0).round() as u64))
+    }
+}
+
+/// The CPUs this host has online (`None` when unknown).
+pub fn host_cpus() -> Option<u64> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .and_then(|n| u64::try_from(n).ok())
 }
 
 /// A policy file that cannot be used.
