@@ -535,14 +535,20 @@ fn a_journal_changed_by_another_runner_is_never_failed_by_the_service() {
     common::wait_for_file(&ws.join("started"), Duration::from_secs(30));
     // Another runner (say, a misconfigured host) journals something other than a cancel
     // request while the round runs.
+    // The service may append (its round's own events) between the other runner's read and
+    // its write: that is a conflict for the other runner, which reads again and retries.
     let store = std::sync::Arc::new(Store::open_postgres(&db.url).unwrap());
-    let mut other = ralph_runner::store::Journal::open(store.clone(), &id, vec![]).unwrap();
-    other
-        .record(EventKind::Interrupted {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seq = loop {
+        let mut other = ralph_runner::store::Journal::open(store.clone(), &id, vec![]).unwrap();
+        match other.record(EventKind::Interrupted {
             message: "written by another runner".into(),
-        })
-        .unwrap();
-    let seq = other.view().seq;
+        }) {
+            Ok(_) => break other.view().seq,
+            Err(ralph_runner::store::StoreError::Conflict { .. }) if Instant::now() < deadline => {}
+            Err(e) => panic!("the other runner's write: {e}"),
+        }
+    };
     wait_until(
         "the service gives the job up",
         Duration::from_secs(30),
