@@ -521,7 +521,7 @@ fn a_journal_changed_by_another_runner_is_never_failed_by_the_service() {
     let agent = s.agent(
         "slow-complete.sh",
         &format!(
-            "touch \"$RALPH_WORKSPACE/started\"\nsleep 1\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            "touch \"$RALPH_WORKSPACE/started\"\nwhile [ ! -f \"$RALPH_WORKSPACE/go\" ]; do sleep 0.05; done\necho '{}' > \"$RALPH_REPORT_FILE\"",
             complete_report("done")
         ),
     );
@@ -549,6 +549,8 @@ fn a_journal_changed_by_another_runner_is_never_failed_by_the_service() {
             Err(e) => panic!("the other runner's write: {e}"),
         }
     };
+    // Only now does the round end, and the service find the foreign event on its next write.
+    std::fs::write(ws.join("go"), "").unwrap();
     wait_until(
         "the service gives the job up",
         Duration::from_secs(30),
