@@ -86,15 +86,7 @@ fn store_error(e: StoreError) -> CliError {
 
 /// Whether a journal is over: its last `job_finished` is not followed by `resumed`.
 fn finished(events: &[Event]) -> bool {
-    events
-        .iter()
-        .rev()
-        .find(|e| {
-            matches!(
-                e.kind,
-                EventKind::JobFinished { .. } | EventKind::Resumed { .. }
-            )
-        })
+    ralph_runner::store::event::last_end_or_resume(events)
         .is_some_and(|e| matches!(e.kind, EventKind::JobFinished { .. }))
 }
 

@@ -788,15 +788,7 @@ async fn job_events(
 
 /// A journal whose last event is `resumed` is not over even though it holds a `job_finished`.
 fn follow_through_resume(events: &[Event]) -> bool {
-    events
-        .iter()
-        .rev()
-        .find(|e| {
-            matches!(
-                e.kind,
-                EventKind::JobFinished { .. } | EventKind::Resumed { .. }
-            )
-        })
+    crate::store::event::last_end_or_resume(events)
         .is_some_and(|e| matches!(e.kind, EventKind::Resumed { .. }))
 }
 

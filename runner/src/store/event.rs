@@ -397,3 +397,14 @@ pub struct Event {
     #[serde(flatten)]
     pub kind: EventKind,
 }
+
+/// The journal's last `job_finished` or `resumed` event, whichever came later: a journal is over
+/// when it is a `job_finished`, and goes on after a `resumed`.
+pub fn last_end_or_resume(events: &[Event]) -> Option<&Event> {
+    events.iter().rev().find(|e| {
+        matches!(
+            e.kind,
+            EventKind::JobFinished { .. } | EventKind::Resumed { .. }
+        )
+    })
+}
