@@ -289,6 +289,7 @@ fn presets_point_their_cli_at_the_gateway_with_a_placeholder_key() {
         gateway_url: Some("http://127.0.0.1:41410/v1"),
         model: Some("gpt-5-codex"),
         args: &args,
+        ..Default::default()
     };
     let codex = preset("codex").argv(&files, &opts);
     let joined = codex.join(" ");

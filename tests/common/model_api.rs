@@ -38,6 +38,14 @@ pub enum Reply {
     Tool { name: String, arguments: Value },
     /// A final assistant message.
     Text(String),
+    /// Several tool calls in one answer (Chat Completions only), each a name and its raw
+    /// `arguments` text, which may be malformed JSON.
+    Calls(Vec<(String, String)>),
+    /// An HTTP error instead of an answer (`Retry-After` seconds when given).
+    Status {
+        status: u16,
+        retry_after: Option<u64>,
+    },
 }
 
 /// One scripted answer: a reply and the usage it reports.
@@ -65,6 +73,30 @@ impl Turn {
         }
     }
 
+    /// Several calls at once: (name, raw arguments text).
+    pub fn calls(calls: &[(&str, &str)], usage: Usage) -> Self {
+        Self {
+            reply: Reply::Calls(
+                calls
+                    .iter()
+                    .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
+                    .collect(),
+            ),
+            usage,
+        }
+    }
+
+    /// An HTTP error answer.
+    pub fn status(status: u16, retry_after: Option<u64>) -> Self {
+        Self {
+            reply: Reply::Status {
+                status,
+                retry_after,
+            },
+            usage: Usage::default(),
+        }
+    }
+
     pub fn text(text: &str, usage: Usage) -> Self {
         Self {
             reply: Reply::Text(text.to_owned()),
@@ -78,7 +110,13 @@ impl Turn {
         match &self.reply {
             Reply::Shell(cmd) => Some((shell.0.to_owned(), json!({ shell.1: cmd }))),
             Reply::Tool { name, arguments } => Some((name.clone(), arguments.clone())),
-            Reply::Text(_) => None,
+            Reply::Calls(calls) => calls.first().map(|(name, args)| {
+                (
+                    name.clone(),
+                    serde_json::from_str(args).unwrap_or(Value::String(args.clone())),
+                )
+            }),
+            Reply::Text(_) | Reply::Status { .. } => None,
         }
     }
 
@@ -228,18 +266,34 @@ pub fn chat(
         "prompt_tokens_details": {"cached_tokens": u.cached},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning},
     });
-    let call = turn.tool_call(("shell", "command"));
-    let finish = if call.is_some() { "tool_calls" } else { "stop" };
+    // Every call as (name, raw arguments text).
+    let calls: Vec<(String, String)> = match &turn.reply {
+        Reply::Calls(c) => c.clone(),
+        _ => turn
+            .tool_call(("shell", "command"))
+            .map(|(n, a)| vec![(n, a.to_string())])
+            .unwrap_or_default(),
+    };
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
     let id = format!("chatcmpl-{n}");
     let chunk = |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
     if !stream {
-        let message = match &call {
-            Some((name, args)) => json!({
-                "role": "assistant", "content": null,
-                "tool_calls": [{"id": format!("call_{n}"), "type": "function",
-                    "function": {"name": name, "arguments": args.to_string()}}],
-            }),
-            None => json!({"role": "assistant", "content": turn.text_or_empty()}),
+        let message = if calls.is_empty() {
+            json!({"role": "assistant", "content": turn.text_or_empty()})
+        } else {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    json!({"id": format!("call_{n}_{i}"), "type": "function",
+                    "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            json!({"role": "assistant", "content": null, "tool_calls": tool_calls})
         };
         let body = json!({
             "id": id, "object": "chat.completion", "created": 0, "model": model,
@@ -248,18 +302,38 @@ pub fn chat(
         });
         return (body.to_string(), "application/json");
     }
-    let delta = match &call {
-        Some((name, args)) => json!({"tool_calls": [{"index": 0, "id": format!("call_{n}"),
-            "type": "function", "function": {"name": name, "arguments": args.to_string()}}]}),
-        None => json!({"content": turn.text_or_empty()}),
-    };
-    let mut chunks = vec![
-        chunk(
-            json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
-        ),
-        chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}])),
-        chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}])),
-    ];
+    let mut chunks = vec![chunk(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+    )];
+    if calls.is_empty() {
+        chunks.push(chunk(
+            json!([{"index": 0, "delta": {"content": turn.text_or_empty()}, "finish_reason": null}]),
+        ));
+    }
+    // Each call as real servers stream it: the id and name first, the arguments in pieces.
+    for (i, (name, args)) in calls.iter().enumerate() {
+        chunks.push(chunk(
+            json!([{"index": 0, "delta": {"tool_calls": [{"index": i,
+            "id": format!("call_{n}_{i}"), "type": "function",
+            "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}]),
+        ));
+        let bytes = args.as_bytes();
+        let mut at = 0;
+        while at < bytes.len() {
+            let mut end = (at + 7).min(bytes.len());
+            while !args.is_char_boundary(end) {
+                end += 1;
+            }
+            chunks.push(chunk(
+                json!([{"index": 0, "delta": {"tool_calls": [{"index": i,
+                "function": {"arguments": &args[at..end]}}]}, "finish_reason": null}]),
+            ));
+            at = end;
+        }
+    }
+    chunks.push(chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+    ));
     if include_usage {
         let mut last = chunk(json!([]));
         last["usage"] = usage;

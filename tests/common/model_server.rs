@@ -115,7 +115,19 @@ impl RecordedRequest {
     }
 }
 
+/// How the server behaves besides its script.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Answer Chat Completions with one JSON body even when the request asks for a stream (a
+    /// server without streaming).
+    pub json_only: bool,
+    /// Past the end of the script, answer with its last turn again, whatever it is (a model
+    /// that never stops calling tools).
+    pub repeat_last: bool,
+}
+
 struct Shared {
+    options: Options,
     api: Api,
     script: Script,
     next: usize,
@@ -142,10 +154,16 @@ impl ModelServer {
     /// Listens on `127.0.0.1:0` and serves from a runtime on its own thread, so sync tests can
     /// use it. The port is bound before this returns.
     pub fn start(api: Api, script: Script) -> Self {
+        Self::start_with(api, script, Options::default())
+    }
+
+    /// [`Self::start`] with [`Options`].
+    pub fn start_with(api: Api, script: Script, options: Options) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Mutex::new(Shared {
+            options,
             api,
             script,
             next: 0,
@@ -311,12 +329,29 @@ async fn handle(
         } => match next_turn(&mut shared) {
             Some((i, turn)) => {
                 turn_index = Some(i);
-                let (text, content_type) = match api {
-                    Api::Responses => (responses(&turn, &model, n), "text/event-stream"),
-                    Api::Messages => messages(&turn, &model, n, stream),
-                    Api::Chat => chat(&turn, &model, n, stream, include_usage),
-                };
-                ([(header::CONTENT_TYPE, content_type)], text).into_response()
+                if let Reply::Status {
+                    status,
+                    retry_after,
+                } = turn.reply
+                {
+                    let mut r = error(
+                        StatusCode::from_u16(status).unwrap(),
+                        "scripted error status",
+                    );
+                    if let Some(s) = retry_after {
+                        r.headers_mut()
+                            .insert(header::RETRY_AFTER, s.to_string().parse().unwrap());
+                    }
+                    r
+                } else {
+                    let stream = stream && !shared.options.json_only;
+                    let (text, content_type) = match api {
+                        Api::Responses => (responses(&turn, &model, n), "text/event-stream"),
+                        Api::Messages => messages(&turn, &model, n, stream),
+                        Api::Chat => chat(&turn, &model, n, stream, include_usage),
+                    };
+                    ([(header::CONTENT_TYPE, content_type)], text).into_response()
+                }
             }
             None => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -358,6 +393,8 @@ fn next_turn(shared: &mut Shared) -> Option<(usize, Turn)> {
     let i = if shared.next < shared.script.len() {
         shared.next += 1;
         shared.next - 1
+    } else if shared.options.repeat_last {
+        shared.script.len().checked_sub(1)?
     } else {
         shared
             .script

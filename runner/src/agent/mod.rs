@@ -5,7 +5,9 @@
 //!
 //! - [`codex`]: OpenAI Codex CLI (`codex exec --json`).
 //! - [`claude`]: Claude Code (`claude -p --output-format stream-json`).
+//! - [`builtin`]: ralph's own agent ([`crate::builtin`]), the same executable run in the round.
 
+pub mod builtin;
 pub mod claude;
 pub mod codex;
 pub mod output;
@@ -47,6 +49,11 @@ pub struct AgentOptions<'a> {
     pub model: Option<&'a str>,
     /// `--agent-arg`s, in order.
     pub args: &'a [String],
+    /// Where this `ralph` executable is inside the round, for presets that run it
+    /// ([`Preset::runs_ralph`]).
+    pub ralph_exe: Option<&'a str>,
+    /// `--agent-max-steps` (the built-in agent's bound of model calls per round).
+    pub max_steps: Option<u32>,
 }
 
 /// The wire protocol family of a model API: decides how the gateway adds the key.
@@ -75,6 +82,21 @@ pub trait Preset: Send + Sync + std::fmt::Debug {
     fn summary(&self) -> &'static str;
     /// The executable the command line starts with (checked before round 1).
     fn program(&self) -> &'static str;
+    /// True when the round runs this `ralph` executable itself (the runner shows it to the
+    /// round; nothing to find on `PATH`).
+    fn runs_ralph(&self) -> bool {
+        false
+    }
+    /// True when the preset may run without a key: given `--upstream` without
+    /// `--api-key-env`, it sends none (a local model server).
+    fn key_optional(&self) -> bool {
+        false
+    }
+    /// More to say in `ralph agent show` (e.g. the built-in agent's system message and tool
+    /// schemas), as named JSON values.
+    fn details(&self) -> Vec<(&'static str, serde_json::Value)> {
+        Vec::new()
+    }
     /// The model API the CLI speaks, by default.
     fn upstream(&self) -> UpstreamDefaults;
     /// The round's command line: the preset's own, configured for the gateway when there is
@@ -113,7 +135,7 @@ pub trait Preset: Send + Sync + std::fmt::Debug {
 
 /// The presets of this build.
 pub fn presets() -> &'static [&'static dyn Preset] {
-    &[&codex::Codex, &claude::Claude]
+    &[&codex::Codex, &claude::Claude, &builtin::Builtin]
 }
 
 /// An `--agent` name that is not a preset.

@@ -64,6 +64,8 @@ impl ChatClient {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
             .read_timeout(Duration::from_secs(600))
+            // The gateway is on loopback: a proxy variable of the round must not reroute it.
+            .no_proxy()
             .build()
             .map_err(|e| ChatError::GaveUp {
                 retries: 0,

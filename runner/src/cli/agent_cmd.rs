@@ -53,12 +53,14 @@ fn placeholder_options() -> AgentOptions<'static> {
         gateway_url: Some("$RALPH_GATEWAY_URL"),
         model: None,
         args: &[],
+        ralph_exe: Some("<ralph>"),
+        max_steps: None,
     }
 }
 
 fn describe(p: &dyn Preset) -> serde_json::Value {
     let up = p.upstream();
-    serde_json::json!({
+    let mut d = serde_json::json!({
         "name": p.name(),
         "summary": p.summary(),
         "argv": p.argv(&placeholder_files(), &placeholder_options()),
@@ -67,7 +69,11 @@ fn describe(p: &dyn Preset) -> serde_json::Value {
         "upstream": up.url,
         "api_key_env": up.key_env,
         "inputs": p.inputs().into_iter().map(|(n, _)| format!("<round>/in/{n}")).collect::<Vec<_>>(),
-    })
+    });
+    for (k, v) in p.details() {
+        d[k] = v;
+    }
+    d
 }
 
 fn print(text: &str) -> Result<(), CliError> {
@@ -119,7 +125,20 @@ pub fn execute(cmd: &AgentCommand) -> Result<Exit, CliError> {
                     "model:  {} through the runner's gateway, key from ${} on the runner side (--upstream, --api-key-env)",
                     up.url, up.key_env
                 ))?;
-                print("reads:  its own output stream for the report, token usage and retries")?;
+                if p.runs_ralph() {
+                    print(
+                        "reads:  its event lines for retries and its verdict; it writes the report file itself; usage is the gateway's count",
+                    )?;
+                } else {
+                    print("reads:  its own output stream for the report, token usage and retries")?;
+                }
+                for (k, v) in p.details() {
+                    let text = match v {
+                        serde_json::Value::String(s) => s,
+                        other => serde_json::to_string_pretty(&other).unwrap_or_default(),
+                    };
+                    print(&format!("\n{}:\n{}", k.replace('_', " "), text.trim_end()))?;
+                }
             }
         }
     }

@@ -81,6 +81,10 @@ pub struct JobArgs {
     /// An extra argument for a preset's CLI; repeatable, passed in order.
     #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub agent_arg: Vec<String>,
+    /// The built-in agent's model calls per round (`--agent builtin`; default 50): a round
+    /// that uses them all without a final answer fails, saying so.
+    #[arg(long, value_name = "N")]
+    pub agent_max_steps: Option<u32>,
     /// A name for finding the job again (`ralph jobs --name`).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
@@ -132,6 +136,7 @@ impl JobArgs {
             api_key_env: self.api_key_env.clone(),
             model: self.model.clone(),
             agent_arg: self.agent_arg.clone(),
+            agent_max_steps: self.agent_max_steps,
             allow_host: s.allow_host.clone(),
             name: self.name.clone(),
             labels: self.label.iter().cloned().collect(),

@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Backends {
     native: NativeBackend,
     docker: DockerBackend,
+    /// This executable's real path (what a round runs for the built-in agent).
+    self_exe: PathBuf,
 }
 
 /// A run in progress on some backend.
@@ -35,13 +37,27 @@ impl Backends {
     pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
         let policies = Arc::new(policies);
         let helper_exe = helper_exe.into();
+        let self_exe = std::fs::canonicalize(&helper_exe).unwrap_or_else(|_| helper_exe.clone());
         Self {
+            self_exe: self_exe.clone(),
             native: NativeBackend::with_shared_policies(helper_exe.clone(), policies.clone()),
             // The same static executable is the containers' init, by its real path (the engine
             // resolves a mount's source itself: `/proc/self/exe` would be its own).
             docker: DockerBackend::new(policies)
                 .reaping_leftovers()
-                .with_init_program(std::fs::canonicalize(&helper_exe).unwrap_or(helper_exe)),
+                .with_init_program(self_exe),
+        }
+    }
+
+    /// Where a round of `kind` finds this `ralph` executable, and the host path to show it at
+    /// (native: its real path, shown read-only; docker: the init mounted in every container).
+    pub fn ralph_in_round(&self, kind: BackendKind) -> (String, Option<PathBuf>) {
+        match kind {
+            BackendKind::Native => (
+                self.self_exe.display().to_string(),
+                Some(self.self_exe.clone()),
+            ),
+            BackendKind::Docker => (ralph_sandbox::docker::init::INIT_PATH.to_owned(), None),
         }
     }
 

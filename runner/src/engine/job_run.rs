@@ -221,7 +221,7 @@ impl<'e> JobRun<'e> {
                 .upstreams
                 .resolve(&self.spec, &self.agent, &self.engine.env)
                 .map_err(|e| config(e.message))?;
-            if let Some(u) = &upstream {
+            if let Some(u) = upstream.as_ref().filter(|u| !u.key.is_empty()) {
                 if let Some(name) = self
                     .spec
                     .env

@@ -46,6 +46,10 @@ pub fn program_visible(
     env: &RunnerEnv,
     backends: &Backends,
 ) -> Result<(), String> {
+    if preset.runs_ralph() {
+        // The runner shows the round its own executable ([`show_ralph`]).
+        return Ok(());
+    }
     let name = preset.program();
     let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
     let Some((found, real)) = find_on_path(name, path) else {
@@ -99,6 +103,21 @@ pub fn program_visible(
         },
         fix.join(" ")
     ))
+}
+
+/// Shows the round this executable (`exe`, its real path), read-only, for a preset that runs
+/// it, unless a tree the round sees already holds it. In full-access mode everything is seen.
+pub(super) fn show_ralph(req: &mut ralph_sandbox::SandboxRequest, exe: PathBuf) {
+    if req.mode == Mode::FullAccess {
+        return;
+    }
+    let shown = std::iter::once(&req.workspace)
+        .chain(&req.read)
+        .chain(&req.write)
+        .any(|t| exe.starts_with(t));
+    if !shown {
+        req.read.push(exe);
+    }
 }
 
 /// What to say when the shell could not run `command` (exit 126 or 127) in the sandbox: the

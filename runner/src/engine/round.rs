@@ -153,10 +153,18 @@ impl JobRun<'_> {
         })?;
         let gateway_url = plan.as_ref().and_then(GatewayPlan::gateway_url);
         let access = &self.spec.model_access;
+        // A preset that runs this executable finds it where the backend shows it.
+        let runs_ralph = preset.is_some_and(|p| p.runs_ralph());
+        let (ralph_exe, show_exe) = self
+            .engine
+            .backends
+            .ralph_in_round(self.spec.sandbox.backend);
         let options = AgentOptions {
             gateway_url: gateway_url.as_deref(),
             model: access.model.as_deref(),
             args: &access.agent_args,
+            ralph_exe: runs_ralph.then_some(ralph_exe.as_str()),
+            max_steps: access.agent_max_steps,
         };
         let mut owned_vars: Vec<(String, String)> = Vec::new();
         if let Some(p) = &plan {
@@ -205,6 +213,9 @@ impl JobRun<'_> {
                 );
                 req.network = Some(self.spec.network());
                 req.gateway_ports = plan.as_ref().map(GatewayPlan::ports).unwrap_or_default();
+                if let (true, Some(exe)) = (runs_ralph, show_exe) {
+                    super::preset_check::show_ralph(&mut req, exe);
+                }
                 req
             },
             control_dir: dirs.root.clone(),

@@ -19,6 +19,8 @@ pub enum KeySource {
     Env(String),
     /// A file only the service reads (its first line, trimmed).
     File(PathBuf),
+    /// No key: a local server that takes none (no credential is sent).
+    None,
 }
 
 /// An upstream the service's configuration names.
@@ -91,6 +93,7 @@ fn family_of_url(url: &str) -> ApiFamily {
 
 fn read_key(source: &KeySource, env: &RunnerEnv) -> Result<(String, String), String> {
     match source {
+        KeySource::None => Ok((String::new(), "no key".to_owned())),
         KeySource::Env(name) => match env.get(name).map(str::trim) {
             Some(k) if !k.is_empty() => Ok((k.to_owned(), format!("${name}"))),
             Some(_) => Err(format!("the variable `{name}` is empty")),
@@ -141,7 +144,18 @@ impl Upstreams {
                         ApiFamily::OpenAi => "OPENAI_API_KEY".to_owned(),
                         ApiFamily::Anthropic => "ANTHROPIC_API_KEY".to_owned(),
                     });
-                let (key, key_origin) = read_key(&KeySource::Env(key_env.clone()), env)
+                // A preset that may run keyless sends no key to an upstream the job chose
+                // unless the job names the variable: a local server needs none, and the
+                // default variable's key must not go to a server it was not meant for.
+                let keyless = preset.is_some_and(|p| p.key_optional())
+                    && access.upstream.is_some()
+                    && access.api_key_env.is_none();
+                let source = if keyless {
+                    KeySource::None
+                } else {
+                    KeySource::Env(key_env.clone())
+                };
+                let (key, key_origin) = read_key(&source, env)
                     .map_err(|why| {
                         fail(format!(
                             "{}: the model gateway needs the key of `{url}` and {why}: export {key_env}=… before `ralph run`, or name the variable that holds it with --api-key-env (the key never enters the sandbox)",

@@ -29,6 +29,9 @@ pub struct ModelAccess {
     /// `HOST[:PORT]` entries the egress proxy lets the round reach.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_hosts: Vec<String>,
+    /// The built-in agent's model calls per round (`--agent-max-steps`; default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_max_steps: Option<u32>,
 }
 
 impl ModelAccess {
@@ -40,6 +43,8 @@ impl ModelAccess {
 
 /// Most `--agent-arg`s a job may carry.
 pub const MAX_AGENT_ARGS: usize = 64;
+/// Largest `--agent-max-steps`.
+pub const MAX_AGENT_STEPS: u32 = 10_000;
 /// Longest `--agent-arg`, `--model` or `--upstream`, in bytes.
 pub const MAX_ACCESS_VALUE: usize = 4096;
 
@@ -70,9 +75,9 @@ fn plain(field: &'static str, value: &str) -> Result<(), SpecError> {
 }
 
 impl ModelAccess {
-    /// Checks the settings against the job's agent and network (`network` is the job's
-    /// resolved setting, see [`super::JobSpec::network`]).
-    pub fn validate(&self, preset: bool, network: Network) -> Result<(), SpecError> {
+    /// Checks the settings against the job's agent (`preset`: its name, when it is one) and
+    /// network (`network` is the job's resolved setting, see [`super::JobSpec::network`]).
+    pub fn validate(&self, preset: Option<&str>, network: Network) -> Result<(), SpecError> {
         if let Some(u) = &self.upstream {
             plain("upstream", u)?;
             if u.contains("://") && !(u.starts_with("http://") || u.starts_with("https://")) {
@@ -110,7 +115,21 @@ impl ModelAccess {
                 ));
             }
         }
-        if !preset {
+        if let Some(n) = self.agent_max_steps {
+            if preset != Some(crate::agent::builtin::NAME) {
+                return Err(err(
+                    "agent_max_steps",
+                    "only applies to the built-in agent (`agent = \"builtin\"`)",
+                ));
+            }
+            if n == 0 || n > MAX_AGENT_STEPS {
+                return Err(err(
+                    "agent_max_steps",
+                    format!("must be between 1 and {MAX_AGENT_STEPS}, not {n}"),
+                ));
+            }
+        }
+        if preset.is_none() {
             for (field, given) in [
                 ("model", self.model.is_some()),
                 ("agent_arg", !self.agent_args.is_empty()),
@@ -157,15 +176,16 @@ mod tests {
 
     #[test]
     fn settings_are_checked_with_the_field_named() {
-        let field =
-            |a: ModelAccess, preset: bool, n: Network| a.validate(preset, n).unwrap_err().field;
+        let field = |a: ModelAccess, preset: Option<&str>, n: Network| {
+            a.validate(preset, n).unwrap_err().field
+        };
         assert_eq!(
             field(
                 ModelAccess {
                     upstream: Some("ftp://x".into()),
                     ..access()
                 },
-                true,
+                Some("codex"),
                 Network::Gateway
             ),
             "upstream"
@@ -176,7 +196,7 @@ mod tests {
                     api_key_env: Some("A-B".into()),
                     ..access()
                 },
-                true,
+                Some("codex"),
                 Network::Gateway
             ),
             "api_key_env"
@@ -187,7 +207,7 @@ mod tests {
                     model: Some("m".into()),
                     ..access()
                 },
-                false,
+                None,
                 Network::Gateway
             ),
             "model"
@@ -198,7 +218,7 @@ mod tests {
                     agent_args: vec!["-x".into()],
                     ..access()
                 },
-                false,
+                None,
                 Network::Gateway
             ),
             "agent_arg"
@@ -209,7 +229,7 @@ mod tests {
                     allow_hosts: vec!["a b".into()],
                     ..access()
                 },
-                false,
+                None,
                 Network::Gateway
             ),
             "allow_host"
@@ -222,7 +242,7 @@ mod tests {
                         allow_hosts: vec!["pypi.org".into()],
                         ..access()
                     },
-                    false,
+                    None,
                     n
                 ),
                 "network"
@@ -233,7 +253,7 @@ mod tests {
                         upstream: Some("http://127.0.0.1:1/v1".into()),
                         ..access()
                     },
-                    false,
+                    None,
                     n
                 ),
                 "network"
@@ -245,8 +265,31 @@ mod tests {
             model: Some("qwen".into()),
             agent_args: vec!["-c".into(), "x=1".into()],
             allow_hosts: vec!["pypi.org".into(), "[::1]:8080".into()],
+            agent_max_steps: None,
         }
-        .validate(true, Network::Gateway)
+        .validate(Some("codex"), Network::Gateway)
         .unwrap();
+    }
+
+    #[test]
+    fn the_step_bound_is_the_builtin_agents_and_bounded() {
+        let steps = |n: u32| ModelAccess {
+            agent_max_steps: Some(n),
+            ..access()
+        };
+        let e = steps(5)
+            .validate(Some("codex"), Network::Gateway)
+            .unwrap_err();
+        assert_eq!(e.field, "agent_max_steps");
+        assert!(e.message.contains("builtin"), "{e:?}");
+        for bad in [0, MAX_AGENT_STEPS + 1] {
+            let e = steps(bad)
+                .validate(Some("builtin"), Network::Gateway)
+                .unwrap_err();
+            assert_eq!(e.field, "agent_max_steps");
+        }
+        steps(3)
+            .validate(Some("builtin"), Network::Gateway)
+            .unwrap();
     }
 }

@@ -94,6 +94,8 @@ pub struct JobRequest {
     /// Extra arguments for a preset's CLI.
     #[serde(default)]
     pub agent_arg: Vec<String>,
+    /// The built-in agent's model calls per round.
+    pub agent_max_steps: Option<u32>,
     /// Hosts the egress proxy lets the round reach (`HOST[:PORT]`).
     #[serde(default)]
     pub allow_host: Vec<String>,
@@ -365,6 +367,7 @@ impl JobRequest {
             model: self.model,
             agent_args: self.agent_arg,
             allow_hosts: self.allow_host,
+            agent_max_steps: self.agent_max_steps,
         };
         d.name = self.name;
         d.labels = self.labels;

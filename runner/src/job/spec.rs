@@ -403,7 +403,10 @@ impl JobSpec {
             }
         }
         self.model_access.validate(
-            matches!(self.agent, AgentSpec::Preset { .. }),
+            match &self.agent {
+                AgentSpec::Preset { name } => Some(name.as_str()),
+                AgentSpec::Command { .. } => None,
+            },
             self.network(),
         )?;
         Ok(())

@@ -7,6 +7,11 @@
 //! url = "https://api.openai.com/v1"
 //! api = "openai"
 //! key_file = "/etc/ralph/keys/openai"
+//!
+//! [gateway.upstreams.local]             # a local vLLM / Ollama / llama.cpp server
+//! url = "http://127.0.0.1:11434/v1"
+//! api = "openai"
+//! no_key = true                         # sends no credential
 //! ```
 
 use std::collections::BTreeMap;
@@ -49,6 +54,9 @@ pub struct UpstreamConfig {
     pub key_file: Option<PathBuf>,
     /// A variable of the service's environment holding the key.
     pub key_env: Option<String>,
+    /// `true`: the server takes no key (a local model server); no credential is sent.
+    #[serde(default)]
+    pub no_key: bool,
 }
 
 impl GatewayConfig {
@@ -75,8 +83,15 @@ impl GatewayConfig {
                 (Some(_), Some(_)) => {
                     return Err(format!("`{at}`: give `key_file` or `key_env`, not both"));
                 }
-                (None, None) => {
-                    return Err(format!("`{at}`: one of `key_file` or `key_env` is needed"));
+                (Some(_), None) | (None, Some(_)) if u.no_key => {
+                    return Err(format!(
+                        "`{at}`: `no_key = true` says the server takes no key; remove it or the key setting"
+                    ));
+                }
+                (None, None) if !u.no_key => {
+                    return Err(format!(
+                        "`{at}`: one of `key_file` or `key_env` is needed (or `no_key = true` for a local server that takes none)"
+                    ));
                 }
                 (Some(p), None) if !p.is_absolute() => {
                     return Err(format!(
@@ -99,7 +114,7 @@ impl GatewayConfig {
                     let key = match (&u.key_file, &u.key_env) {
                         (Some(p), _) => KeySource::File(p.clone()),
                         (None, Some(v)) => KeySource::Env(v.clone()),
-                        (None, None) => KeySource::Env(String::new()),
+                        (None, None) => KeySource::None,
                     };
                     let api = match u.api {
                         ApiName::Openai => ApiFamily::OpenAi,

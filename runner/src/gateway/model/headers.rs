@@ -61,6 +61,11 @@ pub fn upstream_request_headers(
         }
         out.append(name.clone(), value.clone());
     }
+    // A keyless upstream (a local server): nothing is added, and the agent's placeholder
+    // was dropped above.
+    if key.expose().is_empty() {
+        return Ok(out);
+    }
     let (name, value) = match family {
         ApiFamily::OpenAi => (
             header::AUTHORIZATION,
