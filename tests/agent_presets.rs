@@ -353,10 +353,39 @@ fn ralph_agent_lists_and_shows_the_presets() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["codex", "claude"]);
+    assert_eq!(names, ["codex", "claude", "builtin"]);
     let out = ralph(&["agent", "show", "codex", "--json"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["argv"][0], "codex");
+    // The built-in agent shows what it tells the model: its system message and tool schemas.
+    let out = ralph(&["agent", "show", "builtin", "--json"]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["argv"][1], "__builtin-agent");
+    assert!(
+        v["system_message"]
+            .as_str()
+            .unwrap()
+            .contains("`edit_file` replaces exactly one occurrence")
+    );
+    let tools: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["shell", "read_file", "write_file", "edit_file"]);
+    assert_eq!(
+        v["tools"][3]["function"]["parameters"]["required"],
+        serde_json::json!(["path", "old", "new"])
+    );
+    let out = ralph(&["agent", "show", "builtin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\nsystem message:\nYou are a coding agent"),
+        "{text}"
+    );
+    assert!(text.contains("\ntools:\n["), "{text}");
     let out = ralph(&["agent", "show", "nope"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("available: codex, claude"));

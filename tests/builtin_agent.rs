@@ -503,3 +503,47 @@ fn in_a_container_the_job_is_refused_until_docker_confines_the_gateway() {
     assert_eq!(server.request_count(), 0);
     assert_eq!(f.read_ws("calc.sh"), "add() { echo $(( $1 - $2 )); }\n");
 }
+
+#[test]
+fn the_service_runs_it_against_a_keyless_local_upstream() {
+    let script = fixing_script();
+    let model = ModelServer::start(Api::Chat, script);
+    let s = common::server::Server::new(&format!(
+        "[gateway.upstreams.local]\nurl = \"{}/v1\"\napi = \"openai\"\nno_key = true\n\n[limits]\nallowed_upstreams = [\"local\"]\n",
+        model.url()
+    ));
+    let ws = s.workspace("ws");
+    std::fs::write(ws.join("calc.sh"), "add() { echo $(( $1 - $2 )); }\n").unwrap();
+    std::fs::write(
+        ws.join("test.sh"),
+        ". ./calc.sh\nif [ \"$(add 2 3)\" = 5 ]; then echo PASS; else echo \"FAIL: add 2 3 = $(add 2 3)\"; exit 1; fi\n",
+    )
+    .unwrap();
+    let job = json!({
+        "objective": "make sh test.sh pass", "workspace": ws, "agent": "builtin",
+        "model": "scripted-model", "upstream": "local", "agent_max_steps": 10,
+        "verify": "sh test.sh", "retry_backoff": "10ms", "mode": TEST_MODE,
+    });
+    let (code, body) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job] }).to_string()),
+    );
+    assert_eq!(code, 201, "{body}");
+    let id = body["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let j = s.wait_finished(&id, std::time::Duration::from_secs(120));
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", model.summary());
+    assert_eq!(j["verified"], true, "{j}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("calc.sh")).unwrap(),
+        "add() { echo $(( $1 + $2 )); }\n"
+    );
+    assert_the_model_saw_its_tools_work(&model);
+    for r in model.turn_requests() {
+        assert_eq!(
+            r.header("authorization"),
+            None,
+            "no_key sends no credential"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The README's first command: the demo job runs end to end on a copy of the example project,
-//! completes by the runner's own verify, and leaves the checkout untouched.
+//! completes by the runner's own verify, and leaves the checkout untouched. Its variant with
+//! the built-in agent against the scripted model server (no LLM) does the same.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -39,6 +40,50 @@ fn the_demo_fixes_the_tests_and_the_runner_verifies_it() {
         "the checkout stays clean"
     );
     // The workspace copy really was fixed.
+    let ws = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("demo workspace: "))
+        .unwrap();
+    let status = Command::new("sh")
+        .arg("test.sh")
+        .current_dir(ws)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::remove_dir_all(ws).unwrap();
+}
+
+#[test]
+fn the_builtin_agent_demo_fixes_the_tests_against_the_scripted_model_server() {
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/fix-the-tests");
+    let before = std::fs::read(example.join("project/text.sh")).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(example.join("run-builtin-demo.sh"))
+        .env("RALPH", common::ralph_bin())
+        .arg("--json")
+        .arg("--state-dir")
+        .arg(state.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("scripted model server (no LLM)"),
+        "{stderr}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["outcome"], "complete", "{stderr}");
+    assert_eq!(j["reason"], "verified");
+    assert_eq!(j["rounds"], 3, "one bug fixed per round: {stderr}");
+    assert!(
+        j["usage"]["input_tokens"].as_u64().unwrap() > 0,
+        "the gateway counted the tokens: {j}"
+    );
+    assert_eq!(
+        std::fs::read(example.join("project/text.sh")).unwrap(),
+        before,
+        "the checkout stays clean"
+    );
     let ws = stderr
         .lines()
         .find_map(|l| l.strip_prefix("demo workspace: "))

@@ -133,3 +133,32 @@ impl GatewayConfig {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<(), String> {
+        let c: GatewayConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()
+    }
+
+    #[test]
+    fn an_upstream_names_its_key_or_says_it_takes_none() {
+        let base = "[upstreams.local]\nurl = \"http://127.0.0.1:8000/v1\"\napi = \"openai\"\n";
+        let e = parse(base).unwrap_err();
+        assert!(
+            e.contains("gateway.upstreams.local") && e.contains("no_key"),
+            "{e}"
+        );
+        parse(&format!("{base}no_key = true\n")).unwrap();
+        parse(&format!("{base}key_env = \"K\"\n")).unwrap();
+        let e = parse(&format!("{base}key_env = \"K\"\nno_key = true\n")).unwrap_err();
+        assert!(e.contains("no_key"), "{e}");
+        let c: GatewayConfig = toml::from_str(&format!("{base}no_key = true\n")).unwrap();
+        let Upstreams::Named(named) = c.upstreams() else {
+            panic!("named upstreams")
+        };
+        assert_eq!(named["local"].key, KeySource::None);
+    }
+}
