@@ -310,8 +310,20 @@ pub fn chat(
             json!([{"index": 0, "delta": {"content": turn.text_or_empty()}, "finish_reason": null}]),
         ));
     }
-    // Each call as real servers stream it: the id and name first, the arguments in pieces.
-    for (i, (name, args)) in calls.iter().enumerate() {
+    // A single call in one chunk; several (`Reply::Calls`) as real servers stream them: the
+    // id and name first, the arguments in pieces.
+    if !matches!(turn.reply, Reply::Calls(_)) {
+        for (name, args) in &calls {
+            chunks.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "id": format!("call_{n}"), "type": "function",
+                "function": {"name": name, "arguments": args}}]}, "finish_reason": null}])));
+        }
+    }
+    for (i, (name, args)) in calls
+        .iter()
+        .enumerate()
+        .filter(|_| matches!(turn.reply, Reply::Calls(_)))
+    {
         chunks.push(chunk(
             json!([{"index": 0, "delta": {"tool_calls": [{"index": i,
             "id": format!("call_{n}_{i}"), "type": "function",
