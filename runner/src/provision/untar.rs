@@ -223,13 +223,13 @@ pub fn unpack(
         other => other,
     };
     drop(root);
-    result.or_else(|first| match empty_dir(dest) {
-        Ok(()) => Err(first),
-        Err(source) => Err(UntarError::Cleanup {
+    result.map_err(|first| match empty_dir(dest) {
+        Ok(()) => first,
+        Err(source) => UntarError::Cleanup {
             dest: dest.to_path_buf(),
             first: Box::new(first),
             source,
-        }),
+        },
     })
 }
 

@@ -67,7 +67,7 @@ pub enum StoreError {
         source: ::postgres::Error,
     },
     /// The connection string of the PostgreSQL store cannot be used.
-    #[error("failed to parse the connection string of the PostgreSQL store `{target}`: {source}")]
+    #[error("failed to use the connection string of the PostgreSQL store `{target}`: {source}")]
     PostgresTarget {
         /// The connection string, password redacted.
         target: String,
