@@ -109,7 +109,7 @@ impl<R: Read> Read for Exact<R> {
                 "the file shrank while it was being packed",
             ));
         }
-        self.left -= n as u64;
+        self.left = self.left.saturating_sub(n as u64);
         Ok(n)
     }
 }
