@@ -492,5 +492,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sslrootcert `/nonexistent/ca.pem`"), "{e}");
+        let e = TlsPlan::new(&TlsSettings {
+            mode: Some("require".into()),
+            cert: Some("/etc/ralph/client.pem".into()),
+            ..TlsSettings::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sslcert/sslkey: give both"), "{e}");
+        // Unix sockets never try TLS, whatever sslmode says.
+        let t = super::super::target::Target::parse(
+            "postgres://ralph@/ralph?host=/run/postgresql&sslmode=require",
+        )
+        .unwrap();
+        assert_eq!(t.config.get_ssl_mode(), postgres::config::SslMode::Disable);
     }
 }
