@@ -10,6 +10,7 @@
 //! - [`usage`]: token usage lines (SPEC §4).
 //! - [`gateway`]: the per-job model gateway and egress proxy (SPEC §9).
 //! - [`ci`]: JUnit and Markdown reports of a finished job for CI systems.
+//! - [`provision`]: workspaces the runner provisions (safe unpacking of uploads, SPEC §11).
 //!
 //! # Test strategy
 //!
@@ -26,6 +27,7 @@ pub mod gateway;
 pub mod job;
 pub mod logging;
 pub mod metrics;
+pub mod provision;
 pub mod report;
 pub mod service;
 pub mod store;

@@ -300,9 +300,8 @@ impl ServiceConfig {
         if let Some(DatabaseUrl(url)) = &c.database_url {
             crate::store::postgres::target::Target::parse(url).map_err(|e| {
                 err(format!(
-                    "`database_url`: `{}` is not a PostgreSQL connection string: {}",
+                    "`database_url`: `{}` is not a PostgreSQL connection string: {e}",
                     crate::store::postgres::target::redact(url),
-                    crate::store::postgres::worker::describe(&e)
                 ))
             })?;
         }

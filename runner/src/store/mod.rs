@@ -66,6 +66,22 @@ pub enum StoreError {
         /// The client's error.
         source: ::postgres::Error,
     },
+    /// The connection string of the PostgreSQL store cannot be used.
+    #[error("failed to use the connection string of the PostgreSQL store `{target}`: {source}")]
+    PostgresTarget {
+        /// The connection string, password redacted.
+        target: String,
+        /// Why.
+        source: postgres::target::TargetError,
+    },
+    /// The TLS session with the PostgreSQL server could not be set up.
+    #[error("failed to connect to the PostgreSQL store `{target}` over TLS: {reason}")]
+    PostgresTls {
+        /// The connection string, password redacted.
+        target: String,
+        /// Why, in `database_url`'s terms (`sslmode`, `sslrootcert`).
+        reason: String,
+    },
     /// The thread that owns the PostgreSQL connection is gone.
     #[error("the PostgreSQL connection thread of `{target}` stopped")]
     PostgresWorker {

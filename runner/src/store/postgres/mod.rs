@@ -17,6 +17,7 @@
 //! lagging replica) are journalled again by their runner ([`crate::store::journal`]).
 //!
 //! - [`target`]: the connection string (defaults, redaction).
+//! - [`tls`], [`tls_connect`]: TLS to the server (`sslmode`, `sslrootcert`, ...; rustls).
 //! - [`pool`]: the connection threads and their queue, the wait bound.
 //! - [`worker`]: one connection: session settings, reconnects and retries.
 //! - [`probe`]: whether the store can be reached now (`/readyz`).
@@ -28,6 +29,8 @@ pub mod pool;
 pub mod probe;
 pub mod schema;
 pub mod target;
+pub mod tls;
+pub mod tls_connect;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -62,8 +65,7 @@ impl PgStore {
     /// Connects to `url` with a pool of `options.size` connections, creating or checking the
     /// schema.
     pub fn open(url: &str, options: PoolOptions) -> Result<Self, StoreError> {
-        let target = Target::parse(url).map_err(|source| StoreError::Postgres {
-            action: "parse the connection string of",
+        let target = Target::parse(url).map_err(|source| StoreError::PostgresTarget {
             target: target::redact(url),
             source,
         })?;

@@ -7,7 +7,9 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use postgres::Client;
+
+use super::tls_connect::RustlsConnect;
 
 use super::target::Target;
 use super::worker::describe;
@@ -70,9 +72,10 @@ impl Probe {
             .connect_timeout(PROBE_TIMEOUT)
             .tcp_user_timeout(PROBE_TIMEOUT);
         let thread_shared = shared.clone();
+        let tls = target.tls.clone();
         std::thread::Builder::new()
             .name("ralph-postgres-probe".into())
-            .spawn(move || run(&thread_shared, &config))
+            .spawn(move || run(&thread_shared, &config, &tls))
             .map_err(|source| StoreError::Io {
                 action: "start the PostgreSQL probe thread for",
                 path: target.redacted.clone().into(),
@@ -130,7 +133,7 @@ impl Drop for Probe {
 }
 
 /// The probe's thread: answers each request with one `SELECT 1`, reconnecting as needed.
-fn run(shared: &Shared, config: &postgres::Config) {
+fn run(shared: &Shared, config: &postgres::Config, tls: &RustlsConnect) {
     let mut client: Option<Client> = None;
     loop {
         {
@@ -143,7 +146,7 @@ fn run(shared: &Shared, config: &postgres::Config) {
             }
             st.wanted = false;
         }
-        let answer = once(&mut client, config);
+        let answer = once(&mut client, config, tls);
         if answer.is_err() {
             client = None;
         }
@@ -154,9 +157,15 @@ fn run(shared: &Shared, config: &postgres::Config) {
     }
 }
 
-fn once(client: &mut Option<Client>, config: &postgres::Config) -> Result<(), String> {
+fn once(
+    client: &mut Option<Client>,
+    config: &postgres::Config,
+    tls: &RustlsConnect,
+) -> Result<(), String> {
     if client.as_ref().is_none_or(Client::is_closed) {
-        let mut c = config.connect(NoTls).map_err(|e| describe(&e))?;
+        let mut c = config
+            .connect(tls.clone())
+            .map_err(|e| tls.explain(&e).unwrap_or_else(|| describe(&e)))?;
         c.batch_execute(&format!(
             "SET statement_timeout = '{}ms'",
             PROBE_TIMEOUT.as_millis()

@@ -4,6 +4,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::tls::{SslMode, TlsError, TlsPlan, split};
+use super::tls_connect::RustlsConnect;
+
 /// How long one connection attempt may take, unless the URL says (`connect_timeout`).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long sent data may stay unacknowledged on a TCP connection before it is dropped, unless
@@ -17,6 +20,19 @@ pub struct Target {
     pub config: postgres::Config,
     /// The connection string with any password replaced by `***`, for messages.
     pub redacted: String,
+    /// How connections are encrypted (`sslmode`, `sslrootcert`, ...).
+    pub tls: RustlsConnect,
+}
+
+/// A connection string that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The client's parser refused it.
+    #[error("{}", super::worker::describe(.0))]
+    Parse(postgres::Error),
+    /// Its TLS settings cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl std::fmt::Debug for Target {
@@ -27,8 +43,24 @@ impl std::fmt::Debug for Target {
 
 impl Target {
     /// Parses `url` (`postgres://user@host/db?...` or `key=value ...`).
-    pub fn parse(url: &str) -> Result<Self, postgres::Error> {
-        let mut config = postgres::Config::from_str(url)?;
+    pub fn parse(url: &str) -> Result<Self, TargetError> {
+        let (rest, settings) = split(url);
+        let mut config = postgres::Config::from_str(&rest).map_err(TargetError::Parse)?;
+        let plan = TlsPlan::new(&settings)?;
+        // PostgreSQL offers no TLS over a Unix socket; libpq does not try it there either.
+        let unix_only = !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| !matches!(h, postgres::config::Host::Tcp(_)));
+        config.ssl_mode(match plan.mode {
+            _ if unix_only => postgres::config::SslMode::Disable,
+            SslMode::Disable => postgres::config::SslMode::Disable,
+            SslMode::Prefer => postgres::config::SslMode::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                postgres::config::SslMode::Require
+            }
+        });
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -41,6 +73,7 @@ impl Target {
         Ok(Self {
             config,
             redacted: redact(url),
+            tls: RustlsConnect::new(plan),
         })
     }
 }

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use postgres::Client;
 use postgres::error::SqlState;
-use postgres::{Client, NoTls};
 
 use super::target::Target;
 use crate::store::StoreError;
@@ -107,7 +107,7 @@ impl Worker {
                 if attempt > 0 {
                     std::thread::sleep(backoff(attempt - 1));
                 }
-                match self.target.config.connect(NoTls) {
+                match self.target.config.connect(self.target.tls.clone()) {
                     Ok(mut c) => match c.batch_execute(SESSION) {
                         Ok(()) => {
                             self.client = Some(c);
@@ -116,6 +116,12 @@ impl Worker {
                         Err(e) => last = Some(e),
                     },
                     Err(e) => {
+                        if let Some(reason) = self.target.tls.explain(&e) {
+                            return Err(StoreError::PostgresTls {
+                                target: self.target.redacted.clone(),
+                                reason,
+                            });
+                        }
                         let fatal = e.as_db_error().is_some_and(|d| !transient_code(d.code()));
                         last = Some(e);
                         if fatal {
