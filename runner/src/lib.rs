@@ -26,6 +26,7 @@ pub mod gateway;
 pub mod job;
 pub mod logging;
 pub mod metrics;
+pub mod provision;
 pub mod report;
 pub mod service;
 pub mod store;

@@ -474,6 +474,32 @@ pub fn describe_event(ev: &Event) -> String {
         EventKind::CancelRequested { by } => format!("cancel requested by {by}"),
         EventKind::Interrupted { message } => format!("interrupted: {message}"),
         EventKind::Resumed { message } => format!("resumed: {message}"),
+        EventKind::WorkspaceProvisioned {
+            repo,
+            git_ref,
+            commit,
+            duration_ms,
+        } => format!(
+            "workspace provisioned from {} at {} = {commit} ({:.1}s)",
+            repo.as_deref().unwrap_or("an upload"),
+            git_ref.as_deref().unwrap_or("HEAD"),
+            *duration_ms as f64 / 1000.0
+        ),
+        EventKind::ResultWritten {
+            bytes,
+            files,
+            pushed,
+            error,
+        } => {
+            let mut line = format!("result.patch written ({files} file(s), {bytes} bytes)");
+            if let Some(p) = pushed {
+                line.push_str(&format!("; pushed {p}"));
+            }
+            if let Some(e) = error {
+                line.push_str(&format!("; {e}"));
+            }
+            line
+        }
         EventKind::JobFinished {
             outcome,
             reason,

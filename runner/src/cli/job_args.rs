@@ -101,6 +101,11 @@ impl JobArgs {
             objective: self.objective.clone(),
             objective_file: self.objective_file.clone(),
             workspace: self.workspace.clone(),
+            // A provisioned workspace (`repo`, `upload`) is asked for in a job file.
+            repo: None,
+            r#ref: None,
+            push: None,
+            upload: None,
             agent: self.agent.clone(),
             agent_cmd: self.agent_cmd.clone(),
             kind: self.kind,
