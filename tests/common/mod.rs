@@ -17,6 +17,7 @@ pub mod model_api;
 pub mod model_server;
 pub mod pg_cluster;
 pub mod promtool;
+pub mod git_server;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;

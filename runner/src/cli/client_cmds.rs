@@ -111,7 +111,10 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
         })?);
     }
     let absolute = |p: &Path| base.join(p);
-    r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
+    // A job the runner provisions a workspace for (`repo`, `upload`) names none.
+    if r.repo.is_none() && r.upload.is_none() {
+        r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
+    }
     r.read = r.read.iter().map(|p| absolute(p)).collect();
     r.write = r.write.iter().map(|p| absolute(p)).collect();
     Ok(r)

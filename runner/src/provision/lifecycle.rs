@@ -9,7 +9,8 @@ use super::{ProvisionError, private_git_dir};
 
 /// Removes a provisioned workspace and the runner's repository beside it.
 pub fn remove_workspace(workspace: &Path) -> Result<(), ProvisionError> {
-    for dir in [workspace.to_owned(), private_git_dir(workspace)] {
+    // The runner's repository first: a workspace that is gone has nothing left beside it.
+    for dir in [private_git_dir(workspace), workspace.to_owned()] {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

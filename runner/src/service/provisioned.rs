@@ -118,7 +118,11 @@ impl Service {
                 let svc = self.clone();
                 let _ = tokio::task::spawn_blocking(move || svc.sweep_workspaces()).await;
             }
-            tokio::time::sleep(SWEEP_EVERY).await;
+            // A short retention is enforced at a quarter of it (at least every second).
+            let every = config
+                .workspace_retention
+                .map_or(SWEEP_EVERY, |r| (r.0 / 4).clamp(Duration::from_secs(1), SWEEP_EVERY));
+            tokio::time::sleep(every).await;
         }
     }
 
