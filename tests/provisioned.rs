@@ -80,7 +80,8 @@ fn ralph_diff(s: &Server, args: &[&str]) -> (i32, Vec<u8>, String) {
     let mut cmd = Command::new(ralph_bin());
     cmd.arg("diff").args(args).env_remove("RALPH_SERVER");
     if !args.contains(&"--state-dir") {
-        cmd.env("RALPH_SERVER", s.url()).env("RALPH_TOKEN", s.token());
+        cmd.env("RALPH_SERVER", s.url())
+            .env("RALPH_TOKEN", s.token());
     }
     let out = cmd.output().unwrap();
     (
@@ -136,7 +137,12 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     assert_eq!(
         std::fs::read_dir(s.state.join("mirrors"))
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "git"))
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "git"))
             .count(),
         1
     );
@@ -148,7 +154,10 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     assert_eq!(patch, local);
     let text = String::from_utf8_lossy(&patch);
     for name in ["add.sh", "NOTES.md", "new.bin", "data.bin", "obsolete.txt"] {
-        assert!(text.contains(&format!("b/{name}")) || text.contains(&format!("a/{name}")), "{name} missing:\n{text}");
+        assert!(
+            text.contains(&format!("b/{name}")) || text.contains(&format!("a/{name}")),
+            "{name} missing:\n{text}"
+        );
     }
     assert!(text.contains("GIT binary patch"), "{text}");
     // A fresh clone fails its tests; with the patch applied they pass, files as the agent left.
@@ -159,16 +168,31 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     std::fs::write(&patch_file, &patch).unwrap();
     git(&fresh, &["apply", "--index", patch_file.to_str().unwrap()]);
     assert!(tests_pass(&fresh));
-    assert_eq!(std::fs::read(fresh.join("new.bin")).unwrap(), b"\x00\x01\xff\xfebin");
-    assert_eq!(std::fs::read(fresh.join("data.bin")).unwrap(), b"\xff\x00changed");
-    assert_eq!(std::fs::read_to_string(fresh.join("NOTES.md")).unwrap(), "notes\n");
+    assert_eq!(
+        std::fs::read(fresh.join("new.bin")).unwrap(),
+        b"\x00\x01\xff\xfebin"
+    );
+    assert_eq!(
+        std::fs::read(fresh.join("data.bin")).unwrap(),
+        b"\xff\x00changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fresh.join("NOTES.md")).unwrap(),
+        "notes\n"
+    );
     assert!(!fresh.join("obsolete.txt").exists());
     // The workspace's own index and HEAD were not touched by the runner's patch.
     assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
     assert!(git(&ws, &["status", "--porcelain"]).contains("?? NOTES.md"));
     // The API serves the same bytes.
     let (status, body) = s
-        .raw("GET", &format!("/v1/jobs/{id}/patch"), Some(&s.token()), None, None)
+        .raw(
+            "GET",
+            &format!("/v1/jobs/{id}/patch"),
+            Some(&s.token()),
+            None,
+            None,
+        )
         .unwrap();
     assert_eq!(status, 200);
     assert_eq!(body.len(), patch.len());
@@ -178,7 +202,12 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     assert_eq!(
         std::fs::read_dir(s.state.join("mirrors"))
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "git"))
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "git"))
             .count(),
         1
     );
@@ -218,13 +247,23 @@ fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made()
     let ws = s.workspace("w");
     let (code, body) = submit(
         &s,
-        vec![repo_job(&s, &agent, &g.url("proj.git"), json!({"workspace": ws}))],
+        vec![repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"workspace": ws}),
+        )],
     );
     assert_eq!(code, 400, "{body}");
     assert_eq!(body["error"]["field"], "job[0].repo", "{body}");
     let (code, body) = submit(
         &s,
-        vec![repo_job(&s, &agent, &g.url("proj.git"), json!({"push": "ralph/x"}))],
+        vec![repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"push": "ralph/x"}),
+        )],
     );
     assert_eq!(code, 403, "{body}");
     assert_eq!(body["error"]["rule"], "limits.allow_push", "{body}");
@@ -245,13 +284,15 @@ fn a_clone_failure_is_a_job_error_before_any_round() {
     let agent = fixer(&s);
     let bad_ref = submit_one(
         &s,
-        repo_job(&s, &agent, &g.url("proj.git"), json!({"ref": "no-such-branch"})),
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"ref": "no-such-branch"}),
+        ),
     );
     let missing = submit_one(&s, repo_job(&s, &agent, &g.url("missing.git"), json!({})));
-    for (id, words) in [
-        (&bad_ref, "no-such-branch"),
-        (&missing, "missing.git"),
-    ] {
+    for (id, words) in [(&bad_ref, "no-such-branch"), (&missing, "missing.git")] {
         let j = s.wait_finished(id, LIMIT);
         assert_eq!(j["outcome"], "error", "{j}");
         assert_eq!(j["reason"], "provision_failed", "{j}");
@@ -295,7 +336,14 @@ fn push_lands_the_result_on_the_branch() {
     let fresh = g.dir.path().join("pushed");
     git(
         g.dir.path(),
-        &["clone", "-q", "-b", "ralph/fix", &g.url("proj.git"), fresh.to_str().unwrap()],
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "ralph/fix",
+            &g.url("proj.git"),
+            fresh.to_str().unwrap(),
+        ],
     );
     assert!(tests_pass(&fresh));
     assert!(fresh.join("new.bin").is_file());
@@ -332,7 +380,10 @@ fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("pwned"))
         .collect();
-    assert!(found.is_empty(), "the host ran the round's commands: {found:?}");
+    assert!(
+        found.is_empty(),
+        "the host ran the round's commands: {found:?}"
+    );
 }
 
 #[test]
@@ -365,7 +416,10 @@ fn a_resumed_job_keeps_its_workspace() {
     let (code, patch, err) = ralph_diff(&s, &[&id]);
     assert_eq!(code, 0, "{err}");
     let text = String::from_utf8_lossy(&patch);
-    assert!(text.contains("b/step1") && text.contains("+echo $(($1 + $2))"), "{text}");
+    assert!(
+        text.contains("b/step1") && text.contains("+echo $(($1 + $2))"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -384,8 +438,16 @@ fn workspace_retention_removes_the_workspace_but_not_the_patch() {
     assert_eq!(code, 0, "{err}");
     let ws = s.state.join("workspaces").join(&id);
     wait_until("the workspace to be removed", LIMIT, || !ws.exists());
-    assert!(!s.state.join("workspaces").join(format!("{id}.git")).exists());
-    assert!(s.log_text().contains("provisioned workspace removed (workspace_retention)"));
+    assert!(
+        !s.state
+            .join("workspaces")
+            .join(format!("{id}.git"))
+            .exists()
+    );
+    assert!(
+        s.log_text()
+            .contains("provisioned workspace removed (workspace_retention)")
+    );
     let (code, again, err) = ralph_diff(&s, &[&id]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(again, patch);

@@ -40,7 +40,10 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 impl GitServer {
     /// Starts serving an empty base path.
     pub fn start() -> Self {
-        let dir = tempfile::Builder::new().prefix("ralph-git-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("ralph-git-")
+            .tempdir()
+            .unwrap();
         let base = dir.path().canonicalize().unwrap().join("srv");
         std::fs::create_dir_all(&base).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

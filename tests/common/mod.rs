@@ -13,11 +13,11 @@ use serde_json::Value;
 pub mod agent_clis;
 pub mod chaos;
 pub mod docker;
+pub mod git_server;
 pub mod model_api;
 pub mod model_server;
 pub mod pg_cluster;
 pub mod promtool;
-pub mod git_server;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;

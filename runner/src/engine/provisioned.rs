@@ -50,8 +50,9 @@ impl JobRun<'_> {
         let workspace = self.spec.workspace.clone();
         let (url, r) = (repo.clone(), git_ref.clone());
         let made = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&workspace)
-                .map_err(|e| provision::ProvisionError::io("create the workspace", &workspace, e))?;
+            std::fs::create_dir_all(&workspace).map_err(|e| {
+                provision::ProvisionError::io("create the workspace", &workspace, e)
+            })?;
             clone::provision_repo(&state_dir, &config, &workspace, &url, r.as_deref())
         })
         .await

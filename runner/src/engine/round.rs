@@ -516,7 +516,12 @@ impl JobRun<'_> {
             workspace: self.spec.workspace.clone(),
             protect: s.protect.clone(),
             // A repository job's workspace shares its mirror's objects (read-only).
-            read: s.read.iter().cloned().chain(self.shared_objects()).collect(),
+            read: s
+                .read
+                .iter()
+                .cloned()
+                .chain(self.shared_objects())
+                .collect(),
             write: s.write.clone(),
             sockets: s.sockets.clone(),
             private: PrivateDirs {

@@ -272,7 +272,11 @@ impl JobRequest {
             self.upload.is_some(),
         ];
         if given.iter().filter(|g| **g).count() > 1 {
-            let field = if self.repo.is_some() { "repo" } else { "upload" };
+            let field = if self.repo.is_some() {
+                "repo"
+            } else {
+                "upload"
+            };
             return Err(err(
                 field,
                 "give one of `workspace`, `repo` or `upload`, not several",

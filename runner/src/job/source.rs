@@ -100,7 +100,11 @@ impl WorkspaceSource {
     /// Checks the source's texts (they reach git's command line).
     pub fn validate(&self) -> Result<(), SpecError> {
         match self {
-            WorkspaceSource::Repo { repo, git_ref, push } => {
+            WorkspaceSource::Repo {
+                repo,
+                git_ref,
+                push,
+            } => {
                 check_word("repo", repo, "repository URL")?;
                 if repo.starts_with("ext::") || repo.contains("::") {
                     return refuse(

@@ -124,8 +124,7 @@ impl Git {
     /// Adds runner-side configuration through the environment (`GIT_CONFIG_COUNT`), so a
     /// secret in it never shows on a command line.
     pub fn secret_config(mut self, pairs: &[(String, String)]) -> Self {
-        self.cmd
-            .env("GIT_CONFIG_COUNT", pairs.len().to_string());
+        self.cmd.env("GIT_CONFIG_COUNT", pairs.len().to_string());
         for (i, (k, v)) in pairs.iter().enumerate() {
             self.cmd.env(format!("GIT_CONFIG_KEY_{i}"), k);
             self.cmd.env(format!("GIT_CONFIG_VALUE_{i}"), v);

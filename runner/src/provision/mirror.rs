@@ -112,7 +112,13 @@ fn lock(dir: &Path) -> Result<MirrorLock, ProvisionError> {
 fn resolve(dir: &Path, git_ref: Option<&str>) -> Option<String> {
     let name = format!("{}^{{commit}}", git_ref.unwrap_or("HEAD"));
     git::at(dir)
-        .args(["rev-parse", "--verify", "--quiet", "--end-of-options", &name])
+        .args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &name,
+        ])
         .line()
         .ok()
         .filter(|c| c.len() >= 40 && c.chars().all(|c| c.is_ascii_hexdigit()))
@@ -184,7 +190,10 @@ mod tests {
         let a = mirror_dir(s, "git://127.0.0.1:9418/team/proj.git");
         assert!(a.starts_with("/s/mirrors"));
         let name = a.file_name().unwrap().to_str().unwrap();
-        assert!(name.starts_with("proj-") && name.ends_with(".git"), "{name}");
+        assert!(
+            name.starts_with("proj-") && name.ends_with(".git"),
+            "{name}"
+        );
         assert_ne!(a, mirror_dir(s, "git://127.0.0.1:9418/other/proj.git"));
         let b = mirror_dir(s, "https://h/../../etc");
         assert!(b.starts_with("/s/mirrors") && b.parent() == Some(Path::new("/s/mirrors")));

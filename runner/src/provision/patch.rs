@@ -31,7 +31,11 @@ fn over(workspace: &Path, index: &Path) -> Git {
 }
 
 /// Writes the diff from `base` to the workspace's files into `to`.
-pub fn write_patch(workspace: &Path, base: &str, to: &Path) -> Result<PatchSummary, ProvisionError> {
+pub fn write_patch(
+    workspace: &Path,
+    base: &str,
+    to: &Path,
+) -> Result<PatchSummary, ProvisionError> {
     let private = private_git_dir(workspace);
     if !private.is_dir() {
         return Err(ProvisionError::State {
@@ -68,7 +72,14 @@ pub fn write_patch(workspace: &Path, base: &str, to: &Path) -> Result<PatchSumma
         ])
         .output_to(&tmp)?;
     let files = git::at(&private)
-        .args(["diff-tree", "--name-only", "-r", "--no-renames", base, &tree])
+        .args([
+            "diff-tree",
+            "--name-only",
+            "-r",
+            "--no-renames",
+            base,
+            &tree,
+        ])
         .output()?
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -151,7 +162,13 @@ mod tests {
         assert_eq!(summary.files, 4);
         // The workspace's own index was not touched: `untracked.txt` is still untracked there.
         let status = std::process::Command::new("git")
-            .args(["-C", ws.to_str().unwrap(), "-c", "core.fsmonitor=false", "ls-files"])
+            .args([
+                "-C",
+                ws.to_str().unwrap(),
+                "-c",
+                "core.fsmonitor=false",
+                "ls-files",
+            ])
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .output()
             .unwrap();

@@ -23,8 +23,7 @@ pub fn push_result(
     if !config.allow_push {
         return Err(ProvisionError::State {
             action: "push the result",
-            message: "this runner does not allow `push` (set `limits.allow_push = true`)"
-                .into(),
+            message: "this runner does not allow `push` (set `limits.allow_push = true`)".into(),
         });
     }
     let private = private_git_dir(workspace);

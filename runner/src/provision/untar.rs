@@ -38,7 +38,10 @@ pub fn unpack(
 }
 
 /// Packs `dir` as a tar stream.
-pub fn pack(dir: &std::path::Path, writer: impl std::io::Write) -> Result<UnpackSummary, UntarError> {
+pub fn pack(
+    dir: &std::path::Path,
+    writer: impl std::io::Write,
+) -> Result<UnpackSummary, UntarError> {
     let _ = (dir, writer);
     Err(UntarError::Unsupported)
 }

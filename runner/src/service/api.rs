@@ -572,11 +572,7 @@ async fn create_jobs(
         let id = match provisioned {
             Some(p) => {
                 super::provisioned::make(p)?;
-                blocking(|| {
-                    svc.engine()
-                        .store()
-                        .submit_as(p.id.clone(), spec, *prio)
-                })?
+                blocking(|| svc.engine().store().submit_as(p.id.clone(), spec, *prio))?
             }
             None => blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?,
         };

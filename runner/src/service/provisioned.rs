@@ -82,16 +82,16 @@ pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Respon
             bytes,
         )
             .into_response()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_yet(
-            if view.state == JobState::Finished {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(not_yet(if view.state == JobState::Finished {
                 format!("job `{id}` has no result.patch (its workspace was never provisioned)")
             } else {
                 format!(
                     "job `{id}` is {}: its result.patch is written when it ends",
                     view.state.as_str()
                 )
-            },
-        )),
+            }))
+        }
         Err(e) => Err(internal(format!(
             "failed to read `{}`: {e}",
             path.display()
@@ -119,9 +119,9 @@ impl Service {
                 let _ = tokio::task::spawn_blocking(move || svc.sweep_workspaces()).await;
             }
             // A short retention is enforced at a quarter of it (at least every second).
-            let every = config
-                .workspace_retention
-                .map_or(SWEEP_EVERY, |r| (r.0 / 4).clamp(Duration::from_secs(1), SWEEP_EVERY));
+            let every = config.workspace_retention.map_or(SWEEP_EVERY, |r| {
+                (r.0 / 4).clamp(Duration::from_secs(1), SWEEP_EVERY)
+            });
             tokio::time::sleep(every).await;
         }
     }

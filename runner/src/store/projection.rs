@@ -386,7 +386,10 @@ impl JobView {
             EventKind::Interrupted { .. } => {}
             EventKind::WorkspaceProvisioned { commit, .. } => {
                 if self.state != JobState::Running {
-                    return Err(problem(ev, "a workspace is provisioned only for a running job"));
+                    return Err(problem(
+                        ev,
+                        "a workspace is provisioned only for a running job",
+                    ));
                 }
                 self.base_commit = Some(commit.clone());
             }
