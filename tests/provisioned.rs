@@ -452,3 +452,26 @@ fn workspace_retention_removes_the_workspace_but_not_the_patch() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(again, patch);
 }
+
+#[test]
+fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = Server::new(&format!(
+        "[provision]\nworkspace_budget = \"1\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
+        g.port
+    ));
+    s.start();
+    let agent = fixer(&s);
+    let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
+    let ws = s.state.join("workspaces").join(&id);
+    wait_until("the workspace to be removed", LIMIT, || !ws.exists());
+    assert!(
+        s.log_text()
+            .contains("provisioned workspace removed (workspace_budget)")
+    );
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(String::from_utf8_lossy(&patch).contains("b/NOTES.md"));
+}
