@@ -196,8 +196,23 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
         .unwrap();
     assert_eq!(status, 200);
     assert_eq!(body.len(), patch.len());
-    // A second job of the same repository reuses the mirror (no second clone of it).
-    let id2 = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    // A second job of the same repository, submitted with flags, reuses the mirror (no second
+    // clone of it).
+    let out = s.ralph(&[
+        "submit",
+        "--objective",
+        "again",
+        "--repo",
+        &g.url("proj.git"),
+        "--ref",
+        "main",
+        "--agent-cmd",
+        agent.to_str().unwrap(),
+        "--read",
+        s.agents.to_str().unwrap(),
+    ]);
+    out.expect_code(0);
+    let id2 = out.stdout.trim().to_owned();
     assert_eq!(s.wait_finished(&id2, LIMIT)["outcome"], "complete");
     assert_eq!(
         std::fs::read_dir(s.state.join("mirrors"))
