@@ -139,6 +139,17 @@ impl Client {
             .await
     }
 
+    /// A provisioned job's `result.patch`.
+    pub async fn patch(&self, id: &str) -> Result<Vec<u8>, ClientError> {
+        let bytes = self
+            .send(self.http.get(self.url(&format!("/jobs/{id}/patch"))))
+            .await?
+            .bytes()
+            .await
+            .map_err(|e| ClientError::Decode(e.to_string()))?;
+        Ok(bytes.to_vec())
+    }
+
     /// Cancels a job.
     pub async fn cancel(&self, id: &str) -> Result<Value, ClientError> {
         self.json(self.http.post(self.url(&format!("/jobs/{id}/cancel"))))

@@ -111,7 +111,10 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
         })?);
     }
     let absolute = |p: &Path| base.join(p);
-    r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
+    // A job the runner provisions a workspace for (`repo`, `upload`) names none.
+    if r.repo.is_none() && r.upload.is_none() {
+        r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
+    }
     r.read = r.read.iter().map(|p| absolute(p)).collect();
     r.write = r.write.iter().map(|p| absolute(p)).collect();
     Ok(r)
@@ -474,6 +477,32 @@ pub fn describe_event(ev: &Event) -> String {
         EventKind::CancelRequested { by } => format!("cancel requested by {by}"),
         EventKind::Interrupted { message } => format!("interrupted: {message}"),
         EventKind::Resumed { message } => format!("resumed: {message}"),
+        EventKind::WorkspaceProvisioned {
+            repo,
+            git_ref,
+            commit,
+            duration_ms,
+        } => format!(
+            "workspace provisioned from {} at {} = {commit} ({:.1}s)",
+            repo.as_deref().unwrap_or("an upload"),
+            git_ref.as_deref().unwrap_or("HEAD"),
+            *duration_ms as f64 / 1000.0
+        ),
+        EventKind::ResultWritten {
+            bytes,
+            files,
+            pushed,
+            error,
+        } => {
+            let mut line = format!("result.patch written ({files} file(s), {bytes} bytes)");
+            if let Some(p) = pushed {
+                line.push_str(&format!("; pushed {p}"));
+            }
+            if let Some(e) = error {
+                line.push_str(&format!("; {e}"));
+            }
+            line
+        }
         EventKind::JobFinished {
             outcome,
             reason,

@@ -86,7 +86,7 @@ impl Exit {
             Outcome::Interrupted => Exit::Interrupted,
             Outcome::Error => match reason {
                 FinishReason::SandboxUnavailable => Exit::SandboxUnavailable,
-                FinishReason::Configuration => Exit::Usage,
+                FinishReason::Configuration | FinishReason::ProvisionFailed => Exit::Usage,
                 FinishReason::Reported
                 | FinishReason::Verified
                 | FinishReason::MaxRounds

@@ -22,6 +22,16 @@ pub struct JobArgs {
     /// The shared workspace (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// A git repository the server clones into a fresh workspace (`ralph submit`; instead of
+    /// --workspace). The result is `ralph diff JOB`.
+    #[arg(long, value_name = "URL", conflicts_with = "workspace")]
+    pub repo: Option<String>,
+    /// With --repo: the branch, tag or commit (default: the remote's HEAD).
+    #[arg(long = "ref", value_name = "REF", requires = "repo")]
+    pub git_ref: Option<String>,
+    /// With --repo: push the result to this branch (where the server allows it).
+    #[arg(long, value_name = "BRANCH", requires = "repo")]
+    pub push: Option<String>,
     /// A preset for a known agent CLI.
     #[arg(long, value_name = "PRESET")]
     pub agent: Option<String>,
@@ -105,6 +115,10 @@ impl JobArgs {
             objective: self.objective.clone(),
             objective_file: self.objective_file.clone(),
             workspace: self.workspace.clone(),
+            repo: self.repo.clone(),
+            r#ref: self.git_ref.clone(),
+            push: self.push.clone(),
+            upload: None,
             agent: self.agent.clone(),
             agent_cmd: self.agent_cmd.clone(),
             kind: self.kind,

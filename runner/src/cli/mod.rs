@@ -5,6 +5,7 @@ pub mod agent_cmd;
 pub mod ci_files;
 pub mod client_cmds;
 pub mod completions;
+pub mod diff;
 pub mod doctor;
 pub mod exit;
 pub mod follow;
@@ -73,6 +74,8 @@ pub enum Command {
     Jobs(client_cmds::JobsArgs),
     /// Show one job.
     Show(client_cmds::ShowArgs),
+    /// Print a provisioned job's result.patch (a job with `repo`).
+    Diff(diff::DiffArgs),
     /// Print a job's journal (or a round's output with --round).
     Logs(client_cmds::LogsArgs),
     /// Cancel a job (a running round's processes are stopped).
@@ -187,6 +190,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Submit(args) => client_cmds::submit(*args),
         Command::Jobs(args) => client_cmds::jobs(args),
         Command::Show(args) => client_cmds::show(args),
+        Command::Diff(args) => diff::execute(args),
         Command::Logs(args) => client_cmds::logs(args),
         Command::Cancel(args) => client_cmds::cancel(args),
         Command::Resume(args) => client_cmds::resume(args),

@@ -348,6 +348,20 @@ impl Observer for Progress {
             EventKind::CancelRequested { by } => self.line(&format!(
                 "cancelling ({by}): stopping the round's process tree"
             )),
+            EventKind::WorkspaceProvisioned {
+                repo,
+                git_ref,
+                commit,
+                ..
+            } => self.line(&format!(
+                "workspace from {} at {}: {commit}",
+                repo.as_deref().unwrap_or("an upload"),
+                git_ref.as_deref().unwrap_or("HEAD")
+            )),
+            EventKind::ResultWritten { files, error, .. } => match error {
+                Some(e) => self.line(&format!("result: {e}")),
+                None => self.line(&format!("result.patch: {files} file(s) changed")),
+            },
             EventKind::JobSubmitted { .. }
             | EventKind::RoundSpawned { .. }
             | EventKind::ModelRequest { .. }

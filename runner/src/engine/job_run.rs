@@ -122,7 +122,11 @@ impl<'e> JobRun<'e> {
                 })?;
             }
         }
-        let checked = self.preflight();
+        let checked = self.provision().await;
+        let checked = match checked {
+            Ok(()) => self.preflight(),
+            Err(e) => Err(e),
+        };
         let checked = match checked {
             Ok(()) => self.preflight_agent(),
             Err(e) => Err(e),
@@ -571,6 +575,8 @@ impl<'e> JobRun<'e> {
                 ),
             ),
         };
+        // A provisioned workspace's result is written before the job is seen finished.
+        self.write_result()?;
         self.journal.record(EventKind::JobFinished {
             outcome,
             reason,

@@ -29,6 +29,7 @@ pub mod orphans;
 mod path_check;
 mod preset_check;
 pub mod prompt;
+mod provisioned;
 pub mod prune;
 mod round;
 pub mod round_gateway;
@@ -146,6 +147,8 @@ pub struct Engine {
     upstreams: upstream::Upstreams,
     /// What starts the agent and verify processes (the sandbox backends, or a test's fake).
     spawner: Arc<dyn spawn::Spawner>,
+    /// The runner's side of provisioned workspaces (credentials, push).
+    provision: crate::provision::ProvisionConfig,
 }
 
 impl std::fmt::Debug for Engine {
@@ -179,7 +182,14 @@ impl Engine {
             observers: Vec::new(),
             agent_user: None,
             upstreams: upstream::Upstreams::Local,
+            provision: crate::provision::ProvisionConfig::default(),
         }
+    }
+
+    /// The runner's side of provisioned workspaces (SPEC §11).
+    pub fn with_provision(mut self, provision: crate::provision::ProvisionConfig) -> Self {
+        self.provision = provision;
+        self
     }
 
     /// How jobs find their model upstream (default: [`upstream::Upstreams::Local`], as

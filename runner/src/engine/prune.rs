@@ -1,6 +1,7 @@
 //! Artifact retention (`ralph prune`, the service's `retention`): the artifacts of jobs that
 //! finished long enough ago (round directories with prompts, reports, logs) are removed from
-//! this host's state directory; the journal keeps every event. A pruned job's directory keeps
+//! this host's state directory; the journal keeps every event, and a provisioned job keeps its
+//! `result.patch`. A pruned job's directory keeps
 //! its run hold file and a [`PRUNED_FILE`] marker saying when and how much was removed, so
 //! `ralph show` and `ralph logs --round` say "pruned" instead of failing obscurely.
 //!
@@ -18,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::hold::{HOLD_FILE, Probe, probe_file};
 use crate::store::{JobState, Store, StoreError};
+
+/// A provisioned job's result, kept when its other artifacts go (SPEC §11).
+const RESULT_PATCH: &str = "result.patch";
 
 /// The marker a pruned job's directory keeps.
 pub const PRUNED_FILE: &str = "pruned.json";
@@ -108,7 +112,11 @@ fn artifacts_of(job_dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(job_dir)
         .map(|d| {
             d.flatten()
-                .filter(|e| e.file_name() != HOLD_FILE && e.file_name() != PRUNED_FILE)
+                .filter(|e| {
+                    e.file_name() != HOLD_FILE
+                        && e.file_name() != PRUNED_FILE
+                        && e.file_name() != RESULT_PATCH
+                })
                 .map(|e| e.path())
                 .collect()
         })

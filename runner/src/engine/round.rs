@@ -526,7 +526,13 @@ impl JobRun<'_> {
             gateway_ports: Vec::new(),
             workspace: self.spec.workspace.clone(),
             protect: s.protect.clone(),
-            read: s.read.clone(),
+            // A repository job's workspace shares its mirror's objects (read-only).
+            read: s
+                .read
+                .iter()
+                .cloned()
+                .chain(self.shared_objects())
+                .collect(),
             write: s.write.clone(),
             sockets: s.sockets.clone(),
             private: PrivateDirs {

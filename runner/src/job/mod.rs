@@ -7,10 +7,12 @@ pub mod outcome;
 pub mod paths;
 pub mod request;
 pub mod resolve;
+pub mod source;
 pub mod spec;
 
 pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
+pub use source::WorkspaceSource;
 pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SpecError};
 
 /// A job's identifier (a UUIDv7: sortable by creation time).

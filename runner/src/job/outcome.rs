@@ -147,6 +147,8 @@ pub enum FinishReason {
     /// The job's request cannot run as given (e.g. a protected path that is a symlink); the
     /// message says how to fix it.
     Configuration,
+    /// The runner could not provision the job's workspace (a clone or an upload failed).
+    ProvisionFailed,
     /// Something broke in the runner or host.
     InternalError,
 }
@@ -166,6 +168,7 @@ impl FinishReason {
             FinishReason::RunnerDied => "runner_died",
             FinishReason::SandboxUnavailable => "sandbox_unavailable",
             FinishReason::Configuration => "configuration",
+            FinishReason::ProvisionFailed => "provision_failed",
             FinishReason::InternalError => "internal_error",
         }
     }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::model_access::ModelAccess;
 use super::paths::{PathError, Requested, SandboxPaths, resolve_paths};
 use super::resolve::WritableTrees;
+use super::source::WorkspaceSource;
 use super::spec::{AgentSpec, JobKind, JobSpec, SandboxSettings, SpecError};
 use crate::util::units::{ByteSize, HumanDuration};
 
@@ -25,6 +26,14 @@ pub struct JobRequest {
     pub objective_file: Option<PathBuf>,
     /// The workspace.
     pub workspace: Option<PathBuf>,
+    /// A git repository the runner clones into a fresh workspace (instead of `workspace`).
+    pub repo: Option<String>,
+    /// The branch, tag or commit of `repo` (default: the remote's HEAD).
+    pub r#ref: Option<String>,
+    /// A branch of `repo` the runner pushes the result to (where the server allows it).
+    pub push: Option<String>,
+    /// An upload id the server returned (`ralph submit --upload DIR` sets it).
+    pub upload: Option<String>,
     /// A preset.
     pub agent: Option<String>,
     /// A command line.
@@ -256,6 +265,50 @@ impl From<PathError> for SpecError {
 }
 
 impl JobRequest {
+    /// The provisioned workspace's source this request asks for, if any: `workspace`, `repo`
+    /// and `upload` exclude each other, and `ref`/`push` need `repo`.
+    pub fn source(&self) -> Result<Option<WorkspaceSource>, SpecError> {
+        let given = [
+            self.workspace.is_some(),
+            self.repo.is_some(),
+            self.upload.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            let field = if self.repo.is_some() {
+                "repo"
+            } else {
+                "upload"
+            };
+            return Err(err(
+                field,
+                "give one of `workspace`, `repo` or `upload`, not several",
+            ));
+        }
+        if self.repo.is_none() {
+            if self.r#ref.is_some() {
+                return Err(err("ref", "`ref` needs `repo`"));
+            }
+            if self.push.is_some() {
+                return Err(err("push", "`push` needs `repo`"));
+            }
+        }
+        let source = match (&self.repo, &self.upload) {
+            (Some(repo), _) => Some(WorkspaceSource::Repo {
+                repo: repo.clone(),
+                git_ref: self.r#ref.clone(),
+                push: self.push.clone(),
+            }),
+            (None, Some(upload)) => Some(WorkspaceSource::Upload {
+                upload: upload.clone(),
+            }),
+            (None, None) => None,
+        };
+        if let Some(s) = &source {
+            s.validate()?;
+        }
+        Ok(source)
+    }
+
     /// Turns the request into a job spec: defaults applied, paths made absolute against `base`
     /// and resolved (they must exist; no symlink inside `known` writable trees or the job's own
     /// is followed, see [`resolve_paths`]), the objective read from its file if given. The spec
@@ -265,6 +318,30 @@ impl JobRequest {
         base: &Path,
         known: &WritableTrees,
     ) -> Result<(JobSpec, i32), SpecError> {
+        self.into_spec_at(base, known, None)
+    }
+
+    /// [`JobRequest::into_spec`] for a runner that provisions workspaces: a request with a
+    /// source (`repo`, `upload`) gets `provisioned`, the fresh directory the runner made for
+    /// it, as its workspace. Without `provisioned` such a request is refused.
+    pub fn into_spec_at(
+        self,
+        base: &Path,
+        known: &WritableTrees,
+        provisioned: Option<&Path>,
+    ) -> Result<(JobSpec, i32), SpecError> {
+        let source = self.source()?;
+        let workspace_asked: &Path = match (&source, provisioned) {
+            (Some(s), None) => {
+                let field = if s.repo().is_some() { "repo" } else { "upload" };
+                return Err(err(
+                    field,
+                    "this command runs in an existing workspace: `repo` and `upload` are for a server (`ralph submit`)",
+                ));
+            }
+            (Some(_), Some(p)) => p,
+            (None, _) => self.workspace.as_deref().unwrap_or(Path::new(".")),
+        };
         let objective = match (self.objective, self.objective_file) {
             (Some(_), Some(_)) => {
                 return Err(err(
@@ -305,7 +382,7 @@ impl JobRequest {
             sockets,
         } = resolve_paths(
             Requested {
-                workspace: self.workspace.as_deref().unwrap_or(Path::new(".")),
+                workspace: workspace_asked,
                 read: &self.read,
                 write: &self.write,
                 protect: &self.protect,
@@ -371,6 +448,7 @@ impl JobRequest {
         };
         d.name = self.name;
         d.labels = self.labels;
+        d.source = source;
         Ok((spec, self.priority.unwrap_or(0)))
     }
 }

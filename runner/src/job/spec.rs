@@ -161,6 +161,10 @@ pub struct JobSpec {
     /// Labels (key → value) for filtering.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Where the runner provisions the workspace from (SPEC §11); `None`: `workspace` is the
+    /// submitter's existing directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<super::source::WorkspaceSource>,
 }
 
 impl JobSpec {
@@ -189,6 +193,7 @@ impl JobSpec {
             model_access: ModelAccess::default(),
             name: None,
             labels: BTreeMap::new(),
+            source: None,
         }
     }
 }
@@ -264,6 +269,9 @@ impl JobSpec {
     /// Checks every rule; a request over a ceiling is rejected, never clamped.
     pub fn validate(&self, ceilings: &Ceilings) -> Result<(), SpecError> {
         super::labels::validate(self.name.as_deref(), &self.labels)?;
+        if let Some(source) = &self.source {
+            source.validate()?;
+        }
         if self.objective.trim().is_empty() {
             return Err(err("objective", "must not be empty"));
         }

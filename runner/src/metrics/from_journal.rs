@@ -152,6 +152,8 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         | EventKind::VerifyStarted { .. }
         | EventKind::CancelRequested { .. }
         | EventKind::Interrupted { .. }
-        | EventKind::Resumed { .. } => Vec::new(),
+        | EventKind::Resumed { .. }
+        | EventKind::WorkspaceProvisioned { .. }
+        | EventKind::ResultWritten { .. } => Vec::new(),
     }
 }

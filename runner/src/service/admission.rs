@@ -147,14 +147,17 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
             message,
         })
     };
-    if limits.workspace_roots.is_empty() {
+    // A provisioned workspace is the runner's own (under its state dir), not the submitter's.
+    super::repo_admission::admit_source(spec, limits)?;
+    let provisioned = spec.source.is_some();
+    if limits.workspace_roots.is_empty() && !provisioned {
         return refuse(
             "workspace_roots",
             "workspace",
             "this server allows no workspace (set `limits.workspace_roots`)".into(),
         );
     }
-    if !under_any(&spec.workspace, &limits.workspace_roots) {
+    if !provisioned && !under_any(&spec.workspace, &limits.workspace_roots) {
         let roots: Vec<String> = limits
             .workspace_roots
             .iter()

@@ -6,6 +6,7 @@
 //! GET  /v1/jobs/{id}                    the job and its result ({id}: an id or a unique prefix)
 //! GET  /v1/jobs/{id}/events?after=N&follow=true  journal events as NDJSON
 //! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify&follow=true
+//! GET  /v1/jobs/{id}/patch              a provisioned job's result.patch (text/x-diff)
 //! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
 //! GET  /healthz  /readyz  /metrics
 //! ```
@@ -88,12 +89,12 @@ impl ApiError {
         .closing()
     }
 
-    fn field(mut self, f: impl Into<String>) -> Self {
+    pub(super) fn field(mut self, f: impl Into<String>) -> Self {
         self.field = Some(f.into());
         self
     }
 
-    fn not_found(id: &str) -> Self {
+    pub(super) fn not_found(id: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -188,7 +189,7 @@ impl From<EngineError> for ApiError {
     }
 }
 
-type Svc = State<Arc<Service>>;
+pub(super) type Svc = State<Arc<Service>>;
 
 /// How long a followed event stream waits for a broadcast before it reads the store.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -200,6 +201,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}", get(get_job))
         .route("/jobs/{id}/events", get(job_events))
         .route("/jobs/{id}/rounds/{round}/logs", get(round_logs))
+        .route("/jobs/{id}/patch", get(super::provisioned::job_patch))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
@@ -499,7 +501,7 @@ async fn create_jobs(
     let mut known = blocking(|| svc.engine().writable_trees())?;
     known.extend(limits.workspace_roots.iter().map(|r| real_root(r)));
     // All or nothing: every job is checked before any is queued.
-    let mut specs: Vec<(JobSpec, i32)> = Vec::new();
+    let mut specs: Vec<(JobSpec, i32, Option<super::provisioned::Planned>)> = Vec::new();
     for (i, req) in requests.into_iter().enumerate() {
         let at = |f: &str| format!("job[{i}].{f}");
         if req.objective_file.is_some() {
@@ -518,11 +520,14 @@ async fn create_jobs(
             )
             .field(at("workspace")));
         }
-        if req.workspace.is_none() {
+        let source = req.source().map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message).field(at(e.field))
+        })?;
+        if req.workspace.is_none() && source.is_none() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_field",
-                "a workspace is required",
+                "a workspace is required (`workspace`, or `repo` for a workspace the runner clones)",
             )
             .field(at("workspace")));
         }
@@ -530,12 +535,25 @@ async fn create_jobs(
         // an existing path and a missing one get the same answer.
         admit_paths_as_written(&req, &limits).map_err(|r| refused(r, &at))?;
         let asked = Asked::of(&req);
+        // A provisioned job's workspace is the runner's: `<state-dir>/workspaces/<job-id>`,
+        // made once the whole batch is admitted.
+        let provisioned = match &source {
+            Some(_) => Some(super::provisioned::plan(&svc)?),
+            None => None,
+        };
         let (mut spec, prio) = req
-            .into_spec(std::path::Path::new("/"), &known)
+            .into_spec_at(
+                std::path::Path::new("/"),
+                &known,
+                provisioned.as_ref().map(|p| p.root.as_path()),
+            )
             .map_err(|e| {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
                     .field(at(e.field))
             })?;
+        if let Some(p) = &provisioned {
+            spec.workspace = p.workspace.clone();
+        }
         admit(&mut spec, &limits, &asked).map_err(|r| refused(r, &at))?;
         svc.engine().check(&spec).map_err(|e| {
             let mut err = ApiError::from(e);
@@ -547,11 +565,17 @@ async fn create_jobs(
                 std::iter::once(spec.workspace.clone()).chain(spec.sandbox.write.iter().cloned()),
             );
         }
-        specs.push((spec, prio));
+        specs.push((spec, prio, provisioned));
     }
     let mut jobs = Vec::new();
-    for (spec, prio) in &specs {
-        let id = blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?;
+    for (spec, prio, provisioned) in &specs {
+        let id = match provisioned {
+            Some(p) => {
+                super::provisioned::make(p)?;
+                blocking(|| svc.engine().store().submit_as(p.id.clone(), spec, *prio))?
+            }
+            None => blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?,
+        };
         jobs.push(json!({"id": id, "state": "queued"}));
     }
     svc.wake();
@@ -660,11 +684,12 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "name": view.spec.name,
         "labels": view.spec.labels,
         "spec": view.spec,
+        "base_commit": view.base_commit,
     })
 }
 
 /// The one job a path's id (or unique id prefix) names.
-fn resolve(svc: &Service, given: &str) -> Result<String, ApiError> {
+pub(super) fn resolve(svc: &Service, given: &str) -> Result<String, ApiError> {
     Ok(blocking(|| svc.engine().store().resolve_id(given))?)
 }
 

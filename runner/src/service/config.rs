@@ -62,6 +62,9 @@ pub struct ServiceConfig {
     /// Admission limits.
     #[serde(default)]
     pub limits: Limits,
+    /// Provisioned workspaces: credentials, push, retention (SPEC §11).
+    #[serde(default)]
+    pub provision: crate::provision::ProvisionConfig,
     /// The user rounds run as when the service runs as root and a workspace is root's (`NAME`,
     /// `UID` or `UID:GID`; default `ralph-agent`, else `nobody`). Never root.
     pub agent_user: Option<String>,
@@ -140,6 +143,12 @@ pub struct Limits {
     /// Upstreams a job may name (`None`: every configured one).
     #[serde(default)]
     pub allowed_upstreams: Option<Vec<String>>,
+    /// URL prefixes a job's `repo` must start with (empty: no `repo` job is allowed).
+    #[serde(default)]
+    pub allowed_repos: Vec<String>,
+    /// Whether a `repo` job may ask for `push = "BRANCH"`.
+    #[serde(default)]
+    pub allow_push: bool,
 }
 
 impl Limits {
@@ -171,6 +180,8 @@ impl Default for Limits {
             allowed_images: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_upstreams: None,
+            allowed_repos: Vec::new(),
+            allow_push: false,
         }
     }
 }

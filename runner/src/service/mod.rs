@@ -21,8 +21,10 @@ pub mod log_follow;
 pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
+pub mod provisioned;
 pub mod recovery;
 pub mod refusal_log;
+pub mod repo_admission;
 mod retention;
 mod scheduler;
 
@@ -236,7 +238,11 @@ impl Service {
         .with_ceilings(ceilings)
         .with_observers(observers)
         .with_agent_user(config.agent_user.clone())
-        .with_upstreams(config.gateway.upstreams());
+        .with_upstreams(config.gateway.upstreams())
+        .with_provision(crate::provision::ProvisionConfig {
+            allow_push: config.limits.allow_push,
+            ..config.provision.clone()
+        });
         Ok(Arc::new(Service {
             engine,
             config: RwLock::new(config),
@@ -520,6 +526,7 @@ impl Service {
         let scheduler = tokio::spawn(self.clone().schedule());
         let orphans = tokio::spawn(self.clone().watch_orphans());
         let retention = tokio::spawn(self.clone().keep_retention());
+        let workspaces = tokio::spawn(self.clone().keep_workspaces());
         let first = loop {
             tokio::select! {
                 _ = term.recv() => break "SIGTERM",
@@ -544,6 +551,7 @@ impl Service {
         scheduler.abort();
         orphans.abort();
         retention.abort();
+        workspaces.abort();
         shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;

@@ -43,7 +43,8 @@ fn list(roots: &[PathBuf]) -> String {
 /// Refuses a request whose workspace, `read`, `write` or `socket` path lies outside the roots,
 /// judged on the text of the path alone.
 pub fn admit_paths_as_written(req: &JobRequest, limits: &Limits) -> Result<(), Refusal> {
-    if limits.workspace_roots.is_empty() {
+    let provisioned = req.repo.is_some() || req.upload.is_some();
+    if limits.workspace_roots.is_empty() && !provisioned {
         return Err(Refusal {
             rule: "workspace_roots",
             field: "workspace",

@@ -236,5 +236,9 @@ impl Service {
                 self.fail_with_retries(id, &e.to_string()).await;
             }
         }
+        // A provisioned workspace just became removable: the disk budget holds at once.
+        if self.config().provision.workspace_budget.is_some() {
+            crate::store::journal::blocking(|| self.sweep_workspaces());
+        }
     }
 }

@@ -305,6 +305,33 @@ pub enum EventKind {
         /// Bounded explanation.
         message: String,
     },
+    /// The runner provisioned the job's workspace (SPEC §11): the base commit the result is
+    /// measured from.
+    WorkspaceProvisioned {
+        /// The repository, for a clone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        repo: Option<String>,
+        /// The ref asked for (`HEAD` when none was).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git_ref: Option<String>,
+        /// The base commit.
+        commit: String,
+        /// Wall-clock time the provisioning took.
+        duration_ms: u64,
+    },
+    /// The job's result was written as `result.patch` (and pushed, if asked and allowed).
+    ResultWritten {
+        /// Bytes of the patch (0 when it could not be written).
+        bytes: u64,
+        /// Files it changes.
+        files: u64,
+        /// The branch and commit pushed, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pushed: Option<String>,
+        /// What failed, if the patch or the push did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The job ended.
     JobFinished {
         /// Outcome.
@@ -345,6 +372,8 @@ impl EventKind {
             | EventKind::CancelRequested { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
+            | EventKind::WorkspaceProvisioned { .. }
+            | EventKind::ResultWritten { .. }
             | EventKind::JobFinished { .. } => Durability::Immediate,
             EventKind::JobStarted { .. }
             | EventKind::RoundSpawned { .. }
@@ -379,6 +408,8 @@ impl EventKind {
             EventKind::CancelRequested { .. } => "cancel_requested",
             EventKind::Interrupted { .. } => "interrupted",
             EventKind::Resumed { .. } => "resumed",
+            EventKind::WorkspaceProvisioned { .. } => "workspace_provisioned",
+            EventKind::ResultWritten { .. } => "result_written",
             EventKind::JobFinished { .. } => "job_finished",
         }
     }

@@ -336,7 +336,12 @@ impl Store {
 
     /// Accepts a new job with a queue priority (higher runs first).
     pub fn submit_with_priority(&self, spec: &JobSpec, priority: i32) -> Result<JobId, StoreError> {
-        let id = new_job_id();
+        self.submit_as(new_job_id(), spec, priority)
+    }
+
+    /// [`Store::submit_with_priority`] with the id chosen by the caller (a provisioned job's
+    /// workspace is named after it).
+    pub fn submit_as(&self, id: JobId, spec: &JobSpec, priority: i32) -> Result<JobId, StoreError> {
         let event = Event {
             job_id: id.clone(),
             seq: 1,

@@ -131,6 +131,9 @@ pub struct JobView {
     pub elapsed_ms: u64,
     /// How often the job was resumed.
     pub resumes: u32,
+    /// The base commit of a provisioned workspace (SPEC §11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
 }
 
 /// An event that cannot follow the job's current state.
@@ -204,6 +207,7 @@ impl JobView {
             run_started_at: None,
             elapsed_ms: 0,
             resumes: 0,
+            base_commit: None,
         })
     }
 
@@ -380,6 +384,20 @@ impl JobView {
                 self.cancel_requested = true;
             }
             EventKind::Interrupted { .. } => {}
+            EventKind::WorkspaceProvisioned { commit, .. } => {
+                if self.state != JobState::Running {
+                    return Err(problem(
+                        ev,
+                        "a workspace is provisioned only for a running job",
+                    ));
+                }
+                self.base_commit = Some(commit.clone());
+            }
+            EventKind::ResultWritten { .. } => {
+                if self.state != JobState::Running {
+                    return Err(problem(ev, "a result is written only by a running job"));
+                }
+            }
             EventKind::Resumed { .. } => {
                 if self.state != JobState::Finished {
                     return Err(problem(ev, "only a finished job can be resumed"));

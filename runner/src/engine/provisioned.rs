@@ -1,0 +1,145 @@
+//! A provisioned job's workspace in the loop (SPEC §11): made before round 1 (a clone of the
+//! job's `repo` at `ref`, its base commit journalled as `workspace_provisioned`; a resumed job
+//! keeps the workspace it has), and its result written as `result.patch` (and pushed, when asked
+//! and allowed) before the job's `job_finished`. A workspace that cannot be made ends the job as
+//! an `error` (`provision_failed`) before any round.
+
+use std::time::Instant;
+
+use super::job_run::JobRun;
+use crate::job::{FinishReason, WorkspaceSource};
+use crate::provision::{self, clone, patch, push};
+use crate::store::EventKind;
+use crate::util::text::{RESULT_TEXT_BOUND, bounded};
+
+impl JobRun<'_> {
+    /// The mirror whose objects the rounds must be able to read (a repository job's).
+    pub(super) fn shared_objects(&self) -> Option<std::path::PathBuf> {
+        let url = self.spec.source.as_ref()?.repo()?;
+        Some(provision::mirror::mirror_dir(&self.engine.state_dir, url).join("objects"))
+    }
+
+    /// Makes the workspace of a provisioned job that has none yet (blocking: git runs here).
+    pub(super) async fn provision(&mut self) -> Result<(), (FinishReason, String)> {
+        let Some(source) = self.spec.source.clone() else {
+            return Ok(());
+        };
+        if self.journal.view().base_commit.is_some() {
+            // Resumed: the workspace it had is the one it goes on with.
+            if !self.spec.workspace.join(".git").exists() {
+                return Err((
+                    FinishReason::ProvisionFailed,
+                    format!(
+                        "failed to reuse the workspace `{}`: it was removed (workspace_retention); submit the job again",
+                        self.spec.workspace.display()
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let WorkspaceSource::Repo { repo, git_ref, .. } = source else {
+            return Err((
+                FinishReason::ProvisionFailed,
+                "failed to provision the workspace: uploads are not supported by this runner yet"
+                    .into(),
+            ));
+        };
+        let started = Instant::now();
+        let state_dir = self.engine.state_dir.clone();
+        let config = self.engine.provision.clone();
+        let workspace = self.spec.workspace.clone();
+        let (url, r) = (repo.clone(), git_ref.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&workspace).map_err(|e| {
+                provision::ProvisionError::io("create the workspace", &workspace, e)
+            })?;
+            clone::provision_repo(&state_dir, &config, &workspace, &url, r.as_deref())
+        })
+        .await
+        .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
+        let made = made.map_err(|e| {
+            (
+                FinishReason::ProvisionFailed,
+                bounded(
+                    &format!("failed to clone `{repo}` into a fresh workspace: {e}"),
+                    RESULT_TEXT_BOUND,
+                ),
+            )
+        })?;
+        self.journal
+            .record(EventKind::WorkspaceProvisioned {
+                repo: Some(repo),
+                git_ref,
+                commit: made.commit,
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
+            .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Writes `result.patch` (and pushes it where asked) for a provisioned job whose workspace
+    /// was made; journals `result_written`. Failures are journalled, never fatal: the job's
+    /// outcome is the rounds'.
+    pub(super) fn write_result(&mut self) -> Result<(), super::EngineError> {
+        let Some(source) = self.spec.source.clone() else {
+            return Ok(());
+        };
+        let Some(base) = self.journal.view().base_commit.clone() else {
+            return Ok(());
+        };
+        let to = provision::patch_path(&self.job_dir);
+        if let Err(e) = std::fs::create_dir_all(&self.job_dir) {
+            return Err(super::EngineError::io(
+                "create the job directory",
+                &self.job_dir,
+                e,
+            ));
+        }
+        let event = match patch::write_patch(&self.spec.workspace, &base, &to) {
+            Err(e) => EventKind::ResultWritten {
+                bytes: 0,
+                files: 0,
+                pushed: None,
+                error: Some(bounded(&e.to_string(), RESULT_TEXT_BOUND)),
+            },
+            Ok(summary) => {
+                let (pushed, error) = match (source.repo(), source.push()) {
+                    (Some(url), Some(branch)) if summary.files > 0 => {
+                        let message = format!(
+                            "ralph job {}\n\n{}",
+                            self.journal.view().id,
+                            bounded(&self.spec.objective, 2048)
+                        );
+                        match push::push_result(
+                            &self.engine.provision,
+                            &self.spec.workspace,
+                            url,
+                            &base,
+                            &summary.tree,
+                            branch,
+                            &message,
+                        ) {
+                            Ok(commit) => (Some(format!("{commit} to {branch}")), None),
+                            Err(e) => (
+                                None,
+                                Some(bounded(
+                                    &format!("failed to push to `{branch}`: {e}"),
+                                    RESULT_TEXT_BOUND,
+                                )),
+                            ),
+                        }
+                    }
+                    _ => (None, None),
+                };
+                EventKind::ResultWritten {
+                    bytes: summary.bytes,
+                    files: summary.files,
+                    pushed,
+                    error,
+                }
+            }
+        };
+        self.journal.record(event)?;
+        Ok(())
+    }
+}

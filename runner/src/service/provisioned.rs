@@ -1,0 +1,192 @@
+//! The service's side of provisioned workspaces (SPEC §11): the workspace a `repo` job gets
+//! (`<state-dir>/workspaces/<job-id>`, made when the job is accepted so the scheduler can lock
+//! it), `GET /v1/jobs/{id}/patch`, and the workspaces' lifecycle: removed once their job has
+//! been finished for `[provision] workspace_retention`, or, oldest first, when all of them use
+//! more than `workspace_budget` (the job's `result.patch` stays).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::Service;
+use super::api::{ApiError, Svc, resolve};
+use crate::engine::WorkspaceLock;
+use crate::provision::{self, lifecycle};
+use crate::store::JobState;
+use crate::store::journal::blocking;
+
+/// How often the workspaces' retention and budget are enforced.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The workspace a provisioned job will have.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The job's id, chosen now.
+    pub id: String,
+    /// `<state-dir>/workspaces`.
+    pub root: PathBuf,
+    /// `<state-dir>/workspaces/<id>`.
+    pub workspace: PathBuf,
+}
+
+fn internal(message: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+}
+
+/// Chooses a new job's id and workspace (the workspaces' directory is made if missing).
+pub fn plan(svc: &Service) -> Result<Planned, ApiError> {
+    let root = provision::workspaces_dir(svc.engine().state_dir());
+    std::fs::create_dir_all(&root).map_err(|e| {
+        internal(format!(
+            "failed to create the workspaces directory `{}`: {e}",
+            root.display()
+        ))
+    })?;
+    let id = crate::job::new_job_id();
+    Ok(Planned {
+        workspace: root.join(&id),
+        root,
+        id,
+    })
+}
+
+/// Makes the planned (empty) workspace.
+pub fn make(p: &Planned) -> Result<(), ApiError> {
+    std::fs::create_dir(&p.workspace).map_err(|e| {
+        internal(format!(
+            "failed to create the workspace `{}`: {e}",
+            p.workspace.display()
+        ))
+    })
+}
+
+/// `GET /v1/jobs/{id}/patch`: the job's `result.patch`.
+pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = resolve(&svc, &id)?;
+    let view = blocking(|| svc.engine().store().load(&id))?;
+    let not_yet = |message: String| ApiError::new(StatusCode::NOT_FOUND, "no_patch", message);
+    if view.spec.source.is_none() {
+        return Err(not_yet(format!(
+            "job `{id}` ran in an existing workspace: only a provisioned job (`repo`) has a patch"
+        )));
+    }
+    let path = provision::patch_path(&svc.engine().job_dir(&id));
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => Ok((
+            [(header::CONTENT_TYPE, "text/x-diff; charset=utf-8")],
+            bytes,
+        )
+            .into_response()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(not_yet(if view.state == JobState::Finished {
+                format!("job `{id}` has no result.patch (its workspace was never provisioned)")
+            } else {
+                format!(
+                    "job `{id}` is {}: its result.patch is written when it ends",
+                    view.state.as_str()
+                )
+            }))
+        }
+        Err(e) => Err(internal(format!(
+            "failed to read `{}`: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// A finished provisioned job's workspace that still exists.
+struct Kept {
+    id: String,
+    workspace: PathBuf,
+    finished: SystemTime,
+}
+
+impl Service {
+    /// Enforces the workspaces' retention and budget until the service drains.
+    pub(super) async fn keep_workspaces(self: Arc<Self>) {
+        loop {
+            if self.draining.load(Ordering::SeqCst) {
+                return;
+            }
+            let config = self.config().provision;
+            if config.workspace_retention.is_some() || config.workspace_budget.is_some() {
+                let svc = self.clone();
+                let _ = tokio::task::spawn_blocking(move || svc.sweep_workspaces()).await;
+            }
+            // A short retention is enforced at a quarter of it (at least every second).
+            let every = config.workspace_retention.map_or(SWEEP_EVERY, |r| {
+                (r.0 / 4).clamp(Duration::from_secs(1), SWEEP_EVERY)
+            });
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// One pass of the workspaces' retention and budget (blocking).
+    pub fn sweep_workspaces(&self) {
+        let config = self.config().provision;
+        let store = self.engine().store();
+        let Ok(ids) = store.job_ids_in_state(JobState::Finished) else {
+            return;
+        };
+        let mut kept: Vec<Kept> = Vec::new();
+        for id in ids {
+            let Ok(view) = store.load(&id) else { continue };
+            if view.spec.source.is_none() || !view.spec.workspace.exists() {
+                continue;
+            }
+            let finished = humantime::parse_rfc3339(&view.updated_at).unwrap_or(SystemTime::now());
+            kept.push(Kept {
+                id,
+                workspace: view.spec.workspace.clone(),
+                finished,
+            });
+        }
+        kept.sort_by_key(|k| k.finished);
+        let now = SystemTime::now();
+        let mut used: Option<u64> = config.workspace_budget.map(|_| {
+            let root = provision::workspaces_dir(self.engine().state_dir());
+            lifecycle::disk_usage(&root)
+        });
+        for k in kept {
+            let expired = config
+                .workspace_retention
+                .is_some_and(|r| now.duration_since(k.finished).is_ok_and(|age| age >= r.0));
+            let over = matches!((used, config.workspace_budget), (Some(u), Some(b)) if u > b.0);
+            if !expired && !over {
+                continue;
+            }
+            // A job resumed meanwhile holds its workspace: it stays.
+            let Ok(lock) = WorkspaceLock::try_acquire(&k.workspace) else {
+                continue;
+            };
+            if store
+                .load(&k.id)
+                .map(|v| v.state != JobState::Finished)
+                .unwrap_or(true)
+            {
+                continue;
+            }
+            let size = lifecycle::disk_usage(&k.workspace)
+                + lifecycle::disk_usage(&provision::private_git_dir(&k.workspace));
+            match lifecycle::remove_workspace(&k.workspace) {
+                Ok(()) => {
+                    used = used.map(|u| u.saturating_sub(size));
+                    tracing::info!(
+                        job_id = %k.id,
+                        bytes = size,
+                        "job {}: provisioned workspace removed ({})",
+                        k.id,
+                        if expired { "workspace_retention" } else { "workspace_budget" }
+                    );
+                }
+                Err(e) => tracing::warn!(job_id = %k.id, error = %e, "workspaces: {e}"),
+            }
+            drop(lock);
+        }
+    }
+}

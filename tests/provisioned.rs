@@ -1,0 +1,492 @@
+//! Workspaces the runner provisions (SPEC §11), end to end with real git: a bare repository
+//! served on loopback by `git daemon`, a real `ralph serve`, scripted agents. A `repo` job is
+//! cloned through the runner's mirror, fixed by its agent and verified; its `result.patch`
+//! (binary and untracked files included) applies to a fresh clone and makes the tests pass;
+//! `push` lands a branch where allowed; a repository outside `allowed_repos`, a bad ref and a
+//! hostile `.git/config` are handled; a resumed job keeps its workspace; retention removes it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::git_server::{GitServer, git};
+use common::server::Server;
+use common::{complete_report, ralph_bin, wait_until};
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The project: `add.sh` subtracts, so `test.sh` fails; a binary file and a file to delete.
+fn failing_project(w: &Path) {
+    std::fs::write(w.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
+    std::fs::write(w.join("test.sh"), "test \"$(sh add.sh 2 3)\" = 5\n").unwrap();
+    std::fs::write(w.join("data.bin"), [0u8, 1, 2, 0xff, 0xfe, 0]).unwrap();
+    std::fs::write(w.join("obsolete.txt"), "old\n").unwrap();
+}
+
+/// The agent that fixes it: edits a file, changes a binary one, adds an untracked text and
+/// binary file, deletes one, and reports complete.
+fn fixer(s: &Server) -> PathBuf {
+    s.agent(
+        "fix.sh",
+        &format!(
+            "sed -i 's/-/+/' add.sh\nprintf 'notes\\n' > NOTES.md\nprintf '\\000\\001\\377\\376bin' > new.bin\nprintf '\\377\\000changed' > data.bin\nrm obsolete.txt\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("fixed add")
+        ),
+    )
+}
+
+fn server_for(g: &GitServer, extra_limits: &str) -> Server {
+    Server::new(&format!(
+        "[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n{extra_limits}",
+        g.port
+    ))
+}
+
+fn repo_job(s: &Server, agent: &Path, url: &str, extra: Value) -> Value {
+    let mut j = json!({
+        "objective": "make the tests pass",
+        "repo": url,
+        "agent_cmd": agent.display().to_string(),
+        "read": [s.agents],
+        "retry_backoff": "10ms",
+        "kill_grace": "1s",
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        j[k] = v.clone();
+    }
+    j
+}
+
+fn submit(s: &Server, jobs: Vec<Value>) -> (u16, Value) {
+    s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": jobs }).to_string()),
+    )
+}
+
+fn submit_one(s: &Server, job: Value) -> String {
+    let (code, body) = submit(s, vec![job]);
+    assert_eq!(code, 201, "{body}");
+    body["jobs"][0]["id"].as_str().unwrap().to_owned()
+}
+
+/// `ralph diff ARGS` as bytes (the patch is not necessarily UTF-8).
+fn ralph_diff(s: &Server, args: &[&str]) -> (i32, Vec<u8>, String) {
+    let mut cmd = Command::new(ralph_bin());
+    cmd.arg("diff").args(args).env_remove("RALPH_SERVER");
+    if !args.contains(&"--state-dir") {
+        cmd.env("RALPH_SERVER", s.url())
+            .env("RALPH_TOKEN", s.token());
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn events_of(s: &Server, id: &str, kind: &str) -> Vec<Value> {
+    s.events(id)
+        .into_iter()
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+fn tests_pass(dir: &Path) -> bool {
+    Command::new("sh")
+        .arg("test.sh")
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
+    let g = GitServer::start();
+    let base = g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "");
+    s.start();
+    let agent = fixer(&s);
+    let id = submit_one(
+        &s,
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"ref": "main", "verify": "sh test.sh"}),
+        ),
+    );
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
+    assert_eq!(j["reason"], "verified", "{j}");
+    // The base commit is journalled and shown.
+    let prov = events_of(&s, &id, "workspace_provisioned");
+    assert_eq!(prov.len(), 1, "{prov:?}");
+    assert_eq!(prov[0]["commit"], base.as_str());
+    assert_eq!(j["base_commit"], base.as_str());
+    // The workspace is the runner's, under its state dir; the mirror beside it.
+    let ws = s.state.join("workspaces").join(&id);
+    assert!(ws.join("add.sh").is_file());
+    assert_eq!(
+        std::fs::read_dir(s.state.join("mirrors"))
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "git"))
+            .count(),
+        1
+    );
+    // The patch, from the server and from the local store, byte for byte the same.
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    let (code, local, err) = ralph_diff(&s, &["--state-dir", s.state.to_str().unwrap(), &id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(patch, local);
+    let text = String::from_utf8_lossy(&patch);
+    for name in ["add.sh", "NOTES.md", "new.bin", "data.bin", "obsolete.txt"] {
+        assert!(
+            text.contains(&format!("b/{name}")) || text.contains(&format!("a/{name}")),
+            "{name} missing:\n{text}"
+        );
+    }
+    assert!(text.contains("GIT binary patch"), "{text}");
+    // A fresh clone fails its tests; with the patch applied they pass, files as the agent left.
+    let fresh = g.dir.path().join("fresh");
+    g.fresh_clone("proj.git", &fresh);
+    assert!(!tests_pass(&fresh));
+    let patch_file = g.dir.path().join("result.patch");
+    std::fs::write(&patch_file, &patch).unwrap();
+    git(&fresh, &["apply", "--index", patch_file.to_str().unwrap()]);
+    assert!(tests_pass(&fresh));
+    assert_eq!(
+        std::fs::read(fresh.join("new.bin")).unwrap(),
+        b"\x00\x01\xff\xfebin"
+    );
+    assert_eq!(
+        std::fs::read(fresh.join("data.bin")).unwrap(),
+        b"\xff\x00changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fresh.join("NOTES.md")).unwrap(),
+        "notes\n"
+    );
+    assert!(!fresh.join("obsolete.txt").exists());
+    // The workspace's own index and HEAD were not touched by the runner's patch.
+    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
+    assert!(git(&ws, &["status", "--porcelain"]).contains("?? NOTES.md"));
+    // The API serves the same bytes.
+    let (status, body) = s
+        .raw(
+            "GET",
+            &format!("/v1/jobs/{id}/patch"),
+            Some(&s.token()),
+            None,
+            None,
+        )
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body.len(), patch.len());
+    // A second job of the same repository, submitted with flags, reuses the mirror (no second
+    // clone of it).
+    let out = s.ralph(&[
+        "submit",
+        "--objective",
+        "again",
+        "--repo",
+        &g.url("proj.git"),
+        "--ref",
+        "main",
+        "--agent-cmd",
+        agent.to_str().unwrap(),
+        "--read",
+        s.agents.to_str().unwrap(),
+    ]);
+    out.expect_code(0);
+    let id2 = out.stdout.trim().to_owned();
+    assert_eq!(s.wait_finished(&id2, LIMIT)["outcome"], "complete");
+    assert_eq!(
+        std::fs::read_dir(s.state.join("mirrors"))
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "git"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "");
+    s.start();
+    let agent = fixer(&s);
+    for url in [
+        format!("git://127.0.0.2:{}/proj.git", g.port),
+        format!("git://127.0.0.1:{}/../srv/proj.git", g.port),
+        format!("git://127.0.0.1:{}0/proj.git", g.port),
+    ] {
+        let (code, body) = submit(&s, vec![repo_job(&s, &agent, &url, json!({}))]);
+        assert_eq!(code, 403, "{url}: {body}");
+        assert_eq!(body["error"]["rule"], "limits.allowed_repos", "{body}");
+        assert_eq!(body["error"]["field"], "job[0].repo", "{body}");
+    }
+    // Through the CLI: the rule is named on stderr.
+    let file = s.dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[job]]\nobjective = \"x\"\nrepo = \"https://example.com/x.git\"\nagent_cmd = \"{}\"\n",
+            agent.display()
+        ),
+    )
+    .unwrap();
+    let out = s.ralph(&["submit", file.to_str().unwrap()]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("allowed_repos"), "{}", out.stderr);
+    // `workspace` and `repo` exclude each other; `push` is refused unless allowed.
+    let ws = s.workspace("w");
+    let (code, body) = submit(
+        &s,
+        vec![repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"workspace": ws}),
+        )],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["field"], "job[0].repo", "{body}");
+    let (code, body) = submit(
+        &s,
+        vec![repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"push": "ralph/x"}),
+        )],
+    );
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["error"]["rule"], "limits.allow_push", "{body}");
+    // Nothing was provisioned for any of them.
+    let made = std::fs::read_dir(s.state.join("workspaces"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(made, 0);
+    assert!(!s.state.join("mirrors").exists());
+}
+
+#[test]
+fn a_clone_failure_is_a_job_error_before_any_round() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "");
+    s.start();
+    let agent = fixer(&s);
+    let bad_ref = submit_one(
+        &s,
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"ref": "no-such-branch"}),
+        ),
+    );
+    let missing = submit_one(&s, repo_job(&s, &agent, &g.url("missing.git"), json!({})));
+    for (id, words) in [(&bad_ref, "no-such-branch"), (&missing, "missing.git")] {
+        let j = s.wait_finished(id, LIMIT);
+        assert_eq!(j["outcome"], "error", "{j}");
+        assert_eq!(j["reason"], "provision_failed", "{j}");
+        assert_eq!(j["rounds"], 0, "{j}");
+        let msg = j["message"].as_str().unwrap();
+        assert!(msg.starts_with("failed to clone"), "{msg}");
+        assert!(msg.contains(words), "{msg}");
+        assert!(events_of(&s, id, "round_started").is_empty());
+        let (code, _, err) = ralph_diff(&s, &[id]);
+        assert_ne!(code, 0);
+        assert!(err.contains("no result.patch"), "{err}");
+    }
+}
+
+#[test]
+fn push_lands_the_result_on_the_branch() {
+    let g = GitServer::start();
+    let base = g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "allow_push = true\n");
+    s.start();
+    let agent = fixer(&s);
+    let id = submit_one(
+        &s,
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"push": "ralph/fix", "verify": "sh test.sh"}),
+        ),
+    );
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
+    let written = events_of(&s, &id, "result_written");
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(written[0]["error"].is_null(), "{written:?}");
+    let bare = g.bare("proj.git");
+    let pushed = git(&bare, &["rev-parse", "refs/heads/ralph/fix"]);
+    assert!(written[0]["pushed"].as_str().unwrap().starts_with(&pushed));
+    assert_eq!(git(&bare, &["rev-parse", "ralph/fix^"]), base);
+    assert_eq!(git(&bare, &["rev-parse", "main"]), base, "main untouched");
+    let fresh = g.dir.path().join("pushed");
+    git(
+        g.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "ralph/fix",
+            &g.url("proj.git"),
+            fresh.to_str().unwrap(),
+        ],
+    );
+    assert!(tests_pass(&fresh));
+    assert!(fresh.join("new.bin").is_file());
+}
+
+#[test]
+fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "");
+    s.start();
+    let marker = s.dir.path().join("pwned");
+    let m = marker.display();
+    // The round rewrites its repository's config and attributes to run commands in any git
+    // that reads them: fsmonitor, hooks, a clean filter, a textconv and an external diff.
+    let agent = s.agent(
+        "hostile.sh",
+        &format!(
+            "cat >> .git/config <<'X'\n[core]\n\tfsmonitor = touch {m}-fsmonitor\n\thooksPath = .git/evil\n[filter \"evil\"]\n\tclean = touch {m}-clean\n\tprocess = touch {m}-process\n[diff \"evil\"]\n\ttextconv = touch {m}-textconv\n\tcommand = touch {m}-diffcmd\n[diff]\n\texternal = touch {m}-external\nX\nprintf '* filter=evil diff=evil\\n' > .gitattributes\nmkdir -p .git/evil .git/hooks\nprintf '#!/bin/sh\\ntouch {m}-hook\\n' > .git/evil/pre-commit\nchmod +x .git/evil/pre-commit\ncp .git/evil/pre-commit .git/hooks/post-index-change\nsed -i 's/-/+/' add.sh\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
+    );
+    let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}");
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8_lossy(&patch);
+    assert!(text.contains("+echo $(($1 + $2))"), "{text}");
+    assert!(text.contains(".gitattributes"), "{text}");
+    let found: Vec<_> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("pwned"))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the host ran the round's commands: {found:?}"
+    );
+}
+
+#[test]
+fn a_resumed_job_keeps_its_workspace() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "");
+    s.start();
+    // The first run's round leaves a file and fails; the resumed run finds it.
+    let agent = s.agent(
+        "twice.sh",
+        &format!(
+            "if [ -e step1 ]; then sed -i 's/-/+/' add.sh; echo '{}' > \"$RALPH_REPORT_FILE\"; else touch step1; exit 3; fi",
+            complete_report("second run"),
+        ),
+    );
+    let id = submit_one(
+        &s,
+        repo_job(&s, &agent, &g.url("proj.git"), json!({"round_retries": 0})),
+    );
+    assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "round-failed");
+    let out = s.ralph(&["resume", &id]);
+    out.expect_code(0);
+    wait_until("the resumed job to finish", LIMIT, || {
+        let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+        j["outcome"] == "complete"
+    });
+    assert_eq!(events_of(&s, &id, "workspace_provisioned").len(), 1);
+    assert_eq!(events_of(&s, &id, "result_written").len(), 2);
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8_lossy(&patch);
+    assert!(
+        text.contains("b/step1") && text.contains("+echo $(($1 + $2))"),
+        "{text}"
+    );
+}
+
+#[test]
+fn workspace_retention_removes_the_workspace_but_not_the_patch() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = Server::new(&format!(
+        "[provision]\nworkspace_retention = \"1s\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
+        g.port
+    ));
+    s.start();
+    let agent = fixer(&s);
+    let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    let ws = s.state.join("workspaces").join(&id);
+    wait_until("the workspace to be removed", LIMIT, || !ws.exists());
+    assert!(
+        !s.state
+            .join("workspaces")
+            .join(format!("{id}.git"))
+            .exists()
+    );
+    assert!(
+        s.log_text()
+            .contains("provisioned workspace removed (workspace_retention)")
+    );
+    let (code, again, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(again, patch);
+}
+
+#[test]
+fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = Server::new(&format!(
+        "[provision]\nworkspace_budget = \"1\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
+        g.port
+    ));
+    s.start();
+    let agent = fixer(&s);
+    let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
+    let ws = s.state.join("workspaces").join(&id);
+    wait_until("the workspace to be removed", LIMIT, || !ws.exists());
+    assert!(
+        s.log_text()
+            .contains("provisioned workspace removed (workspace_budget)")
+    );
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(String::from_utf8_lossy(&patch).contains("b/NOTES.md"));
+}
