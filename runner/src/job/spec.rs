@@ -161,6 +161,10 @@ pub struct JobSpec {
     /// Labels (key → value) for filtering.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The name of the API token that submitted the job (set by the service, never by a
+    /// submitter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 impl JobSpec {
@@ -189,6 +193,7 @@ impl JobSpec {
             model_access: ModelAccess::default(),
             name: None,
             labels: BTreeMap::new(),
+            submitted_by: None,
         }
     }
 }
