@@ -35,8 +35,10 @@ fn ca(name: &str) -> Ca {
 fn leaf(ca: &Ca, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
     let mut p =
         CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
-    p.distinguished_name
-        .push(DnType::CommonName, names.first().copied().unwrap_or("client"));
+    p.distinguished_name.push(
+        DnType::CommonName,
+        names.first().copied().unwrap_or("client"),
+    );
     p.extended_key_usages = vec![usage];
     let key = KeyPair::generate().unwrap();
     let cert = p.signed_by(&key, &ca.cert, &ca.key).unwrap();
@@ -183,7 +185,10 @@ impl Drop for Serve {
 }
 
 fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("ralph-net-").tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix("ralph-net-")
+        .tempdir()
+        .unwrap()
 }
 
 /// The files of one test's PKI: the server's CA and certificate (for localhost and 127.0.0.1),
@@ -206,7 +211,11 @@ fn pki(dir: &Path) -> Pki {
         ExtendedKeyUsagePurpose::ServerAuth,
     );
     let clients = ca("ralph test client CA");
-    let (ccert, ckey) = leaf(&clients, &["ci-runner"], ExtendedKeyUsagePurpose::ClientAuth);
+    let (ccert, ckey) = leaf(
+        &clients,
+        &["ci-runner"],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
     Pki {
         ca: write(dir, "ca.pem", &server_ca.cert.pem()),
         wrong_ca: write(dir, "wrong-ca.pem", &ca("some other CA").cert.pem()),
@@ -238,7 +247,8 @@ fn https_works_with_the_right_ca_and_fails_clearly_with_a_wrong_one() {
     let out = s.wait_until_ok(&["jobs", "--server", &url, "--ca-file", &ca, "--json"]);
     assert!(out.stdout.contains("\"jobs\""), "{}", out.stdout);
     assert!(
-        s.log_text().contains(&format!("listening on https://0.0.0.0:{}", s.port)),
+        s.log_text()
+            .contains(&format!("listening on https://0.0.0.0:{}", s.port)),
         "{}",
         s.log_text()
     );
@@ -252,14 +262,19 @@ fn https_works_with_the_right_ca_and_fails_clearly_with_a_wrong_one() {
     // A CA that did not sign the server's certificate: refused, saying what to do.
     let wrong = p.wrong_ca.display().to_string();
     for args in [
-        vec!["jobs", "--server", url.as_str(), "--ca-file", wrong.as_str()],
+        vec![
+            "jobs",
+            "--server",
+            url.as_str(),
+            "--ca-file",
+            wrong.as_str(),
+        ],
         vec!["jobs", "--server", url.as_str()],
     ] {
         let out = s.ralph(&args, &[]);
         assert_eq!(out.code, 70, "{out:?}");
         assert!(
-            out.stderr
-                .contains("not signed by a CA this client trusts")
+            out.stderr.contains("not signed by a CA this client trusts")
                 && out.stderr.contains("--ca-file"),
             "{}",
             out.stderr
@@ -286,7 +301,13 @@ fn https_works_with_the_right_ca_and_fails_clearly_with_a_wrong_one() {
     // A CA file that is not PEM: named.
     let junk = write(s.dir.path(), "junk.pem", "not a certificate\n");
     let out = s.ralph(
-        &["jobs", "--server", &url, "--ca-file", junk.to_str().unwrap()],
+        &[
+            "jobs",
+            "--server",
+            &url,
+            "--ca-file",
+            junk.to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(out.code, 64, "{out:?}");
@@ -367,8 +388,10 @@ fn a_non_loopback_address_without_tls_is_refused_unless_insecure_listen() {
     assert_eq!(s.wait_exit(), 64, "{}", s.log_text());
     let log = s.log_text();
     assert!(
-        log.contains(&format!("refusing to listen on `0.0.0.0:{}` without TLS", s.port))
-            && log.contains("tls_cert")
+        log.contains(&format!(
+            "refusing to listen on `0.0.0.0:{}` without TLS",
+            s.port
+        )) && log.contains("tls_cert")
             && log.contains("insecure_listen"),
         "{log}"
     );
@@ -414,13 +437,21 @@ fn the_certificate_is_reloaded_on_sighup() {
     s.wait_until_ok(&["jobs", "--server", &url, "--ca-file", &new_ca_file]);
     let out = s.ralph(&["jobs", "--server", &url, "--ca-file", &old_ca], &[]);
     assert_eq!(out.code, 70, "{out:?}");
-    assert!(s.log_text().contains("TLS certificate reloaded"), "{}", s.log_text());
+    assert!(
+        s.log_text().contains("TLS certificate reloaded"),
+        "{}",
+        s.log_text()
+    );
     // A broken pair on SIGHUP: the log says so and the served certificate stays.
     std::fs::write(&p.key, "broken\n").unwrap();
     s.signal(nix::sys::signal::Signal::SIGHUP);
     let start = Instant::now();
     while !s.log_text().contains("TLS certificate not reloaded") {
-        assert!(start.elapsed() < Duration::from_secs(30), "{}", s.log_text());
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{}",
+            s.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     s.ralph(&["jobs", "--server", &url, "--ca-file", &new_ca_file], &[])

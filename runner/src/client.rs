@@ -89,8 +89,7 @@ fn tls_hint(message: &str) -> Option<&'static str> {
         Some(
             "the server's certificate does not name the host in the server address: use the name (or IP) the certificate was made for",
         )
-    } else if message.contains("CertificateRequired") || message.contains("certificate required")
-    {
+    } else if message.contains("CertificateRequired") || message.contains("certificate required") {
         Some(
             "the server requires a client certificate: give it with --client-cert / RALPH_CLIENT_CERT and --client-key / RALPH_CLIENT_KEY",
         )
@@ -124,13 +123,12 @@ impl Client {
                 message: e.to_string(),
             })
         };
-        let bad = |what: &'static str, path: &std::path::Path, e: reqwest::Error| {
-            ClientError::TlsFile {
+        let bad =
+            |what: &'static str, path: &std::path::Path, e: reqwest::Error| ClientError::TlsFile {
                 what,
                 path: path.display().to_string(),
                 message: format!("{e} (expected PEM)"),
-            }
-        };
+            };
         let mut builder =
             reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
         if let Some(ca) = &tls.ca_file {
@@ -153,15 +151,14 @@ impl Client {
                 pem.push(b'\n');
                 pem.extend(read("--client-key", key)?);
             }
-            let id = reqwest::Identity::from_pem(&pem).map_err(|e| bad("--client-cert", cert, e))?;
+            let id =
+                reqwest::Identity::from_pem(&pem).map_err(|e| bad("--client-cert", cert, e))?;
             builder = builder.identity(id);
         }
-        let http = builder
-            .build()
-            .map_err(|e| ClientError::Unreachable {
-                server: base.to_owned(),
-                message: e.to_string(),
-            })?;
+        let http = builder.build().map_err(|e| ClientError::Unreachable {
+            server: base.to_owned(),
+            message: e.to_string(),
+        })?;
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),

@@ -48,7 +48,12 @@ pub struct TlsArgs {
     #[arg(long, env = "RALPH_CLIENT_CERT", value_name = "PATH")]
     pub client_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM), if not in --client-cert's file.
-    #[arg(long, env = "RALPH_CLIENT_KEY", value_name = "PATH", requires = "client_cert")]
+    #[arg(
+        long,
+        env = "RALPH_CLIENT_KEY",
+        value_name = "PATH",
+        requires = "client_cert"
+    )]
     pub client_key: Option<PathBuf>,
 }
 

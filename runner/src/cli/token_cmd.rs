@@ -26,7 +26,12 @@ pub struct CreateArgs {
     #[arg(value_name = "NAME")]
     pub name: String,
     /// What it may do: read, submit, cancel, admin (repeatable, or comma-separated).
-    #[arg(long = "scope", value_name = "SCOPE", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "scope",
+        value_name = "SCOPE",
+        value_delimiter = ',',
+        required = true
+    )]
     pub scopes: Vec<String>,
     #[command(flatten)]
     pub server: ServerArgs,

@@ -274,8 +274,7 @@ impl ServiceConfig {
             path: path.to_owned(),
             message,
         };
-        let mut c: ServiceConfig =
-            toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
+        let mut c: ServiceConfig = toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
         }
@@ -343,7 +342,10 @@ impl ServiceConfig {
         }
         c.token_limits = super::token_config::resolve(text, &c.tokens).map_err(err)?;
         for (name, l) in &c.token_limits {
-            for (key, roots) in [("workspace_roots", &l.workspace_roots), ("read_roots", &l.read_roots)] {
+            for (key, roots) in [
+                ("workspace_roots", &l.workspace_roots),
+                ("read_roots", &l.read_roots),
+            ] {
                 if let Some(r) = roots.iter().find(|r| !r.is_absolute()) {
                     return Err(err(format!(
                         "`tokens.{name}.limits.{key}`: `{}` is not an absolute path",

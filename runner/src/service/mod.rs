@@ -23,8 +23,8 @@ pub mod log_follow;
 pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
-pub mod recovery;
 pub mod rate_limit;
+pub mod recovery;
 pub mod refusal_log;
 mod retention;
 mod scheduler;
@@ -530,11 +530,17 @@ impl Service {
                 self.tokens.set_config(&new.tokens);
                 match (&self.tls, new.tls_files()) {
                     (Some(tls), Some(files)) => match tls.reload(Some(&files)) {
-                        Ok(()) => tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded"),
-                        Err(e) => tracing::error!(error = %e, "TLS certificate not reloaded, the old one stays: {e}"),
+                        Ok(()) => {
+                            tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded")
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "TLS certificate not reloaded, the old one stays: {e}")
+                        }
                     },
                     (None, Some(_)) | (Some(_), None) => {
-                        tracing::warn!("turning TLS on or off needs a restart; the listener stays as it is");
+                        tracing::warn!(
+                            "turning TLS on or off needs a restart; the listener stays as it is"
+                        );
                         new.tls_cert = old.tls_cert.clone();
                         new.tls_key = old.tls_key.clone();
                         new.client_ca = old.client_ca.clone();

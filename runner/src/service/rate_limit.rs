@@ -47,9 +47,10 @@ impl RateLimiter {
         let Ok(mut buckets) = self.buckets.lock() else {
             return Ok(());
         };
-        let b = buckets
-            .entry((token.to_owned(), kind))
-            .or_insert(Bucket { level: cap, at: now });
+        let b = buckets.entry((token.to_owned(), kind)).or_insert(Bucket {
+            level: cap,
+            at: now,
+        });
         b.level = (b.level + now.duration_since(b.at).as_secs_f64() * rate).min(cap);
         b.at = now;
         let want = f64::from(n);
@@ -74,7 +75,10 @@ mod tests {
             assert!(r.take("ci", Kind::Requests, 3, 1).is_ok());
         }
         let wait = r.take("ci", Kind::Requests, 3, 1).unwrap_err();
-        assert!(wait > Duration::from_secs(10) && wait <= Duration::from_secs(20), "{wait:?}");
+        assert!(
+            wait > Duration::from_secs(10) && wait <= Duration::from_secs(20),
+            "{wait:?}"
+        );
         // Another token, another kind: their own buckets.
         assert!(r.take("people", Kind::Requests, 3, 1).is_ok());
         assert!(r.take("ci", Kind::Jobs, 3, 2).is_ok());

@@ -55,15 +55,19 @@ pub fn allows(held: &[Scope], needed: Scope) -> bool {
 }
 
 /// The scope an API call needs: `None` for a path no route serves (the router answers 404).
+/// `path` may be written with or without its `/v1` prefix (a nested router sees it without).
 pub fn needed(method: &axum::http::Method, path: &str) -> Option<Scope> {
     use axum::http::Method;
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if segs.first() == Some(&"v1") {
+        segs.remove(0);
+    }
     match (method, segs.as_slice()) {
         (_, ["metrics"]) => Some(Scope::Read),
-        (_, ["v1", "tokens", ..]) => Some(Scope::Admin),
-        (&Method::POST, ["v1", "jobs"]) => Some(Scope::Submit),
-        (&Method::POST, ["v1", "jobs", _, "cancel" | "resume"]) => Some(Scope::Cancel),
-        (_, ["v1", "jobs", ..]) => Some(Scope::Read),
+        (_, ["tokens", ..]) => Some(Scope::Admin),
+        (&Method::POST, ["jobs"]) => Some(Scope::Submit),
+        (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Some(Scope::Cancel),
+        (_, ["jobs", ..]) => Some(Scope::Read),
         _ => None,
     }
 }
@@ -87,6 +91,8 @@ mod tests {
             Some(Scope::Cancel)
         );
         assert_eq!(needed(&Method::GET, "/v1/tokens"), Some(Scope::Admin));
+        assert_eq!(needed(&Method::POST, "/jobs"), Some(Scope::Submit));
+        assert_eq!(needed(&Method::GET, "/metrics"), Some(Scope::Read));
         assert_eq!(needed(&Method::GET, "/v1/nope"), None);
         assert!(allows(&[Scope::Admin], Scope::Submit));
         assert!(!allows(&[Scope::Read], Scope::Submit));

@@ -62,11 +62,7 @@ async fn create(
     })?;
     let token = svc.tokens().create(&b.name, &b.scopes).map_err(api_error)?;
     tracing::info!(token = %b.name, "token `{}` created with scopes {:?}", b.name, b.scopes);
-    let listed = svc
-        .tokens()
-        .list()
-        .into_iter()
-        .find(|t| t.name == b.name);
+    let listed = svc.tokens().list().into_iter().find(|t| t.name == b.name);
     Ok((
         StatusCode::CREATED,
         axum::Json(json!({

@@ -150,13 +150,13 @@ impl Tokens {
     ) -> Result<Self, TokensError> {
         let file = state_dir.join(TOKENS_FILE);
         let created = match std::fs::read_to_string(&file) {
-            Ok(text) => serde_json::from_str::<Vec<StoredToken>>(&text).map_err(|e| {
-                TokensError::File {
+            Ok(text) => {
+                serde_json::from_str::<Vec<StoredToken>>(&text).map_err(|e| TokensError::File {
                     action: "read",
                     path: file.display().to_string(),
                     message: e.to_string(),
-                }
-            })?,
+                })?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
                 return Err(TokensError::File {
@@ -356,7 +356,8 @@ mod tests {
                 & 0o777,
             0o600
         );
-        let again = Tokens::load("first-token-0123456789", dir.path(), &Default::default()).unwrap();
+        let again =
+            Tokens::load("first-token-0123456789", dir.path(), &Default::default()).unwrap();
         let c = again.verify(&ci).unwrap();
         assert_eq!(c.name, "ci");
         assert_eq!(c.scopes, vec![Scope::Read, Scope::Submit]);
