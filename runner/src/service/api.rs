@@ -55,9 +55,9 @@ pub struct ApiError {
     /// The jobs an ambiguous id prefix matches.
     candidates: Vec<String>,
     /// The scope a refused call needs.
-    scope: Option<&'static str>,
-    /// Seconds until a rate-limited call may be tried again (`Retry-After`).
-    retry_after: Option<u64>,
+    scope: Option<super::scope::Scope>,
+    /// Seconds until a rate-limited call may be tried again (`Retry-After`; at most a minute).
+    retry_after: Option<u16>,
 }
 
 /// The JSON error shape of every error answer.
@@ -87,14 +87,14 @@ impl ApiError {
             "forbidden",
             format!("this call needs the `{scope}` scope, which token `{token}` does not have"),
         );
-        e.scope = Some(scope.as_str());
+        e.scope = Some(scope);
         e
     }
 
     /// A call over a rate limit: 429 with `Retry-After`.
     pub(super) fn rate_limited(message: String, wait: std::time::Duration) -> Self {
         let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
-        e.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+        e.retry_after = Some(wait.as_secs_f64().ceil().clamp(1.0, 3600.0) as u16);
         e
     }
 
@@ -139,7 +139,7 @@ impl IntoResponse for ApiError {
             err["candidates"] = json!(self.candidates);
         }
         if let Some(s) = self.scope {
-            err["scope"] = json!(s);
+            err["scope"] = json!(s.as_str());
         }
         let mut resp = (self.status, axum::Json(json!({ "error": err }))).into_response();
         resp.extensions_mut().insert(super::refusal_log::Refused {
