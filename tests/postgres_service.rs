@@ -379,7 +379,7 @@ fn a_cancel_through_one_server_stops_a_job_running_on_the_other() {
         .filter(|e| e["type"] == "cancel_requested")
         .collect();
     assert_eq!(cancels.len(), 1, "{events:?}");
-    assert_eq!(cancels[0]["by"], "api");
+    assert_eq!(cancels[0]["by"], "token:admin");
     assert!(
         events
             .iter()

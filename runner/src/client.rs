@@ -1,4 +1,6 @@
-//! The client of `ralph serve`'s API, used by `ralph submit/jobs/show/logs/cancel/resume/wait`.
+//! The client of `ralph serve`'s API, used by `ralph submit/jobs/show/logs/cancel/resume/wait`
+//! and `ralph token`: `http://` or `https://` (a CA file for a private CA, a client certificate
+//! for mutual TLS: [`TlsOptions`]).
 
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -44,6 +46,58 @@ pub enum ClientError {
     /// The answer could not be read.
     #[error("unreadable answer from the server: {0}")]
     Decode(String),
+    /// The TLS handshake with the server failed.
+    #[error("failed to talk TLS with the ralph server at {server}: {hint} ({message})")]
+    Tls {
+        /// The server address.
+        server: String,
+        /// The transport error.
+        message: String,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// A CA file or client certificate could not be used.
+    #[error("failed to read {what} `{path}`: {message}")]
+    TlsFile {
+        /// Which file (`--ca-file`, `--client-cert`, `--client-key`).
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// How the client checks the server, and proves who it is, over `https://`.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// Also trust the CA certificates in this PEM file (a private CA).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) for mutual TLS.
+    pub client_cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM); absent: the key is in `client_cert`'s file.
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+/// A hint for a TLS failure, from the transport error's text.
+fn tls_hint(message: &str) -> Option<&'static str> {
+    if message.contains("UnknownIssuer") || message.contains("unknown issuer") {
+        Some(
+            "the server's certificate is not signed by a CA this client trusts: give the CA's certificate with --ca-file / RALPH_CA_FILE",
+        )
+    } else if message.contains("NotValidForName") || message.contains("not valid for name") {
+        Some(
+            "the server's certificate does not name the host in the server address: use the name (or IP) the certificate was made for",
+        )
+    } else if message.contains("CertificateRequired") || message.contains("certificate required") {
+        Some(
+            "the server requires a client certificate: give it with --client-cert / RALPH_CLIENT_CERT and --client-key / RALPH_CLIENT_KEY",
+        )
+    } else if message.contains("InvalidContentType") || message.contains("corrupt message") {
+        Some("the server does not speak TLS there: use an http:// server address")
+    } else {
+        None
+    }
 }
 
 /// An API client.
@@ -57,13 +111,54 @@ pub struct Client {
 impl Client {
     /// A client of the server at `base` (e.g. `http://127.0.0.1:7979`).
     pub fn new(base: &str, token: &str) -> Result<Self, ClientError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .build()
-            .map_err(|e| ClientError::Unreachable {
-                server: base.to_owned(),
+        Self::with_tls(base, token, &TlsOptions::default())
+    }
+
+    /// A client of the server at `base` (`http://` or `https://`) with `tls`.
+    pub fn with_tls(base: &str, token: &str, tls: &TlsOptions) -> Result<Self, ClientError> {
+        let read = |what: &'static str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| ClientError::TlsFile {
+                what,
+                path: path.display().to_string(),
                 message: e.to_string(),
-            })?;
+            })
+        };
+        let bad =
+            |what: &'static str, path: &std::path::Path, e: reqwest::Error| ClientError::TlsFile {
+                what,
+                path: path.display().to_string(),
+                message: format!("{e} (expected PEM)"),
+            };
+        let mut builder =
+            reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
+        if let Some(ca) = &tls.ca_file {
+            let certs = reqwest::Certificate::from_pem_bundle(&read("--ca-file", ca)?)
+                .map_err(|e| bad("--ca-file", ca, e))?;
+            if certs.is_empty() {
+                return Err(ClientError::TlsFile {
+                    what: "--ca-file",
+                    path: ca.display().to_string(),
+                    message: "no `BEGIN CERTIFICATE` block: expected a PEM certificate".into(),
+                });
+            }
+            for c in certs {
+                builder = builder.add_root_certificate(c);
+            }
+        }
+        if let Some(cert) = &tls.client_cert {
+            let mut pem = read("--client-cert", cert)?;
+            if let Some(key) = &tls.client_key {
+                pem.push(b'\n');
+                pem.extend(read("--client-key", key)?);
+            }
+            let id =
+                reqwest::Identity::from_pem(&pem).map_err(|e| bad("--client-cert", cert, e))?;
+            builder = builder.identity(id);
+        }
+        let http = builder.build().map_err(|e| ClientError::Unreachable {
+            server: base.to_owned(),
+            message: e.to_string(),
+        })?;
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
@@ -77,6 +172,13 @@ impl Client {
         while let Some(s) = src {
             msg = format!("{msg}: {s}");
             src = s.source();
+        }
+        if let Some(hint) = tls_hint(&msg) {
+            return ClientError::Tls {
+                server: self.base.clone(),
+                message: msg,
+                hint,
+            };
         }
         ClientError::Unreachable {
             server: self.base.clone(),
@@ -153,6 +255,24 @@ impl Client {
     /// Cancels a job.
     pub async fn cancel(&self, id: &str) -> Result<Value, ClientError> {
         self.json(self.http.post(self.url(&format!("/jobs/{id}/cancel"))))
+            .await
+    }
+
+    /// The server's tokens (admin).
+    pub async fn tokens(&self) -> Result<Value, ClientError> {
+        self.json(self.http.get(self.url("/tokens"))).await
+    }
+
+    /// Makes a token (admin); the answer holds it, shown this once.
+    pub async fn token_create(&self, name: &str, scopes: &[String]) -> Result<Value, ClientError> {
+        let body = serde_json::json!({"name": name, "scopes": scopes});
+        self.json(self.http.post(self.url("/tokens")).json(&body))
+            .await
+    }
+
+    /// Revokes a token (admin).
+    pub async fn token_revoke(&self, name: &str) -> Result<Value, ClientError> {
+        self.json(self.http.delete(self.url(&format!("/tokens/{name}"))))
             .await
     }
 

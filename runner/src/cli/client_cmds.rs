@@ -34,6 +34,38 @@ pub struct ServerArgs {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// How to check an `https://` server and prove who the client is.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// Trust the CA certificate(s) in this PEM file for an https:// server (a private CA).
+    #[arg(long, env = "RALPH_CA_FILE", value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for a server that requires one (mutual TLS).
+    #[arg(long, env = "RALPH_CLIENT_CERT", value_name = "PATH")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM), if not in --client-cert's file.
+    #[arg(
+        long,
+        env = "RALPH_CLIENT_KEY",
+        value_name = "PATH",
+        requires = "client_cert"
+    )]
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The client's TLS options.
+    pub fn options(&self) -> ralph_runner::client::TlsOptions {
+        ralph_runner::client::TlsOptions {
+            ca_file: self.ca_file.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+        }
+    }
 }
 
 impl ServerArgs {
@@ -46,9 +78,10 @@ impl ServerArgs {
                     .map_err(|_| CliError::usage("no API token: give --token-file PATH or set RALPH_TOKEN (the server writes it to <state-dir>/token)"))?,
             },
         };
-        Client::new(
+        Client::with_tls(
             self.server.as_deref().unwrap_or(DEFAULT_SERVER),
             token.trim(),
+            &self.tls.options(),
         )
         .map_err(client_error)
     }
@@ -57,7 +90,10 @@ impl ServerArgs {
 pub(super) fn client_error(e: ClientError) -> CliError {
     let exit = match &e {
         ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
-        ClientError::Unreachable { .. } | ClientError::Decode(_) => Exit::Internal,
+        ClientError::TlsFile { .. } => Exit::Usage,
+        ClientError::Unreachable { .. } | ClientError::Decode(_) | ClientError::Tls { .. } => {
+            Exit::Internal
+        }
     };
     CliError {
         exit,
@@ -286,6 +322,15 @@ fn describe_job(j: &Value) -> String {
             .collect();
         s.push_str(&format!("\n  labels: {}", pairs.join(", ")));
     }
+    for (key, label) in [
+        ("submitted_by", "submitted by"),
+        ("cancelled_by", "cancelled by"),
+        ("resumed_by", "resumed by"),
+    ] {
+        if let Some(who) = j[key].as_str() {
+            s.push_str(&format!("\n  {label}: {who}"));
+        }
+    }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.
         s.push_str(&format!(
@@ -474,9 +519,15 @@ pub fn describe_event(ev: &Event) -> String {
                 )
             }
         }
-        EventKind::CancelRequested { by } => format!("cancel requested by {by}"),
+        EventKind::CancelRequested { by } => match by.strip_prefix("token:") {
+            Some(name) => format!("cancel requested by token `{name}`"),
+            None => format!("cancel requested by {by}"),
+        },
         EventKind::Interrupted { message } => format!("interrupted: {message}"),
-        EventKind::Resumed { message } => format!("resumed: {message}"),
+        EventKind::Resumed { message, by } => match by {
+            Some(by) => format!("resumed by token `{by}`: {message}"),
+            None => format!("resumed: {message}"),
+        },
         EventKind::WorkspaceProvisioned {
             repo,
             git_ref,

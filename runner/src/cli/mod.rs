@@ -23,6 +23,7 @@ pub mod sandbox_gateway;
 pub mod serve;
 pub mod state_dir;
 pub mod stdout;
+pub mod token_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -84,6 +85,9 @@ pub enum Command {
     Resume(client_cmds::JobRef),
     /// Wait for a job and exit with its outcome code.
     Wait(client_cmds::WaitArgs),
+    /// The service's API tokens: create one with scopes, revoke one, list them (admin).
+    #[command(subcommand)]
+    Token(token_cmd::TokenCommand),
     /// The agent presets (`--agent NAME`): list them, show what one runs.
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),
@@ -195,6 +199,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Cancel(args) => client_cmds::cancel(args),
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
+        Command::Token(cmd) => token_cmd::execute(cmd),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),
         Command::Prune(args) => prune::execute(args),
         Command::Completions(args) => completions::execute(&args),

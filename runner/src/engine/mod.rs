@@ -366,6 +366,11 @@ impl Engine {
     /// Re-arms a finished job (interrupted, cancelled, error, round-failed) with its remaining
     /// budget and its last valid report; it goes back to the queue.
     pub fn resume(&self, job_id: &str) -> Result<(), EngineError> {
+        self.resume_by(job_id, None)
+    }
+
+    /// [`Engine::resume`], journalling who asked (an API token's name).
+    pub fn resume_by(&self, job_id: &str, by: Option<&str>) -> Result<(), EngineError> {
         let mut journal = Journal::open(self.store.clone(), job_id, self.observers.clone())?;
         let view = journal.view();
         if let Some(why) = crate::store::projection::resume_refusal(view) {
@@ -377,7 +382,10 @@ impl Engine {
             view.spec.max_rounds - view.rounds_started,
             view.spec.max_rounds
         );
-        journal.record(crate::store::EventKind::Resumed { message })?;
+        journal.record(crate::store::EventKind::Resumed {
+            message,
+            by: by.map(str::to_owned),
+        })?;
         Ok(())
     }
 

@@ -165,6 +165,10 @@ pub struct JobSpec {
     /// submitter's existing directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<super::source::WorkspaceSource>,
+    /// The name of the API token that submitted the job (set by the service, never by a
+    /// submitter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
 }
 
 impl JobSpec {
@@ -194,6 +198,7 @@ impl JobSpec {
             name: None,
             labels: BTreeMap::new(),
             source: None,
+            submitted_by: None,
         }
     }
 }

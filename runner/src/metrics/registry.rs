@@ -33,6 +33,7 @@ pub struct Metrics {
     agent_retries: IntCounterVec,
     tokens: IntCounterVec,
     jobs_started: IntCounter,
+    jobs_submitted: IntCounterVec,
     jobs_finished: IntCounterVec,
     jobs: IntGaugeVec,
     queue_wait: Histogram,
@@ -120,6 +121,11 @@ impl Metrics {
                 name: n::JOBS_STARTED,
                 source,
             })?,
+            jobs_submitted: counter_vec(
+                n::JOBS_SUBMITTED,
+                "Jobs submitted to the service's API, by the name of the token that submitted them.",
+                &["token"],
+            )?,
             jobs_finished: counter_vec(
                 n::JOBS_FINISHED,
                 "Jobs finished, by outcome.",
@@ -200,6 +206,7 @@ impl Metrics {
             (n::AGENT_RETRIES, Box::new(m.agent_retries.clone())),
             (n::TOKENS, Box::new(m.tokens.clone())),
             (n::JOBS_STARTED, Box::new(m.jobs_started.clone())),
+            (n::JOBS_SUBMITTED, Box::new(m.jobs_submitted.clone())),
             (n::JOBS_FINISHED, Box::new(m.jobs_finished.clone())),
             (n::JOBS, Box::new(m.jobs.clone())),
             (n::QUEUE_WAIT, Box::new(m.queue_wait.clone())),
@@ -280,6 +287,12 @@ impl Metrics {
         for d in n::EGRESS_DECISIONS {
             self.egress.with_label_values(&[d]);
         }
+    }
+
+    /// Counts `n` jobs submitted through the API with the token `token` (token names are few:
+    /// the operator makes them).
+    pub fn jobs_submitted(&self, token: &str, n: u64) {
+        self.jobs_submitted.with_label_values(&[token]).inc_by(n);
     }
 
     /// Counts one event.

@@ -55,6 +55,10 @@ pub struct ApiError {
     close: bool,
     /// The jobs an ambiguous id prefix matches.
     candidates: Vec<String>,
+    /// The scope a refused call needs.
+    scope: Option<super::scope::Scope>,
+    /// Seconds until a rate-limited call may be tried again (`Retry-After`; at most a minute).
+    retry_after: Option<u16>,
 }
 
 /// The JSON error shape of every error answer.
@@ -72,7 +76,27 @@ impl ApiError {
             rule: None,
             close: false,
             candidates: Vec::new(),
+            scope: None,
+            retry_after: None,
         }
+    }
+
+    /// A call outside the token's scopes: 403 naming the scope it needs.
+    pub(super) fn needs_scope(token: &str, scope: super::scope::Scope) -> Self {
+        let mut e = Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this call needs the `{scope}` scope, which token `{token}` does not have"),
+        );
+        e.scope = Some(scope);
+        e
+    }
+
+    /// A call over a rate limit: 429 with `Retry-After`.
+    pub(super) fn rate_limited(message: String, wait: std::time::Duration) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message);
+        e.retry_after = Some(wait.as_secs_f64().ceil().clamp(1.0, 3600.0) as u16);
+        e
     }
 
     fn closing(mut self) -> Self {
@@ -115,6 +139,9 @@ impl IntoResponse for ApiError {
         if !self.candidates.is_empty() {
             err["candidates"] = json!(self.candidates);
         }
+        if let Some(s) = self.scope {
+            err["scope"] = json!(s.as_str());
+        }
         let mut resp = (self.status, axum::Json(json!({ "error": err }))).into_response();
         resp.extensions_mut().insert(super::refusal_log::Refused {
             code: self.code,
@@ -123,6 +150,10 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.close {
             resp.headers_mut()
@@ -204,6 +235,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/patch", get(super::provisioned::job_patch))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
+        .merge(super::token_api::routes())
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
         .layer(middleware::from_fn_with_state(svc.clone(), require_token));
     let metrics = Router::new()
@@ -233,6 +265,7 @@ fn code_of(status: StatusCode) -> &'static str {
         400 | 422 => "invalid_request",
         401 => "unauthorized",
         403 => "refused",
+        429 => "rate_limited",
         404 => "not_found",
         405 => "method_not_allowed",
         408 => "request_timeout",
@@ -357,15 +390,30 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
         .await)
 }
 
-async fn require_token(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
+/// Authenticates the caller, checks the call's scope and the token's request rate, and hands
+/// the caller ([`super::tokens::Caller`]) to the handler.
+async fn require_token(
+    State(svc): Svc,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(auth::bearer);
-    match given {
-        Some(t) if auth::matches(&svc.token, t) => Ok(next.run(req).await),
-        Some(_) => Err(ApiError::new(
+    match given.map(|t| svc.tokens().verify(t)) {
+        Some(Some(caller)) => {
+            if let Some(needed) = super::scope::needed(req.method(), req.uri().path()) {
+                if !super::scope::allows(&caller.scopes, needed) {
+                    return Err(ApiError::needs_scope(&caller.name, needed));
+                }
+            }
+            svc.check_rate(&caller.name, super::rate_limit::Kind::Requests, 1)?;
+            req.extensions_mut().insert(caller);
+            Ok(next.run(req).await)
+        }
+        Some(None) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "wrong bearer token",
@@ -461,6 +509,7 @@ fn format_of(headers: &HeaderMap) -> Format {
 
 async fn create_jobs(
     State(svc): Svc,
+    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
@@ -495,7 +544,7 @@ async fn create_jobs(
         )
         .field("job"));
     }
-    let limits = svc.config().limits;
+    let limits = svc.config().limits_for(&caller.name).clone();
     // Where a round may have left a symlink: everything under the workspace roots, and the
     // workspaces and `write` directories of the jobs in the store (and of this batch).
     let mut known = blocking(|| svc.engine().writable_trees())?;
@@ -555,6 +604,7 @@ async fn create_jobs(
             spec.workspace = p.workspace.clone();
         }
         admit(&mut spec, &limits, &asked).map_err(|r| refused(r, &at))?;
+        spec.submitted_by = Some(caller.name.clone());
         svc.engine().check(&spec).map_err(|e| {
             let mut err = ApiError::from(e);
             err.field = err.field.map(|f| at(&f));
@@ -567,6 +617,8 @@ async fn create_jobs(
         }
         specs.push((spec, prio, provisioned));
     }
+    let n = u32::try_from(specs.len()).unwrap_or(u32::MAX);
+    svc.check_rate(&caller.name, super::rate_limit::Kind::Jobs, n)?;
     let mut jobs = Vec::new();
     for (spec, prio, provisioned) in &specs {
         let id = match provisioned {
@@ -578,6 +630,8 @@ async fn create_jobs(
         };
         jobs.push(json!({"id": id, "state": "queued"}));
     }
+    svc.metrics_handle()
+        .jobs_submitted(&caller.name, jobs.len() as u64);
     svc.wake();
     Ok((StatusCode::CREATED, axum::Json(json!({ "jobs": jobs }))))
 }
@@ -683,6 +737,9 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "artifacts": artifacts,
         "name": view.spec.name,
         "labels": view.spec.labels,
+        "submitted_by": view.spec.submitted_by,
+        "cancelled_by": view.cancelled_by.as_deref().map(|b| b.strip_prefix("token:").unwrap_or(b)),
+        "resumed_by": view.resumed_by,
         "spec": view.spec,
         "base_commit": view.base_commit,
     })
@@ -884,13 +941,44 @@ async fn round_logs(
     }
 }
 
+/// With `limits.cancel_own_only`, a caller without `admin` may act only on the jobs it
+/// submitted.
+fn check_own(svc: &Service, caller: &super::tokens::Caller, id: &str) -> Result<(), ApiError> {
+    if !svc.config().limits_for(&caller.name).cancel_own_only
+        || caller.scopes.contains(&super::scope::Scope::Admin)
+    {
+        return Ok(());
+    }
+    let view = blocking(|| svc.engine().store().load(id))?;
+    if view.spec.submitted_by.as_deref() == Some(caller.name.as_str()) {
+        return Ok(());
+    }
+    let mut e = ApiError::new(
+        StatusCode::FORBIDDEN,
+        "refused",
+        format!(
+            "job `{id}` was submitted by {}, not by token `{}`: only its submitter (or an `admin` token) may cancel or resume it",
+            view.spec
+                .submitted_by
+                .as_deref()
+                .map_or_else(|| "no API token".to_owned(), |s| format!("token `{s}`")),
+            caller.name
+        ),
+    );
+    e.rule = Some("limits.cancel_own_only".into());
+    Err(e)
+}
+
 async fn cancel_job(
     State(svc): Svc,
+    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
     let id = resolve(&svc, &id)?;
+    check_own(&svc, &caller, &id)?;
+    let by = format!("token:{}", caller.name);
     if let Some(c) = svc.running_cancel(&id) {
-        c.cancel("api");
+        c.cancel(&by);
         return Ok((
             StatusCode::ACCEPTED,
             axum::Json(json!({"id": id, "state": "running", "cancel": "requested"})),
@@ -898,7 +986,7 @@ async fn cancel_job(
     }
     // Queued: cancelled now. Running elsewhere (another runner sharing the store): the request
     // is journalled and that runner stops the job when it sees it.
-    match blocking(|| svc.engine().request_cancel(&id, "api"))? {
+    match blocking(|| svc.engine().request_cancel(&id, &by))? {
         CancelRequest::Cancelled => Ok((
             StatusCode::OK,
             axum::Json(json!({"id": id, "state": "finished", "outcome": "cancelled"})),
@@ -917,10 +1005,12 @@ async fn cancel_job(
 
 async fn resume_job(
     State(svc): Svc,
+    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
     let id = resolve(&svc, &id)?;
-    blocking(|| svc.engine().resume(&id))?;
+    check_own(&svc, &caller, &id)?;
+    blocking(|| svc.engine().resume_by(&id, Some(&caller.name)))?;
     svc.wake();
     Ok((
         StatusCode::ACCEPTED,

@@ -76,6 +76,21 @@ pub struct ServiceConfig {
     pub log_format: crate::logging::LogFormat,
     /// Remove the artifacts of jobs that finished more than this long ago (absent: keep them).
     pub retention: Option<HumanDuration>,
+    /// The TCP listener's certificate chain (PEM): the API is served over HTTPS.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// Client certificates must be signed by this CA (PEM): mutual TLS.
+    pub client_ca: Option<PathBuf>,
+    /// Listen on a non-loopback address without TLS.
+    #[serde(default)]
+    pub insecure_listen: bool,
+    /// Named tokens and their policies (`[tokens.NAME]`).
+    #[serde(default)]
+    pub tokens: std::collections::BTreeMap<String, super::token_config::TokenConfig>,
+    /// The limits of each token with `[tokens.NAME.limits]` (resolved when parsed).
+    #[serde(skip)]
+    pub token_limits: std::collections::BTreeMap<String, Limits>,
 }
 
 /// A PostgreSQL connection string; its `Debug` form has the password redacted.
@@ -149,6 +164,9 @@ pub struct Limits {
     /// Whether a `repo` job may ask for `push = "BRANCH"`.
     #[serde(default)]
     pub allow_push: bool,
+    /// A token without the `admin` scope may cancel and resume only the jobs it submitted.
+    #[serde(default)]
+    pub cancel_own_only: bool,
 }
 
 impl Limits {
@@ -182,6 +200,7 @@ impl Default for Limits {
             allowed_upstreams: None,
             allowed_repos: Vec::new(),
             allow_push: false,
+            cancel_own_only: false,
         }
     }
 }
@@ -266,7 +285,7 @@ impl ServiceConfig {
             path: path.to_owned(),
             message,
         };
-        let c: ServiceConfig = toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
+        let mut c: ServiceConfig = toml::from_str(text).map_err(|e| err(toml_error(text, &e)))?;
         if c.max_concurrent_jobs == 0 {
             return Err(err("`max_concurrent_jobs` must be at least 1".into()));
         }
@@ -331,6 +350,31 @@ impl ServiceConfig {
         if c.retention.is_some_and(|r| r.0.is_zero()) {
             return Err(err("`retention` must be more than 0s".into()));
         }
+        c.token_limits = super::token_config::resolve(text, &c.tokens).map_err(err)?;
+        for (name, l) in &c.token_limits {
+            for (key, roots) in [
+                ("workspace_roots", &l.workspace_roots),
+                ("read_roots", &l.read_roots),
+            ] {
+                if let Some(r) = roots.iter().find(|r| !r.is_absolute()) {
+                    return Err(err(format!(
+                        "`tokens.{name}.limits.{key}`: `{}` is not an absolute path",
+                        r.display()
+                    )));
+                }
+            }
+        }
+        match (&c.tls_cert, &c.tls_key) {
+            (Some(_), None) => return Err(err("`tls_cert` is set without `tls_key`".into())),
+            (None, Some(_)) => return Err(err("`tls_key` is set without `tls_cert`".into())),
+            _ => {}
+        }
+        if c.client_ca.is_some() && c.tls_cert.is_none() {
+            return Err(err(
+                "`client_ca` needs `tls_cert` and `tls_key` (client certificates are checked in TLS)"
+                    .into(),
+            ));
+        }
         if c.listen.is_empty() && c.unix_socket.is_none() {
             return Err(err(
                 "`listen` is empty and no `unix_socket` is set: nothing to listen on".into(),
@@ -359,6 +403,20 @@ impl ServiceConfig {
             size: self.postgres_pool_size,
             wait: self.postgres_pool_wait.0,
         }
+    }
+
+    /// The TLS files, when `tls_cert` and `tls_key` are set.
+    pub fn tls_files(&self) -> Option<super::tls::TlsFiles> {
+        Some(super::tls::TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: self.client_ca.clone(),
+        })
+    }
+
+    /// The limits of the jobs `token` submits: its `[tokens.NAME.limits]`, else `[limits]`.
+    pub fn limits_for(&self, token: &str) -> &Limits {
+        self.token_limits.get(token).unwrap_or(&self.limits)
     }
 
     /// The token file.

@@ -1,7 +1,9 @@
 //! The HTTP/1.1 server under the API: accepts connections on a TCP or unix listener, serves each
 //! with hyper and a header read timeout (a client that does not finish its request head in time
 //! gets `408` in the API's JSON error shape and the connection is closed), and shuts down
-//! gracefully when told. The body read timeout is the API's (`api::read_body`).
+//! gracefully when told. The body read timeout is the API's (`api::read_body`). With TLS
+//! ([`serve_tls`]) each connection's handshake runs in its own task, within the header read
+//! timeout; a client speaking plain HTTP to the TLS port is answered `400` in clear and closed.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
@@ -69,20 +71,8 @@ where
     // A second handle on the socket: hyper closes a connection whose head timed out without a
     // word, and the client is owed a 408.
     let raw: Option<OwnedFd> = io.as_fd().try_clone_to_owned().ok();
-    let router = router.layer(axum::Extension(super::refusal_log::Peer(peer_of(&io))));
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
+    let peer = peer_of(&io);
+    let result = http1(io, router, peer, header_timeout, stop).await;
     if let (Err(e), Some(fd)) = (result, raw) {
         if e.is_timeout() {
             use std::io::Write;
@@ -90,6 +80,125 @@ where
             let _ = std::fs::File::from(fd).write_all(&header_timeout_answer());
         }
     }
+}
+
+/// HTTP/1.1 on one connection (plain or TLS) until it ends or `stop` asks for a graceful end.
+async fn http1<I>(
+    io: I,
+    router: Router,
+    peer: String,
+    header_timeout: Duration,
+    stop: CancellationToken,
+) -> Result<(), hyper::Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let router = router.layer(axum::Extension(super::refusal_log::Peer(peer)));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => r,
+        () = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    }
+}
+
+/// The answer to plain HTTP sent to the TLS port.
+fn plain_on_tls_answer() -> Vec<u8> {
+    let body = super::api::error_body(
+        "tls_required",
+        "this port speaks HTTPS: use an https:// server address",
+    );
+    format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// One TLS connection: the handshake (within `header_timeout`), then HTTP/1.1.
+async fn tls_connection(
+    tcp: tokio::net::TcpStream,
+    tls: std::sync::Arc<super::tls::Reloadable>,
+    router: Router,
+    header_timeout: Duration,
+    stop: CancellationToken,
+) {
+    use tokio::io::AsyncWriteExt;
+    let peer = tcp
+        .peer_addr()
+        .map_or_else(|_| "local".to_owned(), |a| a.to_string());
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(header_timeout, tcp.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE => {}
+        Ok(Ok(1)) => {
+            use tokio::io::AsyncReadExt;
+            let mut tcp = tcp;
+            let _ = tcp.write_all(&plain_on_tls_answer()).await;
+            let _ = tcp.shutdown().await;
+            // Read what the client sent (a close with unread data would reset the connection
+            // before the client reads the answer), for a moment at most.
+            let mut sink = [0u8; 4096];
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+            })
+            .await;
+            return;
+        }
+        _ => return,
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+    let stream = match tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::info!(peer = %peer, error = %e, "TLS handshake with {peer} failed: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    let _ = http1(stream, router, peer, header_timeout, stop).await;
+}
+
+/// Like [`serve`] on a TCP listener, every connection in TLS with the configuration `tls` holds
+/// when it is accepted.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: std::sync::Arc<super::tls::Reloadable>,
+    router: Router,
+    header_timeout: Duration,
+    stop: CancellationToken,
+) {
+    let mut open = JoinSet::new();
+    loop {
+        let tcp = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.next() => match accepted {
+                Ok(io) => io,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        while open.try_join_next().is_some() {}
+        open.spawn(tls_connection(
+            tcp,
+            tls.clone(),
+            router.clone(),
+            header_timeout,
+            stop.clone(),
+        ));
+    }
+    while open.join_next().await.is_some() {}
 }
 
 /// Accepts connections on `listener` and serves them with `router` until `stop` is cancelled;

@@ -8,7 +8,9 @@
 //! - [`recovery`]: start-up reconciliation of what a dead instance left.
 //! - `orphan_watch`: the periodic close of jobs whose runner died (hold free, lease expired).
 //! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
-//! - [`auth`]: the bearer token. [`notify`]: `sd_notify`.
+//! - [`auth`]: the generated first token; [`tokens`]: the named tokens and their [`scope`]s,
+//!   [`token_config`] (`[tokens.NAME]`), [`token_api`] (`/v1/tokens`), [`rate_limit`].
+//! - [`tls`]: HTTPS for the TCP listener (mutual TLS with `client_ca`). [`notify`]: `sd_notify`.
 
 pub mod admission;
 pub mod api;
@@ -22,11 +24,17 @@ pub mod notify;
 mod orphan_watch;
 pub mod path_admission;
 pub mod provisioned;
+pub mod rate_limit;
 pub mod recovery;
 pub mod refusal_log;
 pub mod repo_admission;
 mod retention;
 mod scheduler;
+pub mod scope;
+pub mod tls;
+pub mod token_api;
+pub mod token_config;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,6 +59,20 @@ pub enum ServiceError {
     /// The token is unusable.
     #[error(transparent)]
     Token(#[from] auth::TokenError),
+    /// The named tokens are unusable.
+    #[error(transparent)]
+    Tokens(#[from] tokens::TokensError),
+    /// The TLS certificate, key or client CA is unusable.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// A non-loopback address without TLS.
+    #[error(
+        "refusing to listen on `{addr}` without TLS: the token, objectives and logs would cross the network in clear; set `tls_cert` and `tls_key` (see docs/operations.md), or `insecure_listen = true` to accept that"
+    )]
+    Insecure {
+        /// The address.
+        addr: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
@@ -105,7 +127,9 @@ pub struct Service {
     engine: Engine,
     config: RwLock<ServiceConfig>,
     options: ServeOptions,
-    token: String,
+    tokens: tokens::Tokens,
+    tls: Option<Arc<tls::Reloadable>>,
+    rates: rate_limit::RateLimiter,
     running: Mutex<HashMap<String, scheduler::RunningJob>>,
     /// Queued jobs found waiting for a workspace another process holds, and the holder's pid
     /// when that was logged (so each wait is logged once).
@@ -185,7 +209,24 @@ impl Service {
         } else {
             None
         };
+        if !config.listen.is_empty()
+            && config.tls_cert.is_none()
+            && !tls::is_loopback(&config.listen)
+        {
+            if !config.insecure_listen {
+                return Err(ServiceError::Insecure {
+                    addr: config.listen.clone(),
+                });
+            }
+            tracing::warn!(address = %config.listen, "insecure_listen = true: serving plain HTTP on the non-loopback address {}; tokens, objectives and logs cross the network in clear", config.listen);
+        }
+        let tls = config
+            .tls_files()
+            .map(tls::Reloadable::load)
+            .transpose()?
+            .map(Arc::new);
         let token = auth::load_or_create(&config.token_path())?;
+        let tokens = tokens::Tokens::load(&token, &state_dir, &config.tokens)?;
         let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
         let runner = RunnerInfo::current("serve");
         let lease = store.start_lease(&runner, config.lease_timeout.0)?;
@@ -247,7 +288,9 @@ impl Service {
             engine,
             config: RwLock::new(config),
             options,
-            token,
+            tokens,
+            tls,
+            rates: rate_limit::RateLimiter::default(),
             running: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
             wake: Notify::new(),
@@ -263,6 +306,46 @@ impl Service {
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The API tokens.
+    pub fn tokens(&self) -> &tokens::Tokens {
+        &self.tokens
+    }
+
+    /// The metrics registry.
+    pub fn metrics_handle(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Takes `n` from `token`'s rate limit of `kind`, when its `[tokens.NAME]` sets one.
+    pub fn check_rate(
+        &self,
+        token: &str,
+        kind: rate_limit::Kind,
+        n: u32,
+    ) -> Result<(), api::ApiError> {
+        let config = self.config();
+        let Some(t) = config.tokens.get(token) else {
+            return Ok(());
+        };
+        let per_minute = match kind {
+            rate_limit::Kind::Requests => t.requests_per_minute,
+            rate_limit::Kind::Jobs => t.jobs_per_minute,
+        };
+        let Some(per_minute) = per_minute else {
+            return Ok(());
+        };
+        self.rates.take(token, kind, per_minute, n).map_err(|wait| {
+            api::ApiError::rate_limited(
+                format!(
+                    "token `{token}` is over its rate limit (`tokens.{token}.{}` = {per_minute}): try again in {}s",
+                    kind.key(),
+                    wait.as_secs_f64().ceil()
+                ),
+                wait,
+            )
+        })
     }
 
     /// A copy of the configuration in force.
@@ -450,6 +533,26 @@ impl Service {
                 new.state_dir = old.state_dir.clone();
                 new.token_file = old.token_file.clone();
                 new.database_url = old.database_url.clone();
+                self.tokens.set_config(&new.tokens);
+                match (&self.tls, new.tls_files()) {
+                    (Some(tls), Some(files)) => match tls.reload(Some(&files)) {
+                        Ok(()) => {
+                            tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded")
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "TLS certificate not reloaded, the old one stays: {e}")
+                        }
+                    },
+                    (None, Some(_)) | (Some(_), None) => {
+                        tracing::warn!(
+                            "turning TLS on or off needs a restart; the listener stays as it is"
+                        );
+                        new.tls_cert = old.tls_cert.clone();
+                        new.tls_key = old.tls_key.clone();
+                        new.client_ca = old.client_ca.clone();
+                    }
+                    (None, None) => {}
+                }
                 if let Ok(mut c) = self.config.write() {
                     *c = new;
                 }
@@ -481,13 +584,29 @@ impl Service {
                 .local_addr()
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| config.listen.clone());
-            tracing::info!(address = %format!("http://{addr}"), "listening on http://{addr}");
-            servers.push(tokio::spawn(http_server::serve(
-                listener,
-                router.clone(),
-                header_timeout,
-                shutdown.clone(),
-            )));
+            if let Some(tls) = &self.tls {
+                let mutual = if config.client_ca.is_some() {
+                    " (client certificates required)"
+                } else {
+                    ""
+                };
+                tracing::info!(address = %format!("https://{addr}"), "listening on https://{addr}{mutual}");
+                servers.push(tokio::spawn(http_server::serve_tls(
+                    listener,
+                    tls.clone(),
+                    router.clone(),
+                    header_timeout,
+                    shutdown.clone(),
+                )));
+            } else {
+                tracing::info!(address = %format!("http://{addr}"), "listening on http://{addr}");
+                servers.push(tokio::spawn(http_server::serve(
+                    listener,
+                    router.clone(),
+                    header_timeout,
+                    shutdown.clone(),
+                )));
+            }
         }
         if let Some(path) = &config.unix_socket {
             let _ = std::fs::remove_file(path);

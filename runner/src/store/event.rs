@@ -304,6 +304,9 @@ pub enum EventKind {
     Resumed {
         /// Bounded explanation.
         message: String,
+        /// The name of the API token that asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// The runner provisioned the job's workspace (SPEC §11): the base commit the result is
     /// measured from.

@@ -123,6 +123,10 @@ pub struct JobView {
     pub last_failure: Option<(RoundFailure, String)>,
     /// Set once a cancel was requested.
     pub cancel_requested: bool,
+    /// Who asked for the last cancel (`token:NAME` for an API token, else a signal's name).
+    pub cancelled_by: Option<String>,
+    /// The API token that asked for the last resume.
+    pub resumed_by: Option<String>,
     /// How it ended.
     pub finish: Option<Finish>,
     /// When the current (or last) run started.
@@ -203,6 +207,8 @@ impl JobView {
             git_notes: Vec::new(),
             last_failure: None,
             cancel_requested: false,
+            cancelled_by: None,
+            resumed_by: None,
             finish: None,
             run_started_at: None,
             elapsed_ms: 0,
@@ -380,8 +386,9 @@ impl JobView {
                     })
                 };
             }
-            EventKind::CancelRequested { .. } => {
+            EventKind::CancelRequested { by } => {
                 self.cancel_requested = true;
+                self.cancelled_by = Some(by.clone());
             }
             EventKind::Interrupted { .. } => {}
             EventKind::WorkspaceProvisioned { commit, .. } => {
@@ -398,13 +405,15 @@ impl JobView {
                     return Err(problem(ev, "a result is written only by a running job"));
                 }
             }
-            EventKind::Resumed { .. } => {
+            EventKind::Resumed { by, .. } => {
                 if self.state != JobState::Finished {
                     return Err(problem(ev, "only a finished job can be resumed"));
                 }
                 self.state = JobState::Queued;
                 self.finish = None;
                 self.cancel_requested = false;
+                self.cancelled_by = None;
+                self.resumed_by = by.clone();
                 self.runner = None;
                 self.resumes += 1;
             }

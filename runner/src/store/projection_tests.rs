@@ -205,6 +205,7 @@ fn the_time_a_job_ran_is_the_runners_monotonic_time_whatever_the_wall_clock_did(
             "2026-01-01T10:00:01.000Z",
             EventKind::Resumed {
                 message: "r".into(),
+                by: None,
             },
         ),
         // ... and a year back.

@@ -613,6 +613,7 @@ fn a_claim_journals_job_started_and_skips(db: &Db) {
     j.record(cancelled()).unwrap();
     j.record(EventKind::Resumed {
         message: "again".into(),
+        by: None,
     })
     .unwrap();
     assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(low[0].clone()));
@@ -735,6 +736,7 @@ fn a_claim_takes_only_a_queued_job(db: &Db) {
     assert!(!store.claim("no-such-job", &me).unwrap());
     j.record(EventKind::Resumed {
         message: "again".into(),
+        by: None,
     })
     .unwrap();
     assert!(store.claim(&ids[0], &me).unwrap(), "a resumed job");
