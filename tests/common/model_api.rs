@@ -314,9 +314,11 @@ pub fn chat(
     // id and name first, the arguments in pieces.
     if !matches!(turn.reply, Reply::Calls(_)) {
         for (name, args) in &calls {
-            chunks.push(chunk(json!([{"index": 0, "delta": {"tool_calls": [{"index": 0,
+            chunks.push(chunk(
+                json!([{"index": 0, "delta": {"tool_calls": [{"index": 0,
                 "id": format!("call_{n}"), "type": "function",
-                "function": {"name": name, "arguments": args}}]}, "finish_reason": null}])));
+                "function": {"name": name, "arguments": args}}]}, "finish_reason": null}]),
+            ));
         }
     }
     for (i, (name, args)) in calls
