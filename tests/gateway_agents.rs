@@ -72,30 +72,8 @@ fn gateway_run(f: &Fixture, preset: &str, cli: &AgentCli, upstream: &str) -> Ral
         .env(KEY_ENV, KEY)
 }
 
-/// Every file under `dir` whose bytes contain the key.
 fn files_with_key(dir: &Path) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(p);
-            } else if meta.is_file()
-                && std::fs::read(&p)
-                    .is_ok_and(|b| b.windows(KEY.len()).any(|w| w == KEY.as_bytes()))
-            {
-                hits.push(p);
-            }
-        }
-    }
-    hits
+    files_containing(dir, KEY)
 }
 
 /// What every gateway round must show on the host.

@@ -327,3 +327,29 @@ pub fn assert_no_result(out: &Output) {
         "a result: {v}"
     );
 }
+
+/// Every regular file under `dir` (symlinks not followed) whose bytes contain `needle`.
+pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(p);
+            } else if meta.is_file()
+                && std::fs::read(&p)
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                hits.push(p);
+            }
+        }
+    }
+    hits
+}
