@@ -125,6 +125,7 @@ fn each_scope_is_allowed_its_calls_and_refused_the_others_with_403_naming_the_sc
         ("GET", format!("/v1/jobs/{id}"), "read"),
         ("GET", format!("/v1/jobs/{id}/events"), "read"),
         ("GET", format!("/v1/jobs/{id}/rounds/1/logs"), "read"),
+        ("GET", format!("/v1/jobs/{id}/patch"), "read"),
         ("GET", "/metrics".into(), "read"),
         ("POST", "/v1/jobs".into(), "submit"),
         ("POST", format!("/v1/jobs/{id}/cancel"), "cancel"),
@@ -132,6 +133,9 @@ fn each_scope_is_allowed_its_calls_and_refused_the_others_with_403_naming_the_sc
         ("GET", "/v1/tokens".into(), "admin"),
         ("POST", "/v1/tokens".into(), "admin"),
         ("DELETE", "/v1/tokens/tmp-SCOPE".into(), "admin"),
+        // Fail-closed: a method or path without a rule needs admin (then 404/405 for admin).
+        ("DELETE", format!("/v1/jobs/{id}"), "admin"),
+        ("GET", "/v1/nope".into(), "admin"),
     ];
     let mut table = Vec::new();
     for (scope, token) in &tokens {

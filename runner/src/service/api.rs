@@ -404,10 +404,9 @@ async fn require_token(
         .and_then(auth::bearer);
     match given.map(|t| svc.tokens().verify(t)) {
         Some(Some(caller)) => {
-            if let Some(needed) = super::scope::needed(req.method(), req.uri().path()) {
-                if !super::scope::allows(&caller.scopes, needed) {
-                    return Err(ApiError::needs_scope(&caller.name, needed));
-                }
+            let needed = super::scope::needed(req.method(), req.uri().path());
+            if !super::scope::allows(&caller.scopes, needed) {
+                return Err(ApiError::needs_scope(&caller.name, needed));
             }
             svc.check_rate(&caller.name, super::rate_limit::Kind::Requests, 1)?;
             req.extensions_mut().insert(caller);

@@ -54,21 +54,22 @@ pub fn allows(held: &[Scope], needed: Scope) -> bool {
     held.contains(&Scope::Admin) || held.contains(&needed)
 }
 
-/// The scope an API call needs: `None` for a path no route serves (the router answers 404).
-/// `path` may be written with or without its `/v1` prefix (a nested router sees it without).
-pub fn needed(method: &axum::http::Method, path: &str) -> Option<Scope> {
+/// The scope an API call needs. Fail-closed: a method or path not listed here (one a later
+/// route adds without a rule, or one no route serves) needs `admin`, so a new endpoint is never
+/// open to every token by default. `path` may be written with or without its `/v1` prefix (a
+/// nested router sees it without).
+pub fn needed(method: &axum::http::Method, path: &str) -> Scope {
     use axum::http::Method;
     let mut segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if segs.first() == Some(&"v1") {
         segs.remove(0);
     }
     match (method, segs.as_slice()) {
-        (_, ["metrics"]) => Some(Scope::Read),
-        (_, ["tokens", ..]) => Some(Scope::Admin),
-        (&Method::POST, ["jobs"]) => Some(Scope::Submit),
-        (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Some(Scope::Cancel),
-        (_, ["jobs", ..]) => Some(Scope::Read),
-        _ => None,
+        (&Method::GET | &Method::HEAD, ["metrics"]) => Scope::Read,
+        (&Method::POST, ["jobs"]) => Scope::Submit,
+        (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Scope::Cancel,
+        (&Method::GET | &Method::HEAD, ["jobs", ..]) => Scope::Read,
+        _ => Scope::Admin,
     }
 }
 
@@ -79,21 +80,23 @@ mod tests {
 
     #[test]
     fn each_call_needs_its_scope() {
-        assert_eq!(needed(&Method::POST, "/v1/jobs"), Some(Scope::Submit));
-        assert_eq!(needed(&Method::GET, "/v1/jobs"), Some(Scope::Read));
-        assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Some(Scope::Read));
+        assert_eq!(needed(&Method::POST, "/v1/jobs"), Scope::Submit);
+        assert_eq!(needed(&Method::GET, "/v1/jobs"), Scope::Read);
+        assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Scope::Read);
         assert_eq!(
             needed(&Method::POST, "/v1/jobs/x/cancel"),
-            Some(Scope::Cancel)
+            Scope::Cancel
         );
         assert_eq!(
             needed(&Method::POST, "/v1/jobs/x/resume"),
-            Some(Scope::Cancel)
+            Scope::Cancel
         );
-        assert_eq!(needed(&Method::GET, "/v1/tokens"), Some(Scope::Admin));
-        assert_eq!(needed(&Method::POST, "/jobs"), Some(Scope::Submit));
-        assert_eq!(needed(&Method::GET, "/metrics"), Some(Scope::Read));
-        assert_eq!(needed(&Method::GET, "/v1/nope"), None);
+        assert_eq!(needed(&Method::GET, "/v1/tokens"), Scope::Admin);
+        assert_eq!(needed(&Method::POST, "/jobs"), Scope::Submit);
+        assert_eq!(needed(&Method::GET, "/metrics"), Scope::Read);
+        assert_eq!(needed(&Method::GET, "/v1/nope"), Scope::Admin);
+        assert_eq!(needed(&Method::DELETE, "/v1/jobs/x"), Scope::Admin);
+        assert_eq!(needed(&Method::PUT, "/v1/jobs"), Scope::Admin);
         assert!(allows(&[Scope::Admin], Scope::Submit));
         assert!(!allows(&[Scope::Read], Scope::Submit));
         assert_eq!("cancel".parse::<Scope>(), Ok(Scope::Cancel));
