@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What provisioning a `repo` job's workspace costs (runner/src/provision: a mirror per
-# repository, then per job `git clone --shared --no-checkout` of the mirror, a detached checkout
-# of the resolved commit and the runner's own result repository) against a plain `git clone`
-# per job, for JOBS jobs (default 50) on one repository of FILES files (default 10,000, in
+# repository fetched for each job's ref; then, with the overlay layout, a base tree per commit
+# made once and per job an overlay mount of it plus the runner's own result repository; with
+# the clone layout, per job `git clone --shared --no-checkout` of the mirror and a detached
+# checkout) against a plain `git clone` per job, for JOBS jobs (default 50) on one repository of FILES files (default 10,000, in
 # 100 directories, ~10 lines each, 20 commits of history) served by `git daemon` on loopback.
 #
 # ralph's side is measured through a real `ralph serve`: JOBS `repo` jobs whose agent reports
@@ -11,7 +12,8 @@
 # `du` of `<state>/workspaces/<id>` and `<id>.git` (the mirror counted once, apart). The plain
 # side: JOBS sequential `git clone git://…` into fresh directories, timed and measured with du.
 #
-# Usage: bench/provision_overhead.sh   (needs git, python3, curl; JOBS=, FILES=, RALPH_BIN=)
+# Usage: bench/provision_overhead.sh   (needs git, python3, curl; JOBS=, FILES=, RALPH_BIN=,
+#        LAYOUT=auto|overlay|clone: `[provision] workspace_layout`; overlay needs root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-50}
@@ -73,6 +75,8 @@ max_concurrent_jobs = 1
 [limits]
 workspace_roots = ["$root/agents"]
 allowed_repos = ["git://127.0.0.1:$port/"]
+[provision]
+workspace_layout = "${LAYOUT:-auto}"
 TOML
 "$ralph" serve --config "$root/config.toml" 2>"$root/serve.log" &
 serve_pid=$!
@@ -109,14 +113,25 @@ for i in ids:
 def du(p):
     return int(subprocess.check_output(["du", "-sk", p]).split()[0])
 ws = os.path.join(state, "workspaces")
-per_job = [du(os.path.join(ws, i)) + du(os.path.join(ws, i + ".git")) for i in ids[1:]]
-mirror = sum(du(os.path.join(state, "mirrors", m)) for m in os.listdir(os.path.join(state, "mirrors")) if m.endswith(".git"))
+def du_opt(p):
+    return du(p) if os.path.exists(p) else 0
+# Per job: the workspace (a clone's checkout; an empty mount point for an overlay), its upper
+# layer and the runner's result repository. The mirror and the base trees are shared: apart.
+per_job = [du(os.path.join(ws, i)) + du(os.path.join(ws, i + ".git")) + du_opt(os.path.join(ws, i + ".layer")) for i in ids[1:]]
+mdir = os.path.join(state, "mirrors")
+mirror = sum(du(os.path.join(mdir, m)) for m in os.listdir(mdir) if m.endswith(".git"))
+trees = sum(du(os.path.join(mdir, m)) for m in os.listdir(mdir) if m.endswith(".trees"))
+layouts = set()
+for i in ids:
+    evs = [json.loads(l) for l in get(f"/v1/jobs/{i}/events").splitlines() if l]
+    layouts |= {e.get("layout", "?") for e in evs if e["type"] == "workspace_provisioned"}
 later = sorted(ms[1:])
 med = later[len(later) // 2]
 kb = sorted(per_job)[len(per_job) // 2]
 print(f"jobs: {len(ids)}, files: {os.environ.get('FILES', '10000')}")
 print(f"plain git clone:      {plain_ms:8.1f} ms/job   {plain_kb:8d} KiB/job")
-print(f"ralph, first job:     {ms[0]:8d} ms       (mirror {mirror} KiB, once)")
+print(f"layout: {', '.join(sorted(layouts))}")
+print(f"ralph, first job:     {ms[0]:8d} ms       (mirror {mirror} KiB, base trees {trees} KiB, once)")
 print(f"ralph, later (median):{med:8d} ms/job   {kb:8d} KiB/job")
 print(f"ratio time: {med / plain_ms:.2f}x   ratio disk: {kb / plain_kb:.2f}x")
 PY

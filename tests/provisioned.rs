@@ -107,11 +107,45 @@ fn tests_pass(dir: &Path) -> bool {
         .success()
 }
 
+/// Whether this runner can mount overlays (a root runner; the kernel has overlayfs).
+fn overlays_possible() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let fs = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if !root || !fs.contains("overlay") {
+        eprintln!(
+            "skipping the overlay layout: {}",
+            if root {
+                "this kernel has no overlayfs"
+            } else {
+                "only a root runner mounts overlays"
+            }
+        );
+        return false;
+    }
+    true
+}
+
 #[test]
 fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
+    fix_and_apply("clone");
+}
+
+#[test]
+fn an_overlay_workspace_is_fixed_its_patch_applies_and_the_shared_tree_is_untouched() {
+    if overlays_possible() {
+        fix_and_apply("overlay");
+    }
+}
+
+/// The fixer's job on a workspace of `layout` (`workspace_layout`), its result checked on the
+/// host.
+fn fix_and_apply(layout: &str) {
     let g = GitServer::start();
     let base = g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "");
+    let mut s = server_for(
+        &g,
+        &format!("\n[provision]\nworkspace_layout = \"{layout}\"\n"),
+    );
     s.start();
     let agent = fixer(&s);
     let id = submit_one(
@@ -130,10 +164,15 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     let prov = events_of(&s, &id, "workspace_provisioned");
     assert_eq!(prov.len(), 1, "{prov:?}");
     assert_eq!(prov[0]["commit"], base.as_str());
+    assert_eq!(prov[0]["layout"], layout, "{prov:?}");
     assert_eq!(j["base_commit"], base.as_str());
     // The workspace is the runner's, under its state dir; the mirror beside it.
     let ws = s.state.join("workspaces").join(&id);
-    assert!(ws.join("add.sh").is_file());
+    if layout == "clone" {
+        assert!(ws.join("add.sh").is_file());
+    } else {
+        overlay_holds_only_the_changes(&s, &ws, &base);
+    }
     assert_eq!(
         std::fs::read_dir(s.state.join("mirrors"))
             .unwrap()
@@ -182,8 +221,10 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
     );
     assert!(!fresh.join("obsolete.txt").exists());
     // The workspace's own index and HEAD were not touched by the runner's patch.
-    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
-    assert!(git(&ws, &["status", "--porcelain"]).contains("?? NOTES.md"));
+    if layout == "clone" {
+        assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
+        assert!(git(&ws, &["status", "--porcelain"]).contains("?? NOTES.md"));
+    }
     // The API serves the same bytes.
     let (status, body) = s
         .raw(
@@ -225,6 +266,128 @@ fn a_repo_job_is_fixed_and_its_patch_applies_to_a_fresh_clone() {
                 .is_some_and(|x| x == "git"))
             .count(),
         1
+    );
+}
+
+/// A finished overlay workspace on the host: unmounted (an empty mount point); its upper layer
+/// holds exactly what the agent changed (no `.git`: the runner's patch never wrote there); the
+/// base tree every job at this commit shares is as the commit has it.
+fn overlay_holds_only_the_changes(s: &Server, ws: &Path, base: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    assert_eq!(std::fs::read_dir(ws).unwrap().count(), 0, "still mounted");
+    let upper = ws.with_extension("layer").join("upper");
+    let mut changed: Vec<String> = std::fs::read_dir(&upper)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        // `.ralph`: the sandbox's placeholder for its protected (policy) path.
+        [".ralph", "NOTES.md", "add.sh", "data.bin", "new.bin", "obsolete.txt"],
+        "the upper layer holds only the changes"
+    );
+    // The deletion is a whiteout, not a removal in the shared tree.
+    assert!(
+        std::fs::symlink_metadata(upper.join("obsolete.txt"))
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    let trees: Vec<PathBuf> = std::fs::read_dir(s.state.join("mirrors"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "trees"))
+        .flat_map(|t| std::fs::read_dir(t).unwrap().map(|e| e.unwrap().path()))
+        .collect();
+    assert_eq!(trees.len(), 1, "{trees:?}");
+    let tree = &trees[0];
+    assert!(
+        tree.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(base),
+        "{tree:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tree.join("add.sh")).unwrap(),
+        "echo $(($1 - $2))\n"
+    );
+    assert!(tree.join("obsolete.txt").is_file() && !tree.join("NOTES.md").exists());
+    assert_eq!(
+        git(tree, &["-c", "safe.directory=*", "status", "--porcelain"]),
+        ""
+    );
+}
+
+#[test]
+fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
+    if !overlays_possible() {
+        return;
+    }
+    let g = GitServer::start();
+    let base = g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
+    s.start();
+    // The first job rewrites what it can: a tracked file in place (same inode, `>>`), a
+    // deletion, a commit (index, refs, objects), the origin, and it tries to unmount its
+    // workspace to reach what is under it.
+    let poison = s.agent(
+        "poison.sh",
+        &format!(
+            "echo poison >> test.sh\nrm add.sh\ngit -c user.name=a -c user.email=a@a commit -qam poison\ngit remote set-url origin /evil\numount -l . 2>/dev/null; umount . 2>/dev/null\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("poisoned")
+        ),
+    );
+    let first = submit_one(&s, repo_job(&s, &poison, &g.url("proj.git"), json!({})));
+    assert_eq!(s.wait_finished(&first, LIMIT)["outcome"], "complete");
+    // The second job at the same commit sees the commit as it is: its verify checks it.
+    let clean = s.agent(
+        "clean.sh",
+        &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("looked")),
+    );
+    let verify = format!(
+        "test \"$(git rev-parse HEAD)\" = {base} && git diff --quiet HEAD && test -f add.sh && ! grep -q poison test.sh && test \"$(git remote get-url origin)\" = {}",
+        g.url("proj.git")
+    );
+    let second = submit_one(
+        &s,
+        repo_job(&s, &clean, &g.url("proj.git"), json!({"verify": verify})),
+    );
+    let j = s.wait_finished(&second, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}");
+    assert_eq!(j["reason"], "verified", "{j}");
+    // Both stood on one base tree, which is as the commit has it; the first job's result is
+    // its own.
+    let lowers: Vec<String> = [&first, &second]
+        .iter()
+        .map(|id| {
+            std::fs::read_to_string(
+                s.state
+                    .join("workspaces")
+                    .join(format!("{id}.layer"))
+                    .join("lower"),
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(lowers[0], lowers[1]);
+    let tree = PathBuf::from(lowers[0].trim_end());
+    assert_eq!(
+        git(&tree, &["-c", "safe.directory=*", "status", "--porcelain"]),
+        ""
+    );
+    assert_eq!(
+        git(&tree, &["-c", "safe.directory=*", "rev-parse", "HEAD"]),
+        base
+    );
+    let (code, patch, err) = ralph_diff(&s, &[&first]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8_lossy(&patch);
+    assert!(
+        text.contains("+poison") && text.contains("deleted file mode"),
+        "{text}"
     );
 }
 

@@ -533,11 +533,13 @@ pub fn describe_event(ev: &Event) -> String {
             git_ref,
             commit,
             duration_ms,
+            layout,
         } => format!(
-            "workspace provisioned from {} at {} = {commit} ({:.1}s)",
+            "workspace provisioned from {} at {} = {commit} ({:.1}s{})",
             repo.as_deref().unwrap_or("an upload"),
             git_ref.as_deref().unwrap_or("HEAD"),
-            *duration_ms as f64 / 1000.0
+            *duration_ms as f64 / 1000.0,
+            layout.as_deref().map_or_else(String::new, |l| format!(", {l}"))
         ),
         EventKind::ResultWritten {
             bytes,

@@ -577,6 +577,7 @@ impl<'e> JobRun<'e> {
         };
         // A provisioned workspace's result is written before the job is seen finished.
         self.write_result()?;
+        self.release_workspace();
         self.journal.record(EventKind::JobFinished {
             outcome,
             reason,

@@ -25,7 +25,27 @@ impl JobRun<'_> {
             return Ok(());
         };
         if self.journal.view().base_commit.is_some() {
-            // Resumed: the workspace it had is the one it goes on with.
+            // Resumed: the workspace it had is the one it goes on with (a layered one mounted
+            // again on its base tree and its own upper layer).
+            let workspace = self.spec.workspace.clone();
+            let remounted = tokio::task::spawn_blocking(move || {
+                if provision::layered::is_layered(&workspace) {
+                    provision::layered::mount(&workspace).map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+            .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
+            if let Err(e) = remounted {
+                return Err((
+                    FinishReason::ProvisionFailed,
+                    bounded(
+                        &format!("failed to reuse the workspace: {e}"),
+                        RESULT_TEXT_BOUND,
+                    ),
+                ));
+            }
             if !self.spec.workspace.join(".git").exists() {
                 return Err((
                     FinishReason::ProvisionFailed,
@@ -72,6 +92,7 @@ impl JobRun<'_> {
                 git_ref,
                 commit: made.commit,
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                layout: Some(made.layout.as_str().to_owned()),
             })
             .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
         Ok(())
@@ -141,5 +162,17 @@ impl JobRun<'_> {
         };
         self.journal.record(event)?;
         Ok(())
+    }
+
+    /// Unmounts a layered workspace once its result is written (before `job_finished`: a
+    /// finished job's workspace is never mounted, so the retention sweep may remove it). What
+    /// it changed stays in its upper layer for a resume.
+    pub(super) fn release_workspace(&self) {
+        if !provision::layered::is_layered(&self.spec.workspace) {
+            return;
+        }
+        if let Err(e) = provision::layered::unmount(&self.spec.workspace) {
+            tracing::warn!(job_id = %self.journal.view().id, error = %e, "workspaces: {e}");
+        }
     }
 }

@@ -1,14 +1,18 @@
-//! A job's workspace from a repository: the mirror fetched ([`super::mirror`]), then a clone
-//! that shares the mirror's objects (`git clone --shared`: an alternates file, no copy of the
-//! history) checked out at the resolved commit, detached. Beside it, the runner's own repository
+//! A job's workspace from a repository: the mirror fetched ([`super::mirror`]), then either an
+//! overlay of the base tree every job at that commit shares ([`super::layered`]), or, where no
+//! overlay can be mounted, a clone of its own that shares the mirror's objects (`git clone
+//! --shared`: an alternates file, no copy of the history) checked out at the resolved commit,
+//! detached. Beside it, the runner's own repository
 //! ([`super::private_git_dir`]) shares the same objects; the result is computed there, so the
 //! workspace's own `.git` (which a round may rewrite) is never trusted.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::config::ProvisionConfig;
+use super::config::{ProvisionConfig, WorkspaceLayout};
 use super::git::{self, Git};
-use super::{ProvisionError, mirror, private_git_dir};
+use super::overlay::OverlayError;
+use super::{ProvisionError, base_tree, layered, mirror, private_git_dir};
 
 /// A provisioned workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +21,8 @@ pub struct Provisioned {
     pub commit: String,
     /// The mirror whose objects the workspace shares (rounds must be able to read it).
     pub mirror: std::path::PathBuf,
+    /// How it was made (`overlay` or `clone`).
+    pub layout: WorkspaceLayout,
 }
 
 /// Makes the runner's own repository for `workspace`, sharing the objects of `objects`.
@@ -37,7 +43,109 @@ pub fn init_private(workspace: &Path, objects: &Path) -> Result<(), ProvisionErr
         .map_err(|e| ProvisionError::io("write the alternates of", &alternates, e))
 }
 
-/// Clones `url` at `git_ref` into `workspace` (an existing empty directory).
+/// A clone of `mirror` sharing its objects (`clone --shared`: an alternates file) into `dest`
+/// (an existing empty directory), checked out detached at `commit`, its `origin` naming `url`
+/// (the agent sees where its code is from).
+pub fn checkout_shared(
+    mirror: &Path,
+    url: &str,
+    commit: &str,
+    dest: &Path,
+) -> Result<(), ProvisionError> {
+    // A directory left half-made by an earlier try is emptied first.
+    if dest.join(".git").exists() {
+        std::fs::remove_dir_all(dest.join(".git"))
+            .map_err(|e| ProvisionError::io("remove a half-made clone", &dest.join(".git"), e))?;
+    }
+    Git::new()
+        .args(["clone", "--shared", "--no-checkout", "--quiet", "--"])
+        .args([mirror, dest])
+        .output()?;
+    let dest_git = dest.join(".git");
+    git::at(&dest_git)
+        .env("GIT_WORK_TREE", dest)
+        .current_dir(dest)
+        .args(["checkout", "--quiet", "--detach", commit, "--"])
+        .output()?;
+    git::at(&dest_git)
+        .args(["remote", "set-url", "origin", url])
+        .output()?;
+    Ok(())
+}
+
+/// Who owns an overlay's files: a root runner's agent user (an overlay cannot be idmapped for
+/// the round, so the round runs as the workspace's owner instead); a non-root runner's own.
+fn owner(config: &ProvisionConfig) -> Result<Option<base_tree::Owner>, ProvisionError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let ids = ralph_sandbox::identity::agent_user(
+        config.agent_user.as_deref(),
+        Path::new("/etc"),
+    )
+    .map_err(|e| ProvisionError::State {
+        action: "choose the owner of the workspace",
+        message: e.to_string(),
+    })?;
+    if ids.uid == 0 || ids.gid == 0 {
+        return Err(ProvisionError::State {
+            action: "choose the owner of the workspace",
+            message: format!("the agent user `{}` is root", ids.name),
+        });
+    }
+    Ok(Some(base_tree::Owner {
+        uid: ids.uid,
+        gid: ids.gid,
+    }))
+}
+
+/// Set once an overlay could not be mounted here: later `auto` jobs go straight to a checkout.
+static OVERLAY_UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes `workspace` an overlay of the shared base tree at `commit` (the mirror's lock held).
+/// `Ok(false)`: overlays are not possible here and `layout` allows a checkout instead.
+fn provision_layered(
+    config: &ProvisionConfig,
+    mirror_dir: &Path,
+    url: &str,
+    commit: &str,
+    workspace: &Path,
+) -> Result<bool, ProvisionError> {
+    let layout = config.workspace_layout;
+    if layout == WorkspaceLayout::Clone
+        || (layout == WorkspaceLayout::Auto && OVERLAY_UNSUPPORTED.load(Ordering::Relaxed))
+    {
+        return Ok(false);
+    }
+    let owner = owner(config)?;
+    let tree = base_tree::ensure(mirror_dir, url, commit, owner)?;
+    layered::create(workspace, &tree)?;
+    if let Some(o) = owner {
+        base_tree::chown_tree(&layered::layer_dir(workspace).join("upper"), o)?;
+    }
+    match layered::mount(workspace) {
+        Ok(()) => Ok(true),
+        Err(e @ OverlayError::Unsupported { .. }) if layout == WorkspaceLayout::Auto => {
+            OVERLAY_UNSUPPORTED.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                error = %e,
+                "workspaces: {e}; repository jobs get a full checkout each (workspace_layout = \"auto\")"
+            );
+            layered::remove(workspace)?;
+            Ok(false)
+        }
+        Err(e) => {
+            let _ = layered::remove(workspace);
+            Err(ProvisionError::State {
+                action: "mount the workspace (workspace_layout = \"overlay\")",
+                message: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Makes `workspace` (an existing empty directory) hold `url` at `git_ref`: an overlay of the
+/// shared base tree where the layout allows and the host can, else a checkout of its own.
 pub fn provision_repo(
     state_dir: &Path,
     config: &ProvisionConfig,
@@ -46,30 +154,17 @@ pub fn provision_repo(
     git_ref: Option<&str>,
 ) -> Result<Provisioned, ProvisionError> {
     let fetched = mirror::fetch(state_dir, config, url, git_ref)?;
-    // A workspace left half-made by an earlier try is emptied first.
-    if workspace.join(".git").exists() {
-        std::fs::remove_dir_all(workspace.join(".git")).map_err(|e| {
-            ProvisionError::io("remove a half-made clone", &workspace.join(".git"), e)
-        })?;
-    }
-    Git::new()
-        .args(["clone", "--shared", "--no-checkout", "--quiet", "--"])
-        .args([&fetched.dir, workspace])
-        .output()?;
-    let ws_git = workspace.join(".git");
-    git::at(&ws_git)
-        .env("GIT_WORK_TREE", workspace)
-        .current_dir(workspace)
-        .args(["checkout", "--quiet", "--detach", &fetched.commit, "--"])
-        .output()?;
-    // The workspace's origin names the real repository (the agent sees where its code is from).
-    git::at(&ws_git)
-        .args(["remote", "set-url", "origin", url])
-        .output()?;
+    let layout = if provision_layered(config, &fetched.dir, url, &fetched.commit, workspace)? {
+        WorkspaceLayout::Overlay
+    } else {
+        checkout_shared(&fetched.dir, url, &fetched.commit, workspace)?;
+        WorkspaceLayout::Clone
+    };
     init_private(workspace, &fetched.dir.join("objects"))?;
     drop(fetched.lock);
     Ok(Provisioned {
         commit: fetched.commit,
         mirror: fetched.dir,
+        layout,
     })
 }

@@ -33,6 +33,9 @@ pub struct ProvisionConfig {
     /// `limits.allow_push` (default false).
     #[serde(skip)]
     pub allow_push: bool,
+    /// The service's `agent_user` (a root runner's overlays belong to it).
+    #[serde(skip)]
+    pub agent_user: Option<String>,
     /// Credentials by URL prefix (the longest matching prefix is used).
     #[serde(default)]
     pub credentials: Vec<RepoCredential>,
@@ -44,6 +47,33 @@ pub struct ProvisionConfig {
     /// first, to stay under it.
     #[serde(default)]
     pub workspace_budget: Option<ByteSize>,
+    /// How a repository job's workspace is laid out (default `auto`).
+    #[serde(default)]
+    pub workspace_layout: WorkspaceLayout,
+}
+
+/// How a repository job's workspace is made (`[provision] workspace_layout`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceLayout {
+    /// An overlay where the runner can mount one (root, overlayfs), else a checkout.
+    #[default]
+    Auto,
+    /// Always an overlay of the shared base tree: a job fails if it cannot be mounted.
+    Overlay,
+    /// Always a full checkout of its own (a clone sharing the mirror's objects).
+    Clone,
+}
+
+impl WorkspaceLayout {
+    /// Its name, as journalled.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceLayout::Auto => "auto",
+            WorkspaceLayout::Overlay => "overlay",
+            WorkspaceLayout::Clone => "clone",
+        }
+    }
 }
 
 impl ProvisionConfig {

@@ -88,7 +88,8 @@ pub struct MirrorLock {
     _file: std::fs::File,
 }
 
-fn lock(dir: &Path) -> Result<MirrorLock, ProvisionError> {
+/// Takes the lock of the mirror `dir` (waits for it).
+pub fn lock(dir: &Path) -> Result<MirrorLock, ProvisionError> {
     let path = dir.with_extension("lock");
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -7,24 +7,31 @@
 //!
 //! ```text
 //! <state-dir>/mirrors/<slug>-<hash>.git     bare mirror of a repository (runner only)
-//! <state-dir>/workspaces/<job-id>/          the job's workspace (a clone sharing the mirror's
-//!                                           objects, read-only to the rounds)
+//! <state-dir>/mirrors/<slug>-<hash>.trees/<commit>/
+//!                                           base tree: a checkout shared by every overlay
+//! <state-dir>/workspaces/<job-id>/          the job's workspace: an overlay of a base tree
+//!                                           (mounted while the job runs; [`layered`]) or a
+//!                                           clone sharing the mirror's objects
+//! <state-dir>/workspaces/<job-id>.layer/    its upper layer (what the job changed)
 //! <state-dir>/workspaces/<job-id>.git       the runner's own repository for the result
 //! <state-dir>/jobs/<job-id>/result.patch    the result (kept after the workspace goes)
 //! ```
 
+pub mod base_tree;
 pub mod clone;
 pub mod config;
 pub mod git;
+pub mod layered;
 pub mod lifecycle;
 pub mod mirror;
+pub mod overlay;
 pub mod patch;
 pub mod push;
 pub mod untar;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{ProvisionConfig, RepoCredential};
+pub use config::{ProvisionConfig, RepoCredential, WorkspaceLayout};
 
 /// A provisioning step that failed.
 #[derive(Debug, thiserror::Error)]

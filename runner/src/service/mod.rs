@@ -250,6 +250,7 @@ impl Service {
             || report.cgroups_removed > 0
             || report.containers_removed > 0
             || report.scratch_removed > 0
+            || report.overlays_unmounted > 0
         {
             tracing::warn!(
                 interrupted = report.interrupted.len(),
@@ -258,13 +259,15 @@ impl Service {
                 cgroups_removed = report.cgroups_removed,
                 containers_removed = report.containers_removed,
                 scratch_removed = report.scratch_removed,
-                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed, {} leftover private dir(s) removed",
+                overlays_unmounted = report.overlays_unmounted,
+                "recovered: {} job(s) interrupted ({}), {} orphaned helper(s) killed, {} leftover cgroup(s) removed, {} leftover container(s) removed, {} leftover private dir(s) removed, {} workspace overlay(s) unmounted",
                 report.interrupted.len(),
                 report.interrupted.join(", "),
                 report.helpers_killed,
                 report.cgroups_removed,
                 report.containers_removed,
-                report.scratch_removed
+                report.scratch_removed,
+                report.overlays_unmounted
             );
         } else {
             tracing::info!(interrupted = 0, "recovered: nothing to reconcile");
@@ -282,6 +285,7 @@ impl Service {
         .with_upstreams(config.gateway.upstreams())
         .with_provision(crate::provision::ProvisionConfig {
             allow_push: config.limits.allow_push,
+            agent_user: config.agent_user.clone(),
             ..config.provision.clone()
         });
         Ok(Arc::new(Service {

@@ -149,8 +149,11 @@ impl Service {
         kept.sort_by_key(|k| k.finished);
         let now = SystemTime::now();
         let mut used: Option<u64> = config.workspace_budget.map(|_| {
-            let root = provision::workspaces_dir(self.engine().state_dir());
-            lifecycle::disk_usage(&root)
+            // The workspaces (their upper layers, clones, result repositories) and the base
+            // trees they share.
+            let state_dir = self.engine().state_dir();
+            lifecycle::disk_usage(&provision::workspaces_dir(state_dir))
+                + lifecycle::trees_usage(state_dir)
         });
         for k in kept {
             let expired = config
@@ -171,8 +174,7 @@ impl Service {
             {
                 continue;
             }
-            let size = lifecycle::disk_usage(&k.workspace)
-                + lifecycle::disk_usage(&provision::private_git_dir(&k.workspace));
+            let size = lifecycle::workspace_usage(&k.workspace);
             match lifecycle::remove_workspace(&k.workspace) {
                 Ok(()) => {
                     used = used.map(|u| u.saturating_sub(size));
@@ -187,6 +189,11 @@ impl Service {
                 Err(e) => tracing::warn!(job_id = %k.id, error = %e, "workspaces: {e}"),
             }
             drop(lock);
+        }
+        // Base trees no remaining workspace stands on.
+        let state_dir = self.engine().state_dir();
+        for tree in provision::base_tree::sweep(state_dir, &provision::workspaces_dir(state_dir)) {
+            tracing::info!("workspaces: unused base tree `{}` removed", tree.display());
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Start-up reconciliation, before any work is taken (SPEC §8): every running job whose run hold
 //! is free (its runner died: [`crate::engine::orphans`]) is closed as `interrupted` — never
 //! re-run; resuming is explicit (`ralph resume`); a job a live `ralph run` holds is left alone. Then what a killed instance may have left is reaped:
-//! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds, and
-//! this host's ralph containers whose runner is gone (found by their `io.ralph.*` labels).
+//! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds,
+//! this host's ralph containers whose runner is gone (found by their `io.ralph.*` labels), and
+//! the overlays of provisioned workspaces it left mounted.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct RecoveryReport {
     pub containers_removed: u32,
     /// Leftover private scratch directories (`home/`, `tmp/`) of killed runs removed.
     pub scratch_removed: usize,
+    /// Workspace overlays a killed instance left mounted, unmounted (their layers stay).
+    pub overlays_unmounted: usize,
 }
 
 /// Reconciles the store in `state_dir` for the runner `me`.
@@ -43,6 +46,11 @@ pub fn recover(
     report.interrupted = orphans.interrupted;
     report.left_to_live_runners = orphans.left_to_live_runners;
     report.scratch_removed = crate::engine::scratch_sweep::sweep(state_dir).removed.len();
+    // No job of this instance runs yet, and provisioned jobs run only under `ralph serve`.
+    report.overlays_unmounted = crate::provision::layered::unmount_stale(
+        &crate::provision::workspaces_dir(state_dir),
+        |_| false,
+    );
     Ok(report)
 }
 

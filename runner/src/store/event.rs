@@ -321,6 +321,9 @@ pub enum EventKind {
         commit: String,
         /// Wall-clock time the provisioning took.
         duration_ms: u64,
+        /// How the workspace was made: `overlay` (of a shared base tree) or `clone`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        layout: Option<String>,
     },
     /// The job's result was written as `result.patch` (and pushed, if asked and allowed).
     ResultWritten {
