@@ -142,11 +142,10 @@ fn an_overlay_workspace_is_fixed_its_patch_applies_and_the_shared_tree_is_untouc
 fn fix_and_apply(layout: &str) {
     let g = GitServer::start();
     let base = g.create("proj.git", failing_project);
-    let mut s = server_for(
+    let s = server_for(
         &g,
         &format!("\n[provision]\nworkspace_layout = \"{layout}\"\n"),
     );
-    s.start();
     let agent = fixer(&s);
     let id = submit_one(
         &s,
@@ -328,8 +327,7 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
     }
     let g = GitServer::start();
     let base = g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
-    s.start();
+    let s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
     // The first job rewrites what it can: a tracked file in place (same inode, `>>`), a
     // deletion, a commit (index, refs, objects), the origin, and it tries to unmount its
     // workspace to reach what is under it.
@@ -392,11 +390,104 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
 }
 
 #[test]
+fn a_docker_round_works_in_an_overlay_workspace() {
+    if !overlays_possible() || !common::docker::ready("a_docker_round_works_in_an_overlay_workspace")
+    {
+        return;
+    }
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let s = server_for(
+        &g,
+        &format!(
+            "allowed_images = [\"{}\"]\n[provision]\nworkspace_layout = \"overlay\"\n",
+            common::docker::IMAGE
+        ),
+    );
+    let agent = fixer(&s);
+    let id = submit_one(
+        &s,
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"backend": "docker", "image": common::docker::IMAGE, "verify": "sh test.sh"}),
+        ),
+    );
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
+    assert_eq!(j["reason"], "verified", "{j}");
+    assert_eq!(
+        events_of(&s, &id, "workspace_provisioned")[0]["layout"],
+        "overlay"
+    );
+    let ws = s.state.join("workspaces").join(&id);
+    let upper = ws.with_extension("layer").join("upper");
+    assert_eq!(
+        std::fs::read_to_string(upper.join("add.sh")).unwrap(),
+        "echo $(($1 + $2))\n"
+    );
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(String::from_utf8_lossy(&patch).contains("+echo $(($1 + $2))"));
+}
+
+#[test]
+fn a_killed_runners_overlay_is_unmounted_at_start_and_a_resume_mounts_it_again() {
+    if !overlays_possible() {
+        return;
+    }
+    let g = GitServer::start();
+    g.create("proj.git", failing_project);
+    let mut s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
+    // The first run leaves a file and hangs; the resumed run finds it and fixes the project.
+    let agent = s.agent(
+        "hang.sh",
+        &format!(
+            "if [ -e step1 ]; then sed -i 's/-/+/' add.sh; echo '{}' > \"$RALPH_REPORT_FILE\"; else touch step1; exec sleep 600; fi",
+            complete_report("second run"),
+        ),
+    );
+    let id = submit_one(
+        &s,
+        repo_job(&s, &agent, &g.url("proj.git"), json!({"verify": "sh test.sh"})),
+    );
+    let ws = s.state.join("workspaces").join(&id);
+    let upper = ws.with_extension("layer").join("upper");
+    wait_until("the first round to write step1", LIMIT, || {
+        upper.join("step1").exists()
+    });
+    assert!(ws.join("add.sh").is_file(), "mounted while the job runs");
+    s.kill9();
+    // The killed runner's mount is still there.
+    assert!(ws.join("add.sh").is_file());
+    s.start();
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "interrupted", "{j}");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        0,
+        "start-up recovery unmounts it"
+    );
+    assert!(s.log_text().contains("1 workspace overlay(s) unmounted"));
+    let out = s.ralph(&["resume", &id]);
+    out.expect_code(0);
+    wait_until("the resumed job to finish", LIMIT, || {
+        let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+        j["state"] == "finished" && j["outcome"] != "interrupted"
+    });
+    let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+    assert_eq!(j["outcome"], "complete", "{j}");
+    assert_eq!(j["reason"], "verified", "{j}");
+    assert!(upper.join("step1").exists() && upper.join("add.sh").exists());
+    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0, "unmounted again");
+}
+
+#[test]
 fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "");
-    s.start();
+    let s = server_for(&g, "");
     let agent = fixer(&s);
     for url in [
         format!("git://127.0.0.2:{}/proj.git", g.port),
@@ -457,8 +548,7 @@ fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made()
 fn a_clone_failure_is_a_job_error_before_any_round() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "");
-    s.start();
+    let s = server_for(&g, "");
     let agent = fixer(&s);
     let bad_ref = submit_one(
         &s,
@@ -489,8 +579,7 @@ fn a_clone_failure_is_a_job_error_before_any_round() {
 fn push_lands_the_result_on_the_branch() {
     let g = GitServer::start();
     let base = g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "allow_push = true\n");
-    s.start();
+    let s = server_for(&g, "allow_push = true\n");
     let agent = fixer(&s);
     let id = submit_one(
         &s,
@@ -531,8 +620,7 @@ fn push_lands_the_result_on_the_branch() {
 fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "");
-    s.start();
+    let s = server_for(&g, "");
     let marker = s.dir.path().join("pwned");
     let m = marker.display();
     // The round rewrites its repository's config and attributes to run commands in any git
@@ -568,8 +656,7 @@ fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
 fn a_resumed_job_keeps_its_workspace() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = server_for(&g, "");
-    s.start();
+    let s = server_for(&g, "");
     // The first run's round leaves a file and fails; the resumed run finds it.
     let agent = s.agent(
         "twice.sh",
@@ -604,11 +691,10 @@ fn a_resumed_job_keeps_its_workspace() {
 fn workspace_retention_removes_the_workspace_but_not_the_patch() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = Server::new(&format!(
+    let s = Server::new(&format!(
         "[provision]\nworkspace_retention = \"1s\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
         g.port
     ));
-    s.start();
     let agent = fixer(&s);
     let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
@@ -635,11 +721,10 @@ fn workspace_retention_removes_the_workspace_but_not_the_patch() {
 fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
     let g = GitServer::start();
     g.create("proj.git", failing_project);
-    let mut s = Server::new(&format!(
+    let s = Server::new(&format!(
         "[provision]\nworkspace_budget = \"1\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
         g.port
     ));
-    s.start();
     let agent = fixer(&s);
     let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");

@@ -120,6 +120,14 @@ impl Server {
 
     /// Starts (or restarts) the server and waits until it is ready.
     pub fn start(&mut self) {
+        // A second start while the first server runs would leak it (and the new one would fail
+        // on the held state directory while the old one answered the readiness probe).
+        if let Some(c) = self.child.as_mut() {
+            assert!(
+                c.try_wait().unwrap().is_some(),
+                "the server is already running: kill9() or terminate() it before start()"
+            );
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -33,7 +33,7 @@ pub fn init_private(workspace: &Path, objects: &Path) -> Result<(), ProvisionErr
             .map_err(|e| ProvisionError::io("remove an old result repository", &dir, e))?;
     }
     Git::new()
-        .args(["init", "--bare", "--quiet", "--"])
+        .args(["init", "--bare", "--quiet", "--template=", "--"])
         .args([&dir])
         .output()?;
     let alternates = dir.join("objects").join("info").join("alternates");
