@@ -1,6 +1,7 @@
 //! The runner's side of provisioning, from the service configuration's `[provision]` table:
 //! credentials for private repositories (files the runner reads; never passed into a round),
-//! whether `push` is allowed, and the workspaces' retention and disk budget.
+//! whether `push` is allowed, the workspaces' retention and disk budget, and how long unused
+//! uploads are kept.
 
 use std::path::PathBuf;
 
@@ -44,7 +45,14 @@ pub struct ProvisionConfig {
     /// first, to stay under it.
     #[serde(default)]
     pub workspace_budget: Option<ByteSize>,
+    /// How long an upload no queued or running job names is kept after it was received (or
+    /// last named by a submitted job). Unset: [`DEFAULT_UPLOAD_RETENTION`].
+    #[serde(default)]
+    pub upload_retention: Option<HumanDuration>,
 }
+
+/// How long an unused upload is kept when `upload_retention` is not set.
+pub const DEFAULT_UPLOAD_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl ProvisionConfig {
     /// The credential for `url`, if one is configured.

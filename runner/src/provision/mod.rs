@@ -10,6 +10,8 @@
 //! <state-dir>/workspaces/<job-id>/          the job's workspace (a clone sharing the mirror's
 //!                                           objects, read-only to the rounds)
 //! <state-dir>/workspaces/<job-id>.git       the runner's own repository for the result
+//! <state-dir>/uploads/<id>/tree             an uploaded tree ([`upload`]); each job naming it
+//!                                           gets its own copy as its workspace
 //! <state-dir>/jobs/<job-id>/result.patch    the result (kept after the workspace goes)
 //! ```
 
@@ -21,6 +23,7 @@ pub mod mirror;
 pub mod patch;
 pub mod push;
 pub mod untar;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 

@@ -8,6 +8,7 @@
 //! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify&follow=true
 //! GET  /v1/jobs/{id}/patch              a provisioned job's result.patch (text/x-diff)
 //! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
+//! POST /v1/uploads                      a tar stream (streamed, not read whole) → 201 {upload}
 //! GET  /healthz  /readyz  /metrics
 //! ```
 //! Every `/v1` call needs `Authorization: Bearer <token>`. Errors are JSON:
@@ -59,6 +60,8 @@ pub struct ApiError {
     scope: Option<super::scope::Scope>,
     /// Seconds until a rate-limited call may be tried again (`Retry-After`; at most a minute).
     retry_after: Option<u16>,
+    /// The entry of a refused upload (its path in the tar stream).
+    entry: Option<String>,
 }
 
 /// The JSON error shape of every error answer.
@@ -78,6 +81,7 @@ impl ApiError {
             candidates: Vec::new(),
             scope: None,
             retry_after: None,
+            entry: None,
         }
     }
 
@@ -99,8 +103,20 @@ impl ApiError {
         e
     }
 
-    fn closing(mut self) -> Self {
+    pub(super) fn closing(mut self) -> Self {
         self.close = true;
+        self
+    }
+
+    /// Names the configuration (or upload) rule the call broke.
+    pub(super) fn rule(mut self, r: impl Into<String>) -> Self {
+        self.rule = Some(r.into());
+        self
+    }
+
+    /// Names the entry of a refused upload.
+    pub(super) fn entry(mut self, e: impl Into<String>) -> Self {
+        self.entry = Some(e.into());
         self
     }
 
@@ -135,6 +151,9 @@ impl IntoResponse for ApiError {
         }
         if let Some(r) = self.rule {
             err["rule"] = json!(r);
+        }
+        if let Some(e) = self.entry {
+            err["entry"] = json!(bounded(&e, 4096));
         }
         if !self.candidates.is_empty() {
             err["candidates"] = json!(self.candidates);
@@ -237,7 +256,13 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/resume", post(resume_job))
         .merge(super::token_api::routes())
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
-        .layer(middleware::from_fn_with_state(svc.clone(), require_token));
+        .layer(middleware::from_fn_with_state(svc.clone(), require_token))
+        // An upload's body is streamed into the unpack, never read whole first.
+        .merge(
+            Router::new()
+                .route("/uploads", post(super::uploads::create_upload))
+                .layer(middleware::from_fn_with_state(svc.clone(), require_token)),
+        );
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(svc.clone(), metrics_auth));
@@ -571,6 +596,7 @@ async fn create_jobs(
         let source = req.source().map_err(|e| {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message).field(at(e.field))
         })?;
+        super::uploads::check_source(&svc, source.as_ref(), &at)?;
         if req.workspace.is_none() && source.is_none() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,

@@ -167,6 +167,12 @@ pub struct Limits {
     /// A token without the `admin` scope may cancel and resume only the jobs it submitted.
     #[serde(default)]
     pub cancel_own_only: bool,
+    /// Largest upload (`POST /v1/uploads`), in bytes of file content.
+    #[serde(default = "default_upload_bytes")]
+    pub max_upload_bytes: ByteSize,
+    /// Most entries (files, directories, links) of one upload.
+    #[serde(default = "default_upload_files")]
+    pub max_upload_files: u64,
 }
 
 impl Limits {
@@ -201,6 +207,8 @@ impl Default for Limits {
             allowed_repos: Vec::new(),
             allow_push: false,
             cancel_own_only: false,
+            max_upload_bytes: default_upload_bytes(),
+            max_upload_files: default_upload_files(),
         }
     }
 }
@@ -240,6 +248,12 @@ fn yes() -> bool {
 }
 fn default_rounds() -> u32 {
     crate::job::spec::DEFAULT_ROUNDS_CEILING
+}
+fn default_upload_bytes() -> ByteSize {
+    ByteSize(1 << 30)
+}
+fn default_upload_files() -> u64 {
+    100_000
 }
 fn default_handoff() -> ByteSize {
     ByteSize(crate::report::MAX_HANDOFF_CAP as u64)
