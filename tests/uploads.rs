@@ -217,18 +217,31 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     // the runner (its HEAD is the project's, not the runner's base).
     let ws = s.state.join("workspaces").join(&id);
     assert!(ws.join(".git").join("HEAD").is_file());
-    assert_eq!(git(&ws, &["rev-parse", "HEAD"]), git(&project, &["rev-parse", "HEAD"]));
+    assert_eq!(
+        git(&ws, &["rev-parse", "HEAD"]),
+        git(&project, &["rev-parse", "HEAD"])
+    );
     assert_ne!(git(&project, &["rev-parse", "HEAD"]), base);
     let patch = ralph_diff(&s, &id);
     let text = String::from_utf8_lossy(&patch);
-    for name in ["add.sh", "NOTES.md", "new.bin", "data.bin", "obsolete.txt", "runs"] {
+    for name in [
+        "add.sh",
+        "NOTES.md",
+        "new.bin",
+        "data.bin",
+        "obsolete.txt",
+        "runs",
+    ] {
         assert!(
             text.contains(&format!("b/{name}")) || text.contains(&format!("a/{name}")),
             "{name} missing:\n{text}"
         );
     }
     assert!(text.contains("GIT binary patch"), "{text}");
-    assert!(!text.contains(".git/"), "the uploaded .git is not in the result:\n{text}");
+    assert!(
+        !text.contains(".git/"),
+        "the uploaded .git is not in the result:\n{text}"
+    );
     // A fresh copy of DIR fails its test; with the patch applied it passes.
     let fresh = s.dir.path().join("fresh");
     let ok = Command::new("cp")
@@ -278,7 +291,10 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
         assert_eq!(s.wait_finished(id, LIMIT)["outcome"], "complete");
         let ws = s.state.join("workspaces").join(id);
         assert_eq!(std::fs::read_to_string(ws.join("runs")).unwrap(), "run\n");
-        assert_eq!(std::fs::read_to_string(ws.join("add.sh")).unwrap(), "echo $(($1 + $2))\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join("add.sh")).unwrap(),
+            "echo $(($1 + $2))\n"
+        );
     }
     assert_eq!(uploads(&s).len(), 2, "{:?}", uploads(&s));
 
@@ -298,7 +314,10 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     let bad = s.dir.path().join("bad.toml");
     std::fs::write(
         &bad,
-        format!("[[job]]\nobjective = \"x\"\nworkspace = \"{}\"\n", s.root.display()),
+        format!(
+            "[[job]]\nobjective = \"x\"\nworkspace = \"{}\"\n",
+            s.root.display()
+        ),
     )
     .unwrap();
     let out = s.ralph(&[
@@ -399,7 +418,10 @@ fn hostile_uploads_are_refused_naming_the_rule_and_nothing_is_kept() {
             assert_eq!(err["entry"], e, "{what}: {answer}");
         }
         assert!(
-            err["message"].as_str().unwrap().starts_with("failed to unpack"),
+            err["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("failed to unpack"),
             "{what}: {answer}"
         );
         assert!(uploads(&s).is_empty(), "{what}: {:?}", uploads(&s));
@@ -432,7 +454,10 @@ fn hostile_uploads_are_refused_naming_the_rule_and_nothing_is_kept() {
     assert_eq!(answer["bytes"], 5, "{answer}");
     let id = answer["upload"].as_str().unwrap();
     let tree = s.state.join("uploads").join(id).join("tree");
-    assert_eq!(std::fs::read_to_string(tree.join("d/f.txt")).unwrap(), "hello");
+    assert_eq!(
+        std::fs::read_to_string(tree.join("d/f.txt")).unwrap(),
+        "hello"
+    );
     assert_eq!(
         std::fs::read_link(tree.join("d/l")).unwrap(),
         Path::new("f.txt")
@@ -454,7 +479,13 @@ fn a_read_token_cannot_upload_and_an_unknown_upload_is_refused_at_submission() {
     std::fs::create_dir(&project).unwrap();
     std::fs::write(project.join("a"), "a").unwrap();
     let out = Command::new(ralph_bin())
-        .args(["submit", "--upload", project.to_str().unwrap(), "--objective", "x"])
+        .args([
+            "submit",
+            "--upload",
+            project.to_str().unwrap(),
+            "--objective",
+            "x",
+        ])
         .env("RALPH_SERVER", s.url())
         .env("RALPH_TOKEN", &reader)
         .output()
@@ -479,7 +510,10 @@ fn a_read_token_cannot_upload_and_an_unknown_upload_is_refused_at_submission() {
     assert_eq!(code, 400, "{body}");
     assert_eq!(body["error"]["field"], "job[0].upload", "{body}");
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("no upload"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no upload"),
         "{body}"
     );
     let (_, list) = s.api("GET", "/v1/jobs", None);
@@ -530,7 +564,9 @@ fn unused_uploads_are_removed_after_their_retention_and_used_ones_stay() {
     // A second, unused upload goes once it is a second old; the used one (older) stays.
     let unused = upload(b"unused");
     let dir = |u: &str| s.state.join("uploads").join(u);
-    wait_until("the unused upload to be removed", LIMIT, || !dir(&unused).exists());
+    wait_until("the unused upload to be removed", LIMIT, || {
+        !dir(&unused).exists()
+    });
     assert!(dir(&used).join("tree").join("f").is_file());
     assert!(
         s.log_text()
@@ -541,6 +577,8 @@ fn unused_uploads_are_removed_after_their_retention_and_used_ones_stay() {
     // Once the job has ended, the first goes too; the job's copy stays.
     std::fs::write(ws.join("go"), "").unwrap();
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
-    wait_until("the used upload to be removed", LIMIT, || !dir(&used).exists());
+    wait_until("the used upload to be removed", LIMIT, || {
+        !dir(&used).exists()
+    });
     assert_eq!(std::fs::read_to_string(ws.join("f")).unwrap(), "used");
 }

@@ -125,10 +125,7 @@ impl ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = bytes::Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(CHUNK),
-        ));
+        let chunk = bytes::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
         self.tx.blocking_send(Ok(chunk)).map_err(|_| {
             self.closed = true;
             std::io::Error::new(

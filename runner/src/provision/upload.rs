@@ -41,7 +41,10 @@ pub enum UploadError {
     Provision(#[from] ProvisionError),
 }
 
-fn copy_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> UploadError + 'a {
+fn copy_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> UploadError + 'a {
     move |source| UploadError::Copy {
         action,
         path: path.to_owned(),
@@ -124,8 +127,7 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<(), UploadError> {
                 .map_err(copy_err("set the mode of", &dst))?;
         } else if kind.is_symlink() {
             let target = std::fs::read_link(&src).map_err(copy_err("read the link", &src))?;
-            std::os::unix::fs::symlink(&target, &dst)
-                .map_err(copy_err("create the link", &dst))?;
+            std::os::unix::fs::symlink(&target, &dst).map_err(copy_err("create the link", &dst))?;
         } else if kind.is_file() {
             copy_file(&src, &dst, mode)?;
         }
@@ -200,7 +202,10 @@ mod tests {
             std::fs::read_link(ws.join("link")).unwrap(),
             Path::new("sub/a.txt")
         );
-        let mode = std::fs::metadata(ws.join("run.sh")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(ws.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o755);
         assert!(ws.join(".git").join("config").is_file());
         let files = git::at(&private_git_dir(&ws))

@@ -85,14 +85,8 @@ mod tests {
         assert_eq!(needed(&Method::GET, "/v1/uploads"), Scope::Admin);
         assert_eq!(needed(&Method::GET, "/v1/jobs"), Scope::Read);
         assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Scope::Read);
-        assert_eq!(
-            needed(&Method::POST, "/v1/jobs/x/cancel"),
-            Scope::Cancel
-        );
-        assert_eq!(
-            needed(&Method::POST, "/v1/jobs/x/resume"),
-            Scope::Cancel
-        );
+        assert_eq!(needed(&Method::POST, "/v1/jobs/x/cancel"), Scope::Cancel);
+        assert_eq!(needed(&Method::POST, "/v1/jobs/x/resume"), Scope::Cancel);
         assert_eq!(needed(&Method::GET, "/v1/tokens"), Scope::Admin);
         assert_eq!(needed(&Method::POST, "/jobs"), Scope::Submit);
         assert_eq!(needed(&Method::GET, "/metrics"), Scope::Read);

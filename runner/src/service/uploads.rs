@@ -249,9 +249,7 @@ pub async fn create_upload(
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            format!(
-                "an upload must be sent with `Content-Type: application/x-tar`, not {shown}"
-            ),
+            format!("an upload must be sent with `Content-Type: application/x-tar`, not {shown}"),
         )
         .field("Content-Type")
         .closing());
@@ -304,8 +302,10 @@ pub async fn create_upload(
         .into_response();
     // Anything after the end of the archive is read (bounded) and dropped.
     if !drain(&mut body, idle).await {
-        resp.headers_mut()
-            .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
     }
     Ok(resp)
 }
@@ -494,7 +494,9 @@ impl Service {
                     upload = %id,
                     "upload {id} removed (upload_retention: no queued or running job names it)"
                 ),
-                Err(e) => tracing::warn!(upload = %id, error = %e, "uploads: failed to remove `{}`: {e}", path.display()),
+                Err(e) => {
+                    tracing::warn!(upload = %id, error = %e, "uploads: failed to remove `{}`: {e}", path.display())
+                }
             }
         }
     }
@@ -521,6 +523,9 @@ mod tests {
         assert!(is_tar(Some("application/x-tar")));
         assert!(!is_tar(Some("application/json")));
         assert!(!is_tar(None));
-        assert_eq!(sweep_every(Duration::from_secs(3600)), Duration::from_secs(60));
+        assert_eq!(
+            sweep_every(Duration::from_secs(3600)),
+            Duration::from_secs(60)
+        );
     }
 }
