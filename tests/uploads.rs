@@ -331,6 +331,9 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     assert_eq!(uploads(&s), before);
 }
 
+/// A hostile upload: what it is, its tar stream, the status, rule and entry of its refusal.
+type Case<'a> = (&'a str, Vec<u8>, u16, &'a str, Option<&'a str>);
+
 #[test]
 fn hostile_uploads_are_refused_naming_the_rule_and_nothing_is_kept() {
     let s = Server::new("[limits]\nmax_upload_bytes = 1048576\nmax_upload_files = 50\n");
@@ -340,7 +343,7 @@ fn hostile_uploads_are_refused_naming_the_rule_and_nothing_is_kept() {
     let many: Vec<Vec<u8>> = (0..60)
         .map(|i| entry(format!("f{i}").as_bytes(), b'0', b"", b"x"))
         .collect();
-    let cases: Vec<(&str, Vec<u8>, u16, &str, Option<&str>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "parent dir",
             tar(&[entry(b"../escape-canary", b'0', b"", b"pwned")]),

@@ -51,17 +51,17 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
-    rule: Option<String>,
+    rule: Option<Box<str>>,
     /// Whether the connection is closed after the answer (the rest of the request is not read).
     close: bool,
     /// The jobs an ambiguous id prefix matches.
-    candidates: Vec<String>,
+    candidates: Option<Box<[String]>>,
     /// The scope a refused call needs.
     scope: Option<super::scope::Scope>,
     /// Seconds until a rate-limited call may be tried again (`Retry-After`; at most a minute).
     retry_after: Option<u16>,
     /// The entry of a refused upload (its path in the tar stream).
-    entry: Option<String>,
+    entry: Option<Box<str>>,
 }
 
 /// The JSON error shape of every error answer.
@@ -78,7 +78,7 @@ impl ApiError {
             field: None,
             rule: None,
             close: false,
-            candidates: Vec::new(),
+            candidates: None,
             scope: None,
             retry_after: None,
             entry: None,
@@ -110,13 +110,13 @@ impl ApiError {
 
     /// Names the configuration (or upload) rule the call broke.
     pub(super) fn rule(mut self, r: impl Into<String>) -> Self {
-        self.rule = Some(r.into());
+        self.rule = Some(r.into().into_boxed_str());
         self
     }
 
     /// Names the entry of a refused upload.
     pub(super) fn entry(mut self, e: impl Into<String>) -> Self {
-        self.entry = Some(e.into());
+        self.entry = Some(e.into().into_boxed_str());
         self
     }
 
@@ -155,8 +155,8 @@ impl IntoResponse for ApiError {
         if let Some(e) = self.entry {
             err["entry"] = json!(bounded(&e, 4096));
         }
-        if !self.candidates.is_empty() {
-            err["candidates"] = json!(self.candidates);
+        if let Some(c) = self.candidates.filter(|c| !c.is_empty()) {
+            err["candidates"] = json!(c);
         }
         if let Some(s) = self.scope {
             err["scope"] = json!(s.as_str());
@@ -198,7 +198,7 @@ impl From<StoreError> for ApiError {
                         candidates.join(", ")
                     ),
                 );
-                e.candidates = candidates;
+                e.candidates = Some(candidates.into_boxed_slice());
                 e
             }
             // Another runner sharing the store changed the job meanwhile.
@@ -664,7 +664,7 @@ async fn create_jobs(
 /// The answer to a job the limits refuse, its key named by `at`.
 fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
     let mut err = ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
-    err.rule = Some(format!("limits.{}", r.rule));
+    err.rule = Some(format!("limits.{}", r.rule).into_boxed_str());
     err
 }
 
