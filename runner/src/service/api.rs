@@ -13,8 +13,9 @@
 //! ```
 //! Every `/v1` call needs `Authorization: Bearer <token>`. Errors are JSON:
 //! `{"error":{"code":…,"message":…,"field":…,"rule":…}}` — axum's own refusals (unknown route,
-//! method not allowed, …) too ([`json_errors`]). A body is read whole before its handler runs,
-//! within the size limit and the body read timeout, and only as JSON (or a TOML job file).
+//! method not allowed, …) too ([`json_errors`]); a refused upload's also names the `entry`. A
+//! body is read whole before its handler runs, within the size limit and the body read timeout,
+//! and only as JSON (or a TOML job file) — except an upload's, streamed into its unpack.
 
 use std::sync::Arc;
 
@@ -254,15 +255,12 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/patch", get(super::provisioned::job_patch))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
+        .route("/uploads", post(super::uploads::create_upload))
         .merge(super::token_api::routes())
+        // Behind the token check too: an unknown call needs `admin` (fail-closed), then 404.
+        .fallback(no_endpoint)
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
-        .layer(middleware::from_fn_with_state(svc.clone(), require_token))
-        // An upload's body is streamed into the unpack, never read whole first.
-        .merge(
-            Router::new()
-                .route("/uploads", post(super::uploads::create_upload))
-                .layer(middleware::from_fn_with_state(svc.clone(), require_token)),
-        );
+        .layer(middleware::from_fn_with_state(svc.clone(), require_token));
     let metrics = Router::new()
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(svc.clone(), metrics_auth));
@@ -271,17 +269,20 @@ pub fn router(svc: Arc<Service>) -> Router {
         .merge(metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such endpoint (the API is under /v1)",
-            )
-        })
+        .fallback(no_endpoint)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(super::refusal_log::log_refusals))
         .with_state(svc)
+}
+
+/// The answer to a path no route serves.
+async fn no_endpoint() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint (the API is under /v1)",
+    )
 }
 
 /// The error code of an answer that axum (or hyper) made, from its status.
@@ -354,10 +355,10 @@ fn media_type(content_type: &str) -> String {
 /// Reads a request's body whole before its handler runs: refused with 415 unless it is JSON (or
 /// a TOML job file, `application/toml`), with 413 over [`MAX_BODY`], and with 408 when it does not
 /// arrive within the body read timeout (the connection is then closed). A request without a
-/// body passes as it is.
+/// body, and an upload, pass as they are.
 async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
     use axum::body::HttpBody;
-    if req.body().is_end_stream() {
+    if req.body().is_end_stream() || is_upload(&req) {
         return Ok(next.run(req).await);
     }
     if req.body().size_hint().lower() > DRAIN_MAX as u64 {
@@ -413,6 +414,14 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await)
+}
+
+/// Whether the request is an upload, whose body is streamed into its unpack
+/// ([`super::uploads`]) instead of being read whole here.
+fn is_upload(req: &Request) -> bool {
+    let path = req.uri().path();
+    req.method() == axum::http::Method::POST
+        && path.strip_prefix("/v1").unwrap_or(path) == "/uploads"
 }
 
 /// Authenticates the caller, checks the call's scope and the token's request rate, and hands
