@@ -585,3 +585,46 @@ fn unused_uploads_are_removed_after_their_retention_and_used_ones_stay() {
     });
     assert_eq!(std::fs::read_to_string(ws.join("f")).unwrap(), "used");
 }
+
+#[test]
+fn a_resumed_upload_job_keeps_its_workspace() {
+    let s = Server::new("");
+    let project = s.dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
+    // The first run's round leaves a file and fails; the resumed run finds it.
+    let agent = s.agent(
+        "twice.sh",
+        &format!(
+            "if [ -e step1 ]; then sed -i 's/-/+/' add.sh; echo '{}' > \"$RALPH_REPORT_FILE\"; else touch step1; exit 3; fi",
+            complete_report("second run"),
+        ),
+    );
+    let out = s.ralph(&[
+        "submit",
+        "--upload",
+        project.to_str().unwrap(),
+        "--objective",
+        "x",
+        "--agent-cmd",
+        agent.to_str().unwrap(),
+        "--read",
+        s.agents.to_str().unwrap(),
+        "--round-retries",
+        "0",
+    ]);
+    out.expect_code(0);
+    let id = out.stdout.trim().to_owned();
+    assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "round-failed");
+    s.ralph(&["resume", &id]).expect_code(0);
+    wait_until("the resumed job to finish", LIMIT, || {
+        let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+        j["outcome"] == "complete"
+    });
+    assert_eq!(events_of(&s, &id, "workspace_provisioned").len(), 1);
+    let text = String::from_utf8_lossy(&ralph_diff(&s, &id)).into_owned();
+    assert!(
+        text.contains("b/step1") && text.contains("+echo $(($1 + $2))"),
+        "{text}"
+    );
+}

@@ -549,12 +549,16 @@ pub fn describe_event(ev: &Event) -> String {
             git_ref,
             commit,
             duration_ms,
-        } => format!(
-            "workspace provisioned from {} at {} = {commit} ({:.1}s)",
-            repo.as_deref().unwrap_or("an upload"),
-            git_ref.as_deref().unwrap_or("HEAD"),
-            *duration_ms as f64 / 1000.0
-        ),
+        } => {
+            let from = match repo {
+                Some(repo) => format!("{repo} at {}", git_ref.as_deref().unwrap_or("HEAD")),
+                None => "an upload".to_owned(),
+            };
+            format!(
+                "workspace provisioned from {from} = {commit} ({:.1}s)",
+                *duration_ms as f64 / 1000.0
+            )
+        }
         EventKind::ResultWritten {
             bytes,
             files,

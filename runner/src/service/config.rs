@@ -364,6 +364,15 @@ impl ServiceConfig {
         if c.retention.is_some_and(|r| r.0.is_zero()) {
             return Err(err("`retention` must be more than 0s".into()));
         }
+        if c.provision.upload_retention.is_some_and(|r| r.0.is_zero()) {
+            return Err(err(
+                "`provision.upload_retention` must be more than 0s (an upload must outlive its submission)"
+                    .into(),
+            ));
+        }
+        if c.limits.max_upload_files == 0 {
+            return Err(err("`limits.max_upload_files` must be at least 1".into()));
+        }
         c.token_limits = super::token_config::resolve(text, &c.tokens).map_err(err)?;
         for (name, l) in &c.token_limits {
             for (key, roots) in [
@@ -513,6 +522,18 @@ mod tests {
             .to_string();
         assert!(e.contains("line 1") && e.contains("database_url"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
+        for (bad, key) in [
+            (
+                "[provision]\nupload_retention = \"0s\"\n",
+                "upload_retention",
+            ),
+            ("[limits]\nmax_upload_files = 0\n", "max_upload_files"),
+        ] {
+            let e = ServiceConfig::parse(bad, "c").unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        let c = ServiceConfig::parse("[limits]\nmax_upload_bytes = \"2M\"\n", "c").unwrap();
+        assert_eq!(c.limits.max_upload_bytes.0, 2 << 20);
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();
