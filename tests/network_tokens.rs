@@ -128,6 +128,7 @@ fn each_scope_is_allowed_its_calls_and_refused_the_others_with_403_naming_the_sc
         ("GET", format!("/v1/jobs/{id}/patch"), "read"),
         ("GET", "/metrics".into(), "read"),
         ("POST", "/v1/jobs".into(), "submit"),
+        ("POST", "/v1/uploads".into(), "submit"),
         ("POST", format!("/v1/jobs/{id}/cancel"), "cancel"),
         ("POST", format!("/v1/jobs/{id}/resume"), "cancel"),
         ("GET", "/v1/tokens".into(), "admin"),

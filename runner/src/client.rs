@@ -56,6 +56,14 @@ pub enum ClientError {
         /// What to do about it.
         hint: &'static str,
     },
+    /// A directory could not be packed for an upload.
+    #[error("failed to upload `{dir}`: {message}")]
+    Pack {
+        /// The directory.
+        dir: String,
+        /// Why.
+        message: String,
+    },
     /// A CA file or client certificate could not be used.
     #[error("failed to read {what} `{path}`: {message}")]
     TlsFile {
@@ -97,6 +105,48 @@ fn tls_hint(message: &str) -> Option<&'static str> {
         Some("the server does not speak TLS there: use an http:// server address")
     } else {
         None
+    }
+}
+
+/// Bytes of one chunk of an upload's stream.
+const CHUNK: usize = 256 * 1024;
+
+/// The writer [`crate::provision::untar::pack`] writes an upload into: chunks sent to the
+/// request's body stream.
+struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+    buf: Vec<u8>,
+    /// The request stopped reading the stream.
+    closed: bool,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = bytes::Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            self.closed = true;
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the server stopped reading the upload",
+            )
+        })
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
     }
 }
 
@@ -227,6 +277,51 @@ impl Client {
     pub async fn submit(&self, body: &Value) -> Result<Value, ClientError> {
         self.json(self.http.post(self.url("/jobs")).json(body))
             .await
+    }
+
+    /// Uploads the contents of `dir` as a tar stream ([`crate::provision::untar::pack`], on a
+    /// thread of its own, streamed: never held whole in memory); returns the server's answer
+    /// (`{"upload": id, "files": n, "bytes": n}`).
+    pub async fn upload(&self, dir: &std::path::Path) -> Result<Value, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(8);
+        let packed_dir = dir.to_path_buf();
+        let packer = std::thread::spawn(move || {
+            let mut writer = ChunkWriter {
+                tx,
+                buf: Vec::with_capacity(CHUNK),
+                closed: false,
+            };
+            let packed = crate::provision::untar::pack(&packed_dir, &mut writer);
+            if let Err(e) = &packed {
+                // The request must not end as if the stream were complete.
+                let _ = writer
+                    .tx
+                    .blocking_send(Err(std::io::Error::other(e.to_string())));
+            }
+            // A pack cut short because the request ended is not a failure of its own.
+            packed.map_err(|e| (!writer.closed).then_some(e))
+        });
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let req = self
+            .http
+            .post(self.url("/uploads"))
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .body(reqwest::Body::wrap_stream(stream));
+        let answer = self.json(req).await;
+        let packed = packer.join().map_err(|_| ClientError::Pack {
+            dir: dir.display().to_string(),
+            message: "the packing thread panicked".into(),
+        })?;
+        match packed {
+            // A pack that failed here is the cause, whatever the server made of the cut stream.
+            Err(Some(e)) => Err(ClientError::Pack {
+                dir: dir.display().to_string(),
+                message: e.to_string(),
+            }),
+            _ => answer,
+        }
     }
 
     /// Lists jobs (`query` is `[("state", "running"), ...]`).

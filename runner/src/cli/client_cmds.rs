@@ -90,7 +90,7 @@ impl ServerArgs {
 pub(super) fn client_error(e: ClientError) -> CliError {
     let exit = match &e {
         ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
-        ClientError::TlsFile { .. } => Exit::Usage,
+        ClientError::TlsFile { .. } | ClientError::Pack { .. } => Exit::Usage,
         ClientError::Unreachable { .. } | ClientError::Decode(_) | ClientError::Tls { .. } => {
             Exit::Internal
         }
@@ -126,6 +126,11 @@ pub struct SubmitArgs {
     /// Queue priority (higher first).
     #[arg(long, value_name = "N")]
     pub priority: Option<i32>,
+    /// Upload this directory (its `.git` too) as the workspace of every job of the submission:
+    /// each job gets its own copy on the server (instead of --workspace or --repo). The result
+    /// is `ralph diff JOB`.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["workspace", "repo"])]
+    pub upload: Option<PathBuf>,
     #[command(flatten)]
     pub server: ServerArgs,
 }
@@ -160,7 +165,7 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
 pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
-    let requests = match &args.file {
+    let mut requests = match &args.file {
         Some(file) => {
             if !args.job.is_empty() {
                 return Err(CliError::usage("give a job file or job flags, not both"));
@@ -173,23 +178,34 @@ pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
                 .map_or(cwd.clone(), |p| cwd.join(p));
-            jobs.into_iter()
-                .enumerate()
-                .map(|(i, r)| localize(r, &base, i))
-                .collect::<Result<Vec<_>, _>>()?
+            (jobs, base)
         }
         None => {
             let mut r = args.job.to_request();
             r.priority = args.priority;
-            vec![localize(r, &cwd, 0)?]
+            (vec![r], cwd.clone())
         }
     };
     let client = args.server.client()?;
+    let uploaded = match &args.upload {
+        Some(dir) => Some(super::upload::upload(&client, dir, &cwd, &mut requests.0)?),
+        None => None,
+    };
+    let (requests, base) = requests;
+    let requests = requests
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| localize(r, &base, i))
+        .collect::<Result<Vec<_>, _>>()?;
     let body = json!({ "job": requests });
     let created = runtime()?
         .block_on(client.submit(&body))
         .map_err(client_error)?;
     if args.server.json {
+        let mut created = created;
+        if let Some(u) = uploaded {
+            created["upload"] = u;
+        }
         print_json(&created)?;
     } else {
         for j in created["jobs"].as_array().into_iter().flatten() {
@@ -534,13 +550,17 @@ pub fn describe_event(ev: &Event) -> String {
             commit,
             duration_ms,
             layout,
-        } => format!(
-            "workspace provisioned from {} at {} = {commit} ({:.1}s{})",
-            repo.as_deref().unwrap_or("an upload"),
-            git_ref.as_deref().unwrap_or("HEAD"),
-            *duration_ms as f64 / 1000.0,
-            layout.as_deref().map_or_else(String::new, |l| format!(", {l}"))
-        ),
+        } => {
+            let from = match repo {
+                Some(repo) => format!("{repo} at {}", git_ref.as_deref().unwrap_or("HEAD")),
+                None => "an upload".to_owned(),
+            };
+            format!(
+                "workspace provisioned from {from} = {commit} ({:.1}s{})",
+                *duration_ms as f64 / 1000.0,
+                layout.as_deref().map_or_else(String::new, |l| format!(", {l}"))
+            )
+        }
         EventKind::ResultWritten {
             bytes,
             files,

@@ -34,7 +34,7 @@ pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
                 .map_err(|e| CliError::internal(e.to_string()))?;
             if view.spec.source.is_none() {
                 return Err(CliError::usage(format!(
-                    "job `{id}` ran in an existing workspace: only a provisioned job (`repo`) has a patch"
+                    "job `{id}` ran in an existing workspace: only a provisioned job (`repo` or `upload`) has a patch"
                 )));
             }
             let path = ralph_runner::provision::patch_path(&ralph_runner::engine::job_dir(

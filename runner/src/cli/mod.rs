@@ -24,6 +24,7 @@ pub mod serve;
 pub mod state_dir;
 pub mod stdout;
 pub mod token_cmd;
+pub mod upload;
 
 use clap::{Parser, Subcommand};
 

@@ -353,11 +353,13 @@ impl Observer for Progress {
                 git_ref,
                 commit,
                 ..
-            } => self.line(&format!(
-                "workspace from {} at {}: {commit}",
-                repo.as_deref().unwrap_or("an upload"),
-                git_ref.as_deref().unwrap_or("HEAD")
-            )),
+            } => self.line(&match repo {
+                Some(repo) => format!(
+                    "workspace from {repo} at {}: {commit}",
+                    git_ref.as_deref().unwrap_or("HEAD")
+                ),
+                None => format!("workspace from an upload: {commit}"),
+            }),
             EventKind::ResultWritten { files, error, .. } => match error {
                 Some(e) => self.line(&format!("result: {e}")),
                 None => self.line(&format!("result.patch: {files} file(s) changed")),

@@ -30,6 +30,7 @@ mod path_check;
 mod preset_check;
 pub mod prompt;
 mod provisioned;
+mod provisioned_upload;
 pub mod prune;
 mod round;
 pub mod round_gateway;

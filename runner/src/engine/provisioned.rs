@@ -1,12 +1,14 @@
 //! A provisioned job's workspace in the loop (SPEC §11): made before round 1 (a clone of the
-//! job's `repo` at `ref`, its base commit journalled as `workspace_provisioned`; a resumed job
-//! keeps the workspace it has), and its result written as `result.patch` (and pushed, when asked
-//! and allowed) before the job's `job_finished`. A workspace that cannot be made ends the job as
-//! an `error` (`provision_failed`) before any round.
+//! job's `repo` at `ref`, or a copy of its upload ([`super::provisioned_upload`]), its base
+//! commit journalled as `workspace_provisioned`; a resumed job keeps the workspace it has), and
+//! its result written as `result.patch` (and pushed, when asked and allowed) before the job's
+//! `job_finished`. A workspace that cannot be made ends the job as an `error`
+//! (`provision_failed`) before any round.
 
 use std::time::Instant;
 
 use super::job_run::JobRun;
+use super::provisioned_upload;
 use crate::job::{FinishReason, WorkspaceSource};
 use crate::provision::{self, clone, patch, push};
 use crate::store::EventKind;
@@ -46,7 +48,7 @@ impl JobRun<'_> {
                     ),
                 ));
             }
-            if !self.spec.workspace.join(".git").exists() {
+            if !provisioned_upload::kept(&source, &self.spec.workspace) {
                 return Err((
                     FinishReason::ProvisionFailed,
                     format!(
@@ -58,11 +60,7 @@ impl JobRun<'_> {
             return Ok(());
         }
         let WorkspaceSource::Repo { repo, git_ref, .. } = source else {
-            return Err((
-                FinishReason::ProvisionFailed,
-                "failed to provision the workspace: uploads are not supported by this runner yet"
-                    .into(),
-            ));
+            return self.provision_upload().await;
         };
         let started = Instant::now();
         let state_dir = self.engine.state_dir.clone();

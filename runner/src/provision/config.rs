@@ -1,6 +1,7 @@
 //! The runner's side of provisioning, from the service configuration's `[provision]` table:
 //! credentials for private repositories (files the runner reads; never passed into a round),
-//! whether `push` is allowed, and the workspaces' retention and disk budget.
+//! whether `push` is allowed, the workspaces' retention and disk budget, and how long unused
+//! uploads are kept.
 
 use std::path::PathBuf;
 
@@ -50,6 +51,10 @@ pub struct ProvisionConfig {
     /// How a repository job's workspace is laid out (default `auto`).
     #[serde(default)]
     pub workspace_layout: WorkspaceLayout,
+    /// How long an upload no queued or running job names is kept after it was received (or
+    /// last named by a submitted job). Unset: [`DEFAULT_UPLOAD_RETENTION`].
+    #[serde(default)]
+    pub upload_retention: Option<HumanDuration>,
 }
 
 /// How a repository job's workspace is made (`[provision] workspace_layout`).
@@ -75,6 +80,9 @@ impl WorkspaceLayout {
         }
     }
 }
+
+/// How long an unused upload is kept when `upload_retention` is not set.
+pub const DEFAULT_UPLOAD_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl ProvisionConfig {
     /// The credential for `url`, if one is configured.

@@ -14,6 +14,8 @@
 //!                                           clone sharing the mirror's objects
 //! <state-dir>/workspaces/<job-id>.layer/    its upper layer (what the job changed)
 //! <state-dir>/workspaces/<job-id>.git       the runner's own repository for the result
+//! <state-dir>/uploads/<id>/tree             an uploaded tree ([`upload`]); each job naming it
+//!                                           gets its own copy as its workspace
 //! <state-dir>/jobs/<job-id>/result.patch    the result (kept after the workspace goes)
 //! ```
 
@@ -28,6 +30,7 @@ pub mod overlay;
 pub mod patch;
 pub mod push;
 pub mod untar;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 

@@ -47,14 +47,7 @@ pub fn write_patch(
         });
     }
     let index = private.join("ralph-result.index");
-    let _ = std::fs::remove_file(&index);
-    over(workspace, &index)
-        .args(["read-tree", "--end-of-options", base])
-        .output()?;
-    over(workspace, &index)
-        .args(["add", "--all", "--", "."])
-        .output()?;
-    let tree = over(workspace, &index).args(["write-tree"]).line()?;
+    let tree = stage(workspace, Some(base), &index)?;
     let tmp = to.with_extension("patch.tmp");
     git::at(&private)
         .args([
@@ -90,6 +83,23 @@ pub fn write_patch(
         .len();
     let _ = std::fs::remove_file(&index);
     Ok(PatchSummary { bytes, files, tree })
+}
+
+/// Writes the workspace's files as a tree of the runner's repository, the way a result is
+/// taken: a fresh `index` (from `base`'s tree when given, else empty), every file added
+/// (untracked ones too, `.gitignore` respected, `.git` never), written as a tree. The
+/// workspace's own `.git` is neither read nor touched. Returns the tree's id.
+pub fn stage(workspace: &Path, base: Option<&str>, index: &Path) -> Result<String, ProvisionError> {
+    let _ = std::fs::remove_file(index);
+    if let Some(base) = base {
+        over(workspace, index)
+            .args(["read-tree", "--end-of-options", base])
+            .output()?;
+    }
+    over(workspace, index)
+        .args(["add", "--all", "--", "."])
+        .output()?;
+    Ok(over(workspace, index).args(["write-tree"]).line()?)
 }
 
 #[cfg(test)]

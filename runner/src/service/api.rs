@@ -8,12 +8,14 @@
 //! GET  /v1/jobs/{id}/rounds/{round}/logs?attempt=&stream=stdout|stderr|verify&follow=true
 //! GET  /v1/jobs/{id}/patch              a provisioned job's result.patch (text/x-diff)
 //! POST /v1/jobs/{id}/cancel  POST /v1/jobs/{id}/resume
+//! POST /v1/uploads                      a tar stream (streamed, not read whole) → 201 {upload}
 //! GET  /healthz  /readyz  /metrics
 //! ```
 //! Every `/v1` call needs `Authorization: Bearer <token>`. Errors are JSON:
 //! `{"error":{"code":…,"message":…,"field":…,"rule":…}}` — axum's own refusals (unknown route,
-//! method not allowed, …) too ([`json_errors`]). A body is read whole before its handler runs,
-//! within the size limit and the body read timeout, and only as JSON (or a TOML job file).
+//! method not allowed, …) too ([`json_errors`]); a refused upload's also names the `entry`. A
+//! body is read whole before its handler runs, within the size limit and the body read timeout,
+//! and only as JSON (or a TOML job file) — except an upload's, streamed into its unpack.
 
 use std::sync::Arc;
 
@@ -50,15 +52,17 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
-    rule: Option<String>,
+    rule: Option<Box<str>>,
     /// Whether the connection is closed after the answer (the rest of the request is not read).
     close: bool,
     /// The jobs an ambiguous id prefix matches.
-    candidates: Vec<String>,
+    candidates: Option<Box<[String]>>,
     /// The scope a refused call needs.
     scope: Option<super::scope::Scope>,
     /// Seconds until a rate-limited call may be tried again (`Retry-After`; at most a minute).
     retry_after: Option<u16>,
+    /// The entry of a refused upload (its path in the tar stream).
+    entry: Option<Box<str>>,
 }
 
 /// The JSON error shape of every error answer.
@@ -75,9 +79,10 @@ impl ApiError {
             field: None,
             rule: None,
             close: false,
-            candidates: Vec::new(),
+            candidates: None,
             scope: None,
             retry_after: None,
+            entry: None,
         }
     }
 
@@ -99,8 +104,20 @@ impl ApiError {
         e
     }
 
-    fn closing(mut self) -> Self {
+    pub(super) fn closing(mut self) -> Self {
         self.close = true;
+        self
+    }
+
+    /// Names the configuration (or upload) rule the call broke.
+    pub(super) fn rule(mut self, r: impl Into<String>) -> Self {
+        self.rule = Some(r.into().into_boxed_str());
+        self
+    }
+
+    /// Names the entry of a refused upload.
+    pub(super) fn entry(mut self, e: impl Into<String>) -> Self {
+        self.entry = Some(e.into().into_boxed_str());
         self
     }
 
@@ -136,8 +153,11 @@ impl IntoResponse for ApiError {
         if let Some(r) = self.rule {
             err["rule"] = json!(r);
         }
-        if !self.candidates.is_empty() {
-            err["candidates"] = json!(self.candidates);
+        if let Some(e) = self.entry {
+            err["entry"] = json!(bounded(&e, 4096));
+        }
+        if let Some(c) = self.candidates.filter(|c| !c.is_empty()) {
+            err["candidates"] = json!(c);
         }
         if let Some(s) = self.scope {
             err["scope"] = json!(s.as_str());
@@ -179,7 +199,7 @@ impl From<StoreError> for ApiError {
                         candidates.join(", ")
                     ),
                 );
-                e.candidates = candidates;
+                e.candidates = Some(candidates.into_boxed_slice());
                 e
             }
             // Another runner sharing the store changed the job meanwhile.
@@ -235,7 +255,10 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/patch", get(super::provisioned::job_patch))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
+        .route("/uploads", post(super::uploads::create_upload))
         .merge(super::token_api::routes())
+        // Behind the token check too: an unknown call needs `admin` (fail-closed), then 404.
+        .fallback(no_endpoint)
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
         .layer(middleware::from_fn_with_state(svc.clone(), require_token));
     let metrics = Router::new()
@@ -246,17 +269,20 @@ pub fn router(svc: Arc<Service>) -> Router {
         .merge(metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such endpoint (the API is under /v1)",
-            )
-        })
+        .fallback(no_endpoint)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(super::refusal_log::log_refusals))
         .with_state(svc)
+}
+
+/// The answer to a path no route serves.
+async fn no_endpoint() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint (the API is under /v1)",
+    )
 }
 
 /// The error code of an answer that axum (or hyper) made, from its status.
@@ -329,10 +355,10 @@ fn media_type(content_type: &str) -> String {
 /// Reads a request's body whole before its handler runs: refused with 415 unless it is JSON (or
 /// a TOML job file, `application/toml`), with 413 over [`MAX_BODY`], and with 408 when it does not
 /// arrive within the body read timeout (the connection is then closed). A request without a
-/// body passes as it is.
+/// body, and an upload, pass as they are.
 async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response, ApiError> {
     use axum::body::HttpBody;
-    if req.body().is_end_stream() {
+    if req.body().is_end_stream() || is_upload(&req) {
         return Ok(next.run(req).await);
     }
     if req.body().size_hint().lower() > DRAIN_MAX as u64 {
@@ -388,6 +414,14 @@ async fn read_body(State(svc): Svc, req: Request, next: Next) -> Result<Response
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await)
+}
+
+/// Whether the request is an upload, whose body is streamed into its unpack
+/// ([`super::uploads`]) instead of being read whole here.
+fn is_upload(req: &Request) -> bool {
+    let path = req.uri().path();
+    req.method() == axum::http::Method::POST
+        && path.strip_prefix("/v1").unwrap_or(path) == "/uploads"
 }
 
 /// Authenticates the caller, checks the call's scope and the token's request rate, and hands
@@ -571,6 +605,7 @@ async fn create_jobs(
         let source = req.source().map_err(|e| {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message).field(at(e.field))
         })?;
+        super::uploads::check_source(&svc, source.as_ref(), &at)?;
         if req.workspace.is_none() && source.is_none() {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -638,7 +673,7 @@ async fn create_jobs(
 /// The answer to a job the limits refuse, its key named by `at`.
 fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
     let mut err = ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
-    err.rule = Some(format!("limits.{}", r.rule));
+    err.rule = Some(format!("limits.{}", r.rule).into_boxed_str());
     err
 }
 

@@ -167,6 +167,12 @@ pub struct Limits {
     /// A token without the `admin` scope may cancel and resume only the jobs it submitted.
     #[serde(default)]
     pub cancel_own_only: bool,
+    /// Largest upload (`POST /v1/uploads`), in bytes of file content.
+    #[serde(default = "default_upload_bytes")]
+    pub max_upload_bytes: ByteSize,
+    /// Most entries (files, directories, links) of one upload.
+    #[serde(default = "default_upload_files")]
+    pub max_upload_files: u64,
 }
 
 impl Limits {
@@ -201,6 +207,8 @@ impl Default for Limits {
             allowed_repos: Vec::new(),
             allow_push: false,
             cancel_own_only: false,
+            max_upload_bytes: default_upload_bytes(),
+            max_upload_files: default_upload_files(),
         }
     }
 }
@@ -240,6 +248,12 @@ fn yes() -> bool {
 }
 fn default_rounds() -> u32 {
     crate::job::spec::DEFAULT_ROUNDS_CEILING
+}
+fn default_upload_bytes() -> ByteSize {
+    ByteSize(1 << 30)
+}
+fn default_upload_files() -> u64 {
+    100_000
 }
 fn default_handoff() -> ByteSize {
     ByteSize(crate::report::MAX_HANDOFF_CAP as u64)
@@ -349,6 +363,15 @@ impl ServiceConfig {
         }
         if c.retention.is_some_and(|r| r.0.is_zero()) {
             return Err(err("`retention` must be more than 0s".into()));
+        }
+        if c.provision.upload_retention.is_some_and(|r| r.0.is_zero()) {
+            return Err(err(
+                "`provision.upload_retention` must be more than 0s (an upload must outlive its submission)"
+                    .into(),
+            ));
+        }
+        if c.limits.max_upload_files == 0 {
+            return Err(err("`limits.max_upload_files` must be at least 1".into()));
         }
         c.token_limits = super::token_config::resolve(text, &c.tokens).map_err(err)?;
         for (name, l) in &c.token_limits {
@@ -499,6 +522,18 @@ mod tests {
             .to_string();
         assert!(e.contains("line 1") && e.contains("database_url"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
+        for (bad, key) in [
+            (
+                "[provision]\nupload_retention = \"0s\"\n",
+                "upload_retention",
+            ),
+            ("[limits]\nmax_upload_files = 0\n", "max_upload_files"),
+        ] {
+            let e = ServiceConfig::parse(bad, "c").unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        }
+        let c = ServiceConfig::parse("[limits]\nmax_upload_bytes = \"2M\"\n", "c").unwrap();
+        assert_eq!(c.limits.max_upload_bytes.0, 2 << 20);
         let e = ServiceConfig::parse("[limits]\nworkspace_roots = [\"srv\"]\n", "c")
             .unwrap_err()
             .to_string();

@@ -10,6 +10,7 @@
 //! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
 //! - [`auth`]: the generated first token; [`tokens`]: the named tokens and their [`scope`]s,
 //!   [`token_config`] (`[tokens.NAME]`), [`token_api`] (`/v1/tokens`), [`rate_limit`].
+//! - [`uploads`]: `POST /v1/uploads` (a tree for `upload` jobs) and the uploads' retention.
 //! - [`tls`]: HTTPS for the TCP listener (mutual TLS with `client_ca`). [`notify`]: `sd_notify`.
 
 pub mod admission;
@@ -35,6 +36,7 @@ pub mod tls;
 pub mod token_api;
 pub mod token_config;
 pub mod tokens;
+pub mod uploads;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -650,6 +652,7 @@ impl Service {
         let orphans = tokio::spawn(self.clone().watch_orphans());
         let retention = tokio::spawn(self.clone().keep_retention());
         let workspaces = tokio::spawn(self.clone().keep_workspaces());
+        let uploads = tokio::spawn(self.clone().keep_uploads());
         let first = loop {
             tokio::select! {
                 _ = term.recv() => break "SIGTERM",
@@ -675,6 +678,7 @@ impl Service {
         orphans.abort();
         retention.abort();
         workspaces.abort();
+        uploads.abort();
         shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;

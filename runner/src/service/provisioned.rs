@@ -72,7 +72,7 @@ pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Respon
     let not_yet = |message: String| ApiError::new(StatusCode::NOT_FOUND, "no_patch", message);
     if view.spec.source.is_none() {
         return Err(not_yet(format!(
-            "job `{id}` ran in an existing workspace: only a provisioned job (`repo`) has a patch"
+            "job `{id}` ran in an existing workspace: only a provisioned job (`repo` or `upload`) has a patch"
         )));
     }
     let path = provision::patch_path(&svc.engine().job_dir(&id));

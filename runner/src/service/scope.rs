@@ -1,5 +1,5 @@
 //! What a token may do: `read` (list and show jobs, their journal, logs, metrics), `submit`
-//! (queue jobs), `cancel` (cancel and resume jobs), `admin` (everything, and the tokens), and
+//! (queue jobs, upload their trees), `cancel` (cancel and resume jobs), `admin` (everything, and the tokens), and
 //! which scope each API call needs.
 
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,7 @@ pub fn needed(method: &axum::http::Method, path: &str) -> Scope {
     }
     match (method, segs.as_slice()) {
         (&Method::GET | &Method::HEAD, ["metrics"]) => Scope::Read,
-        (&Method::POST, ["jobs"]) => Scope::Submit,
+        (&Method::POST, ["jobs"] | ["uploads"]) => Scope::Submit,
         (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Scope::Cancel,
         (&Method::GET | &Method::HEAD, ["jobs", ..]) => Scope::Read,
         _ => Scope::Admin,
@@ -81,16 +81,12 @@ mod tests {
     #[test]
     fn each_call_needs_its_scope() {
         assert_eq!(needed(&Method::POST, "/v1/jobs"), Scope::Submit);
+        assert_eq!(needed(&Method::POST, "/v1/uploads"), Scope::Submit);
+        assert_eq!(needed(&Method::GET, "/v1/uploads"), Scope::Admin);
         assert_eq!(needed(&Method::GET, "/v1/jobs"), Scope::Read);
         assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Scope::Read);
-        assert_eq!(
-            needed(&Method::POST, "/v1/jobs/x/cancel"),
-            Scope::Cancel
-        );
-        assert_eq!(
-            needed(&Method::POST, "/v1/jobs/x/resume"),
-            Scope::Cancel
-        );
+        assert_eq!(needed(&Method::POST, "/v1/jobs/x/cancel"), Scope::Cancel);
+        assert_eq!(needed(&Method::POST, "/v1/jobs/x/resume"), Scope::Cancel);
         assert_eq!(needed(&Method::GET, "/v1/tokens"), Scope::Admin);
         assert_eq!(needed(&Method::POST, "/jobs"), Scope::Submit);
         assert_eq!(needed(&Method::GET, "/metrics"), Scope::Read);

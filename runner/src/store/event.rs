@@ -321,7 +321,8 @@ pub enum EventKind {
         commit: String,
         /// Wall-clock time the provisioning took.
         duration_ms: u64,
-        /// How the workspace was made: `overlay` (of a shared base tree) or `clone`.
+        /// How the workspace was made: `overlay` (of a shared base tree) or `clone` (a
+        /// repository's), `copy` (an upload's).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         layout: Option<String>,
     },
