@@ -283,7 +283,14 @@ fn overlay_holds_only_the_changes(s: &Server, ws: &Path, base: &str) {
     assert_eq!(
         changed,
         // `.ralph`: the sandbox's placeholder for its protected (policy) path.
-        [".ralph", "NOTES.md", "add.sh", "data.bin", "new.bin", "obsolete.txt"],
+        [
+            ".ralph",
+            "NOTES.md",
+            "add.sh",
+            "data.bin",
+            "new.bin",
+            "obsolete.txt"
+        ],
         "the upper layer holds only the changes"
     );
     // The deletion is a whiteout, not a removal in the shared tree.
@@ -343,7 +350,10 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
     // The second job at the same commit sees the commit as it is: its verify checks it.
     let clean = s.agent(
         "clean.sh",
-        &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("looked")),
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("looked")
+        ),
     );
     let verify = format!(
         "test \"$(git rev-parse HEAD)\" = {base} && git diff --quiet HEAD && test -f add.sh && ! grep -q poison test.sh && test \"$(git remote get-url origin)\" = {}",
@@ -391,7 +401,8 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
 
 #[test]
 fn a_docker_round_works_in_an_overlay_workspace() {
-    if !overlays_possible() || !common::docker::ready("a_docker_round_works_in_an_overlay_workspace")
+    if !overlays_possible()
+        || !common::docker::ready("a_docker_round_works_in_an_overlay_workspace")
     {
         return;
     }
@@ -450,7 +461,12 @@ fn a_killed_runners_overlay_is_unmounted_at_start_and_a_resume_mounts_it_again()
     );
     let id = submit_one(
         &s,
-        repo_job(&s, &agent, &g.url("proj.git"), json!({"verify": "sh test.sh"})),
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"verify": "sh test.sh"}),
+        ),
     );
     let ws = s.state.join("workspaces").join(&id);
     let upper = ws.with_extension("layer").join("upper");
@@ -480,7 +496,11 @@ fn a_killed_runners_overlay_is_unmounted_at_start_and_a_resume_mounts_it_again()
     assert_eq!(j["outcome"], "complete", "{j}");
     assert_eq!(j["reason"], "verified", "{j}");
     assert!(upper.join("step1").exists() && upper.join("add.sh").exists());
-    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0, "unmounted again");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        0,
+        "unmounted again"
+    );
 }
 
 #[test]

@@ -558,7 +558,9 @@ pub fn describe_event(ev: &Event) -> String {
             format!(
                 "workspace provisioned from {from} = {commit} ({:.1}s{})",
                 *duration_ms as f64 / 1000.0,
-                layout.as_deref().map_or_else(String::new, |l| format!(", {l}"))
+                layout
+                    .as_deref()
+                    .map_or_else(String::new, |l| format!(", {l}"))
             )
         }
         EventKind::ResultWritten {

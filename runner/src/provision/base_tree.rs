@@ -73,8 +73,7 @@ pub fn chown_tree(root: &Path, owner: Owner) -> Result<(), ProvisionError> {
     while let Some(p) = stack.pop() {
         std::os::unix::fs::lchown(&p, Some(owner.uid), Some(owner.gid))
             .map_err(|e| ProvisionError::io("chown", &p, e))?;
-        let meta =
-            std::fs::symlink_metadata(&p).map_err(|e| ProvisionError::io("stat", &p, e))?;
+        let meta = std::fs::symlink_metadata(&p).map_err(|e| ProvisionError::io("stat", &p, e))?;
         if meta.is_dir() {
             let entries = std::fs::read_dir(&p).map_err(|e| ProvisionError::io("list", &p, e))?;
             for e in entries {

@@ -79,14 +79,11 @@ fn owner(config: &ProvisionConfig) -> Result<Option<base_tree::Owner>, Provision
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
-    let ids = ralph_sandbox::identity::agent_user(
-        config.agent_user.as_deref(),
-        Path::new("/etc"),
-    )
-    .map_err(|e| ProvisionError::State {
-        action: "choose the owner of the workspace",
-        message: e.to_string(),
-    })?;
+    let ids = ralph_sandbox::identity::agent_user(config.agent_user.as_deref(), Path::new("/etc"))
+        .map_err(|e| ProvisionError::State {
+            action: "choose the owner of the workspace",
+            message: e.to_string(),
+        })?;
     if ids.uid == 0 || ids.gid == 0 {
         return Err(ProvisionError::State {
             action: "choose the owner of the workspace",

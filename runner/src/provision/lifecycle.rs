@@ -28,7 +28,9 @@ pub fn remove_workspace(workspace: &Path) -> Result<(), ProvisionError> {
 /// for an overlay, mounted or not), its upper layer, and the runner's repository. A base tree is
 /// shared and counted apart.
 pub fn workspace_usage(workspace: &Path) -> u64 {
-    disk_usage(workspace) + disk_usage(&layered::layer_dir(workspace)) + disk_usage(&private_git_dir(workspace))
+    disk_usage(workspace)
+        + disk_usage(&layered::layer_dir(workspace))
+        + disk_usage(&private_git_dir(workspace))
 }
 
 /// Disk used by every base tree (shared by the overlays; [`super::base_tree`]).
