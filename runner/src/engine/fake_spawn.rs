@@ -34,6 +34,8 @@ pub(crate) struct Script {
     pub elapsed: Duration,
     /// Its stdout reader does not finish draining in time.
     pub undrained: bool,
+    /// A cancel makes it fail as a sandbox error (a set-up torn down mid-way), not end.
+    pub setup_fails_on_cancel: bool,
 }
 
 impl Script {
@@ -54,6 +56,7 @@ impl Script {
             usage: None,
             elapsed: Duration::ZERO,
             undrained: false,
+            setup_fails_on_cancel: false,
         }
     }
 
@@ -66,6 +69,12 @@ impl Script {
     /// Its stdout reader does not drain in time.
     pub fn undrained(mut self) -> Self {
         self.undrained = true;
+        self
+    }
+
+    /// A cancel while it runs fails it as the sandbox's set-up would (a sandbox error).
+    pub fn setup_fails_on_cancel(mut self) -> Self {
+        self.setup_fails_on_cancel = true;
         self
     }
 
@@ -228,6 +237,12 @@ impl Spawned for FakeRun {
                 () = tokio::time::sleep(limit), if timeout.is_some() => EndedBy::Timeout,
                 () = cancel.cancelled() => EndedBy::Cancel,
             };
+            if script.setup_fails_on_cancel && matches!(ended_by, EndedBy::Cancel) {
+                return Err(SandboxError::unavailable(
+                    "mount namespace",
+                    "the set-up was torn down".to_owned(),
+                ));
+            }
             let termination = match ended_by {
                 EndedBy::Exit => Termination::Exited { code: script.exit },
                 _ => Termination::Signaled { signal: 9 },

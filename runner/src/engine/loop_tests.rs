@@ -254,6 +254,35 @@ async fn a_cancel_during_a_backoff_journals_no_retry() {
     assert_eq!(h.count(&id, "round_retried"), 0, "the retry never started");
 }
 
+/// Cancels the job as soon as a round was spawned (so while its sandbox is being set up).
+struct CancelAtSpawn(Cancel);
+
+impl Observer for CancelAtSpawn {
+    fn on_event(&self, _view: &JobView, event: &Event) {
+        if matches!(event.kind, EventKind::RoundSpawned { .. }) {
+            self.0.cancel("test");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_that_tears_down_the_sandbox_set_up_ends_the_job_cancelled() {
+    let mut h = Harness::new(
+        vec![Script::exit(0).taking(LONG).setup_fails_on_cancel()],
+        vec![],
+    );
+    let cancel = Cancel::new();
+    let (id, r) = h
+        .run_with(cancel.clone(), vec![Arc::new(CancelAtSpawn(cancel))])
+        .await;
+    assert_eq!(
+        (r.outcome, r.reason),
+        (Outcome::Cancelled, FinishReason::CancelRequested),
+        "{r:?}"
+    );
+    assert_eq!(h.count(&id, "cancel_requested"), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_runs_only_after_a_complete_report() {
     let mut h = Harness::new(

@@ -311,6 +311,9 @@ impl JobRun<'_> {
             .map(|r| r.finish(&mut self.carry));
 
         let (end, exec) = match outcome {
+            // A cancel that tore the sandbox down while it was being set up: the job was
+            // cancelled, not broken.
+            Err(_) if self.cancel.is_cancelled() => (AttemptEnd::Cancelled, None),
             Err(e) => (AttemptEnd::SandboxFailed(e), None),
             // The stream showed the budget crossed and the round was stopped for it (not a
             // cancel of the job).
