@@ -267,7 +267,7 @@ impl Observer for CancelAtSpawn {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_that_tears_down_the_sandbox_set_up_ends_the_job_cancelled() {
-    let mut h = Harness::new(
+    let h = Harness::new(
         vec![Script::exit(0).taking(LONG).setup_fails_on_cancel()],
         vec![],
     );
