@@ -41,7 +41,7 @@ pub struct ProvisionConfig {
     #[serde(default)]
     pub credentials: Vec<RepoCredential>,
     /// How long a finished job's provisioned workspace is kept (its patch stays). Unset: kept
-    /// until `ralph prune` or the budget removes it.
+    /// until the budget removes it (`ralph prune` removes artifacts, not workspaces).
     #[serde(default)]
     pub workspace_retention: Option<HumanDuration>,
     /// Disk budget of all provisioned workspaces: finished jobs' workspaces are removed, oldest
