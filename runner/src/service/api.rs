@@ -577,6 +577,12 @@ async fn create_jobs(
         )
         .field("job"));
     }
+    // A batch naming an upload keeps the uploads' sweep away until its jobs are queued.
+    let _uploads_gate = if requests.iter().any(|r| r.upload.is_some()) {
+        Some(svc.uploads_gate.lock().await)
+    } else {
+        None
+    };
     let limits = svc.config().limits_for(&caller.name).clone();
     // Where a round may have left a symlink: everything under the workspace roots, and the
     // workspaces and `write` directories of the jobs in the store (and of this batch).

@@ -145,6 +145,10 @@ pub struct Service {
     _lease: Option<crate::store::lease::LeaseGuard>,
     /// SQLite: the state directory's serve lock (one `ralph serve` per directory).
     _serve_lock: Option<crate::store::hold::ExclusiveFile>,
+    /// Held by a submission naming an upload from its check until its jobs are queued, and by
+    /// the uploads' sweep while it decides and removes: an upload a job is being queued with
+    /// is never swept between the two.
+    uploads_gate: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Service {
@@ -306,6 +310,7 @@ impl Service {
             events,
             _lease: lease,
             _serve_lock: serve_lock,
+            uploads_gate: tokio::sync::Mutex::new(()),
         }))
     }
 

@@ -474,6 +474,9 @@ impl Service {
         if old.is_empty() {
             return;
         }
+        // Under the gate: no submission naming an upload is between its check and its
+        // queueing; one before has its job in the store, one after finds the upload gone.
+        let _gate = self.uploads_gate.blocking_lock();
         // Read after the ages: a job submitted meanwhile is seen (or refreshed the age).
         let Some(used) = self.uploads_in_use() else {
             return;
