@@ -129,6 +129,10 @@ fn provision_layered(
                 "workspaces: {e}; repository jobs get a full checkout each (workspace_layout = \"auto\")"
             );
             layered::remove(workspace)?;
+            // No overlay here stands on it (none can be mounted): the tree is not kept.
+            if let Err(e) = std::fs::remove_dir_all(&tree) {
+                tracing::warn!(error = %e, "workspaces: failed to remove `{}`: {e}", tree.display());
+            }
             Ok(false)
         }
         Err(e) => {
