@@ -169,3 +169,69 @@ pub fn provision_repo(
         layout,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A repository with one commit, as a plain path URL.
+    fn origin(dir: &Path) -> String {
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("a.txt"), "a\n").unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "c",
+            ],
+        ] {
+            let ok = Command::new("git")
+                .args(args)
+                .current_dir(&work)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        }
+        work.display().to_string()
+    }
+
+    #[test]
+    fn where_no_overlay_can_be_mounted_auto_falls_back_to_a_clone_and_overlay_refuses() {
+        // A state directory whose path the mount options cannot carry: no overlay, for root
+        // and non-root runners alike.
+        let d = tempfile::tempdir().unwrap();
+        let url = origin(d.path());
+        let state = d.path().join("state,odd");
+        let ws = state.join("workspaces").join("j1");
+        std::fs::create_dir_all(&ws).unwrap();
+
+        let overlay = ProvisionConfig {
+            workspace_layout: WorkspaceLayout::Overlay,
+            ..Default::default()
+        };
+        let e = provision_repo(&state, &overlay, &ws, &url, Some("main")).unwrap_err();
+        assert!(e.to_string().contains("workspace_layout"), "{e}");
+        assert!(!layered::layer_dir(&ws).exists());
+
+        let made =
+            provision_repo(&state, &ProvisionConfig::default(), &ws, &url, Some("main")).unwrap();
+        assert_eq!(made.layout, WorkspaceLayout::Clone);
+        assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
+        assert!(!layered::is_layered(&ws));
+        // The base tree it could not mount is not kept.
+        let trees = base_tree::trees_dir(&made.mirror);
+        let left = std::fs::read_dir(&trees).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "{trees:?}");
+    }
+}
