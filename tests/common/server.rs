@@ -317,6 +317,13 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
+        // A test that failed mid-job leaves its workspace overlay mounted (start-up recovery
+        // would unmount it; nothing starts again): unmount it so the directory can go.
+        if let Ok(entries) = std::fs::read_dir(self.state.join("workspaces")) {
+            for e in entries.flatten() {
+                let _ = nix::mount::umount2(&e.path(), nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
     }
 }
 
