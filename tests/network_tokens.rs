@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::complete_report;
-use common::server::{Server, job};
+use common::server::{Server, job, parse_response};
 use serde_json::{Value, json};
 
 /// One raw call: status, response head (lower case), JSON body.
@@ -36,15 +36,9 @@ fn call(
     c.write_all(body.as_bytes()).unwrap();
     let mut resp = Vec::new();
     c.read_to_end(&mut resp).unwrap();
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let json = serde_json::from_str(rest).unwrap_or(Value::String(rest.to_owned()));
-    (status, head.to_ascii_lowercase(), json)
+    let r = parse_response(&resp);
+    let json = r.json();
+    (r.status, r.head, json)
 }
 
 /// `ralph token create NAME --scope SCOPES` with the admin token; returns the new token.

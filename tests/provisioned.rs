@@ -9,35 +9,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
+use common::fix_project::{
+    assert_fixed, fixer, patch_of, ralph_diff, tests_pass, write_failing_project,
+};
 use common::git_server::{GitServer, git};
 use common::server::Server;
-use common::{complete_report, ralph_bin, wait_until};
+use common::{complete_report, wait_until};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The project: `add.sh` subtracts, so `test.sh` fails; a binary file and a file to delete.
-fn failing_project(w: &Path) {
-    std::fs::write(w.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
-    std::fs::write(w.join("test.sh"), "test \"$(sh add.sh 2 3)\" = 5\n").unwrap();
-    std::fs::write(w.join("data.bin"), [0u8, 1, 2, 0xff, 0xfe, 0]).unwrap();
-    std::fs::write(w.join("obsolete.txt"), "old\n").unwrap();
-}
-
-/// The agent that fixes it: edits a file, changes a binary one, adds an untracked text and
-/// binary file, deletes one, and reports complete.
-fn fixer(s: &Server) -> PathBuf {
-    s.agent(
-        "fix.sh",
-        &format!(
-            "sed -i 's/-/+/' add.sh\nprintf 'notes\\n' > NOTES.md\nprintf '\\000\\001\\377\\376bin' > new.bin\nprintf '\\377\\000changed' > data.bin\nrm obsolete.txt\necho '{}' > \"$RALPH_REPORT_FILE\"",
-            complete_report("fixed add")
-        ),
-    )
-}
 
 fn server_for(g: &GitServer, extra_limits: &str) -> Server {
     Server::new(&format!(
@@ -75,38 +57,6 @@ fn submit_one(s: &Server, job: Value) -> String {
     body["jobs"][0]["id"].as_str().unwrap().to_owned()
 }
 
-/// `ralph diff ARGS` as bytes (the patch is not necessarily UTF-8).
-fn ralph_diff(s: &Server, args: &[&str]) -> (i32, Vec<u8>, String) {
-    let mut cmd = Command::new(ralph_bin());
-    cmd.arg("diff").args(args).env_remove("RALPH_SERVER");
-    if !args.contains(&"--state-dir") {
-        cmd.env("RALPH_SERVER", s.url())
-            .env("RALPH_TOKEN", s.token());
-    }
-    let out = cmd.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        out.stdout,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn events_of(s: &Server, id: &str, kind: &str) -> Vec<Value> {
-    s.events(id)
-        .into_iter()
-        .filter(|e| e["type"] == kind)
-        .collect()
-}
-
-fn tests_pass(dir: &Path) -> bool {
-    Command::new("sh")
-        .arg("test.sh")
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success()
-}
-
 /// Whether this runner can mount overlays (a root runner; the kernel has overlayfs).
 fn overlays_possible() -> bool {
     let root = nix::unistd::geteuid().is_root();
@@ -141,12 +91,12 @@ fn an_overlay_workspace_is_fixed_its_patch_applies_and_the_shared_tree_is_untouc
 /// host.
 fn fix_and_apply(layout: &str) {
     let g = GitServer::start();
-    let base = g.create("proj.git", failing_project);
+    let base = g.create("proj.git", write_failing_project);
     let s = server_for(
         &g,
         &format!("\n[provision]\nworkspace_layout = \"{layout}\"\n"),
     );
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let id = submit_one(
         &s,
         repo_job(
@@ -160,7 +110,7 @@ fn fix_and_apply(layout: &str) {
     assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
     assert_eq!(j["reason"], "verified", "{j}");
     // The base commit is journalled and shown.
-    let prov = events_of(&s, &id, "workspace_provisioned");
+    let prov = s.events_of(&id, "workspace_provisioned");
     assert_eq!(prov.len(), 1, "{prov:?}");
     assert_eq!(prov[0]["commit"], base.as_str());
     assert_eq!(prov[0]["layout"], layout, "{prov:?}");
@@ -185,8 +135,7 @@ fn fix_and_apply(layout: &str) {
         1
     );
     // The patch, from the server and from the local store, byte for byte the same.
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &id);
     let (code, local, err) = ralph_diff(&s, &["--state-dir", s.state.to_str().unwrap(), &id]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(patch, local);
@@ -205,20 +154,7 @@ fn fix_and_apply(layout: &str) {
     let patch_file = g.dir.path().join("result.patch");
     std::fs::write(&patch_file, &patch).unwrap();
     git(&fresh, &["apply", "--index", patch_file.to_str().unwrap()]);
-    assert!(tests_pass(&fresh));
-    assert_eq!(
-        std::fs::read(fresh.join("new.bin")).unwrap(),
-        b"\x00\x01\xff\xfebin"
-    );
-    assert_eq!(
-        std::fs::read(fresh.join("data.bin")).unwrap(),
-        b"\xff\x00changed"
-    );
-    assert_eq!(
-        std::fs::read_to_string(fresh.join("NOTES.md")).unwrap(),
-        "notes\n"
-    );
-    assert!(!fresh.join("obsolete.txt").exists());
+    assert_fixed(&fresh);
     // The workspace's own index and HEAD were not touched by the runner's patch.
     if layout == "clone" {
         assert_eq!(git(&ws, &["rev-parse", "HEAD"]), base);
@@ -333,7 +269,7 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
         return;
     }
     let g = GitServer::start();
-    let base = g.create("proj.git", failing_project);
+    let base = g.create("proj.git", write_failing_project);
     let s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
     // The first job rewrites what it can: a tracked file in place (same inode, `>>`), a
     // deletion, a commit (index, refs, objects), the origin, and it tries to unmount its
@@ -390,8 +326,7 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
         git(&tree, &["-c", "safe.directory=*", "rev-parse", "HEAD"]),
         base
     );
-    let (code, patch, err) = ralph_diff(&s, &[&first]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &first);
     let text = String::from_utf8_lossy(&patch);
     assert!(
         text.contains("+poison") && text.contains("deleted file mode"),
@@ -407,7 +342,7 @@ fn a_docker_round_works_in_an_overlay_workspace() {
         return;
     }
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = server_for(
         &g,
         &format!(
@@ -415,7 +350,7 @@ fn a_docker_round_works_in_an_overlay_workspace() {
             common::docker::IMAGE
         ),
     );
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let id = submit_one(
         &s,
         repo_job(
@@ -429,7 +364,7 @@ fn a_docker_round_works_in_an_overlay_workspace() {
     assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
     assert_eq!(j["reason"], "verified", "{j}");
     assert_eq!(
-        events_of(&s, &id, "workspace_provisioned")[0]["layout"],
+        s.events_of(&id, "workspace_provisioned")[0]["layout"],
         "overlay"
     );
     let ws = s.state.join("workspaces").join(&id);
@@ -438,8 +373,7 @@ fn a_docker_round_works_in_an_overlay_workspace() {
         std::fs::read_to_string(upper.join("add.sh")).unwrap(),
         "echo $(($1 + $2))\n"
     );
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &id);
     assert!(String::from_utf8_lossy(&patch).contains("+echo $(($1 + $2))"));
 }
 
@@ -449,7 +383,7 @@ fn a_killed_runners_overlay_is_unmounted_at_start_and_a_resume_mounts_it_again()
         return;
     }
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let mut s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
     // The first run leaves a file and hangs; the resumed run finds it and fixes the project.
     let agent = s.agent(
@@ -506,9 +440,9 @@ fn a_killed_runners_overlay_is_unmounted_at_start_and_a_resume_mounts_it_again()
 #[test]
 fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = server_for(&g, "");
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     for url in [
         format!("git://127.0.0.2:{}/proj.git", g.port),
         format!("git://127.0.0.1:{}/../srv/proj.git", g.port),
@@ -567,9 +501,9 @@ fn a_repo_outside_allowed_repos_is_refused_naming_the_rule_and_nothing_is_made()
 #[test]
 fn a_clone_failure_is_a_job_error_before_any_round() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = server_for(&g, "");
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let bad_ref = submit_one(
         &s,
         repo_job(
@@ -588,7 +522,7 @@ fn a_clone_failure_is_a_job_error_before_any_round() {
         let msg = j["message"].as_str().unwrap();
         assert!(msg.starts_with("failed to clone"), "{msg}");
         assert!(msg.contains(words), "{msg}");
-        assert!(events_of(&s, id, "round_started").is_empty());
+        assert!(s.events_of(id, "round_started").is_empty());
         let (code, _, err) = ralph_diff(&s, &[id]);
         assert_ne!(code, 0);
         assert!(err.contains("no result.patch"), "{err}");
@@ -598,9 +532,9 @@ fn a_clone_failure_is_a_job_error_before_any_round() {
 #[test]
 fn push_lands_the_result_on_the_branch() {
     let g = GitServer::start();
-    let base = g.create("proj.git", failing_project);
+    let base = g.create("proj.git", write_failing_project);
     let s = server_for(&g, "allow_push = true\n");
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let id = submit_one(
         &s,
         repo_job(
@@ -612,7 +546,7 @@ fn push_lands_the_result_on_the_branch() {
     );
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
-    let written = events_of(&s, &id, "result_written");
+    let written = s.events_of(&id, "result_written");
     assert_eq!(written.len(), 1, "{written:?}");
     assert!(written[0]["error"].is_null(), "{written:?}");
     let bare = g.bare("proj.git");
@@ -639,7 +573,7 @@ fn push_lands_the_result_on_the_branch() {
 #[test]
 fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = server_for(&g, "");
     let marker = s.dir.path().join("pwned");
     let m = marker.display();
@@ -655,8 +589,7 @@ fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
     let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "complete", "{j}");
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &id);
     let text = String::from_utf8_lossy(&patch);
     assert!(text.contains("+echo $(($1 + $2))"), "{text}");
     assert!(text.contains(".gitattributes"), "{text}");
@@ -675,7 +608,7 @@ fn a_hostile_git_config_runs_nothing_on_the_host_when_the_result_is_written() {
 #[test]
 fn a_resumed_job_keeps_its_workspace() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = server_for(&g, "");
     // The first run's round leaves a file and fails; the resumed run finds it.
     let agent = s.agent(
@@ -696,10 +629,9 @@ fn a_resumed_job_keeps_its_workspace() {
         let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
         j["outcome"] == "complete"
     });
-    assert_eq!(events_of(&s, &id, "workspace_provisioned").len(), 1);
-    assert_eq!(events_of(&s, &id, "result_written").len(), 2);
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(s.events_of(&id, "workspace_provisioned").len(), 1);
+    assert_eq!(s.events_of(&id, "result_written").len(), 2);
+    let patch = patch_of(&s, &id);
     let text = String::from_utf8_lossy(&patch);
     assert!(
         text.contains("b/step1") && text.contains("+echo $(($1 + $2))"),
@@ -710,16 +642,15 @@ fn a_resumed_job_keeps_its_workspace() {
 #[test]
 fn workspace_retention_removes_the_workspace_but_not_the_patch() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = Server::new(&format!(
         "[provision]\nworkspace_retention = \"1s\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
         g.port
     ));
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &id);
     let ws = s.state.join("workspaces").join(&id);
     wait_until("the workspace to be removed", LIMIT, || !ws.exists());
     assert!(
@@ -732,20 +663,19 @@ fn workspace_retention_removes_the_workspace_but_not_the_patch() {
         s.log_text()
             .contains("provisioned workspace removed (workspace_retention)")
     );
-    let (code, again, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let again = patch_of(&s, &id);
     assert_eq!(again, patch);
 }
 
 #[test]
 fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
     let g = GitServer::start();
-    g.create("proj.git", failing_project);
+    g.create("proj.git", write_failing_project);
     let s = Server::new(&format!(
         "[provision]\nworkspace_budget = \"1\"\n[limits]\nallowed_repos = [\"git://127.0.0.1:{}/\"]\n",
         g.port
     ));
-    let agent = fixer(&s);
+    let agent = fixer(&s, "");
     let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
     let ws = s.state.join("workspaces").join(&id);
@@ -754,7 +684,6 @@ fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
         s.log_text()
             .contains("provisioned workspace removed (workspace_budget)")
     );
-    let (code, patch, err) = ralph_diff(&s, &[&id]);
-    assert_eq!(code, 0, "{err}");
+    let patch = patch_of(&s, &id);
     assert!(String::from_utf8_lossy(&patch).contains("b/NOTES.md"));
 }

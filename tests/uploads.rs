@@ -15,68 +15,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::fix_project::{assert_fixed, fixer, patch_of, tests_pass, write_failing_project};
 use common::git_server::git;
-use common::server::Server;
+use common::server::{Server, parse_response};
 use common::{complete_report, ralph_bin, wait_until};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// The project: `add.sh` subtracts, so `test.sh` fails; a binary file and a file to delete; a
-/// `.git` of its own (uploaded too, for the agent) with everything committed.
+/// The failing project with a `.git` of its own (uploaded too, for the agent), everything
+/// committed.
 fn failing_project(w: &Path) {
     std::fs::create_dir_all(w).unwrap();
-    std::fs::write(w.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
-    std::fs::write(w.join("test.sh"), "test \"$(sh add.sh 2 3)\" = 5\n").unwrap();
-    std::fs::write(w.join("data.bin"), [0u8, 1, 2, 0xff, 0xfe, 0]).unwrap();
-    std::fs::write(w.join("obsolete.txt"), "old\n").unwrap();
+    write_failing_project(w);
     git(w, &["init", "-q", "-b", "main"]);
     git(w, &["add", "-A"]);
     git(w, &["commit", "-qm", "base"]);
-}
-
-/// The agent that fixes it: edits a file, changes a binary one, adds an untracked text and
-/// binary file, deletes one, counts its runs in `runs`, and reports complete.
-fn fixer(s: &Server) -> PathBuf {
-    s.agent(
-        "fix.sh",
-        &format!(
-            "sed -i 's/-/+/' add.sh\nprintf 'notes\\n' > NOTES.md\nprintf '\\000\\001\\377\\376bin' > new.bin\nprintf '\\377\\000changed' > data.bin\nrm obsolete.txt\necho run >> runs\necho '{}' > \"$RALPH_REPORT_FILE\"",
-            complete_report("fixed add")
-        ),
-    )
-}
-
-fn tests_pass(dir: &Path) -> bool {
-    Command::new("sh")
-        .arg("test.sh")
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success()
-}
-
-/// `ralph diff ID` as bytes.
-fn ralph_diff(s: &Server, id: &str) -> Vec<u8> {
-    let out = Command::new(ralph_bin())
-        .args(["diff", id])
-        .env("RALPH_SERVER", s.url())
-        .env("RALPH_TOKEN", s.token())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn events_of(s: &Server, id: &str, kind: &str) -> Vec<Value> {
-    s.events(id)
-        .into_iter()
-        .filter(|e| e["type"] == kind)
-        .collect()
 }
 
 /// What `<state>/uploads` holds (names), none when it does not exist.
@@ -124,17 +78,8 @@ fn post_upload(s: &Server, token: &str, body: &[u8]) -> (u16, Value) {
     let _ = c.write_all(body);
     let mut resp = Vec::new();
     let _ = c.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        serde_json::from_str(rest).unwrap_or(Value::String(rest.to_owned())),
-    )
+    let r = parse_response(&resp);
+    (r.status, r.json())
 }
 
 /// A raw ustar header block: the name and link target written as given (no checks, so `..`
@@ -177,7 +122,7 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     let s = Server::new("");
     let project = s.dir.path().join("project");
     failing_project(&project);
-    let agent = fixer(&s);
+    let agent = fixer(&s, "echo run >> runs\n");
     let agents = s.agents.to_str().unwrap().to_owned();
     let job_flags = [
         "--objective",
@@ -208,7 +153,7 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     assert_eq!(j["reason"], "verified", "{j}");
     assert_eq!(j["spec"]["source"]["kind"], "upload", "{j}");
     // The base commit is journalled (no repository, no ref) and shown.
-    let prov = events_of(&s, &id, "workspace_provisioned");
+    let prov = s.events_of(&id, "workspace_provisioned");
     assert_eq!(prov.len(), 1, "{prov:?}");
     assert!(prov[0].get("repo").is_none_or(Value::is_null), "{prov:?}");
     let base = prov[0]["commit"].as_str().unwrap().to_owned();
@@ -222,7 +167,7 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
         git(&project, &["rev-parse", "HEAD"])
     );
     assert_ne!(git(&project, &["rev-parse", "HEAD"]), base);
-    let patch = ralph_diff(&s, &id);
+    let patch = patch_of(&s, &id);
     let text = String::from_utf8_lossy(&patch);
     for name in [
         "add.sh",
@@ -254,20 +199,7 @@ fn an_uploaded_project_is_fixed_and_its_patch_applies_to_a_fresh_copy() {
     let patch_file = s.dir.path().join("result.patch");
     std::fs::write(&patch_file, &patch).unwrap();
     git(&fresh, &["apply", patch_file.to_str().unwrap()]);
-    assert!(tests_pass(&fresh));
-    assert_eq!(
-        std::fs::read(fresh.join("new.bin")).unwrap(),
-        b"\x00\x01\xff\xfebin"
-    );
-    assert_eq!(
-        std::fs::read(fresh.join("data.bin")).unwrap(),
-        b"\xff\x00changed"
-    );
-    assert_eq!(
-        std::fs::read_to_string(fresh.join("NOTES.md")).unwrap(),
-        "notes\n"
-    );
-    assert!(!fresh.join("obsolete.txt").exists());
+    assert_fixed(&fresh);
     // The project on the client was not touched.
     assert!(!tests_pass(&project));
 
@@ -562,7 +494,7 @@ fn unused_uploads_are_removed_after_their_retention_and_used_ones_stay() {
     let id = body["jobs"][0]["id"].as_str().unwrap().to_owned();
     let ws = s.state.join("workspaces").join(&id);
     wait_until("the round to run in the copy", LIMIT, || {
-        ws.join("f").is_file() && !events_of(&s, &id, "round_spawned").is_empty()
+        ws.join("f").is_file() && !s.events_of(&id, "round_spawned").is_empty()
     });
     // A second, unused upload goes once it is a second old; the used one (older) stays.
     let unused = upload(b"unused");
@@ -621,8 +553,8 @@ fn a_resumed_upload_job_keeps_its_workspace() {
         let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
         j["outcome"] == "complete"
     });
-    assert_eq!(events_of(&s, &id, "workspace_provisioned").len(), 1);
-    let text = String::from_utf8_lossy(&ralph_diff(&s, &id)).into_owned();
+    assert_eq!(s.events_of(&id, "workspace_provisioned").len(), 1);
+    let text = String::from_utf8_lossy(&patch_of(&s, &id)).into_owned();
     assert!(
         text.contains("b/step1") && text.contains("+echo $(($1 + $2))"),
         "{text}"

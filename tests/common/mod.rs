@@ -13,6 +13,7 @@ use serde_json::Value;
 pub mod agent_clis;
 pub mod chaos;
 pub mod docker;
+pub mod fix_project;
 pub mod git_server;
 pub mod model_api;
 pub mod model_server;

@@ -222,22 +222,8 @@ impl Server {
         s.write_all(body.as_bytes())?;
         let mut resp = Vec::new();
         s.read_to_end(&mut resp)?;
-        let text = String::from_utf8_lossy(&resp).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let body = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(rest)
-        } else {
-            rest.to_owned()
-        };
-        Ok((status, body))
+        let r = parse_response(&resp);
+        Ok((r.status, r.body))
     }
 
     /// An authenticated JSON call.
@@ -297,6 +283,14 @@ impl Server {
     }
 
     /// Waits until the job is finished; returns its JSON.
+    /// The job's events of one type.
+    pub fn events_of(&self, id: &str, kind: &str) -> Vec<Value> {
+        self.events(id)
+            .into_iter()
+            .filter(|e| e["type"] == kind)
+            .collect()
+    }
+
     pub fn wait_finished(&self, id: &str, limit: Duration) -> Value {
         let start = Instant::now();
         loop {
@@ -325,6 +319,41 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// A raw HTTP/1.1 response, parsed.
+pub struct RawResponse {
+    /// The status code (0 when there was none).
+    pub status: u16,
+    /// The head (status line and headers), lower case.
+    pub head: String,
+    /// The body, dechunked when it was chunked.
+    pub body: String,
+}
+
+impl RawResponse {
+    /// The body as JSON (a JSON string of it when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::String(self.body.clone()))
+    }
+}
+
+/// Parses the bytes a server answered on a `Connection: close` request.
+pub fn parse_response(resp: &[u8]) -> RawResponse {
+    let text = String::from_utf8_lossy(resp).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let head = head.to_ascii_lowercase();
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    RawResponse { status, head, body }
 }
 
 fn dechunk(body: &str) -> String {

@@ -62,35 +62,54 @@ impl JobRun<'_> {
         let WorkspaceSource::Repo { repo, git_ref, .. } = source else {
             return self.provision_upload().await;
         };
-        let started = Instant::now();
         let state_dir = self.engine.state_dir.clone();
         let config = self.engine.provision.clone();
-        let workspace = self.spec.workspace.clone();
         let (url, r) = (repo.clone(), git_ref.clone());
+        self.make_workspace(
+            format!("failed to clone `{repo}` into a fresh workspace"),
+            (Some(repo), git_ref),
+            move |workspace| {
+                clone::provision_repo(&state_dir, &config, workspace, &url, r.as_deref())
+                    .map(|made| (made.commit, made.layout.as_str()))
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await
+    }
+
+    /// Makes the job's fresh workspace with `make` on a blocking thread (it returns the base
+    /// commit and the layout) and journals `workspace_provisioned` with `source` (repository,
+    /// ref); a failure ends the job as `provision_failed`, its message after `what`.
+    pub(super) async fn make_workspace(
+        &mut self,
+        what: String,
+        source: (Option<String>, Option<String>),
+        make: impl FnOnce(&std::path::Path) -> Result<(String, &'static str), String> + Send + 'static,
+    ) -> Result<(), (FinishReason, String)> {
+        let started = Instant::now();
+        let workspace = self.spec.workspace.clone();
         let made = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&workspace).map_err(|e| {
-                provision::ProvisionError::io("create the workspace", &workspace, e)
+                provision::ProvisionError::io("create the workspace", &workspace, e).to_string()
             })?;
-            clone::provision_repo(&state_dir, &config, &workspace, &url, r.as_deref())
+            make(&workspace)
         })
         .await
         .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
-        let made = made.map_err(|e| {
+        let (commit, layout) = made.map_err(|e| {
             (
                 FinishReason::ProvisionFailed,
-                bounded(
-                    &format!("failed to clone `{repo}` into a fresh workspace: {e}"),
-                    RESULT_TEXT_BOUND,
-                ),
+                bounded(&format!("{what}: {e}"), RESULT_TEXT_BOUND),
             )
         })?;
+        let (repo, git_ref) = source;
         self.journal
             .record(EventKind::WorkspaceProvisioned {
-                repo: Some(repo),
+                repo,
                 git_ref,
-                commit: made.commit,
+                commit,
                 duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                layout: Some(made.layout.as_str().to_owned()),
+                layout: Some(layout.to_owned()),
             })
             .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
         Ok(())

@@ -5,13 +5,10 @@
 //! repository job's (never pushed).
 
 use std::path::Path;
-use std::time::Instant;
 
 use super::job_run::JobRun;
 use crate::job::{FinishReason, WorkspaceSource};
 use crate::provision::{self, upload};
-use crate::store::EventKind;
-use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 
 /// Whether a resumed provisioned job still has the workspace it was given: a clone's `.git`,
 /// or, for an upload (which may have no `.git`), the runner's repository beside it.
@@ -34,41 +31,18 @@ impl JobRun<'_> {
                 "failed to provision the workspace: the job names no upload".into(),
             ));
         };
-        let started = Instant::now();
         let state_dir = self.engine.state_dir.clone();
-        let workspace = self.spec.workspace.clone();
         let upload_id = id.clone();
-        let made = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&workspace).map_err(|e| {
-                upload::UploadError::from(provision::ProvisionError::io(
-                    "create the workspace",
-                    &workspace,
-                    e,
-                ))
-            })?;
-            upload::provision_upload(&state_dir, &workspace, &upload_id)
-        })
+        self.make_workspace(
+            format!("failed to copy the upload `{id}` into a fresh workspace"),
+            (None, None),
+            move |workspace| {
+                upload::provision_upload(&state_dir, workspace, &upload_id)
+                    // The upload's tree copied into a workspace of its own.
+                    .map(|commit| (commit, "copy"))
+                    .map_err(|e| e.to_string())
+            },
+        )
         .await
-        .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
-        let commit = made.map_err(|e| {
-            (
-                FinishReason::ProvisionFailed,
-                bounded(
-                    &format!("failed to copy the upload `{id}` into a fresh workspace: {e}"),
-                    RESULT_TEXT_BOUND,
-                ),
-            )
-        })?;
-        self.journal
-            .record(EventKind::WorkspaceProvisioned {
-                repo: None,
-                git_ref: None,
-                commit,
-                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                // The upload's tree copied into a workspace of its own.
-                layout: Some("copy".to_owned()),
-            })
-            .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
-        Ok(())
     }
 }

@@ -21,12 +21,7 @@ use super::overlay::{self, Layers, OverlayError};
 
 /// The directory of `workspace`'s layers.
 pub fn layer_dir(workspace: &Path) -> PathBuf {
-    let mut name = workspace
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(".layer");
-    workspace.with_file_name(name)
+    super::beside(workspace, ".layer")
 }
 
 /// Whether `workspace` is a layered one.

@@ -98,11 +98,17 @@ pub fn workspaces_dir(state_dir: &Path) -> PathBuf {
 /// The runner's own repository beside a provisioned workspace (objects of the base and of the
 /// result; never visible to a round).
 pub fn private_git_dir(workspace: &Path) -> PathBuf {
+    beside(workspace, ".git")
+}
+
+/// `<workspace><suffix>`: a directory of the runner's beside a provisioned workspace (in the
+/// workspaces' directory, never inside the workspace a round writes).
+pub(crate) fn beside(workspace: &Path, suffix: &str) -> PathBuf {
     let mut name = workspace
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    name.push(".git");
+    name.push(suffix);
     workspace.with_file_name(name)
 }
 
