@@ -136,64 +136,91 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-fn in_v4(ip: Ipv4Addr, net: [u8; 4], len: u32) -> bool {
-    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
-    u32::from(ip) & mask == u32::from(Ipv4Addr::from(net)) & mask
-}
+/// IPv4 ranges (network, prefix length, class), the more specific first: 0.0.0.0 inside 0/8,
+/// the broadcast address inside 240/4; the metadata addresses ([`METADATA_V4`]) before all.
+/// Anything else is public.
+const V4_RANGES: [([u8; 4], u32, AddressClass); 12] = [
+    ([0, 0, 0, 0], 32, AddressClass::Unspecified),
+    ([255, 255, 255, 255], 32, AddressClass::Broadcast),
+    ([127, 0, 0, 0], 8, AddressClass::Loopback),
+    ([169, 254, 0, 0], 16, AddressClass::LinkLocal),
+    ([224, 0, 0, 0], 4, AddressClass::Multicast),
+    ([0, 0, 0, 0], 8, AddressClass::Reserved),
+    ([240, 0, 0, 0], 4, AddressClass::Reserved),
+    ([10, 0, 0, 0], 8, AddressClass::Private),
+    ([172, 16, 0, 0], 12, AddressClass::Private),
+    ([192, 168, 0, 0], 16, AddressClass::Private),
+    ([100, 64, 0, 0], 10, AddressClass::Private),
+    ([198, 18, 0, 0], 15, AddressClass::Private),
+];
 
-fn in_v6(ip: Ipv6Addr, net: Ipv6Addr, len: u32) -> bool {
-    let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
-    u128::from(ip) & mask == u128::from(net) & mask
+/// IPv6 ranges, as [`V4_RANGES`]; metadata ([`METADATA_V6`]) first. IPv6 forms embedding an
+/// IPv4 address are classified by that address too ([`embedded_v4`]).
+const V6_RANGES: [(Ipv6Addr, u32, AddressClass); 8] = [
+    (Ipv6Addr::UNSPECIFIED, 128, AddressClass::Unspecified),
+    (Ipv6Addr::LOCALHOST, 128, AddressClass::Loopback),
+    (
+        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        AddressClass::LinkLocal,
+    ),
+    (
+        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+        8,
+        AddressClass::Multicast,
+    ),
+    (
+        Ipv6Addr::new(0x0100, 0, 0, 0, 0, 0, 0, 0),
+        64,
+        AddressClass::Reserved,
+    ),
+    (
+        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+        7,
+        AddressClass::Private,
+    ),
+    (
+        Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        AddressClass::Private,
+    ),
+    (
+        Ipv6Addr::new(0x0064, 0xff9b, 0x0001, 0, 0, 0, 0, 0),
+        48,
+        AddressClass::Private,
+    ),
+];
+
+fn mask(bits: u32, len: u32) -> u128 {
+    u128::MAX.checked_shl(bits - len).unwrap_or(0) & (u128::MAX >> (128 - bits))
 }
 
 fn v4_class(ip: Ipv4Addr) -> AddressClass {
-    use AddressClass::*;
-    // More specific first: metadata inside link-local and CGNAT, 0.0.0.0 inside 0/8, the
-    // broadcast address inside 240/4.
-    let table: [(fn(Ipv4Addr) -> bool, AddressClass); 13] = [
-        (|a| a.is_unspecified(), Unspecified),
-        (|a| METADATA_V4.contains(&a), Metadata),
-        (|a| a.is_broadcast(), Broadcast),
-        (|a| in_v4(a, [127, 0, 0, 0], 8), Loopback),
-        (|a| in_v4(a, [169, 254, 0, 0], 16), LinkLocal),
-        (|a| in_v4(a, [224, 0, 0, 0], 4), Multicast),
-        (|a| in_v4(a, [0, 0, 0, 0], 8), Reserved),
-        (|a| in_v4(a, [240, 0, 0, 0], 4), Reserved),
-        (|a| in_v4(a, [10, 0, 0, 0], 8), Private),
-        (|a| in_v4(a, [172, 16, 0, 0], 12), Private),
-        (|a| in_v4(a, [192, 168, 0, 0], 16), Private),
-        (|a| in_v4(a, [100, 64, 0, 0], 10), Private),
-        (|a| in_v4(a, [198, 18, 0, 0], 15), Private),
-    ];
-    table
+    if METADATA_V4.contains(&ip) {
+        return AddressClass::Metadata;
+    }
+    let ip = u128::from(u32::from(ip));
+    V4_RANGES
         .iter()
-        .find(|(test, _)| test(ip))
-        .map_or(Public, |(_, class)| *class)
+        .find(|(net, len, _)| {
+            let m = mask(32, *len);
+            ip & m == u128::from(u32::from(Ipv4Addr::from(*net))) & m
+        })
+        .map_or(AddressClass::Public, |(_, _, class)| *class)
 }
 
 fn v6_class(ip: Ipv6Addr) -> AddressClass {
-    use AddressClass::*;
-    let net = |s: [u16; 8]| Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
-    if ip.is_unspecified() {
-        Unspecified
-    } else if ip.is_loopback() {
-        Loopback
-    } else if METADATA_V6.contains(&ip) {
-        Metadata
-    } else if in_v6(ip, net([0xfe80, 0, 0, 0, 0, 0, 0, 0]), 10) {
-        LinkLocal
-    } else if in_v6(ip, net([0xff00, 0, 0, 0, 0, 0, 0, 0]), 8) {
-        Multicast
-    } else if in_v6(ip, net([0x0100, 0, 0, 0, 0, 0, 0, 0]), 64) {
-        Reserved
-    } else if in_v6(ip, net([0xfc00, 0, 0, 0, 0, 0, 0, 0]), 7)
-        || in_v6(ip, net([0xfec0, 0, 0, 0, 0, 0, 0, 0]), 10)
-        || in_v6(ip, net([0x0064, 0xff9b, 0x0001, 0, 0, 0, 0, 0]), 48)
-    {
-        Private
-    } else {
-        Public
+    if METADATA_V6.contains(&ip) {
+        return AddressClass::Metadata;
     }
+    let ip = u128::from(ip);
+    V6_RANGES
+        .iter()
+        .find(|(net, len, _)| {
+            let m = mask(128, *len);
+            ip & m == u128::from(*net) & m
+        })
+        .map_or(AddressClass::Public, |(_, _, class)| *class)
 }
 
 /// The IPv4 addresses an IPv6 address leads to by its form: IPv4-mapped (`::ffff:a.b.c.d`),

@@ -31,6 +31,15 @@ pub enum Refusal {
     },
 }
 
+/// The addresses of a name, judged: the ones to try, in order, and the ones left out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judged {
+    /// Permitted, in the resolver's order.
+    pub kept: Vec<SocketAddr>,
+    /// Left out (each address once), with their class.
+    pub skipped: Vec<(IpAddr, AddressClass)>,
+}
+
 /// An allowed destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allowed {
@@ -102,26 +111,25 @@ pub async fn decide(cfg: &EgressConfig, host: &str, port: u16) -> Result<Allowed
         ),
         reason: format!("failed to list this host's addresses: {e}"),
     })?;
-    judge(entry, &host, port, resolved, &own).map(|(addrs, skipped)| Allowed {
-        addrs,
-        reason: if skipped.is_empty() {
+    judge(entry, &host, port, resolved, &own).map(|j| Allowed {
+        addrs: j.kept,
+        reason: if j.skipped.is_empty() {
             reason
         } else {
-            format!("{reason} (skipped {})", list(&skipped))
+            format!("{reason} (skipped {})", list(&j.skipped))
         },
     })
 }
 
 /// The pure part of the decision on a name: keeps the resolved addresses `entry` permits (in
-/// order) and returns them with the ones left out; refuses when none is left. `own` are this
-/// host's addresses.
+/// order), with the ones left out; refuses when none is left. `own` are this host's addresses.
 pub fn judge(
     entry: &AllowHost,
     host: &str,
     port: u16,
     resolved: Vec<SocketAddr>,
     own: &[IpAddr],
-) -> Result<(Vec<SocketAddr>, Vec<(IpAddr, AddressClass)>), Refusal> {
+) -> Result<Judged, Refusal> {
     let reach = entry.reach();
     let mut kept = Vec::new();
     let mut skipped: Vec<(IpAddr, AddressClass)> = Vec::new();
@@ -134,7 +142,7 @@ pub fn judge(
         }
     }
     if !kept.is_empty() {
-        return Ok((kept, skipped));
+        return Ok(Judged { kept, skipped });
     }
     let Some(&(first, _)) = skipped.first() else {
         return Err(Refusal::Failed {
@@ -186,9 +194,9 @@ mod tests {
             .collect();
         let own: Vec<IpAddr> = own.iter().map(|a| a.parse().unwrap()).collect();
         match judge(&entry, &entry.host, 443, resolved, &own) {
-            Ok((kept, skipped)) => Ok((
-                kept.iter().map(|a| a.ip().to_string()).collect(),
-                list(&skipped),
+            Ok(j) => Ok((
+                j.kept.iter().map(|a| a.ip().to_string()).collect(),
+                list(&j.skipped),
             )),
             Err(Refusal::Denied { body, reason }) => Err(format!("{reason} | {body}")),
             Err(Refusal::Failed { body, .. }) => Err(body),
