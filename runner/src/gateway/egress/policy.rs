@@ -153,15 +153,21 @@ pub fn judge(
             reason: "name resolves to no address".to_owned(),
         });
     };
-    let literal = host_port(&first.to_string(), port);
-    let hint = if skipped.iter().any(|(_, c)| *c == AddressClass::Private) && !entry.private {
+    let private = skipped
+        .iter()
+        .find(|(_, c)| *c == AddressClass::Private && !entry.private);
+    let hint = if let Some((ip, _)) = private {
         format!(
             "if {host} is an internal host, let it resolve to private addresses with \
-             `--allow-host {}`, or allow the address itself with `--allow-host {literal}`",
-            entry.with_private()
+             `--allow-host {}`, or allow the address itself with `--allow-host {}`",
+            entry.with_private(),
+            host_port(&ip.to_string(), port)
         )
     } else {
-        format!("to reach it on purpose, allow the address itself: `--allow-host {literal}`")
+        format!(
+            "to reach it on purpose, allow the address itself: `--allow-host {}`",
+            host_port(&first.to_string(), port)
+        )
     };
     let reason = format!("resolves to {}", list(&skipped));
     Err(Refusal::Denied {
@@ -295,6 +301,11 @@ mod tests {
             e.starts_with(
                 "resolves to 172.17.0.1, an address of this host; 10.0.0.5, a private address |"
             ),
+            "{e}"
+        );
+        // The opt-in hint names the private address, not this host's.
+        assert!(
+            e.contains("`--allow-host pypi.example.org=private`, or allow the address itself with `--allow-host 10.0.0.5:443`"),
             "{e}"
         );
         let (kept, _) = run("pypi.corp=private", &["172.17.0.1", "10.0.0.5"], &OWN).unwrap();
