@@ -126,3 +126,36 @@ fn sandbox_exec_serves_the_egress_proxy_for_its_command() {
     assert_eq!(allowed.request_count(), 1);
     assert_eq!(other.request_count(), 0);
 }
+
+/// `=private` (a name that may resolve to private addresses) is checked where the entry is
+/// given: a malformed opt-in, or one after an IP literal (explicit already), is a usage error
+/// naming the entry (exit 64) for `ralph run` and `ralph sandbox exec`; a well-formed one runs.
+#[test]
+fn allow_host_private_opt_in_is_checked_where_it_is_given() {
+    let f = Fixture::new();
+    for bad in ["pypi.corp=privat", "10.1.2.3:3141=private"] {
+        let out = f.run_cmd("true").args(["--allow-host", bad]).output();
+        out.expect_code(64);
+        assert!(
+            out.stderr.contains(&format!("`{bad}`")) && out.stderr.contains("=private"),
+            "{out:?}"
+        );
+        let out = Ralph::new()
+            .args(["sandbox", "exec", "--mode", TEST_MODE, "--allow-host", bad])
+            .arg("--workspace")
+            .arg(&f.ws)
+            .args(["--", "/bin/true"])
+            .output();
+        assert_eq!(out.code, 64, "{out:?}");
+        assert!(out.stderr.contains(&format!("`{bad}`")), "{out:?}");
+    }
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--mode", TEST_MODE])
+        .args(["--allow-host", "pypi.corp:443=private"])
+        .arg("--workspace")
+        .arg(&f.ws)
+        .args(["--", "/bin/sh", "-c", "echo \"$HTTPS_PROXY\""])
+        .output();
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("http://127.0.0.1:"), "{out:?}");
+}

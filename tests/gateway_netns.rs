@@ -4,7 +4,11 @@
 //! reachable, and no descriptor of the hand-over reaches the command.
 //!
 //! Each test drives `ralph_sandbox::NativeBackend` directly (the `ralph` binary hosts the helper)
-//! with a command in `python3`, and checks on the host side what arrived where.
+//! with a command in `python3`, and checks on the host side what arrived where. The `egress`
+//! tests serve the runner's egress proxy (`ralph_runner::gateway::serve_egress`) on the round's
+//! listener with names pinned to chosen addresses, and check which host listeners the round's
+//! `HTTP_PROXY`/`HTTPS_PROXY` requests reached (issue 25: an allowed name never leads to this
+//! host's own addresses, nor to private ones without `=private`).
 //!
 //! Nothing here needs root: run as root (`cargo test`) and, through user namespaces, as the
 //! unprivileged `ralph-ci` (`.ci/run` runs this binary as that user).
@@ -482,5 +486,479 @@ fn a_failed_hand_over_fails_closed() {
         assert_eq!(e.class(), ralph_sandbox::ErrorClass::Unavailable);
         assert_eq!(e.reason_label(), "network");
         assert!(!marker.exists());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The egress proxy on the round's listener, with the runner's own decision code
+// (`ralph_runner::gateway::serve_egress`), the real list of this host's addresses (getifaddrs),
+// and answers pinned per name (a DNS rebinding, in effect): what a name may lead to.
+
+mod egress {
+    use std::collections::HashMap;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use ralph_runner::gateway::egress::InterfaceAddresses;
+    use ralph_runner::gateway::egress::resolve::Resolving;
+    use ralph_runner::gateway::{
+        AllowHost, EgressConfig, EgressDecision, GatewaySink, ModelRequest, Resolve, serve_egress,
+    };
+    use ralph_sandbox::{Backend, Mode, Network, Running};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{backend, free_port, io, rt, spec, world};
+
+    /// Answers from a fixed table, as a rebinding DNS server would.
+    #[derive(Debug)]
+    struct Pinned(HashMap<String, IpAddr>);
+
+    impl Resolve for Pinned {
+        fn resolve<'a>(&'a self, host: &'a str, port: u16) -> Resolving<'a> {
+            let found = self.0.get(host).copied();
+            Box::pin(async move {
+                found
+                    .map(|ip| vec![SocketAddr::new(ip, port)])
+                    .ok_or_else(|| std::io::Error::other(format!("no such host {host}")))
+            })
+        }
+    }
+
+    #[derive(Default)]
+    struct Decisions(Mutex<Vec<EgressDecision>>);
+
+    impl GatewaySink for Decisions {
+        fn model_request(&self, _: &ModelRequest) {}
+        fn egress(&self, e: &EgressDecision) {
+            self.0.lock().unwrap().push(e.clone());
+        }
+        fn budget_crossed(&self, _: u64, _: u64) {}
+    }
+
+    /// An HTTP service on the host that records every connection it gets (the request line)
+    /// and answers `200 reached ADDR`.
+    struct Service {
+        addr: SocketAddr,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Service {
+        fn on(listener: TcpListener) -> Service {
+            let addr = listener.local_addr().unwrap();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = Arc::clone(&seen);
+            std::thread::spawn(move || {
+                for s in listener.incoming() {
+                    let Ok(s) = s else { return };
+                    let mut line = String::new();
+                    let _ = BufReader::new(&s).read_line(&mut line);
+                    if line.starts_with("STOP") {
+                        return;
+                    }
+                    log.lock().unwrap().push(line.trim().to_owned());
+                    let body = format!("reached {addr}");
+                    let _ = write!(
+                        &s,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            });
+            Service { addr, seen }
+        }
+
+        fn bind(ip: IpAddr) -> Service {
+            Service::on(TcpListener::bind((ip, 0)).unwrap())
+        }
+
+        fn seen(&self) -> Vec<String> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    /// The python the round runs: for each `(label, host, port)`, a GET through `HTTP_PROXY`
+    /// (absolute form) and a GET inside a CONNECT tunnel through `HTTPS_PROXY`, one line each:
+    /// `LABEL get|tunnel -> STATUS BODY`.
+    fn round_script(targets: &[(String, String, u16)]) -> String {
+        let list = targets
+            .iter()
+            .map(|(l, h, p)| format!("({l:?}, {h:?}, {p})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            r#"
+import http.client, os, urllib.error, urllib.request
+ph, pp = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].rsplit(":", 1)
+def get(host, port, path):
+    try:
+        with urllib.request.urlopen("http://%s:%d%s" % (host, port, path), timeout=30) as r:
+            return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode().strip())
+    except OSError as e:
+        return "error %s" % e
+def tunnel(host, port, path):
+    c = http.client.HTTPConnection(ph, int(pp), timeout=30)
+    c.set_tunnel(host, port)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return "%d %s" % (r.status, r.read().decode())
+    except OSError as e:
+        return "error %s" % e
+for label, host, port in [{list}]:
+    print(label, "get ->", get(host, port, "/get-" + label), flush=True)
+    print(label, "tunnel ->", tunnel(host, port, "/tunnel-" + label), flush=True)
+"#
+        )
+    }
+
+    /// Runs `script` in a `--network gateway` round whose egress proxy allows `allow`, with
+    /// names pinned to `names`; returns the round's stdout and the proxy's decisions.
+    fn round(
+        allow: &[String],
+        names: &[(&str, IpAddr)],
+        script: &str,
+    ) -> (String, Vec<EgressDecision>) {
+        let w = world();
+        let port = free_port();
+        let mut s = spec(&w, Mode::WorkspaceWrite, Network::Gateway, &[port], script);
+        let proxy = format!("http://127.0.0.1:{port}");
+        s.env.push(("HTTP_PROXY".into(), proxy.clone()));
+        s.env.push(("HTTPS_PROXY".into(), proxy));
+        let cfg = EgressConfig {
+            allow: allow
+                .iter()
+                .map(|a| a.parse::<AllowHost>().unwrap())
+                .collect(),
+            resolver: Arc::new(Pinned(
+                names.iter().map(|(n, ip)| ((*n).to_owned(), *ip)).collect(),
+            )),
+            host: Arc::new(InterfaceAddresses),
+            connect_timeout: Duration::from_secs(10),
+        };
+        let sink = Arc::new(Decisions::default());
+        let (io, out, err) = io();
+        let report = rt().block_on(async {
+            let mut run = backend().spawn(&s, io).await.unwrap();
+            let stop = CancellationToken::new();
+            let (_, l) = run.take_gateway_listeners().into_iter().next().unwrap();
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            let sink: Arc<dyn GatewaySink> = sink.clone();
+            tokio::spawn(serve_egress(l, Arc::new(cfg), sink, stop.clone()));
+            let report = run.wait(CancellationToken::new()).await;
+            stop.cancel();
+            report
+        });
+        let (out, err) = (out.text(), err.text());
+        let report = report.unwrap_or_else(|e| panic!("{e}\nstdout: {out}\nstderr: {err}"));
+        assert!(
+            report.outcome.termination.success(),
+            "{:?}\nstdout: {out}\nstderr: {err}",
+            report.outcome.termination
+        );
+        let decisions = sink.0.lock().unwrap().clone();
+        (out, decisions)
+    }
+
+    /// This host's IPv4 addresses that are not loopback or link-local (eth0's, docker0's, ...),
+    /// read with getifaddrs independently of the code under test.
+    fn own_addresses() -> Vec<Ipv4Addr> {
+        let mut out = Vec::new();
+        for ifa in nix::ifaddrs::getifaddrs().unwrap() {
+            let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+                continue;
+            };
+            let ip = v4.ip();
+            if !ip.is_loopback() && !ip.is_link_local() && !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+        out
+    }
+
+    fn line<'a>(out: &'a str, label: &str, how: &str) -> &'a str {
+        let start = format!("{label} {how} -> ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(&start))
+            .unwrap_or_else(|| panic!("no `{start}` line in\n{out}"))
+    }
+
+    /// Issue 25: an allowed name whose answer is one of the runner host's own addresses (the
+    /// LAN address, the docker0 bridge) was connected to. Now the listener bound there gets no
+    /// connection through the name (GET and CONNECT), the round gets a 403 naming the address
+    /// and how to allow it, the decision is reported with the class; the same listener named
+    /// by its IP literal is reached.
+    #[test]
+    fn egress_a_name_resolving_to_an_address_of_this_host_never_reaches_it() {
+        let own = own_addresses();
+        assert!(
+            !own.is_empty(),
+            "this host has no non-loopback IPv4 address to test with"
+        );
+        let services: Vec<Service> = own.iter().map(|ip| Service::bind((*ip).into())).collect();
+        let mut allow = Vec::new();
+        let mut names = Vec::new();
+        let mut targets = Vec::new();
+        for (i, svc) in services.iter().enumerate() {
+            let (ip, port) = (svc.addr.ip(), svc.addr.port());
+            let name = format!("mirror{i}.rebind.test");
+            allow.push(format!("{name}:{port}"));
+            allow.push(format!("{ip}:{port}"));
+            targets.push((format!("name{i}"), name.clone(), port));
+            targets.push((format!("literal{i}"), ip.to_string(), port));
+            names.push((name, ip));
+        }
+        let pinned: Vec<(&str, IpAddr)> = names.iter().map(|(n, ip)| (n.as_str(), *ip)).collect();
+        let (out, decisions) = round(&allow, &pinned, &round_script(&targets));
+        for (i, svc) in services.iter().enumerate() {
+            let (ip, port) = (svc.addr.ip(), svc.addr.port());
+            assert_eq!(
+                svc.seen(),
+                [
+                    format!("GET /get-literal{i} HTTP/1.1"),
+                    format!("GET /tunnel-literal{i} HTTP/1.1"),
+                ],
+                "the listener on {ip} got only the literal's requests\n{out}"
+            );
+            for how in ["get", "tunnel"] {
+                let got = line(&out, &format!("name{i}"), how);
+                if how == "get" {
+                    assert_eq!(
+                        got,
+                        format!(
+                            "403 ralph egress proxy: mirror{i}.rebind.test:{port} resolves to \
+                             {ip}, an address of this host; refused (to reach it on purpose, \
+                             allow the address itself: `--allow-host {ip}:{port}`)"
+                        ),
+                        "{out}"
+                    );
+                } else {
+                    assert!(got.contains("403"), "{how} {ip}: {got}\n{out}");
+                }
+                let got = line(&out, &format!("literal{i}"), how);
+                assert_eq!(got, format!("200 reached {ip}:{port}"), "{how}: {out}");
+            }
+            let refused: Vec<_> = decisions
+                .iter()
+                .filter(|d| d.host == format!("mirror{i}.rebind.test"))
+                .collect();
+            assert_eq!(refused.len(), 2, "{decisions:?}");
+            for d in refused {
+                assert!(!d.allowed, "{d:?}");
+                assert_eq!(
+                    d.reason,
+                    format!("resolves to {ip}, an address of this host")
+                );
+            }
+        }
+    }
+
+    /// A network namespace of the test's own on the other end of a veth pair: `10.231.N.2` is
+    /// a private address that is not this host's (the host's end, `10.231.N.1`, is). Lives in
+    /// a thread of this process (`unshare(CLONE_NEWNET)`), so it goes away with the process
+    /// whatever happens; dropped, the link is deleted and the thread ends.
+    struct PrivatePeer {
+        host_end: String,
+        peer: Service,
+        stop: Arc<AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+        host_ip: Ipv4Addr,
+    }
+
+    fn ip_cmd(args: &[&str]) {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    impl PrivatePeer {
+        fn new() -> PrivatePeer {
+            let id = std::process::id();
+            let n = (id % 250) as u8;
+            let (host_ip, peer_ip) = (Ipv4Addr::new(10, 231, n, 1), Ipv4Addr::new(10, 231, n, 2));
+            let host_end = format!("regh{}", id % 10_000_000);
+            let peer_end = format!("regp{}", id % 10_000_000);
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let (svc_tx, svc_rx) = std::sync::mpsc::channel();
+            let stop = Arc::new(AtomicBool::new(false));
+            let stopping = Arc::clone(&stop);
+            let peer_name = peer_end.clone();
+            let thread = std::thread::spawn(move || {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+                tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+                go_rx.recv().unwrap();
+                // Commands started from this thread run in its namespace.
+                ip_cmd(&["link", "set", "lo", "up"]);
+                ip_cmd(&["addr", "add", &format!("{peer_ip}/30"), "dev", &peer_name]);
+                ip_cmd(&["link", "set", &peer_name, "up"]);
+                let l = TcpListener::bind((peer_ip, 0)).unwrap();
+                svc_tx.send(l.try_clone().unwrap()).unwrap();
+                // Serve here (the listener's namespace is fixed at its creation, but keep the
+                // thread alive until the drop so the namespace and its link stay).
+                while !stopping.load(Ordering::SeqCst) {
+                    std::thread::park();
+                }
+            });
+            let tid = tid_rx.recv().unwrap();
+            ip_cmd(&[
+                "link",
+                "add",
+                &host_end,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer_end,
+                "netns",
+                &tid.to_string(),
+            ]);
+            ip_cmd(&["addr", "add", &format!("{host_ip}/30"), "dev", &host_end]);
+            ip_cmd(&["link", "set", &host_end, "up"]);
+            go_tx.send(()).unwrap();
+            let peer = Service::on(svc_rx.recv().unwrap());
+            PrivatePeer {
+                host_end,
+                peer,
+                stop,
+                thread: Some(thread),
+                host_ip,
+            }
+        }
+    }
+
+    impl Drop for PrivatePeer {
+        fn drop(&mut self) {
+            // End the peer's accept loop, then the namespace's thread, then the link.
+            if let Ok(mut s) = TcpStream::connect_timeout(&self.peer.addr, Duration::from_secs(5)) {
+                let _ = s.write_all(b"STOP\r\n");
+            }
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(t) = self.thread.take() {
+                t.thread().unpark();
+                let _ = t.join();
+            }
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &self.host_end])
+                .output();
+        }
+    }
+
+    /// A name that resolves to a private address (an internal registry) is refused without the
+    /// opt-in, with a 403 saying how to opt in, and reaches the service with `=private`; even
+    /// opted in, a name resolving to this host's own end of the link is refused.
+    #[test]
+    fn egress_a_private_address_needs_the_opt_in_and_this_hosts_never_does() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!(
+                "skipped: making a network namespace and a veth pair on the host needs root \
+                 (the decision itself is covered by the lib tests and the test above)"
+            );
+            return;
+        }
+        let net = PrivatePeer::new();
+        let own_end = Service::bind(net.host_ip.into());
+        let (pip, pport) = (net.peer.addr.ip(), net.peer.addr.port());
+        let oport = own_end.addr.port();
+        // Reachable from here by number: the link works (the answer comes after the record).
+        let mut probe =
+            TcpStream::connect_timeout(&net.peer.addr, Duration::from_secs(10)).unwrap();
+        probe.write_all(b"GET /probe HTTP/1.1\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut probe, &mut answer).unwrap();
+        assert!(
+            answer.ends_with(&format!("reached {pip}:{pport}")),
+            "{answer}"
+        );
+        assert_eq!(net.peer.seen(), ["GET /probe HTTP/1.1"]);
+        net.peer.seen.lock().unwrap().clear();
+        let targets = [
+            ("plain".to_owned(), "pypi.corp".to_owned(), pport),
+            ("optin".to_owned(), "pypi2.corp".to_owned(), pport),
+            ("ownend".to_owned(), "gw.corp".to_owned(), oport),
+        ];
+        let (out, decisions) = round(
+            &[
+                format!("pypi.corp:{pport}"),
+                format!("pypi2.corp:{pport}=private"),
+                format!("gw.corp:{oport}=private"),
+            ],
+            &[
+                ("pypi.corp", pip),
+                ("pypi2.corp", pip),
+                ("gw.corp", own_end.addr.ip()),
+            ],
+            &round_script(&targets),
+        );
+        assert_eq!(
+            net.peer.seen(),
+            ["GET /get-optin HTTP/1.1", "GET /tunnel-optin HTTP/1.1"],
+            "the private service got only the opted-in name's requests\n{out}"
+        );
+        assert!(
+            own_end.seen().is_empty(),
+            "this host's end got {:?}\n{out}",
+            own_end.seen()
+        );
+        assert_eq!(
+            line(&out, "plain", "get"),
+            format!(
+                "403 ralph egress proxy: pypi.corp:{pport} resolves to {pip}, a private \
+                 address; refused (if pypi.corp is an internal host, let it resolve to private \
+                 addresses with `--allow-host pypi.corp:{pport}=private`, or allow the address \
+                 itself with `--allow-host {pip}:{pport}`)"
+            ),
+            "{out}"
+        );
+        assert!(line(&out, "plain", "tunnel").contains("403"), "{out}");
+        for how in ["get", "tunnel"] {
+            assert_eq!(
+                line(&out, "optin", how),
+                format!("200 reached {pip}:{pport}"),
+                "{out}"
+            );
+            let own = line(&out, "ownend", how);
+            assert!(own.contains("403"), "{how}: {own}\n{out}");
+        }
+        assert!(
+            line(&out, "ownend", "get").contains("an address of this host"),
+            "{out}"
+        );
+        let reason = |host: &str| {
+            decisions
+                .iter()
+                .filter(|d| d.host == host)
+                .map(|d| (d.allowed, d.reason.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reason("pypi.corp"),
+            vec![(false, format!("resolves to {pip}, a private address")); 2]
+        );
+        assert_eq!(
+            reason("pypi2.corp"),
+            vec![(true, format!("allowed by pypi2.corp:{pport}=private")); 2]
+        );
+        assert_eq!(
+            reason("gw.corp"),
+            vec![
+                (
+                    false,
+                    format!("resolves to {}, an address of this host", net.host_ip)
+                );
+                2
+            ]
+        );
     }
 }

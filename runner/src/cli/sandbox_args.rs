@@ -41,8 +41,11 @@ pub struct SandboxArgs {
     pub network: Option<Network>,
     /// Let the command reach HOST (ports 80 and 443; HOST:PORT for another port) through the
     /// runner's egress proxy (HTTP and CONNECT; HTTP_PROXY/HTTPS_PROXY are set inside);
-    /// repeatable. Every other destination is refused and journalled.
-    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    /// repeatable. Every other destination is refused and journalled. A name may resolve to
+    /// public addresses only; append =private for an internal host on a private network
+    /// (pypi.corp:443=private). Never to this host's own addresses, loopback or link-local:
+    /// name such an address itself (127.0.0.1:3141).
+    #[arg(long = "allow-host", value_name = "HOST[:PORT][=private]")]
     pub allow_host: Vec<String>,
     /// Memory limit of the process tree, e.g. 2G.
     #[arg(long, value_name = "BYTES")]

@@ -26,7 +26,8 @@ pub struct ModelAccess {
     /// Extra arguments a preset passes to its CLI, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agent_args: Vec<String>,
-    /// `HOST[:PORT]` entries the egress proxy lets the round reach.
+    /// `HOST[:PORT][=private]` entries the egress proxy lets the round reach (`=private`: the
+    /// name may resolve to private addresses).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_hosts: Vec<String>,
     /// The built-in agent's model calls per round (`--agent-max-steps`; default 50).
@@ -264,11 +265,32 @@ mod tests {
             api_key_env: Some("LOCAL_KEY".into()),
             model: Some("qwen".into()),
             agent_args: vec!["-c".into(), "x=1".into()],
-            allow_hosts: vec!["pypi.org".into(), "[::1]:8080".into()],
+            allow_hosts: vec![
+                "pypi.org".into(),
+                "[::1]:8080".into(),
+                "pypi.corp:3141=private".into(),
+            ],
             agent_max_steps: None,
         }
         .validate(Some("codex"), Network::Gateway)
         .unwrap();
+    }
+
+    #[test]
+    fn a_malformed_private_opt_in_names_the_field_and_the_entry() {
+        for bad in ["pypi.corp=privat", "10.1.2.3:3141=private"] {
+            let e = ModelAccess {
+                allow_hosts: vec![bad.into()],
+                ..access()
+            }
+            .validate(None, Network::Gateway)
+            .unwrap_err();
+            assert_eq!(e.field, "allow_host");
+            assert!(
+                e.message.contains(&format!("`{bad}`")) && e.message.contains("=private"),
+                "{e:?}"
+            );
+        }
     }
 
     #[test]

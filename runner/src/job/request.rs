@@ -105,7 +105,7 @@ pub struct JobRequest {
     pub agent_arg: Vec<String>,
     /// The built-in agent's model calls per round.
     pub agent_max_steps: Option<u32>,
-    /// Hosts the egress proxy lets the round reach (`HOST[:PORT]`).
+    /// Hosts the egress proxy lets the round reach (`HOST[:PORT][=private]`).
     #[serde(default)]
     pub allow_host: Vec<String>,
     /// A name for finding the job again.

@@ -7,6 +7,7 @@ use ralph_sandbox::{BackendKind, Mode, Network};
 
 use super::config::Limits;
 use crate::gateway::AllowHost;
+use crate::gateway::egress::allow::DEFAULT_PORTS;
 use crate::job::JobSpec;
 use crate::util::units::{ByteSize, HumanDuration};
 
@@ -56,21 +57,54 @@ impl Asked {
 }
 
 /// Whether `asked` (a job's `allow_host`) is covered by `allowed`: every destination it opens
-/// is opened by the list too (`HOST` means ports 80 and 443, `HOST:PORT` that port only).
-/// Unparsable entries cover nothing.
+/// is opened by the list too (`HOST` means ports 80 and 443, `HOST:PORT` that port only), and
+/// `=private` (a name that may resolve to private addresses) only where the list's entries for
+/// that host say `=private` too. Unparsable entries cover nothing.
 fn host_allowed(asked: &str, allowed: &[String]) -> bool {
     let Ok(a) = asked.parse::<AllowHost>() else {
         return false;
     };
-    let ports = |p: Option<u16>| p.map_or_else(|| vec![80, 443], |p| vec![p]);
     let entries: Vec<AllowHost> = allowed
         .iter()
         .filter_map(|e| e.parse::<AllowHost>().ok())
-        .filter(|e| e.host.eq_ignore_ascii_case(&a.host))
         .collect();
-    ports(a.port)
-        .into_iter()
-        .all(|p| entries.iter().any(|e| ports(e.port).contains(&p)))
+    // Port by port: `HOST` may be covered by `HOST:80` and `HOST:443` together.
+    let ports = a.port.map_or_else(|| DEFAULT_PORTS.to_vec(), |p| vec![p]);
+    ports.into_iter().all(|p| {
+        let one = AllowHost {
+            port: Some(p),
+            ..a.clone()
+        };
+        entries.iter().any(|e| e.covers(&one))
+    })
+}
+
+/// Why `asked` is refused: its host allowed without `=private` says so.
+fn host_refusal(asked: &str, allowed: &[String]) -> String {
+    let listed = if allowed.is_empty() {
+        "none".to_owned()
+    } else {
+        allowed.join(", ")
+    };
+    let without_private = asked.parse::<AllowHost>().is_ok_and(|a| {
+        a.private
+            && host_allowed(
+                &AllowHost {
+                    private: false,
+                    ..a.clone()
+                }
+                .to_string(),
+                allowed,
+            )
+    });
+    if without_private {
+        format!(
+            "`{asked}` is not in this server's allowed hosts ({listed}): the host is allowed \
+             without `=private`, so it may not resolve to private addresses here"
+        )
+    } else {
+        format!("`{asked}` is not in this server's allowed hosts ({listed})")
+    }
 }
 
 /// The gateway rules: a job names an upstream of the configuration (never a URL or a key
@@ -125,14 +159,7 @@ fn admit_model_access(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
         return Err(Refusal {
             rule: "allowed_hosts",
             field: "allow_host",
-            message: format!(
-                "`{h}` is not in this server's allowed hosts ({})",
-                if limits.allowed_hosts.is_empty() {
-                    "none".to_owned()
-                } else {
-                    limits.allowed_hosts.join(", ")
-                }
-            ),
+            message: host_refusal(h, &limits.allowed_hosts),
         });
     }
     Ok(())
@@ -495,5 +522,32 @@ mod tests {
         ];
         l.allowed_upstreams = Some(vec!["a".into()]);
         admit(&mut s, &l, &Asked::default()).unwrap();
+    }
+
+    #[test]
+    fn a_job_opts_into_private_addresses_only_where_the_server_does() {
+        let (_d, spec, limits) = setup();
+        let run = |asked: &[&str], allowed: &[&str]| {
+            let (mut s, mut l) = (spec.clone(), limits.clone());
+            s.model_access.allow_hosts = asked.iter().map(|h| (*h).to_owned()).collect();
+            l.allowed_hosts = allowed.iter().map(|h| (*h).to_owned()).collect();
+            admit(&mut s, &l, &Asked::default())
+        };
+        let r = run(&["pypi.corp=private"], &["pypi.corp"]).unwrap_err();
+        assert_eq!((r.rule, r.field), ("allowed_hosts", "allow_host"));
+        assert!(
+            r.message.contains("`pypi.corp=private`")
+                && r.message.contains("allowed without `=private`"),
+            "{r}"
+        );
+        let r = run(&["pypi.corp:443=private"], &["pypi.corp:80=private"]).unwrap_err();
+        assert!(!r.message.contains("without `=private`"), "{r}");
+        run(&["pypi.corp=private"], &["PyPI.corp=private"]).unwrap();
+        run(&["pypi.corp:443=private"], &["pypi.corp=private"]).unwrap();
+        // A job may ask for less than the server allows.
+        run(&["pypi.corp"], &["pypi.corp=private"]).unwrap();
+        // An address allowed by number is its own entry, whatever a name's opt-in.
+        assert!(run(&["10.1.2.3:3141"], &["pypi.corp:3141=private"]).is_err());
+        run(&["10.1.2.3:3141"], &["10.1.2.3:3141"]).unwrap();
     }
 }

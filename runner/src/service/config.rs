@@ -152,7 +152,8 @@ pub struct Limits {
     /// Images a docker job may use.
     #[serde(default)]
     pub allowed_images: Vec<String>,
-    /// What a job's `allow_host` may name (`HOST`: ports 80 and 443; `HOST:PORT`: that port).
+    /// What a job's `allow_host` may name (`HOST`: ports 80 and 443; `HOST:PORT`: that port;
+    /// `=private` after either: a job may opt that name into private addresses).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
     /// Upstreams a job may name (`None`: every configured one).

@@ -2,19 +2,27 @@
 //! An HTTP/1.1 forward proxy on a listener the engine hands over, serving `CONNECT host:port`
 //! tunnels and absolute-form HTTP requests to the `--allow-host` entries only.
 //!
-//! - [`allow`]: [`AllowHost`] entries (port default: 80 and 443).
-//! - [`resolve`]: the resolver and the DNS-rebinding guard.
+//! - [`allow`]: [`AllowHost`] entries (port default: 80 and 443; `=private`).
+//! - [`resolve`]: the resolver. [`host`]: this host's own addresses (`getifaddrs`).
+//! - [`addresses`]: what an address is, and what an entry may lead to.
 //! - [`policy`]: the decision. [`proxy`]: the handling of one request.
 //!
 //! The decision is made on the name the client asked for (the CONNECT authority or the
-//! absolute-form target, whose `Host` header must agree); the proxy then resolves the name
-//! itself and connects to that address. A name that resolves only to loopback, link-local,
-//! unspecified, multicast or broadcast addresses is refused unless the entry is an IP literal or
-//! `localhost`. Private (RFC 1918) addresses are not refused: allowed names may be internal
-//! mirrors. Refusals are 403 with a plain-text body naming `HOST:PORT`; every decision, allowed
-//! or not, goes to the sink.
+//! absolute-form target, whose `Host` header must agree). An IP-literal entry is explicit: the
+//! proxy connects to that address, whatever it is (a mirror on `127.0.0.1:3141`). A name is
+//! resolved by the proxy itself, which connects only to the addresses the entry permits, so a
+//! DNS answer cannot turn an allowed name into a way to the runner host or the network behind
+//! it: a name leads to public addresses only; with `=private` to private ones too (10/8,
+//! 172.16/12, 192.168/16, 100.64/10, 198.18/15, fc00::/7, fec0::/10, and IPv6 forms embedding
+//! them); never, whatever the entry, to an address of this host (every interface, read at each
+//! decision), loopback, link-local, cloud metadata, unspecified, reserved, multicast or
+//! broadcast addresses (`localhost` alone leads to loopback). Refusals are 403 with a
+//! plain-text body naming `HOST:PORT`, the address and its class, and the entry that would
+//! allow it; every decision, allowed or not, goes to the sink.
 
+pub mod addresses;
 pub mod allow;
+pub mod host;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;
@@ -32,6 +40,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use allow::AllowHost;
+pub use host::{HostAddresses, InterfaceAddresses};
 pub use resolve::{Resolve, SystemResolver};
 
 use super::GatewayError;
@@ -45,16 +54,20 @@ pub struct EgressConfig {
     pub allow: Vec<AllowHost>,
     /// How names are resolved.
     pub resolver: Arc<dyn Resolve>,
+    /// This host's own addresses, which no name may lead to.
+    pub host: Arc<dyn HostAddresses>,
     /// TCP connect timeout to a destination.
     pub connect_timeout: Duration,
 }
 
 impl EgressConfig {
-    /// The allowed destinations, the system resolver and a 10 s connect timeout.
+    /// The allowed destinations, the system resolver, the interfaces' addresses and a 10 s
+    /// connect timeout.
     pub fn new(allow: Vec<AllowHost>) -> Self {
         Self {
             allow,
             resolver: Arc::new(SystemResolver),
+            host: Arc::new(InterfaceAddresses),
             connect_timeout: Duration::from_secs(10),
         }
     }

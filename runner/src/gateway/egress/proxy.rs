@@ -101,8 +101,8 @@ impl ProxyState {
                 self.report(host, port, method, false, reason);
                 Err(text(StatusCode::FORBIDDEN, body))
             }
-            Err(Refusal::Unresolved(body)) => {
-                self.report(host, port, method, false, "name not resolved".to_owned());
+            Err(Refusal::Failed { body, reason }) => {
+                self.report(host, port, method, false, reason);
                 Err(text(StatusCode::BAD_GATEWAY, body))
             }
         }

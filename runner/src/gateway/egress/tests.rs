@@ -12,6 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::host::FixedHostAddresses;
+use super::policy::{Refusal, decide};
 use super::resolve::Resolving;
 use super::*;
 use crate::gateway::testkit::{DEADLINE, RecordingSink};
@@ -88,16 +90,31 @@ impl Drop for Proxy {
     }
 }
 
-async fn proxy(allow: &[String], names: &[(&str, &str)]) -> Proxy {
+/// A configuration whose names resolve by `names` (each `NAME`, `IP[,IP]...`) on a host whose
+/// own addresses are `own`.
+fn config(allow: &[String], names: &[(&str, &str)], own: &[&str]) -> EgressConfig {
     let table = names
         .iter()
-        .map(|(n, ip)| ((*n).to_owned(), vec![ip.parse().unwrap()]))
+        .map(|(n, ips)| {
+            (
+                (*n).to_owned(),
+                ips.split(',').map(|ip| ip.parse().unwrap()).collect(),
+            )
+        })
         .collect();
-    let cfg = EgressConfig {
+    EgressConfig {
         allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
         resolver: Arc::new(StaticResolver(table)),
+        host: Arc::new(FixedHostAddresses::of(own)),
         connect_timeout: DEADLINE,
-    };
+    }
+}
+
+async fn proxy(allow: &[String], names: &[(&str, &str)]) -> Proxy {
+    proxy_on(config(allow, names, &["127.0.0.1", "::1"])).await
+}
+
+async fn proxy_on(cfg: EgressConfig) -> Proxy {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let sink = Arc::new(RecordingSink::default());
@@ -232,7 +249,16 @@ async fn loopback_is_reached_through_localhost_but_not_through_a_public_name() {
     )
     .await;
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
-    assert!(out.contains("loopback or link-local"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "rebind.example:{port} resolves to 127.0.0.1, a loopback address; refused"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("`--allow-host 127.0.0.1:{port}`")),
+        "{out}"
+    );
     assert_eq!(m.hits.load(Ordering::SeqCst), 1);
     let e = p.sink.egress.lock().unwrap().clone();
     assert_eq!(
@@ -256,6 +282,154 @@ async fn link_local_metadata_behind_an_allowed_name_is_refused() {
     )
     .await;
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_an_address_of_this_host_is_refused_and_journalled() {
+    let p = proxy_on(config(
+        &["pypi.example.org".to_owned()],
+        &[("pypi.example.org", "172.17.0.1")],
+        &["127.0.0.1", "172.17.0.1", "192.0.2.2"],
+    ))
+    .await;
+    let out = exchange(
+        p.addr,
+        "CONNECT pypi.example.org:443 HTTP/1.1\r\nHost: pypi.example.org:443\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(
+        out.contains(
+            "ralph egress proxy: pypi.example.org:443 resolves to 172.17.0.1, an address of this \
+             host; refused (to reach it on purpose, allow the address itself: \
+             `--allow-host 172.17.0.1:443`)"
+        ),
+        "{out}"
+    );
+    let e = p.sink.egress.lock().unwrap().clone();
+    assert_eq!(e.len(), 1);
+    assert!(!e[0].allowed);
+    assert_eq!(
+        (e[0].host.as_str(), e[0].port, e[0].reason.as_str()),
+        (
+            "pypi.example.org",
+            443,
+            "resolves to 172.17.0.1, an address of this host"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_private_name_without_opt_in_gets_a_403_saying_how_to_opt_in() {
+    let p = proxy_on(config(
+        &["pypi.corp:3141".to_owned()],
+        &[("pypi.corp", "10.0.0.5")],
+        &["127.0.0.1"],
+    ))
+    .await;
+    let out = exchange(
+        p.addr,
+        &get("http://pypi.corp:3141/simple/", "pypi.corp:3141"),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(
+        out.contains("pypi.corp:3141 resolves to 10.0.0.5, a private address; refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("`--allow-host pypi.corp:3141=private`")
+            && out.contains("`--allow-host 10.0.0.5:3141`"),
+        "{out}"
+    );
+    let e = p.sink.egress.lock().unwrap().clone();
+    assert_eq!(e[0].reason, "resolves to 10.0.0.5, a private address");
+}
+
+#[tokio::test]
+async fn mixed_answers_connect_only_to_the_permitted_address() {
+    let m = http_mock().await;
+    let port = m.addr.port();
+    // `localhost` leads to loopback only: the private address in the answer is skipped (never
+    // tried: it is first, and would hang until the connect timeout).
+    let p = proxy_on(config(
+        &[format!("localhost:{port}")],
+        &[("localhost", "10.255.0.1,127.0.0.1")],
+        &["127.0.0.1"],
+    ))
+    .await;
+    let out = exchange(
+        p.addr,
+        &get(
+            &format!("http://localhost:{port}/"),
+            &format!("localhost:{port}"),
+        ),
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(m.hits.load(Ordering::SeqCst), 1);
+    let e = p.sink.egress.lock().unwrap().clone();
+    assert!(e[0].allowed);
+    assert_eq!(
+        e[0].reason,
+        format!("allowed by localhost:{port} (skipped 10.255.0.1, a private address)")
+    );
+}
+
+#[tokio::test]
+async fn this_hosts_addresses_are_read_again_for_each_decision() {
+    let cfg = config(
+        &["pypi.example.org".to_owned()],
+        &[("pypi.example.org", "192.0.2.77")],
+        &["127.0.0.1"],
+    );
+    let allowed = decide(&cfg, "pypi.example.org", 443).await.unwrap();
+    assert_eq!(allowed.addrs, ["192.0.2.77:443".parse().unwrap()]);
+    // An interface with that address comes up (a bridge, a VPN): refused from then on.
+    let own = FixedHostAddresses::of(&["127.0.0.1", "192.0.2.77"]);
+    let cfg = EgressConfig {
+        host: Arc::new(own),
+        ..cfg
+    };
+    match decide(&cfg, "pypi.example.org", 443).await {
+        Err(Refusal::Denied { reason, .. }) => {
+            assert_eq!(reason, "resolves to 192.0.2.77, an address of this host");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[derive(Debug)]
+struct NoInterfaces;
+
+impl HostAddresses for NoInterfaces {
+    fn addresses(&self) -> std::io::Result<Vec<std::net::IpAddr>> {
+        Err(std::io::Error::other("netlink said no"))
+    }
+}
+
+#[tokio::test]
+async fn a_name_is_refused_when_this_hosts_addresses_cannot_be_listed() {
+    let cfg = EgressConfig {
+        host: Arc::new(NoInterfaces),
+        ..config(
+            &["pypi.example.org".to_owned(), "93.184.216.34".to_owned()],
+            &[("pypi.example.org", "93.184.216.34")],
+            &[],
+        )
+    };
+    match decide(&cfg, "pypi.example.org", 443).await {
+        Err(Refusal::Failed { reason, body }) => {
+            assert!(reason.contains("netlink said no"), "{reason}");
+            assert!(
+                body.contains("failed to list this host's addresses"),
+                "{body}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A literal needs no list.
+    assert!(decide(&cfg, "93.184.216.34", 443).await.is_ok());
 }
 
 #[tokio::test]
