@@ -358,7 +358,10 @@ pub fn describe_job(j: &Value) -> String {
     }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.
-        lines.push(format!("  runs: {}, retries: {}", j["rounds"], j["retries"]));
+        lines.push(format!(
+            "  runs: {}, retries: {}",
+            j["rounds"], j["retries"]
+        ));
     } else {
         lines.push(format!(
             "  rounds: {} of {}, retries: {}",

@@ -7,15 +7,17 @@
 use std::path::PathBuf;
 
 use proptest::prelude::*;
-use ralph_runner::job::{AgentSpec, FinishReason, JobKind, JobResult, JobSpec, Outcome, RoundFailure};
+use ralph_runner::job::{
+    AgentSpec, FinishReason, JobKind, JobResult, JobSpec, Outcome, RoundFailure,
+};
 use ralph_runner::report::{Report, Status};
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
 use ralph_runner::usage::{RoundUsage, UsageTotals};
 use ralph_runner::util::terminal::{self, LINE_BOUND, Prefixed};
 use serde_json::json;
 
-use super::client_cmds::describe_job;
 use super::client_cmds::describe_event;
+use super::client_cmds::describe_job;
 use super::progress::Progress;
 use super::round_view;
 
@@ -84,9 +86,13 @@ fn finished(result: AttemptResult, violations: Vec<String>) -> EventKind {
 
 /// Events whose text fields hold `t`.
 fn hostile_events(t: &str) -> Vec<Event> {
-    let report = json!({"status": "blocked", "summary": t, "evidence": [t], "nextSteps": [t], "blocker": t});
+    let report =
+        json!({"status": "blocked", "summary": t, "evidence": [t], "nextSteps": [t], "blocker": t});
     vec![
-        ev(finished(AttemptResult::Reported { report }, vec![t.to_owned()])),
+        ev(finished(
+            AttemptResult::Reported { report },
+            vec![t.to_owned()],
+        )),
         ev(finished(
             AttemptResult::Failed {
                 reason: RoundFailure::InvalidReport,

@@ -109,6 +109,9 @@ mod tests {
         assert_eq!(value("x y\n"), "\"x y\\n\"");
         assert_eq!(value("a\"=b"), "\"a\\\"=b\"");
         assert_eq!(value("plain"), "plain");
-        assert_eq!(escape("x ##[error]y \u{202e}"), "x ##\\u{5b}error]y \\u{202e}");
+        assert_eq!(
+            escape("x ##[error]y \u{202e}"),
+            "x ##\\u{5b}error]y \\u{202e}"
+        );
     }
 }

@@ -103,8 +103,15 @@ mod tests {
     fn a_pause_has_an_unguessable_token_and_its_two_lines() {
         let (a, b) = (CommandPause::new(), CommandPause::new());
         assert_ne!(a, b);
-        let token = a.start().strip_prefix("::stop-commands::").unwrap().to_owned();
-        assert!(token.starts_with("ralph-") && token.len() == 6 + 32, "{token}");
+        let token = a
+            .start()
+            .strip_prefix("::stop-commands::")
+            .unwrap()
+            .to_owned();
+        assert!(
+            token.starts_with("ralph-") && token.len() == 6 + 32,
+            "{token}"
+        );
         assert_eq!(a.end(), format!("::{token}::"));
     }
 }

@@ -65,13 +65,19 @@ fn invalid_utf8_and_c1_controls_are_replaced() {
 
 #[test]
 fn bidi_controls_and_separators_are_shown_escaped() {
-    assert_eq!(line("a\u{202e}b\u{2028}c\u{2066}"), "a\\u{202e}b\\u{2028}c\\u{2066}");
+    assert_eq!(
+        line("a\u{202e}b\u{2028}c\u{2066}"),
+        "a\\u{202e}b\\u{2028}c\\u{2066}"
+    );
 }
 
 #[test]
 fn hash_commands_anywhere_in_a_line_lose_their_bracket() {
     assert_eq!(line("x ##[error]y"), "x ##\\x5berror]y");
-    assert_eq!(line("##vso[task.setvariable]"), "##vso\\x5btask.setvariable]");
+    assert_eq!(
+        line("##vso[task.setvariable]"),
+        "##vso\\x5btask.setvariable]"
+    );
     assert_eq!(line("##teamcity[x]"), "##teamcity\\x5bx]");
     assert_eq!(line("#\u{200b}#[x]"), "#\u{200b}#\\x5bx]");
     // Not a command: ordinary brackets and single hashes stay.
@@ -141,7 +147,9 @@ fn command_lines_are_recognised_as_a_ci_runner_reads_them() {
 }
 
 fn arb_json() -> impl Strategy<Value = Value> {
-    let text = hostile_bytes().prop_map(|b| String::from_utf8_lossy(&b).into_owned()).boxed();
+    let text = hostile_bytes()
+        .prop_map(|b| String::from_utf8_lossy(&b).into_owned())
+        .boxed();
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<i64>().prop_map(Value::from),
