@@ -169,8 +169,9 @@ fn agent_text_streams(command: &Command, json: bool) -> ci_pause::Streams {
             stdout: text,
             stderr: true,
         },
+        // A round's log is text (behind its label) even with --json; --raw is its bytes.
         Command::Logs(args) => ci_pause::Streams {
-            stdout: text && !args.raw,
+            stdout: !args.raw && (text || args.round.is_some()),
             stderr: true,
         },
         Command::Run(_)

@@ -211,7 +211,7 @@ proptest! {
         let text = describe_job(&j);
         let lines: Vec<&str> = text.split('\n').collect();
         prop_assert_eq!(lines.len(), 11, "{}", text);
-        prop_assert!(lines[0].starts_with("job job-1: loop finished — blocked ("));
+        assert_safe_line(lines[0], &["job job-1: loop finished — blocked ("])?;
         for l in &lines[1..] {
             assert_safe_line(l, &["  "])?;
             // After the indentation, the line's own label: a runner word and a colon.

@@ -39,8 +39,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Print each round's output on stderr while it is written, its lines prefixed
-    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); escape
-    /// sequences and control characters of the agent are removed or shown escaped.
+    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); the
+    /// agent's escape sequences and control characters are shown escaped (`\x1b`), never sent.
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// Write the job's metrics to PATH (node exporter textfile format, atomically; counters add
