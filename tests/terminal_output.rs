@@ -247,8 +247,8 @@ fn assert_shown(what: &str, text: &str, marker: &str) {
     );
 }
 
-/// Under GitHub Actions, `stream` pauses workflow commands first and resumes them last, with one
-/// token; nothing of the agent's comes before or after.
+/// Under GitHub Actions, `stream` (stderr) pauses workflow commands first and resumes them last,
+/// with one token; nothing of the agent's comes before or after.
 fn assert_paused(what: &str, stream: &[u8]) {
     let ls: Vec<String> = lines(stream)
         .into_iter()
@@ -261,6 +261,15 @@ fn assert_paused(what: &str, stream: &[u8]) {
         .unwrap_or_else(|| panic!("{what}: commands not paused first:\n{ls:#?}"));
     assert_eq!(last, format!("::{token}::"), "{what}: {ls:#?}");
     assert!(is_pause_line(first) && is_pause_line(last), "{what}");
+}
+
+/// stdout is exactly the command's output: no pause line in it.
+fn assert_no_pause(what: &str, stream: &[u8]) {
+    assert!(
+        !lines(stream).iter().any(|l| is_pause_line(l)),
+        "{what}: a pause line on stdout:\n{}",
+        String::from_utf8_lossy(stream)
+    );
 }
 
 fn json_of(what: &str, bytes: &[u8]) -> Value {
@@ -399,9 +408,7 @@ fn show_logs_and_wait_show_the_agents_text_escaped_on_a_terminal_and_in_ci() {
         assert_safe(&format!("{what}'s stdout in GitHub Actions"), &ci.out);
         assert_safe(&format!("{what}'s stderr in GitHub Actions"), &ci.err);
         assert_paused(&format!("{what}'s stderr"), &ci.err);
-        if *what != "wait" {
-            assert_paused(&format!("{what}'s stdout"), &ci.out);
-        }
+        assert_no_pause(&format!("{what}'s stdout"), &ci.out);
     }
     let show = on_a_tty(
         &cases[0].1.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -576,19 +583,19 @@ fn submit_wait_show_logs_and_diff_against_a_server_show_the_agents_text_escaped(
         "--name",
         "::error::named ##[error]y",
     ];
-    // submit echoes the job's id: one line, nothing else on stdout.
+    // submit echoes the job's id: one line, nothing else on stdout (`id=$(ralph submit …)`
+    // works in GitHub Actions too); the pause is on stderr.
     let sub = in_github_actions(&submit_args, &env);
     assert_eq!(sub.code, 0, "{}", sub.err_text());
     assert_safe("submit's stdout", &sub.out);
     assert_safe("submit's stderr", &sub.err);
-    assert_paused("submit's stdout", &sub.out);
-    let ids: Vec<String> = lines(&sub.out)
-        .into_iter()
-        .filter(|l| !l.is_empty() && !is_pause_line(l))
-        .collect();
-    assert_eq!(ids.len(), 1, "{ids:?}");
-    let id = ids[0].clone();
-    assert!(uuid_like(&id), "{id}");
+    assert_paused("submit's stderr", &sub.err);
+    let out = sub.out_text();
+    let id = out
+        .strip_suffix('\n')
+        .unwrap_or_else(|| panic!("{out:?}"))
+        .to_owned();
+    assert!(uuid_like(&id), "{out:?}");
 
     let wait = on_a_tty(&["wait", &id], &env, "xterm");
     assert_eq!(wait.code, 1, "{}", wait.out_text());
@@ -609,7 +616,9 @@ fn submit_wait_show_logs_and_diff_against_a_server_show_the_agents_text_escaped(
         assert_safe(&format!("{args:?} on a terminal"), &tty.out);
         let ci = in_github_actions(args, &env);
         assert_safe(&format!("{args:?} in GitHub Actions"), &ci.out);
-        assert_paused(&format!("{args:?}'s stdout"), &ci.out);
+        assert_safe(&format!("{args:?}'s stderr in GitHub Actions"), &ci.err);
+        assert_paused(&format!("{args:?}'s stderr"), &ci.err);
+        assert_no_pause(&format!("{args:?}'s stdout"), &ci.out);
     }
     let show = on_a_tty(&["show", &id], &env, "xterm");
     assert!(

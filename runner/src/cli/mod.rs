@@ -160,28 +160,19 @@ fn print_json_error(exit: Exit, message: &str) {
     ));
 }
 
-/// The streams on which `command` prints agent text (a job's messages, reports, output, or
-/// errors quoting them), which GitHub Actions' workflow commands are paused on ([`ci_pause`]).
-fn agent_text_streams(command: &Command, json: bool) -> ci_pause::Streams {
-    let text = !json;
+/// Whether `command` prints job data (a job's messages, reports, output, or errors quoting
+/// them), around which GitHub Actions' workflow commands are paused ([`ci_pause`]).
+fn prints_job_text(command: &Command) -> bool {
     match command {
-        Command::Submit(_) | Command::Jobs(_) | Command::Show(_) => ci_pause::Streams {
-            stdout: text,
-            stderr: true,
-        },
-        // A round's log is text (behind its label) even with --json; --raw is its bytes.
-        Command::Logs(args) => ci_pause::Streams {
-            stdout: !args.raw && (text || args.round.is_some()),
-            stderr: true,
-        },
         Command::Run(_)
-        | Command::Wait(_)
+        | Command::Submit(_)
+        | Command::Jobs(_)
+        | Command::Show(_)
         | Command::Diff(_)
+        | Command::Logs(_)
         | Command::Cancel(_)
-        | Command::Resume(_) => ci_pause::Streams {
-            stdout: false,
-            stderr: true,
-        },
+        | Command::Resume(_)
+        | Command::Wait(_) => true,
         Command::Sandbox(_)
         | Command::Doctor(_)
         | Command::Serve(_)
@@ -189,7 +180,7 @@ fn agent_text_streams(command: &Command, json: bool) -> ci_pause::Streams {
         | Command::Agent(_)
         | Command::Prune(_)
         | Command::Completions(_)
-        | Command::Man(_) => ci_pause::Streams::default(),
+        | Command::Man(_) => false,
     }
 }
 
@@ -226,7 +217,7 @@ pub fn main() -> std::process::ExitCode {
         }
     }
     let paused = ci_pause::Paused::start(
-        agent_text_streams(&cli.command, json),
+        prints_job_text(&cli.command),
         ralph_runner::util::ci_log::CiEnv::current(),
     );
     let result = match cli.command {
