@@ -189,7 +189,19 @@ fn local_history_reads_a_run_without_a_server_and_changes_nothing() {
         out.stdout
     );
     assert!(out.stdout.contains("finished: complete"), "{}", out.stdout);
+    // The round's lines behind its label (issue 25); the captured bytes with --raw.
     let out = local(&["logs", "--state-dir", &state, prefix, "--round", "1"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "[round 1] round-output-marker\n");
+    let out = local(&[
+        "logs",
+        "--state-dir",
+        &state,
+        prefix,
+        "--round",
+        "1",
+        "--raw",
+    ]);
     out.expect_code(0);
     assert_eq!(out.stdout, "round-output-marker\n");
     let out = local(&["logs", "--state-dir", &state, prefix, "--round", "7"]);
@@ -500,6 +512,9 @@ fn names_labels_and_prefixes_through_a_server() {
     out.expect_code(0);
     assert_eq!(out.json()["name"], "from-flags");
     let out = s.ralph(&["logs", &a[..shared.len() + 1], "--round", "1"]);
+    out.expect_code(0);
+    assert_eq!(out.stdout, "[round 1] out-marker\n");
+    let out = s.ralph(&["logs", &a[..shared.len() + 1], "--round", "1", "--raw"]);
     out.expect_code(0);
     assert_eq!(out.stdout, "out-marker\n");
     let out = s.ralph(&["logs", &a[..shared.len() + 1]]);

@@ -1,5 +1,5 @@
-//! Watching a job: `ralph run --follow` prints each round's output while it is written (and
-//! nothing of the agent's escape sequences), the live view's elapsed time ticks, plain output
+//! Watching a job: `ralph run --follow` prints each round's output while it is written (the
+//! agent's escape sequences shown escaped, never sent), the live view's elapsed time ticks, plain output
 //! has no escape sequence without a terminal, with `TERM=dumb` or `NO_COLOR`, the artifacts
 //! path comes first, and `ralph logs JOB --round K --follow` follows a running round.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -144,9 +144,15 @@ cp {}/report.json $RALPH_REPORT_FILE",
             "raw {raw:?} on stderr:\n{stderr:?}"
         );
     }
-    // The text itself is shown, the controls removed or escaped.
-    assert!(stderr.contains("[round 1] title-line\n"), "{stderr}");
-    assert!(stderr.contains("[round 1] clear-line\n"), "{stderr}");
+    // The text itself is shown, the controls escaped (issue 25: shown, no longer dropped).
+    assert!(
+        stderr.contains("[round 1] \\x1b]0;owned\\x07title-line\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[round 1] \\x1b[2Jclear-line\n"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("[round 1] before\\rrewritten\n"),
         "{stderr}"
@@ -155,13 +161,17 @@ cp {}/report.json $RALPH_REPORT_FILE",
         stderr.contains("[round 1] bad \u{fffd}\u{fffd} utf8\n"),
         "{stderr}"
     );
-    assert!(stderr.contains("[round 1 stderr] err-line\n"), "{stderr}");
     assert!(
-        stderr.contains("[round 1] no newline at the end \n"),
+        stderr.contains("[round 1 stderr] \\x1b]0;owned-err\\x07err-line\\x1b[1A\n"),
         "{stderr}"
     );
     assert!(
-        !stderr.contains("owned") && !stderr.contains("pwned"),
+        stderr.contains("[round 1] no newline at the end \\x1b[31m\n"),
+        "{stderr}"
+    );
+    // The report's summary in the progress line: its sequences shown, not sent.
+    assert!(
+        stderr.contains("done \\x1b]0;pwned\\x07 \\x1b[2J"),
         "{stderr}"
     );
 }
@@ -296,7 +306,10 @@ fn plain_output_without_a_terminal_has_no_escape_sequence() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("[round 1] colour green\n"), "{text}");
+    assert!(
+        text.contains("[round 1] colour \\x1b[32mgreen\\x1b[0m\n"),
+        "{text}"
+    );
     assert!(!out.stderr.contains(&0x1b), "{text:?}");
 }
 
@@ -341,7 +354,11 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     std::fs::write(ws.join("go"), "").unwrap();
     let code = wait_exit(&mut logs, "ralph logs --follow exits", &out);
     assert_eq!(code, 0, "{}", err.text());
-    assert_eq!(out.text(), "first-line\nwritten-after-go\n");
+    // Behind the round's label (issue 25), as `ralph logs --round` prints it.
+    assert_eq!(
+        out.text(),
+        "[round 1] first-line\n[round 1] written-after-go\n"
+    );
     assert_eq!(
         s.wait_finished(&id, LIMIT)["outcome"],
         "complete",

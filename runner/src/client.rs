@@ -377,14 +377,14 @@ impl Client {
             .await
     }
 
-    /// A round's captured output.
+    /// A round's captured output, its bytes as captured.
     pub async fn logs(
         &self,
         id: &str,
         round: u32,
         attempt: u32,
         stream: &str,
-    ) -> Result<String, ClientError> {
+    ) -> Result<Vec<u8>, ClientError> {
         let req = self
             .http
             .get(self.url(&format!("/jobs/{id}/rounds/{round}/logs")))
@@ -392,11 +392,13 @@ impl Client {
                 ("attempt", attempt.to_string()),
                 ("stream", stream.to_owned()),
             ]);
-        self.send(req)
+        let bytes = self
+            .send(req)
             .await?
-            .text()
+            .bytes()
             .await
-            .map_err(|e| ClientError::Decode(e.to_string()))
+            .map_err(|e| ClientError::Decode(e.to_string()))?;
+        Ok(bytes.to_vec())
     }
 
     /// A round's captured output followed as it grows: `each` sees every chunk as it arrives;

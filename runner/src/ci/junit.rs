@@ -59,7 +59,7 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         if let AttemptResult::Reported { report } = &a.result {
             cases.push_str(&format!(
                 "      <system-out>{}</system-out>\n",
-                xml(&bounded(&report.to_string()))
+                xml(&bounded(&crate::util::terminal::json(report, false)))
             ));
         }
         cases.push_str("    </testcase>\n");

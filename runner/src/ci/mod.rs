@@ -2,7 +2,8 @@
 //! ([`junit`]: a testcase per round attempt and per verify, for test views) and a Markdown
 //! summary ([`summary`]: for `$GITHUB_STEP_SUMMARY` and merge-request notes). Everything in them
 //! that came from the agent or the workspace (reports, failure messages, verify output) is
-//! escaped for its format and bounded: it can neither forge a testcase nor break the page.
+//! escaped for its format and bounded: it can neither forge a testcase nor break the page; its
+//! control characters are shown escaped ([`crate::util::terminal`]'s rule), never dropped.
 
 pub mod junit;
 pub mod summary;

@@ -68,7 +68,7 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens
     ));
     if let Some(report) = &result.report {
-        let text = serde_json::to_string_pretty(report).unwrap_or_default();
+        let text = crate::util::terminal::json(report, true);
         s.push_str("Last report:\n\n");
         s.push_str(&markdown_block(&crate::util::text::bounded(
             &text, BLOCK_CAP,

@@ -5,6 +5,9 @@
 //!
 //! Exit codes: 0 done; 64 usage, a refused request or a wrong token; 70 the server unreachable
 //! or another failure; `wait` exits with the job's outcome code (SPEC §3).
+//!
+//! Every text line they print goes through [`terminal`] (agent text escaped, never starting a
+//! line); `--json` prints [`terminal::json`] (the API's value exactly).
 
 use super::stdout::outln;
 use std::path::{Path, PathBuf};
@@ -14,12 +17,14 @@ use ralph_runner::client::{Client, ClientError, DEFAULT_SERVER};
 use ralph_runner::job::request::{Format, JobRequest, parse_job_file};
 use ralph_runner::job::{FinishReason, Outcome};
 use ralph_runner::store::{AttemptResult, Event, EventKind};
+use ralph_runner::util::terminal;
 use serde_json::{Value, json};
 
 use super::CliError;
 use super::exit::Exit;
 use super::job_args::JobArgs;
 use super::job_source::{Followed, ListRequest, SourceArgs};
+use super::round_view::RoundView;
 use ralph_runner::util::units::HumanDuration;
 
 /// Where the server is and how to authenticate.
@@ -109,8 +114,7 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 fn print_json(v: &Value) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| CliError::internal(e.to_string()))?;
-    outln!("{text}");
+    outln!("{}", terminal::json(v, true));
     Ok(())
 }
 
@@ -209,7 +213,7 @@ pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
         print_json(&created)?;
     } else {
         for j in created["jobs"].as_array().into_iter().flatten() {
-            outln!("{}", j["id"].as_str().unwrap_or(""));
+            outln!("{}", terminal::line(j["id"].as_str().unwrap_or("")));
         }
     }
     Ok(Exit::Complete)
@@ -267,7 +271,7 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
         "CREATED"
     );
     for j in list["jobs"].as_array().into_iter().flatten() {
-        outln!(
+        let row = format!(
             "{:<38} {:<9} {:<15} {:<5} {:>6}  {:<24}  {}",
             j["id"].as_str().unwrap_or(""),
             j["state"].as_str().unwrap_or(""),
@@ -278,9 +282,10 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
             j["created_at"].as_str().unwrap_or(""),
             j["name"].as_str().unwrap_or("-")
         );
+        outln!("{}", terminal::line(&row));
     }
     if let Some(next) = list["next"].as_str() {
-        outln!("(more: --before {next})");
+        outln!("{}", terminal::line(&format!("(more: --before {next})")));
     }
     Ok(Exit::Complete)
 }
@@ -318,25 +323,29 @@ pub struct JobRef {
     pub server: ServerArgs,
 }
 
-fn describe_job(j: &Value) -> String {
-    let mut s = format!(
+/// `ralph show`'s text: one line about the job, then indented `key: value` lines; each line
+/// made safe by [`terminal::line`] (the message, the report's summary, names and paths may be
+/// the agent's or a client's).
+pub fn describe_job(j: &Value) -> String {
+    let mut head = format!(
         "job {}: {} {}",
         j["id"].as_str().unwrap_or(""),
         j["kind"].as_str().unwrap_or(""),
         j["state"].as_str().unwrap_or("")
     );
     if let Some(o) = j["outcome"].as_str() {
-        s.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
+        head.push_str(&format!(" — {o} ({})", j["reason"].as_str().unwrap_or("")));
     }
+    let mut lines = vec![head];
     if let Some(n) = j["name"].as_str() {
-        s.push_str(&format!("\n  name: {n}"));
+        lines.push(format!("  name: {n}"));
     }
     if let Some(l) = j["labels"].as_object().filter(|l| !l.is_empty()) {
         let pairs: Vec<String> = l
             .iter()
             .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
             .collect();
-        s.push_str(&format!("\n  labels: {}", pairs.join(", ")));
+        lines.push(format!("  labels: {}", pairs.join(", ")));
     }
     for (key, label) in [
         ("submitted_by", "submitted by"),
@@ -344,45 +353,49 @@ fn describe_job(j: &Value) -> String {
         ("resumed_by", "resumed by"),
     ] {
         if let Some(who) = j[key].as_str() {
-            s.push_str(&format!("\n  {label}: {who}"));
+            lines.push(format!("  {label}: {who}"));
         }
     }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.
-        s.push_str(&format!(
-            "\n  runs: {}, retries: {}",
+        lines.push(format!(
+            "  runs: {}, retries: {}",
             j["rounds"], j["retries"]
         ));
     } else {
-        s.push_str(&format!(
-            "\n  rounds: {} of {}, retries: {}",
+        lines.push(format!(
+            "  rounds: {} of {}, retries: {}",
             j["rounds"], j["max_rounds"], j["retries"]
         ));
     }
     if let Some(m) = j["message"].as_str() {
-        s.push_str(&format!("\n  {m}"));
+        lines.push(format!("  message: {m}"));
     }
     if let Some(r) = j["report"].as_object() {
-        s.push_str(&format!(
-            "\n  last report: {} — {}",
+        lines.push(format!(
+            "  last report: {} — {}",
             r["status"].as_str().unwrap_or(""),
             r["summary"].as_str().unwrap_or("")
         ));
     }
     let u = &j["usage"];
-    s.push_str(&format!(
-        "\n  tokens: {} input ({} cached), {} output ({} reasoning)",
+    lines.push(format!(
+        "  tokens: {} input ({} cached), {} output ({} reasoning)",
         u["input_tokens"], u["cached_input_tokens"], u["output_tokens"], u["reasoning_tokens"]
     ));
-    let artifacts = match j["artifacts_pruned"]["pruned_at"].as_str() {
-        Some(at) => format!("pruned at {at} (the journal remains: ralph logs)"),
-        None => j["artifacts"].as_str().unwrap_or("").to_owned(),
-    };
-    s.push_str(&format!(
-        "\n  workspace: {}\n  artifacts: {artifacts}",
+    lines.push(format!(
+        "  workspace: {}",
         j["spec"]["workspace"].as_str().unwrap_or("")
     ));
-    s
+    lines.push(match j["artifacts_pruned"]["pruned_at"].as_str() {
+        Some(at) => format!("  artifacts: pruned at {at} (the journal remains: ralph logs)"),
+        None => format!("  artifacts: {}", j["artifacts"].as_str().unwrap_or("")),
+    });
+    lines
+        .iter()
+        .map(|l| terminal::line(l))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs `ralph show`.
@@ -396,8 +409,13 @@ pub fn show(args: ShowArgs) -> Result<Exit, CliError> {
     Ok(Exit::Complete)
 }
 
-/// One journal event as a line of text.
+/// One journal event as a line of text, made safe by [`terminal::line`].
 pub fn describe_event(ev: &Event) -> String {
+    terminal::line(&event_text(ev))
+}
+
+/// One journal event in words, as it was recorded: the agent's text in it unescaped.
+fn event_text(ev: &Event) -> String {
     let body = match &ev.kind {
         EventKind::JobSubmitted { spec } => format!(
             "submitted: {} job, up to {} rounds",
@@ -607,6 +625,11 @@ pub struct LogsArgs {
     /// stdout, stderr, or verify (the verify command's output after that round).
     #[arg(long, default_value = "stdout")]
     pub stream: String,
+    /// With --round: print the captured bytes as they are, for a file or a program (`> out.log`).
+    /// Unsafe on a terminal or in a CI log: the agent's escape sequences and lines reach it.
+    /// Without it each line is printed behind the round's label (`[round K] `), escaped.
+    #[arg(long, requires = "round")]
+    pub raw: bool,
     #[command(flatten)]
     pub source: SourceArgs,
 }
@@ -614,19 +637,22 @@ pub struct LogsArgs {
 /// Runs `ralph logs`.
 pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
     let source = args.source.open()?;
-    if let (Some(round), true) = (args.round, args.follow) {
-        source.follow_round_log(&args.id, round, args.attempt, &args.stream)?;
-        return Ok(Exit::Complete);
-    }
     if let Some(round) = args.round {
-        let text = source.round_log(&args.id, round, args.attempt, &args.stream)?;
-        super::stdout::write(&text);
+        let mut view = RoundView::new(args.raw, round, args.attempt, &args.stream);
+        if args.follow {
+            source.follow_round_log(&args.id, round, args.attempt, &args.stream, &mut |c| {
+                view.push(c);
+            })?;
+        } else {
+            view.push(&source.round_log(&args.id, round, args.attempt, &args.stream)?);
+        }
+        view.finish();
         return Ok(Exit::Complete);
     }
     let json = args.source.server.json;
     source.events(&args.id, args.follow, None, |ev| {
         if json {
-            outln!("{}", serde_json::to_string(&ev).unwrap_or_default());
+            outln!("{}", terminal::json(&ev, false));
         } else {
             outln!("{}", describe_event(&ev));
         }
@@ -643,11 +669,17 @@ pub fn cancel(args: JobRef) -> Result<Exit, CliError> {
     if args.server.json {
         print_json(&r)?;
     } else if r["outcome"].as_str() == Some("cancelled") {
-        outln!("job {}: cancelled before it started", args.id);
+        outln!(
+            "{}",
+            terminal::line(&format!("job {}: cancelled before it started", args.id))
+        );
     } else {
         outln!(
-            "job {}: cancel requested; its round's processes are being stopped",
-            args.id
+            "{}",
+            terminal::line(&format!(
+                "job {}: cancel requested; its round's processes are being stopped",
+                args.id
+            ))
         );
     }
     Ok(Exit::Complete)
@@ -662,7 +694,13 @@ pub fn resume(args: JobRef) -> Result<Exit, CliError> {
     if args.server.json {
         print_json(&r)?;
     } else {
-        outln!("job {}: queued again with its remaining budget", args.id);
+        outln!(
+            "{}",
+            terminal::line(&format!(
+                "job {}: queued again with its remaining budget",
+                args.id
+            ))
+        );
     }
     Ok(Exit::Complete)
 }
@@ -681,7 +719,7 @@ pub fn wait(args: WaitArgs) -> Result<Exit, CliError> {
                     | EventKind::JobFinished { .. }
             )
         {
-            eprintln!("ralph: {}", describe_event(&ev));
+            eprintln!("{}", terminal::line(&format!("ralph: {}", event_text(&ev))));
         }
     })?;
     let j = source.job(&args.id)?;

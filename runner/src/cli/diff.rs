@@ -1,8 +1,17 @@
 //! `ralph diff JOB`: a provisioned job's `result.patch` (SPEC §11), from a server
-//! (`GET /v1/jobs/{id}/patch`) or a local store (`--state-dir DIR`), written to stdout as it is
-//! (ready for `git apply`).
+//! (`GET /v1/jobs/{id}/patch`) or a local store (`--state-dir DIR`).
+//!
+//! The patch is data for `git apply`, but its lines are the agent's: on a terminal, or in a CI
+//! log, it is shown for reading ([`terminal::verbatim`]: control characters escaped, no line
+//! that CI could run as a command; an ordinary patch reads exactly as it is). Its exact bytes go
+//! to a file (`> result.patch`), to a pipe outside CI (`| git apply`), or anywhere with `--raw`.
+
+use std::io::IsTerminal;
+use std::os::fd::AsFd;
 
 use clap::Args;
+use ralph_runner::util::ci_log::CiEnv;
+use ralph_runner::util::terminal;
 
 use super::CliError;
 use super::client_cmds::client_error;
@@ -15,8 +24,55 @@ pub struct DiffArgs {
     /// The job id (or a unique prefix of it, at least 4 characters).
     #[arg(value_name = "JOB")]
     pub id: String,
+    /// Write the patch's exact bytes even to a terminal or a CI log (where it is otherwise
+    /// shown escaped): unsafe there, the agent's escape sequences and lines reach it.
+    #[arg(long)]
+    pub raw: bool,
     #[command(flatten)]
     pub source: SourceArgs,
+}
+
+/// What stdout is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stdout {
+    Terminal,
+    File,
+    /// A pipe, a socket, a device.
+    Other,
+}
+
+/// How the patch is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// Its bytes as they are.
+    Exact,
+    /// Escaped for reading.
+    Shown,
+}
+
+/// Exact to a file, with `--raw`, and to a pipe outside CI; shown on a terminal and in a CI log
+/// (a CI step's output is a pipe the CI reads).
+fn view(raw: bool, out: Stdout, ci: bool) -> View {
+    match (raw, out) {
+        (true, _) | (false, Stdout::File) => View::Exact,
+        (false, Stdout::Terminal) => View::Shown,
+        (false, Stdout::Other) if ci => View::Shown,
+        (false, Stdout::Other) => View::Exact,
+    }
+}
+
+fn stdout_kind() -> Stdout {
+    let out = std::io::stdout();
+    if out.is_terminal() {
+        return Stdout::Terminal;
+    }
+    let is_file = out
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.is_file());
+    if is_file { Stdout::File } else { Stdout::Other }
 }
 
 /// Runs `ralph diff`.
@@ -48,6 +104,31 @@ pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
             })?
         }
     };
-    super::stdout::write_bytes(&bytes);
+    match view(args.raw, stdout_kind(), CiEnv::current().ci) {
+        View::Exact => super::stdout::write_bytes(&bytes),
+        View::Shown => {
+            let shown = terminal::verbatim(&bytes);
+            super::stdout::write(&shown);
+            if shown.as_bytes() != bytes.as_slice() {
+                eprintln!(
+                    "ralph: the patch holds control characters or lines a CI would run: shown escaped, not as bytes to apply (`ralph diff JOB > FILE` or --raw writes them)"
+                );
+            }
+        }
+    }
     Ok(Exit::Complete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_bytes_go_to_files_and_programs_a_view_to_terminals_and_ci_logs() {
+        assert_eq!(view(false, Stdout::File, true), View::Exact);
+        assert_eq!(view(false, Stdout::Other, false), View::Exact);
+        assert_eq!(view(false, Stdout::Terminal, false), View::Shown);
+        assert_eq!(view(false, Stdout::Other, true), View::Shown);
+        assert_eq!(view(true, Stdout::Terminal, true), View::Exact);
+    }
 }

@@ -1,20 +1,18 @@
-//! `ralph logs JOB --round K --follow`: a round's captured output printed as it is written,
-//! until that attempt (or the verify run) ends; a round not started yet is waited for.
+//! `ralph logs JOB --round K --follow`: a round's captured output given to the caller as it is
+//! written, until that attempt (or the verify run) ends; a round not started yet is waited for.
 
 use ralph_runner::client::{Client, ClientError};
 
-/// Prints the followed log on stdout (as captured, like `ralph logs --round` without
-/// `--follow`) and returns when it has ended.
+/// Gives `each` the followed log's chunks as they arrive and returns when it has ended.
 pub async fn round_logs(
     client: &Client,
     id: &str,
     round: u32,
     attempt: u32,
     stream: &str,
+    each: &mut dyn FnMut(&[u8]),
 ) -> Result<(), ClientError> {
     client
-        .logs_follow(id, round, attempt, stream, |chunk| {
-            super::stdout::write_bytes(chunk);
-        })
+        .logs_follow(id, round, attempt, stream, |chunk| each(chunk))
         .await
 }

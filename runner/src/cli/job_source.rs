@@ -188,14 +188,14 @@ impl JobSource {
         }
     }
 
-    /// A round's captured output (`stream`: stdout, stderr or verify).
+    /// A round's captured output (`stream`: stdout, stderr or verify), as captured.
     pub fn round_log(
         &self,
         id: &str,
         round: u32,
         attempt: u32,
         stream: &str,
-    ) -> Result<String, CliError> {
+    ) -> Result<Vec<u8>, CliError> {
         match self {
             JobSource::Remote { client, rt } => rt
                 .block_on(client.logs(id, round, attempt, stream))
@@ -204,29 +204,30 @@ impl JobSource {
                 let id = store.resolve_id(id).map_err(store_error)?;
                 let dir = job_dir(state_dir, &id);
                 let path = local_log(&dir, round, attempt, stream)?;
-                let bytes = std::fs::read(&path).map_err(|e| {
+                std::fs::read(&path).map_err(|e| {
                     CliError::usage(format!(
                         "job `{id}` has no such log (round {round}): `{}`: {e}",
                         path.display()
                     ))
-                })?;
-                Ok(String::from_utf8_lossy(&bytes).into_owned())
+                })
             }
         }
     }
 
-    /// Prints a round's log as it grows until that attempt (or the round's verify) has ended.
+    /// Gives `each` a round's log as it grows until that attempt (or the round's verify) has
+    /// ended.
     pub fn follow_round_log(
         &self,
         id: &str,
         round: u32,
         attempt: u32,
         stream: &str,
+        each: &mut dyn FnMut(&[u8]),
     ) -> Result<(), CliError> {
         match self {
             JobSource::Remote { client, rt } => rt
                 .block_on(super::follow::round_logs(
-                    client, id, round, attempt, stream,
+                    client, id, round, attempt, stream, each,
                 ))
                 .map_err(client_error),
             JobSource::Local { store, state_dir } => {
@@ -247,7 +248,7 @@ impl JobSource {
                         _ => false,
                     });
                     let done = finished(&events);
-                    offset += print_from(&path, offset)?;
+                    offset += read_from(&path, offset, each)?;
                     if ended {
                         return Ok(());
                     }
@@ -322,9 +323,9 @@ fn local_log(job_dir: &Path, round: u32, attempt: u32, stream: &str) -> Result<P
     }
 }
 
-/// Prints what `path` holds past `offset` (nothing when it does not exist yet); returns how many
-/// bytes were printed.
-fn print_from(path: &Path, offset: u64) -> Result<u64, CliError> {
+/// Gives `each` what `path` holds past `offset` (nothing when it does not exist yet); returns
+/// how many bytes that was.
+fn read_from(path: &Path, offset: u64, each: &mut dyn FnMut(&[u8])) -> Result<u64, CliError> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -340,6 +341,8 @@ fn print_from(path: &Path, offset: u64) -> Result<u64, CliError> {
     file.seek(SeekFrom::Start(offset))
         .and_then(|_| file.read_to_end(&mut buf))
         .map_err(|e| CliError::usage(format!("failed to read `{}`: {e}", path.display())))?;
-    super::stdout::write_bytes(&buf);
+    if !buf.is_empty() {
+        each(&buf);
+    }
     Ok(buf.len() as u64)
 }

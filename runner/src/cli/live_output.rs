@@ -4,8 +4,9 @@
 //! `stdout.log` and `stderr.log` (the capped artifact files; the sandbox's pipes are not
 //! touched), `round_finished` drains what is left and stops it — before the progress observer
 //! prints the round's summary, as it comes first in the observer list. Lines are prefixed
-//! `[round K]` (`[round K attempt A]` on a retry, `[round K stderr]` for stderr) and made safe
-//! for a terminal: no escape sequence of the agent reaches it.
+//! `[round K]` (`[round K attempt A]` on a retry, `[round K stderr]` for stderr) and escaped
+//! ([`Prefixed`]): no escape sequence of the agent reaches the terminal, and no line of the
+//! agent starts a line of the CI log.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,15 +17,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ralph_runner::store::{Event, EventKind, JobView, Observer};
-use ralph_runner::util::lines::for_each_part;
-use ralph_runner::util::terminal::safe_line;
+use ralph_runner::util::terminal::Prefixed;
 
 use super::progress::Progress;
 
-/// The most characters of one printed line; the rest is counted, not shown.
-const LINE_CHARS: usize = 2000;
-/// The most bytes of one line kept while it is being written.
-const LINE_BYTES: usize = 8192;
 /// How often the files are looked at when nothing was new.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -73,8 +69,8 @@ impl LiveOutput {
     fn start(&self, label: String, dir: &std::path::Path) {
         self.stop_current();
         let readers = vec![
-            Reader::new(dir.join("stdout.log"), format!("[{label}] ")),
-            Reader::new(dir.join("stderr.log"), format!("[{label} stderr] ")),
+            Reader::new(dir.join("stdout.log"), &format!("[{label}]")),
+            Reader::new(dir.join("stderr.log"), &format!("[{label} stderr]")),
         ];
         let stop = Arc::new(AtomicBool::new(false));
         let progress = self.progress.clone();
@@ -130,21 +126,16 @@ impl Drop for LiveOutput {
 /// One growing file and the line being read from it.
 struct Reader {
     path: PathBuf,
-    prefix: String,
     file: Option<File>,
-    line: Vec<u8>,
-    /// Bytes of the current line past `LINE_BYTES`.
-    dropped: usize,
+    lines: Prefixed,
 }
 
 impl Reader {
-    fn new(path: PathBuf, prefix: String) -> Self {
+    fn new(path: PathBuf, prefix: &str) -> Self {
         Self {
             path,
-            prefix,
             file: None,
-            line: Vec::new(),
-            dropped: 0,
+            lines: Prefixed::new(prefix),
         }
     }
 
@@ -171,39 +162,14 @@ impl Reader {
                 Ok(n) => n,
             };
             any = true;
-            let mut ended = Vec::new();
-            for_each_part(&buf[..n], |part, ends| {
-                let room = LINE_BYTES.saturating_sub(self.line.len());
-                let keep = part.len().min(room);
-                self.line.extend_from_slice(&part[..keep]);
-                self.dropped += part.len() - keep;
-                if ends {
-                    ended.push(self.take_line());
-                }
-            });
-            for l in ended {
-                progress.print(&l);
-            }
+            self.lines.push(&buf[..n], |l| progress.print(&l));
         }
         any
     }
 
-    fn take_line(&mut self) -> String {
-        let mut text = format!("{}{}", self.prefix, safe_line(&self.line, LINE_CHARS));
-        if self.dropped > 0 {
-            text.push_str(&format!(" … ({} more bytes)", self.dropped));
-        }
-        self.line.clear();
-        self.dropped = 0;
-        text
-    }
-
     /// Prints an unterminated last line.
     fn flush(&mut self, progress: &Progress) {
-        if !self.line.is_empty() || self.dropped > 0 {
-            let l = self.take_line();
-            progress.print(&l);
-        }
+        self.lines.finish(|l| progress.print(&l));
     }
 }
 

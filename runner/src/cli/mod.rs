@@ -3,6 +3,7 @@
 
 pub mod agent_cmd;
 pub mod ci_files;
+pub mod ci_pause;
 pub mod client_cmds;
 pub mod completions;
 pub mod diff;
@@ -15,6 +16,7 @@ pub mod live_output;
 pub mod man;
 pub mod progress;
 pub mod prune;
+pub mod round_view;
 pub mod run;
 pub mod sandbox_args;
 pub mod sandbox_docker;
@@ -152,7 +154,34 @@ fn print_json_error(exit: Exit, message: &str) {
             "message": message,
         }
     });
-    stdout::line(format_args!("{v}"));
+    stdout::line(format_args!(
+        "{}",
+        ralph_runner::util::terminal::json(&v, false)
+    ));
+}
+
+/// Whether `command` prints job data (a job's messages, reports, output, or errors quoting
+/// them), around which GitHub Actions' workflow commands are paused ([`ci_pause`]).
+fn prints_job_text(command: &Command) -> bool {
+    match command {
+        Command::Run(_)
+        | Command::Submit(_)
+        | Command::Jobs(_)
+        | Command::Show(_)
+        | Command::Diff(_)
+        | Command::Logs(_)
+        | Command::Cancel(_)
+        | Command::Resume(_)
+        | Command::Wait(_) => true,
+        Command::Sandbox(_)
+        | Command::Doctor(_)
+        | Command::Serve(_)
+        | Command::Token(_)
+        | Command::Agent(_)
+        | Command::Prune(_)
+        | Command::Completions(_)
+        | Command::Man(_) => false,
+    }
 }
 
 /// Parses the command line and runs the command.
@@ -187,6 +216,10 @@ pub fn main() -> std::process::ExitCode {
             eprintln!("ralph: warning: {e}; no log");
         }
     }
+    let paused = ci_pause::Paused::start(
+        prints_job_text(&cli.command),
+        ralph_runner::util::ci_log::CiEnv::current(),
+    );
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Sandbox(SandboxCommand::Exec(args)) => sandbox_exec::execute(*args),
@@ -206,14 +239,23 @@ pub fn main() -> std::process::ExitCode {
         Command::Completions(args) => completions::execute(&args),
         Command::Man(args) => man::execute(&args),
     };
-    match result {
+    let code = match result {
         Ok(exit) => exit.into(),
         Err(e) => {
             if json {
                 print_json_error(e.exit, &e.message);
             }
-            eprintln!("ralph: {}", e.message);
+            // Errors quote what they failed on: a job's message, a server's answer, a path.
+            eprintln!(
+                "{}",
+                ralph_runner::util::terminal::line(&format!("ralph: {}", e.message))
+            );
             e.exit.into()
         }
-    }
+    };
+    drop(paused);
+    code
 }
+
+#[cfg(test)]
+mod output_tests;

@@ -1,7 +1,10 @@
 //! Progress of a foreground job on stderr: a live line on a terminal (indicatif), plain lines
 //! otherwise. It is an observer of the journal, so it shows exactly what was recorded. The live
 //! line shows the current step's and the job's elapsed time, ticking every second; plain mode
-//! (not a terminal, `TERM=dumb`, or `NO_COLOR` set) writes no escape sequence at all.
+//! (not a terminal, `TERM=dumb`, or `NO_COLOR` set) writes no escape sequence at all. Every
+//! line, and the live line's text, goes through [`terminal::line`]: what it quotes of the agent
+//! (a report's summary, a failure's stderr tail, a model's name, an egress host) is escaped and
+//! never starts a line.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -11,15 +14,23 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use ralph_runner::report::Report;
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
-use ralph_runner::util::terminal::safe_line;
+use ralph_runner::util::terminal;
 use ralph_runner::util::text::bounded;
 
-/// The most characters of one progress line.
-const LINE_CHARS: usize = 4000;
+/// Where progress lines go.
+enum Out {
+    /// The live view of a terminal.
+    Live(ProgressBar),
+    /// Plain lines on stderr.
+    Plain,
+    /// Kept (unit tests).
+    #[cfg(test)]
+    Lines(Mutex<Vec<String>>),
+}
 
 /// Prints journal events as progress.
 pub struct Progress {
-    live: Option<ProgressBar>,
+    live: Out,
     /// When the current round attempt or verify started (the live line's step clock).
     step: Arc<Mutex<Option<Instant>>>,
     artifacts: PathBuf,
@@ -29,7 +40,7 @@ pub struct Progress {
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Progress")
-            .field("live", &self.live.is_some())
+            .field("live", &matches!(self.live, Out::Live(_)))
             .finish_non_exhaustive()
     }
 }
@@ -93,32 +104,57 @@ impl Progress {
             pb
         });
         Self {
-            live,
+            live: live.map_or(Out::Plain, Out::Live),
             step,
             artifacts,
             state: Mutex::new(State::default()),
         }
     }
 
-    /// A progress line; its text may quote the agent (a report summary, the tail of its
-    /// stderr), so every line of it is made safe for a terminal first.
-    fn line(&self, text: &str) {
-        for part in text.split('\n') {
-            self.print(&format!(
-                "ralph: {}",
-                safe_line(part.as_bytes(), LINE_CHARS)
-            ));
+    /// Progress that keeps its lines (unit tests), plain.
+    #[cfg(test)]
+    pub(super) fn kept() -> Self {
+        Self {
+            live: Out::Lines(Mutex::new(Vec::new())),
+            step: Arc::new(Mutex::new(None)),
+            artifacts: PathBuf::from("/artifacts"),
+            state: Mutex::new(State::default()),
         }
     }
 
+    /// The lines kept so far (unit tests).
+    #[cfg(test)]
+    pub(super) fn lines(&self) -> Vec<String> {
+        match &self.live {
+            Out::Lines(l) => l.lock().map(|l| l.clone()).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        matches!(self.live, Out::Live(_))
+    }
+
+    /// A progress line, `ralph: ` and `text`: `text` may quote the agent (a report summary,
+    /// the tail of its stderr), so the line is made safe first — one line, whatever it quotes.
+    fn line(&self, text: &str) {
+        self.print(&terminal::line(&format!("ralph: {text}")));
+    }
+
     /// Prints one whole line on stderr without tearing the live view (`text` must be safe for a
-    /// terminal: see `ralph_runner::util::terminal`).
+    /// terminal: made by `ralph_runner::util::terminal`).
     pub fn print(&self, text: &str) {
         match &self.live {
-            Some(pb) => pb.println(text),
-            None => {
+            Out::Live(pb) => pb.println(text),
+            Out::Plain => {
                 let mut err = std::io::stderr().lock();
                 let _ = writeln!(err, "{text}");
+            }
+            #[cfg(test)]
+            Out::Lines(l) => {
+                if let Ok(mut l) = l.lock() {
+                    l.push(text.to_owned());
+                }
             }
         }
     }
@@ -128,22 +164,22 @@ impl Progress {
         if let Ok(mut s) = self.step.lock() {
             *s = Some(Instant::now());
         }
-        if let Some(pb) = &self.live {
-            pb.set_prefix(safe_line(label.as_bytes(), LINE_CHARS));
-            pb.set_message(safe_line(rest.as_bytes(), LINE_CHARS));
+        if let Out::Live(pb) = &self.live {
+            pb.set_prefix(terminal::line(&label));
+            pb.set_message(terminal::line(&rest));
         }
     }
 
     /// Removes the live line (before the final summary).
     pub fn finish(&self) {
-        if let Some(pb) = &self.live {
+        if let Out::Live(pb) = &self.live {
             pb.finish_and_clear();
         }
     }
 }
 
 fn summary_of(r: &Report) -> String {
-    bounded(&r.summary.replace('\n', " "), 200)
+    bounded(&r.summary, 200)
 }
 
 impl Observer for Progress {
@@ -186,7 +222,7 @@ impl Observer for Progress {
                 } else {
                     String::new()
                 };
-                if self.live.is_none() {
+                if !self.is_live() {
                     self.line(&format!("{label}{a} started"));
                 }
                 let last = if st.last_summary.is_empty() {
@@ -326,7 +362,7 @@ impl Observer for Progress {
             }
             EventKind::VerifyStarted { .. } => {
                 let cmd = view.spec.verify.as_deref().unwrap_or("");
-                if self.live.is_none() {
+                if !self.is_live() {
                     self.line(&format!("verify: running `{cmd}`"));
                 }
                 self.status(format!("verify `{}`", bounded(cmd, 80)), String::new());

@@ -1,5 +1,7 @@
 //! `ralph run`: one job in the foreground, for CI. Progress on stderr, the result object on
-//! stdout with `--json`, and the exit code of SPEC §3.
+//! stdout with `--json`, and the exit code of SPEC §3. The result line quotes the job's message
+//! (the blocker, a failure's stderr tail): it is printed through [`terminal::line`], one line
+//! whatever the message holds.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
 use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
 use ralph_runner::store::{Observer, RunnerInfo, Store};
+use ralph_runner::util::terminal;
 
 use super::exit::Exit;
 use super::job_args::JobArgs;
@@ -36,8 +39,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Print each round's output on stderr while it is written, its lines prefixed
-    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); escape
-    /// sequences and control characters of the agent are removed or shown escaped.
+    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); the
+    /// agent's escape sequences and control characters are shown escaped (`\x1b`), never sent.
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// Write the job's metrics to PATH (node exporter textfile format, atomically; counters add
@@ -167,13 +170,15 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     .with_agent_user(args.agent_user.clone());
     // Jobs of this store whose runner died are closed as interrupted first (SPEC §8).
     match engine.close_orphans() {
-        Ok(r) if !r.interrupted.is_empty() => eprintln!(
-            "ralph: closed {} job(s) whose runner died as interrupted: {}",
+        Ok(r) if !r.interrupted.is_empty() => warn(&format!(
+            "closed {} job(s) whose runner died as interrupted: {}",
             r.interrupted.len(),
             r.interrupted.join(", ")
-        ),
+        )),
         Ok(_) => {}
-        Err(e) => eprintln!("ralph: warning: failed to close the jobs of dead runners: {e}"),
+        Err(e) => warn(&format!(
+            "warning: failed to close the jobs of dead runners: {e}"
+        )),
     }
     engine.sweep_scratch();
     // The workspace first: a job that cannot have it is refused before it is journalled, so
@@ -228,7 +233,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         args.junit.as_deref(),
         args.summary.as_deref(),
     );
-    print_result(&result, args.json)?;
+    print_result(&result, args.json);
     Ok(Exit::for_result(&result))
 }
 
@@ -248,7 +253,7 @@ async fn publish_metrics(metrics: &Metrics, textfile_path: Option<&Path>, push_u
     if let Some(p) = textfile_path
         && let Err(e) = textfile::write(p, metrics.gather())
     {
-        eprintln!("ralph: warning: metrics not written: {e}");
+        warn(&format!("warning: metrics not written: {e}"));
     }
     if let Some(url) = push_url {
         let pushed = match metrics.encode() {
@@ -256,7 +261,7 @@ async fn publish_metrics(metrics: &Metrics, textfile_path: Option<&Path>, push_u
             Err(e) => Err(e),
         };
         if let Err(e) = pushed {
-            eprintln!("ralph: warning: {e}");
+            warn(&format!("warning: {e}"));
         }
     }
 }
@@ -279,8 +284,14 @@ fn watch_signals(cancel: Cancel) {
     }
 }
 
-fn print_result(r: &JobResult, json: bool) -> Result<(), CliError> {
-    let mut err = std::io::stderr().lock();
+/// A `ralph: …` line on stderr, made safe.
+fn warn(text: &str) {
+    eprintln!("{}", terminal::line(&format!("ralph: {text}")));
+}
+
+/// The lines `ralph run` ends with on stderr: the result (with the job's message: a blocker,
+/// a failure), the tokens, the artifacts; each one line, made safe.
+pub fn result_lines(r: &JobResult) -> Vec<String> {
     let task = r.kind == ralph_runner::job::JobKind::Task;
     let verified = match (r.outcome, r.verified) {
         (ralph_runner::job::Outcome::Complete, Some(true)) => " (verified)",
@@ -294,28 +305,33 @@ fn print_result(r: &JobResult, json: bool) -> Result<(), CliError> {
     } else {
         format!(" after {} round(s)", r.rounds)
     };
-    let _ = writeln!(
-        err,
+    let mut lines = vec![format!(
         "ralph: {}{}{} in {:.1}s: {}",
         r.outcome,
         verified,
         rounds,
         r.duration_ms as f64 / 1000.0,
         r.message
-    );
+    )];
     if !r.usage.is_zero() {
         let u = &r.usage;
-        let _ = writeln!(
-            err,
+        lines.push(format!(
             "ralph: tokens: {} input ({} cached), {} output ({} reasoning)",
             u.input_tokens, u.cached_input_tokens, u.output_tokens, u.reasoning_tokens
-        );
+        ));
     }
-    let _ = writeln!(err, "ralph: artifacts: {}", r.artifacts.display());
+    lines.push(format!("ralph: artifacts: {}", r.artifacts.display()));
+    lines.iter().map(|l| terminal::line(l)).collect()
+}
+
+fn print_result(r: &JobResult, json: bool) {
+    {
+        let mut err = std::io::stderr().lock();
+        for l in result_lines(r) {
+            let _ = writeln!(err, "{l}");
+        }
+    }
     if json {
-        let text =
-            serde_json::to_string_pretty(r).map_err(|e| CliError::internal(e.to_string()))?;
-        super::stdout::line(format_args!("{text}"));
+        super::stdout::line(format_args!("{}", terminal::json(r, true)));
     }
-    Ok(())
 }

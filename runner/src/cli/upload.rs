@@ -77,10 +77,13 @@ pub(super) fn upload(
         )));
     };
     eprintln!(
-        "ralph: uploaded `{}`: {} entries, {} (upload {id})",
-        dir.display(),
-        answer["files"].as_u64().unwrap_or(0),
-        size(answer["bytes"].as_u64().unwrap_or(0)),
+        "{}",
+        ralph_runner::util::terminal::line(&format!(
+            "ralph: uploaded `{}`: {} entries, {} (upload {id})",
+            dir.display(),
+            answer["files"].as_u64().unwrap_or(0),
+            size(answer["bytes"].as_u64().unwrap_or(0)),
+        ))
     );
     for r in requests.iter_mut() {
         r.upload = Some(id.to_owned());

@@ -1,6 +1,8 @@
 //! The text form of the service's log: `TIMESTAMP LEVEL message key=value …` on one line.
 //! The message and every field value are escaped (`\n`, `\t`, `\u{1b}`, …), and a value with a
-//! space, a quote or an `=` is quoted, so no untrusted text can forge a line or a field.
+//! space, a quote or an `=` is quoted, so no untrusted text can forge a line or a field. What is
+//! escaped is [`crate::util::terminal`]'s rule (controls, reordering characters, the `[` of a
+//! `##name[` CI command), written in this log's reversible form.
 
 use std::fmt::{self, Write as _};
 
@@ -9,6 +11,8 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::util::terminal;
 
 /// The text event format (see the module doc).
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,9 +27,10 @@ pub fn escape(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+            c if c.is_control() || terminal::is_reordering(c) => {
                 let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
             }
+            '[' if terminal::completes_command(&out) => out.push_str("\\u{5b}"),
             c => out.push(c),
         }
     }
@@ -104,5 +109,9 @@ mod tests {
         assert_eq!(value("x y\n"), "\"x y\\n\"");
         assert_eq!(value("a\"=b"), "\"a\\\"=b\"");
         assert_eq!(value("plain"), "plain");
+        assert_eq!(
+            escape("x ##[error]y \u{202e}"),
+            "x ##\\u{5b}error]y \\u{202e}"
+        );
     }
 }

@@ -1,5 +1,7 @@
-//! Small shared helpers: units, bounded text, line splitting, terminal-safe text.
+//! Small shared helpers: units, bounded text, line splitting, terminal-safe text and what a CI
+//! log makes of output.
 
+pub mod ci_log;
 pub mod lines;
 pub mod terminal;
 pub mod text;
