@@ -115,3 +115,197 @@ pub fn partial_warning(id: &str, s: &PatchStatus) -> Option<String> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{AgentSpec, FinishReason, JobSpec, Outcome, WorkspaceSource};
+    use crate::provision::patch_status::{PatchFailure, SkipReason, SkippedPath};
+    use crate::store::{Event, EventKind, RunnerInfo};
+
+    fn ev(seq: u64, kind: EventKind) -> Event {
+        Event {
+            job_id: "j".into(),
+            seq,
+            at: "2026-12-01T00:00:00.000Z".into(),
+            kind,
+        }
+    }
+
+    fn written(patch: Option<PatchState>, error: Option<&str>, skipped: usize) -> EventKind {
+        EventKind::ResultWritten {
+            bytes: if error.is_some() { 0 } else { 100 },
+            files: if error.is_some() { 0 } else { 2 },
+            pushed: None,
+            error: error.map(str::to_owned),
+            patch,
+            failure: (patch == Some(PatchState::Failed)).then_some(PatchFailure::OutOfMemory),
+            skipped: (0..skipped)
+                .map(|i| SkippedPath {
+                    path: format!(".GIT/{i}"),
+                    reason: SkipReason::GitPath,
+                    detail: None,
+                })
+                .collect(),
+            skipped_total: skipped as u64,
+            git_max_rss: Some(1 << 20),
+        }
+    }
+
+    /// A provisioned job's view after `events` (submitted, started, then these), finished
+    /// when `finish`; run on host `host`.
+    fn view(provisioned: bool, events: Vec<EventKind>, finish: bool, host: &str) -> JobView {
+        let mut spec = JobSpec::new(
+            "o",
+            "/ws",
+            AgentSpec::Command {
+                command: "true".into(),
+            },
+        );
+        if provisioned {
+            spec.source = Some(WorkspaceSource::Repo {
+                repo: "git://h/r.git".into(),
+                git_ref: None,
+                push: None,
+            });
+        }
+        let mut runner = RunnerInfo::current("serve");
+        runner.host = host.into();
+        let mut all = vec![
+            EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+            EventKind::JobStarted { runner },
+        ];
+        all.extend(events);
+        if finish {
+            all.push(EventKind::JobFinished {
+                outcome: Outcome::Complete,
+                reason: FinishReason::Reported,
+                message: "worker reported completion".into(),
+                exit_code: None,
+                ran_ms: Some(1),
+            });
+        }
+        let events: Vec<Event> = all
+            .into_iter()
+            .enumerate()
+            .map(|(i, k)| ev(i as u64 + 1, k))
+            .collect();
+        JobView::project(&events).unwrap()
+    }
+
+    fn provisioned() -> EventKind {
+        EventKind::WorkspaceProvisioned {
+            repo: Some("git://h/r.git".into()),
+            git_ref: None,
+            commit: "c0ffee".into(),
+            duration_ms: 1,
+            layout: Some("clone".into()),
+        }
+    }
+
+    fn no_patch(a: PatchAnswer) -> String {
+        match a {
+            PatchAnswer::NoPatch(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_job_gets_the_truth_about_its_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let job_dir = dir.path().join("j");
+        std::fs::create_dir(&job_dir).unwrap();
+        let path = job_dir.join("result.patch");
+        let here = "here";
+        let ask = |v: &JobView| answer(v, &path, &job_dir, here);
+
+        let m = no_patch(ask(&view(false, vec![], true, here)));
+        assert!(m.contains("existing workspace"), "{m}");
+        let m = no_patch(ask(&view(true, vec![provisioned()], false, here)));
+        assert!(m.contains("is running"), "{m}");
+        let m = no_patch(ask(&view(true, vec![], true, here)));
+        assert!(m.contains("never provisioned"), "{m}");
+        let m = no_patch(ask(&view(true, vec![provisioned()], true, here)));
+        assert!(m.contains("ended before its result was written"), "{m}");
+        assert!(!m.contains("never provisioned"), "{m}");
+
+        // Failed, now and in an older journal (an error and no file): never "never
+        // provisioned", whatever is on disk.
+        std::fs::write(&path, "stale").unwrap();
+        let failed = view(
+            true,
+            vec![
+                provisioned(),
+                written(Some(PatchState::Failed), Some("boom"), 0),
+            ],
+            true,
+            here,
+        );
+        assert_eq!(
+            ask(&failed),
+            PatchAnswer::Failed(
+                "job `j`: the result patch could not be built (out_of_memory): boom".into()
+            )
+        );
+        let older = view(
+            true,
+            vec![
+                provisioned(),
+                written(None, Some("failed to run `git add`"), 0),
+            ],
+            true,
+            here,
+        );
+        let PatchAnswer::Failed(m) = ask(&older) else {
+            panic!("{:?}", ask(&older));
+        };
+        assert!(
+            m.contains("could not be built: failed to run `git add`"),
+            "{m}"
+        );
+
+        // Partial: served, flagged, its paths named.
+        let partial = view(
+            true,
+            vec![provisioned(), written(Some(PatchState::Partial), None, 2)],
+            true,
+            here,
+        );
+        let PatchAnswer::Patch { status: Some(s) } = ask(&partial) else {
+            panic!("{:?}", ask(&partial));
+        };
+        assert_eq!(s.state, PatchState::Partial);
+        let warning = partial_warning("j", &s).unwrap();
+        assert!(
+            warning.contains("2 path(s)") && warning.contains("`.GIT/1` (git_path)"),
+            "{warning}"
+        );
+
+        // Written, but the file is not here: pruned, on another host, or gone.
+        std::fs::remove_file(&path).unwrap();
+        let ok = |host| {
+            view(
+                true,
+                vec![provisioned(), written(Some(PatchState::Written), None, 0)],
+                true,
+                host,
+            )
+        };
+        let m = no_patch(ask(&ok("there")));
+        assert!(m.contains("on the host `there` that ran it"), "{m}");
+        let m = no_patch(ask(&ok(here)));
+        assert!(m.contains("was written but"), "{m}");
+        std::fs::write(
+            job_dir.join(crate::engine::prune::PRUNED_FILE),
+            r#"{"pruned_at":"2026-12-01T01:00:00Z","files":3,"bytes":10}"#,
+        )
+        .unwrap();
+        let m = no_patch(ask(&ok(here)));
+        assert!(
+            m.contains("removed with its artifacts at 2026-12-01T01:00:00Z"),
+            "{m}"
+        );
+    }
+}
