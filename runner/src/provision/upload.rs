@@ -252,4 +252,31 @@ mod tests {
             Err(UploadError::Missing { .. })
         ));
     }
+
+    /// Issue 25: an uploaded tree with a path git refuses (`.GIT/config`) made the base commit
+    /// fail (the job a `provision_failed` error): the base is made without it, and the result
+    /// holds the rounds' work, naming the path it left out.
+    #[test]
+    fn an_upload_with_a_path_git_refuses_gets_a_base_and_a_partial_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let state = root.join("state");
+        let tree = tree_dir(&upload_dir(&state, "u1"));
+        std::fs::create_dir_all(tree.join(".GIT")).unwrap();
+        std::fs::write(tree.join(".GIT").join("config"), "[core]\n").unwrap();
+        std::fs::write(tree.join("a.txt"), "a\n").unwrap();
+        let ws = root.join("workspaces").join("job");
+        std::fs::create_dir_all(&ws).unwrap();
+        let commit = provision_upload(&state, &ws, "u1").unwrap();
+        let files = git::at(&private_git_dir(&ws))
+            .args(["ls-tree", "-r", "--name-only", &commit])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(files).unwrap(), "a.txt\n");
+        std::fs::write(ws.join("a.txt"), "b\n").unwrap();
+        let w = crate::provision::patch::write_patch(&ws, &commit, &root.join("r.patch")).unwrap();
+        assert_eq!(w.files, 1);
+        assert_eq!(w.skipped.total, 1);
+        assert_eq!(w.skipped.listed[0].path, ".GIT/config");
+    }
 }
