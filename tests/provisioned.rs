@@ -774,6 +774,13 @@ fn paths_git_refuses_are_skipped_and_named_and_the_fix_is_in_the_patch() {
     out.expect_code(0);
     let shown: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(shown["patch"]["state"], "partial", "{shown}");
+    let logs = s.ralph(&["logs", &id]);
+    logs.expect_code(0);
+    assert!(
+        logs.stdout.contains("result.patch written in part") && logs.stdout.contains(".GIT/config"),
+        "{}",
+        logs.stdout
+    );
     // `ralph diff`: the patch on stdout, the skipped paths on stderr.
     let (code, patch, err) = ralph_diff(&s, &[&id]);
     assert_eq!(code, 0, "{err}");
@@ -852,6 +859,12 @@ fn a_patch_that_cannot_be_built_says_so_in_the_result_and_in_ralph_diff() {
     assert!(error.contains("git read-tree"), "{error}");
     assert_eq!(j["patch"]["state"], "failed", "{j}");
     assert_eq!(j["patch"]["error"], error, "{j}");
+    let logs = s.ralph(&["logs", &id]);
+    assert!(
+        logs.stdout.contains("result.patch not written"),
+        "{}",
+        logs.stdout
+    );
     let (code, patch, err) = ralph_diff(&s, &[&id]);
     assert_eq!(code, 70, "{err}");
     assert!(patch.is_empty());

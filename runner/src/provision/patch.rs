@@ -464,4 +464,51 @@ mod tests {
             not.error
         );
     }
+
+    /// A directory that became a link or a file, a file that became a directory: staged as
+    /// `git add` stages them (the entries in the way replaced), and the patch applies.
+    #[test]
+    fn type_changes_are_staged_and_the_patch_applies() {
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(
+            &ws,
+            "mkdir d e && echo x > d/x && echo y > e/y && git add -A && git commit -qm more",
+        );
+        let base2 = String::from_utf8(
+            std::process::Command::new("git")
+                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_owned();
+        assert_ne!(base, base2);
+        sh(
+            &ws,
+            "rm -r d && ln -s a.txt d && rm -r e && echo file > e && rm tracked.txt && mkdir tracked.txt && echo in > tracked.txt/inner",
+        );
+        let to = root.join("result.patch");
+        let w = write_patch(&ws, &base2, &to).unwrap();
+        assert!(w.skipped.is_empty(), "{:?}", w.skipped);
+        let fresh = root.join("fresh");
+        sh(
+            &root,
+            &format!(
+                "git clone -q ws fresh && cd fresh && git apply --index {}",
+                to.display()
+            ),
+        );
+        assert_eq!(
+            std::fs::read_link(fresh.join("d")).unwrap(),
+            Path::new("a.txt")
+        );
+        assert_eq!(std::fs::read_to_string(fresh.join("e")).unwrap(), "file\n");
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("tracked.txt/inner")).unwrap(),
+            "in\n"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! probed without following a link and judged ([`judge`]: a path git refuses, a nested
 //! repository, a file over [`MAX_PATCH_FILE`], a FIFO, socket or device, an unreadable file
 //! are skipped), the rest is added by path (`git update-index --add --remove --stdin`: no
-//! pathspec magic), a batch git still refuses is split until the refused path is found, and
+//! pathspec magic; `--replace`), a batch git still refuses is split until the refused path is found, and
 //! whatever git left out after all is found by listing the changes again. Every skipped path
 //! is reported ([`Skipped`]); the rest of the work is in the tree. Every git here runs under
 //! the memory bound ([`super::git_bound`]).
@@ -261,8 +261,10 @@ fn add(
     Ok(())
 }
 
-/// One `git update-index --add --remove -z --stdin` of `paths` (NUL-separated, from a file),
-/// with git's NTFS and HFS+ path protections on; how it ended.
+/// One `git update-index --add --remove --replace -z --stdin` of `paths` (NUL-separated, from a
+/// file; `--replace`: a file or link where a directory was, or the reverse, replaces the
+/// entries in its way, as `git add` does), with git's NTFS and HFS+ path protections on; how
+/// it ended.
 fn update_index(git: &dyn Fn() -> Git, paths: &[Vec<u8>]) -> Result<git::Ran, ProvisionError> {
     let io = |e| ProvisionError::io("write the list of paths to stage", Path::new("(temp)"), e);
     let mut list = tempfile::tempfile().map_err(io)?;
@@ -275,7 +277,14 @@ fn update_index(git: &dyn Fn() -> Git, paths: &[Vec<u8>]) -> Result<git::Ran, Pr
         .config("core.protectNTFS=true")
         .config("core.protectHFS=true")
         .stdin_file(list)
-        .args(["update-index", "--add", "--remove", "-z", "--stdin"])
+        .args([
+            "update-index",
+            "--add",
+            "--remove",
+            "--replace",
+            "-z",
+            "--stdin",
+        ])
         .run()?)
 }
 
