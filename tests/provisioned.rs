@@ -687,3 +687,211 @@ fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
     let patch = patch_of(&s, &id);
     assert!(String::from_utf8_lossy(&patch).contains("b/NOTES.md"));
 }
+
+/// `GET /v1/jobs/{id}/patch` as a raw response (status, lower-cased head, body).
+fn patch_response(s: &Server, id: &str) -> common::server::RawResponse {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "GET /v1/jobs/{id}/patch HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n",
+        s.token()
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    c.read_to_end(&mut resp).unwrap();
+    common::server::parse_response(&resp)
+}
+
+/// Issue 25: a round that fixes the test and also leaves paths git refuses (`.GIT/config`,
+/// `sub/.Git/hooks/x` made the runner's whole `git add` fail: a `complete` job with an empty
+/// patch that `ralph diff` called never provisioned), a FIFO and a 300 MiB sparse file. The
+/// patch holds the fix and applies to a fresh clone; the refused paths are named in
+/// `result_written`, in the job's result (`partial`) and by `ralph diff` on stderr; the
+/// runner's git never loaded the big file.
+#[test]
+fn paths_git_refuses_are_skipped_and_named_and_the_fix_is_in_the_patch() {
+    let g = GitServer::start();
+    g.create("proj.git", write_failing_project);
+    let s = server_for(&g, "");
+    let agent = fixer(
+        &s,
+        "mkdir -p .GIT sub/.Git/hooks\necho '[core]' > .GIT/config\necho x > sub/.Git/hooks/x\nmkfifo pipe\ntruncate -s 300M huge.img\necho s > secret.txt\nchmod 000 secret.txt\n",
+    );
+    // A file no one may read: a root runner reads it anyway (it is in the patch); an
+    // unprivileged one cannot (skipped as unreadable).
+    let root = nix::unistd::geteuid().is_root();
+    let id = submit_one(
+        &s,
+        repo_job(
+            &s,
+            &agent,
+            &g.url("proj.git"),
+            json!({"verify": "sh test.sh"}),
+        ),
+    );
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
+    let mut want = vec![
+        (".GIT/config", "git_path"),
+        ("huge.img", "too_large"),
+        ("pipe", "special_file"),
+    ];
+    if !root {
+        want.push(("secret.txt", "unreadable"));
+    }
+    want.push(("sub/.Git/hooks/x", "git_path"));
+    let total = want.len();
+    let named = |v: &Value| -> Vec<(String, String)> {
+        let mut n: Vec<(String, String)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["path"].as_str().unwrap().to_owned(),
+                    p["reason"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        n.sort();
+        n
+    };
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(p, r)| ((*p).to_owned(), (*r).to_owned()))
+        .collect();
+    // The journal names them.
+    let written = s.events_of(&id, "result_written");
+    assert_eq!(written.len(), 1, "{written:?}");
+    let w = &written[0];
+    assert_eq!(w["patch"], "partial", "{w}");
+    assert_eq!(w["skipped_total"], total, "{w}");
+    assert_eq!(named(&w["skipped"]), want, "{w}");
+    // The runner's git children (their peak resident memory, measured by wait4) never held
+    // the 300 MiB file: well under the 100 MiB a patch's file may be, and under the bound.
+    let rss = w["git_max_rss"].as_u64().unwrap();
+    assert!(rss > 0 && rss < 100 << 20, "git's peak: {rss} bytes");
+    // The job's result says so.
+    assert_eq!(j["patch"]["state"], "partial", "{j}");
+    assert_eq!(j["patch"]["skipped_total"], total, "{j}");
+    assert_eq!(named(&j["patch"]["skipped"]), want, "{j}");
+    let out = s.ralph(&["show", "--json", &id]);
+    out.expect_code(0);
+    let shown: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(shown["patch"]["state"], "partial", "{shown}");
+    let logs = s.ralph(&["logs", &id]);
+    logs.expect_code(0);
+    assert!(
+        logs.stdout.contains("result.patch written in part") && logs.stdout.contains(".GIT/config"),
+        "{}",
+        logs.stdout
+    );
+    // `ralph diff`: the patch on stdout, the skipped paths on stderr.
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("partial") && err.contains(&format!("{total} path(s)")),
+        "{err}"
+    );
+    for (p, _) in &want {
+        assert!(err.contains(p.as_str()), "{p} not named: {err}");
+    }
+    assert!(!err.contains("never provisioned"), "{err}");
+    let (code, local, err) = ralph_diff(&s, &["--state-dir", s.state.to_str().unwrap(), &id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(local, patch);
+    assert!(
+        err.contains("partial") && err.contains(".GIT/config"),
+        "{err}"
+    );
+    // The API flags it.
+    let r = patch_response(&s, &id);
+    assert_eq!(r.status, 200);
+    assert!(r.head.contains("x-ralph-patch: partial"), "{}", r.head);
+    assert!(
+        r.head.contains(&format!("x-ralph-patch-skipped: {total}")),
+        "{}",
+        r.head
+    );
+    // The real work is there: the patch applies to a fresh clone and makes the test pass.
+    let fresh = g.dir.path().join("fresh");
+    g.fresh_clone("proj.git", &fresh);
+    assert!(!tests_pass(&fresh));
+    let patch_file = g.dir.path().join("result.patch");
+    std::fs::write(&patch_file, &patch).unwrap();
+    git(&fresh, &["apply", "--index", patch_file.to_str().unwrap()]);
+    assert_fixed(&fresh);
+    assert!(!fresh.join(".GIT").exists() && !fresh.join("huge.img").exists());
+    assert!(!fresh.join("sub").exists() && !fresh.join("pipe").exists());
+    assert_eq!(fresh.join("secret.txt").exists(), root);
+}
+
+/// Issue 25: a patch that cannot be built at all (the mirror whose objects the runner's
+/// repository reads is removed while the round runs, as an operator freeing disk would) says
+/// so: in `result_written` and the job's result (`failed`, `git_failed`, git's error), and in
+/// `ralph diff` (exit 70, "could not be built", never "never provisioned") and the API
+/// (`404 patch_failed`). The job's outcome stays the rounds'.
+#[test]
+fn a_patch_that_cannot_be_built_says_so_in_the_result_and_in_ralph_diff() {
+    let g = GitServer::start();
+    g.create("proj.git", write_failing_project);
+    let s = server_for(&g, "");
+    let go = s.agents.join("go");
+    let agent = s.agent(
+        "slow-fix.sh",
+        &format!(
+            "sed -i 's/-/+/' add.sh\ntouch ready\ni=0\nwhile [ ! -e {} ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            go.display(),
+            complete_report("fixed add")
+        ),
+    );
+    let id = submit_one(&s, repo_job(&s, &agent, &g.url("proj.git"), json!({})));
+    let ws = s.state.join("workspaces").join(&id);
+    wait_until("the round to have fixed the project", LIMIT, || {
+        ws.join("ready").exists()
+    });
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(s.state.join("mirrors"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "git"))
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    std::fs::remove_dir_all(&mirrors[0]).unwrap();
+    std::fs::write(&go, "").unwrap();
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}\n{}", s.log_text());
+    let written = s.events_of(&id, "result_written");
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(written[0]["patch"], "failed", "{written:?}");
+    assert_eq!(written[0]["failure"], "git_failed", "{written:?}");
+    let error = written[0]["error"].as_str().unwrap();
+    assert!(error.contains("git read-tree"), "{error}");
+    assert_eq!(j["patch"]["state"], "failed", "{j}");
+    assert_eq!(j["patch"]["error"], error, "{j}");
+    let logs = s.ralph(&["logs", &id]);
+    assert!(
+        logs.stdout.contains("result.patch not written"),
+        "{}",
+        logs.stdout
+    );
+    let (code, patch, err) = ralph_diff(&s, &[&id]);
+    assert_eq!(code, 70, "{err}");
+    assert!(patch.is_empty());
+    assert!(
+        err.contains("the result patch could not be built (git_failed)")
+            && err.contains("git read-tree"),
+        "{err}"
+    );
+    assert!(!err.contains("never provisioned"), "{err}");
+    let (code, _, err) = ralph_diff(&s, &["--state-dir", s.state.to_str().unwrap(), &id]);
+    assert_eq!(code, 70, "{err}");
+    assert!(err.contains("could not be built"), "{err}");
+    let r = patch_response(&s, &id);
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("\"patch_failed\""), "{}", r.body);
+    // Nothing stale stands for it.
+    assert!(!s.state.join("jobs").join(&id).join("result.patch").exists());
+}

@@ -586,8 +586,20 @@ fn event_text(ev: &Event) -> String {
             files,
             pushed,
             error,
+            patch,
+            skipped,
+            skipped_total,
+            ..
         } => {
-            let mut line = format!("result.patch written ({files} file(s), {bytes} bytes)");
+            use ralph_runner::provision::patch_status::{PatchState, skipped_list};
+            let mut line = match patch {
+                Some(PatchState::Failed) => "result.patch not written".to_owned(),
+                Some(PatchState::Partial) => format!(
+                    "result.patch written in part ({files} file(s), {bytes} bytes; {skipped_total} path(s) skipped: {})",
+                    skipped_list(skipped, *skipped_total)
+                ),
+                _ => format!("result.patch written ({files} file(s), {bytes} bytes)"),
+            };
             if let Some(p) = pushed {
                 line.push_str(&format!("; pushed {p}"));
             }

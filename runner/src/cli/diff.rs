@@ -5,11 +5,17 @@
 //! log, it is shown for reading ([`terminal::verbatim`]: control characters escaped, no line
 //! that CI could run as a command; an ordinary patch reads exactly as it is). Its exact bytes go
 //! to a file (`> result.patch`), to a pipe outside CI (`| git apply`), or anywhere with `--raw`.
+//! A `partial` patch is written too, with a warning on stderr naming the paths it left out; a
+//! patch that could not be built is an error saying why (exit 70); no patch (not a provisioned
+//! job, not ended yet, removed) is exit 64 saying which.
 
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 
 use clap::Args;
+use ralph_runner::client::ClientError;
+use ralph_runner::provision::patch_answer::{self, PatchAnswer, partial_warning};
+use ralph_runner::provision::patch_status::{PatchState, PatchStatus};
 use ralph_runner::util::ci_log::CiEnv;
 use ralph_runner::util::terminal;
 
@@ -77,9 +83,20 @@ fn stdout_kind() -> Stdout {
 
 /// Runs `ralph diff`.
 pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
-    let bytes = match args.source.open()? {
+    let (id, bytes, status) = match args.source.open()? {
         JobSource::Remote { client, rt } => {
-            rt.block_on(client.patch(&args.id)).map_err(client_error)?
+            let bytes = rt.block_on(client.patch(&args.id)).map_err(|e| match e {
+                // The runner could not build it: not a usage error.
+                ClientError::Api { ref code, .. } if code == "patch_failed" => {
+                    CliError::internal(e.to_string())
+                }
+                e => client_error(e),
+            })?;
+            // What the patch holds (a partial one is flagged), from the job's result.
+            let job = rt.block_on(client.job(&args.id)).map_err(client_error)?;
+            let status: Option<PatchStatus> = serde_json::from_value(job["patch"].clone()).ok();
+            let id = job["id"].as_str().unwrap_or(&args.id).to_owned();
+            (id, bytes, status)
         }
         JobSource::Local { store, state_dir } => {
             let id = store
@@ -88,20 +105,20 @@ pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
             let view = store
                 .load(&id)
                 .map_err(|e| CliError::internal(e.to_string()))?;
-            if view.spec.source.is_none() {
-                return Err(CliError::usage(format!(
-                    "job `{id}` ran in an existing workspace: only a provisioned job (`repo` or `upload`) has a patch"
-                )));
-            }
-            let path = ralph_runner::provision::patch_path(&ralph_runner::engine::job_dir(
-                &state_dir, &id,
-            ));
-            std::fs::read(&path).map_err(|e| {
-                CliError::usage(format!(
-                    "failed to read `{}`: {e} (a job's result.patch is written when it ends)",
-                    path.display()
-                ))
-            })?
+            let job_dir = ralph_runner::engine::job_dir(&state_dir, &id);
+            let path = ralph_runner::provision::patch_path(&job_dir);
+            let host = nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let status = match patch_answer::answer(&view, &path, &job_dir, &host) {
+                PatchAnswer::NoPatch(message) => return Err(CliError::usage(message)),
+                PatchAnswer::Failed(message) => return Err(CliError::internal(message)),
+                PatchAnswer::Patch { status } => status,
+            };
+            let bytes = std::fs::read(&path).map_err(|e| {
+                CliError::internal(format!("failed to read `{}`: {e}", path.display()))
+            })?;
+            (id, bytes, status)
         }
     };
     match view(args.raw, stdout_kind(), CiEnv::current().ci) {
@@ -114,6 +131,13 @@ pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
                     "ralph: the patch holds control characters or lines a CI would run: shown escaped, not as bytes to apply (`ralph diff JOB > FILE` or --raw writes them)"
                 );
             }
+        }
+    }
+    if let Some(s) = &status {
+        if let Some(warning) = partial_warning(&id, s) {
+            eprintln!("{}", terminal::line(&format!("ralph: {warning}")));
+        } else if s.state == PatchState::Written && s.files == 0 {
+            eprintln!("{}", terminal::line(&format!("ralph: job `{id}` changed no files: its result patch is empty")));
         }
     }
     Ok(Exit::Complete)

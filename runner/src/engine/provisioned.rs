@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::job_run::JobRun;
 use super::provisioned_upload;
 use crate::job::{FinishReason, WorkspaceSource};
+use crate::provision::patch_status::PatchState;
 use crate::provision::{self, clone, patch, push};
 use crate::store::EventKind;
 use crate::util::text::{RESULT_TEXT_BOUND, bounded};
@@ -116,8 +117,9 @@ impl JobRun<'_> {
     }
 
     /// Writes `result.patch` (and pushes it where asked) for a provisioned job whose workspace
-    /// was made; journals `result_written`. Failures are journalled, never fatal: the job's
-    /// outcome is the rounds'.
+    /// was made; journals `result_written` with what the patch holds: `written`, `partial`
+    /// (the paths left out, named) or `failed` (why). Failures are journalled, never fatal:
+    /// the job's outcome is the rounds'.
     pub(super) fn write_result(&mut self) -> Result<(), super::EngineError> {
         let Some(source) = self.spec.source.clone() else {
             return Ok(());
@@ -134,15 +136,29 @@ impl JobRun<'_> {
             ));
         }
         let event = match patch::write_patch(&self.spec.workspace, &base, &to) {
-            Err(e) => EventKind::ResultWritten {
-                bytes: 0,
-                files: 0,
-                pushed: None,
-                error: Some(bounded(&e.to_string(), RESULT_TEXT_BOUND)),
-            },
-            Ok(summary) => {
+            Err(not) => {
+                tracing::warn!(
+                    job_id = %self.journal.view().id,
+                    failure = not.failure.as_str(),
+                    "job {}: the result patch could not be built: {}",
+                    self.journal.view().id,
+                    not.error
+                );
+                EventKind::ResultWritten {
+                    bytes: 0,
+                    files: 0,
+                    pushed: None,
+                    error: Some(bounded(&not.error.to_string(), RESULT_TEXT_BOUND)),
+                    patch: Some(PatchState::Failed),
+                    failure: Some(not.failure),
+                    skipped: Vec::new(),
+                    skipped_total: 0,
+                    git_max_rss: Some(not.git_max_rss),
+                }
+            }
+            Ok(written) => {
                 let (pushed, error) = match (source.repo(), source.push()) {
-                    (Some(url), Some(branch)) if summary.files > 0 => {
+                    (Some(url), Some(branch)) if written.files > 0 => {
                         let message = format!(
                             "ralph job {}\n\n{}",
                             self.journal.view().id,
@@ -153,7 +169,7 @@ impl JobRun<'_> {
                             &self.spec.workspace,
                             url,
                             &base,
-                            &summary.tree,
+                            &written.tree,
                             branch,
                             &message,
                         ) {
@@ -169,11 +185,21 @@ impl JobRun<'_> {
                     }
                     _ => (None, None),
                 };
+                let state = if written.skipped.is_empty() {
+                    PatchState::Written
+                } else {
+                    PatchState::Partial
+                };
                 EventKind::ResultWritten {
-                    bytes: summary.bytes,
-                    files: summary.files,
+                    bytes: written.bytes,
+                    files: written.files,
                     pushed,
                     error,
+                    patch: Some(state),
+                    failure: None,
+                    skipped_total: written.skipped.total,
+                    skipped: written.skipped.listed,
+                    git_max_rss: Some(written.git_max_rss),
                 }
             }
         };

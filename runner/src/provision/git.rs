@@ -3,11 +3,15 @@
 //! HOME, no askpass, no terminal prompt), hooks, fsmonitor and external diff programs are off on
 //! the command line, and only the transports in [`PROTOCOLS`] are allowed (never `ext::`).
 //! Callers that read a workspace point `GIT_DIR` at a repository of the runner's own, so the
-//! workspace's `.git/config` is never read at all.
+//! workspace's `.git/config` is never read at all. Where it reads what a round wrote, it runs
+//! under a memory bound ([`Git::bounded`], [`super::git_bound`]).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
+
+use super::git_bound::{self, Bound};
 
 /// Transports the runner's git may use.
 const PROTOCOLS: [&str; 5] = ["http", "https", "git", "ssh", "file"];
@@ -36,13 +40,42 @@ pub enum GitError {
         /// The end of its stderr.
         stderr: String,
     },
+    /// A bounded git ran out of the memory the runner allows it.
+    #[error(
+        "failed to run `git {args}`: it ran out of memory under the runner's bound of {limit} of address space ({how}): {stderr}"
+    )]
+    OutOfMemory {
+        /// The arguments.
+        args: String,
+        /// The bound (`1G`).
+        limit: String,
+        /// What told (a signal, git's message).
+        how: String,
+        /// The end of its stderr.
+        stderr: String,
+    },
+}
+
+/// How a git command ended, whatever its exit status.
+#[derive(Debug)]
+pub struct Ran {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Its stdout (empty when it went to a file).
+    pub stdout: Vec<u8>,
+    /// Its stderr.
+    pub stderr: Vec<u8>,
 }
 
 /// A git command with the runner's safe environment.
 #[derive(Debug)]
 pub struct Git {
     cmd: Command,
+    settings: Vec<String>,
+    args: Vec<OsString>,
     shown: Vec<String>,
+    bound: Option<Bound>,
+    stdin: Option<std::fs::File>,
 }
 
 /// The PATH the runner's git runs with (the runner's own, or the usual system one).
@@ -87,13 +120,37 @@ impl Git {
                 .iter()
                 .map(|p| format!("protocol.{p}.allow=always")),
         );
-        for s in settings {
-            cmd.arg("-c").arg(s);
-        }
         Self {
             cmd,
+            settings,
+            args: Vec::new(),
             shown: Vec::new(),
+            bound: None,
+            stdin: None,
         }
+    }
+
+    /// Adds a `-c NAME=VALUE` setting (shown on its command line: never a secret).
+    pub fn config(mut self, setting: &str) -> Self {
+        self.settings.push(setting.to_owned());
+        self
+    }
+
+    /// Runs it under the memory bound `bound` ([`super::git_bound`]): its address space
+    /// limited, large files streamed, its peak resident memory recorded, a failure for memory
+    /// reported as [`GitError::OutOfMemory`].
+    pub fn bounded(mut self, bound: &Bound) -> Self {
+        self.settings
+            .extend(git_bound::SETTINGS.iter().map(|s| (*s).to_owned()));
+        self.cmd.env("MALLOC_ARENA_MAX", "1");
+        self.bound = Some(bound.clone());
+        self
+    }
+
+    /// Gives it `file` as its stdin.
+    pub fn stdin_file(mut self, file: std::fs::File) -> Self {
+        self.stdin = Some(file);
+        self
     }
 
     /// Adds arguments.
@@ -104,7 +161,7 @@ impl Git {
     {
         for a in args {
             self.shown.push(a.as_ref().to_string_lossy().into_owned());
-            self.cmd.arg(a);
+            self.args.push(a.as_ref().to_owned());
         }
         self
     }
@@ -137,51 +194,77 @@ impl Git {
     }
 
     /// Runs it; its stdout on success.
-    pub fn output(mut self) -> Result<Vec<u8>, GitError> {
-        let args = self.shown();
-        let out: Output = self
-            .cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|source| GitError::Spawn {
-                args: args.clone(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(GitError::Failed {
-                args,
-                status: out.status,
-                stderr: quote(&out.stderr),
-            });
-        }
-        Ok(out.stdout)
+    pub fn output(self) -> Result<Vec<u8>, GitError> {
+        Ok(self.run_to(None, true)?.stdout)
     }
 
     /// Runs it, its stdout written to `to`.
-    pub fn output_to(mut self, to: &Path) -> Result<(), GitError> {
+    pub fn output_to(self, to: &Path) -> Result<(), GitError> {
         let args = self.shown();
         let file = std::fs::File::create(to).map_err(|source| GitError::Spawn {
             args: format!("{args} > {}", to.display()),
             source,
         })?;
-        self.cmd.stdout(file);
-        let out = self
-            .cmd
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(|source| GitError::Spawn {
-                args: args.clone(),
-                source,
-            })?;
-        if !out.status.success() {
+        self.run_to(Some(file), true).map(|_| ())
+    }
+
+    /// Runs it and says how it ended, whatever its exit status (a bounded git out of memory
+    /// is still [`GitError::OutOfMemory`]).
+    pub fn run(self) -> Result<Ran, GitError> {
+        self.run_to(None, false)
+    }
+
+    /// Runs it, stdout to `file` when given (else captured); `checked`: a failure is an error.
+    fn run_to(mut self, file: Option<std::fs::File>, checked: bool) -> Result<Ran, GitError> {
+        let args = self.shown();
+        for s in &self.settings {
+            self.cmd.arg("-c").arg(s);
+        }
+        self.cmd.args(&self.args);
+        if let Some(stdin) = self.stdin.take() {
+            self.cmd.stdin(stdin);
+        }
+        let to_file = file.is_some();
+        self.cmd.stdout(file.map_or_else(Stdio::piped, Stdio::from));
+        self.cmd.stderr(Stdio::piped());
+        let spawn_err = |source| GitError::Spawn {
+            args: args.clone(),
+            source,
+        };
+        let ran = match &self.bound {
+            None => {
+                let out: Output = self.cmd.output().map_err(spawn_err)?;
+                Ran {
+                    status: out.status,
+                    stdout: if to_file { Vec::new() } else { out.stdout },
+                    stderr: out.stderr,
+                }
+            }
+            Some(bound) => {
+                git_bound::limit_child(&mut self.cmd, bound.address_space);
+                let ran = measured(&mut self.cmd, bound).map_err(spawn_err)?;
+                if !ran.status.success() {
+                    let stderr = quote(&ran.stderr);
+                    if let Some(how) = git_bound::out_of_memory(ran.status, &stderr) {
+                        return Err(GitError::OutOfMemory {
+                            args,
+                            limit: bound.shown(),
+                            how,
+                            stderr,
+                        });
+                    }
+                }
+                ran
+            }
+        };
+        if checked && !ran.status.success() {
             return Err(GitError::Failed {
                 args,
-                status: out.status,
-                stderr: quote(&out.stderr),
+                status: ran.status,
+                stderr: quote(&ran.stderr),
             });
         }
-        Ok(())
+        Ok(ran)
     }
 
     /// Runs it; its stdout as one trimmed line.
@@ -201,6 +284,35 @@ impl Default for Git {
 fn quote(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     crate::util::text::bounded_tail(text.trim(), STDERR_QUOTE)
+}
+
+/// Runs `cmd` (stdout piped or to a file, stderr piped) and reaps it with `wait4`, its peak
+/// resident memory recorded in `bound`'s meter.
+fn measured(cmd: &mut Command, bound: &Bound) -> std::io::Result<Ran> {
+    let mut child = cmd.spawn()?;
+    let mut err = child.stderr.take();
+    let stderr = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = e.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let mut stdout = Vec::new();
+    let read = match child.stdout.take() {
+        Some(mut out) => out.read_to_end(&mut stdout).map(|_| ()),
+        None => Ok(()),
+    };
+    let reaped = git_bound::reap(&child);
+    let stderr = stderr.join().unwrap_or_default();
+    let (status, max_rss) = reaped?;
+    read?;
+    git_bound::record(bound, max_rss);
+    Ok(Ran {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 /// `git --git-dir=DIR …`.

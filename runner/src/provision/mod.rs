@@ -1,8 +1,11 @@
 //! Workspaces the runner provisions (SPEC §11): a job with `repo` gets a fresh clone under the
 //! state dir, made cheaply from a per-repository mirror ([`mirror`], [`clone`]); when it ends its
-//! result is written as `result.patch` against the recorded base commit ([`patch`]) and, where
-//! the configuration allows, pushed ([`push`]). Every git command the runner runs here goes
-//! through [`git`], which never executes anything a workspace configures. Uploaded trees are
+//! result is written as `result.patch` against the recorded base commit ([`patch`]; staged by
+//! [`stage`] so that no path a round left can fail it: the paths git refuses ([`git_path`]) or
+//! a patch cannot hold are skipped and reported, [`patch_status`]) and, where the
+//! configuration allows, pushed ([`push`]). Every git command the runner runs here goes
+//! through [`git`], which never executes anything a workspace configures; where it reads what
+//! a round wrote it runs under a memory bound ([`git_bound`]). Uploaded trees are
 //! unpacked by [`untar`] (no absolute paths, no `..`, no links out, no devices, size limits).
 //!
 //! ```text
@@ -23,12 +26,17 @@ pub mod base_tree;
 pub mod clone;
 pub mod config;
 pub mod git;
+pub mod git_bound;
+pub mod git_path;
 pub mod layered;
 pub mod lifecycle;
 pub mod mirror;
 pub mod overlay;
 pub mod patch;
+pub mod patch_answer;
+pub mod patch_status;
 pub mod push;
+pub mod stage;
 pub mod untar;
 pub mod upload;
 

@@ -1,41 +1,103 @@
 //! `result.patch`: what a job changed in its provisioned workspace, against the base commit.
 //! Computed in the runner's own repository ([`super::private_git_dir`]) with the workspace as
-//! its work tree and a throwaway index (`GIT_INDEX_FILE`): the base tree is read into the index,
-//! every file of the workspace is added (untracked ones too, `.gitignore` respected, `.git`
-//! never), and the index is diffed against the base, binary-safe. The workspace's `.git` — its
+//! its work tree and a throwaway index (`GIT_INDEX_FILE`): the workspace is staged against the
+//! base tree ([`super::stage`]: every change but the paths that cannot be taken, which are
+//! reported), and the index is diffed against the base, binary-safe. Every git here runs under
+//! the memory bound ([`super::git_bound`]). A patch that cannot be built says why
+//! ([`NotWritten`]): nothing stale is left at `result.patch`. The workspace's `.git` — its
 //! config, hooks, attributes drivers, index — is neither read nor touched.
 
 use std::path::Path;
 
-use super::git::{self, Git};
+use super::git::{self, GitError};
+use super::git_bound::{Bound, PeakRss};
+use super::patch_status::{PatchFailure, Skipped};
+use super::stage::{self, StageLimits};
 use super::{ProvisionError, private_git_dir};
 
-/// What a written patch holds.
+/// A written patch.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PatchSummary {
+pub struct Written {
     /// Bytes of the patch.
     pub bytes: u64,
     /// Files it changes.
     pub files: u64,
     /// The tree of the result (for a commit of it).
     pub tree: String,
+    /// The paths left out of it (none: the patch is complete).
+    pub skipped: Skipped,
+    /// The highest peak resident memory of the runner's git while building it, in bytes.
+    pub git_max_rss: u64,
 }
 
-/// The runner's git over `workspace`, with its own repository and `index`.
-fn over(workspace: &Path, index: &Path) -> Git {
-    git::at(&private_git_dir(workspace))
-        .env("GIT_WORK_TREE", workspace)
-        .env("GIT_INDEX_FILE", index)
-        .current_dir(workspace)
-        .args(["-c", "core.bare=false"])
+/// A patch that could not be built.
+#[derive(Debug)]
+pub struct NotWritten {
+    /// Why, by name.
+    pub failure: PatchFailure,
+    /// What failed.
+    pub error: ProvisionError,
+    /// The highest peak resident memory of the runner's git until it failed, in bytes.
+    pub git_max_rss: u64,
 }
 
-/// Writes the diff from `base` to the workspace's files into `to`.
-pub fn write_patch(
+/// The named reason of a failure to build the patch.
+fn failure_of(e: &ProvisionError) -> PatchFailure {
+    match e {
+        ProvisionError::Git(GitError::OutOfMemory { .. }) => PatchFailure::OutOfMemory,
+        ProvisionError::Git(_) => PatchFailure::GitFailed,
+        ProvisionError::State { .. } => PatchFailure::RepositoryMissing,
+        ProvisionError::Io { .. } | ProvisionError::Credential { .. } => PatchFailure::Io,
+        ProvisionError::NoSuchRef { .. } => PatchFailure::GitFailed,
+    }
+}
+
+/// Writes the diff from `base` to the workspace's files into `to` (the runner's limits and
+/// memory bound).
+pub fn write_patch(workspace: &Path, base: &str, to: &Path) -> Result<Written, NotWritten> {
+    let bound = Bound::new(&PeakRss::default());
+    write_patch_with(workspace, base, to, &StageLimits::default(), &bound)
+}
+
+/// [`write_patch`] with `limits`, its git under `bound`.
+pub fn write_patch_with(
     workspace: &Path,
     base: &str,
     to: &Path,
-) -> Result<PatchSummary, ProvisionError> {
+    limits: &StageLimits,
+    bound: &Bound,
+) -> Result<Written, NotWritten> {
+    let tmp = to.with_extension("patch.tmp");
+    match build(workspace, base, to, &tmp, limits, bound) {
+        Ok((tree, files, bytes, skipped)) => Ok(Written {
+            bytes,
+            files,
+            tree,
+            skipped,
+            git_max_rss: bound.meter.bytes(),
+        }),
+        Err(error) => {
+            // No stale patch (of an earlier run of a resumed job) stands for this one.
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(to);
+            Err(NotWritten {
+                failure: failure_of(&error),
+                error,
+                git_max_rss: bound.meter.bytes(),
+            })
+        }
+    }
+}
+
+/// Stages the workspace and writes the patch through `tmp`: (tree, files, bytes, skipped).
+fn build(
+    workspace: &Path,
+    base: &str,
+    to: &Path,
+    tmp: &Path,
+    limits: &StageLimits,
+    bound: &Bound,
+) -> Result<(String, u64, u64, Skipped), ProvisionError> {
     let private = private_git_dir(workspace);
     if !private.is_dir() {
         return Err(ProvisionError::State {
@@ -47,9 +109,12 @@ pub fn write_patch(
         });
     }
     let index = private.join("ralph-result.index");
-    let tree = stage(workspace, Some(base), &index)?;
-    let tmp = to.with_extension("patch.tmp");
+    let staged = stage::stage(workspace, Some(base), &index, limits, bound);
+    let _ = std::fs::remove_file(&index);
+    let staged = staged?;
+    let tree = staged.tree;
     git::at(&private)
+        .bounded(bound)
         .args([
             "diff-tree",
             "-p",
@@ -63,10 +128,12 @@ pub fn write_patch(
             base,
             &tree,
         ])
-        .output_to(&tmp)?;
+        .output_to(tmp)?;
     let files = git::at(&private)
+        .bounded(bound)
         .args([
             "diff-tree",
+            "-z",
             "--name-only",
             "-r",
             "--no-renames",
@@ -74,38 +141,23 @@ pub fn write_patch(
             &tree,
         ])
         .output()?
-        .split(|b| *b == b'\n')
+        .split(|b| *b == 0)
         .filter(|l| !l.is_empty())
         .count() as u64;
-    std::fs::rename(&tmp, to).map_err(|e| ProvisionError::io("write the result patch", to, e))?;
+    std::fs::rename(tmp, to).map_err(|e| ProvisionError::io("write the result patch", to, e))?;
     let bytes = std::fs::metadata(to)
         .map_err(|e| ProvisionError::io("read the result patch", to, e))?
         .len();
-    let _ = std::fs::remove_file(&index);
-    Ok(PatchSummary { bytes, files, tree })
-}
-
-/// Writes the workspace's files as a tree of the runner's repository, the way a result is
-/// taken: a fresh `index` (from `base`'s tree when given, else empty), every file added
-/// (untracked ones too, `.gitignore` respected, `.git` never), written as a tree. The
-/// workspace's own `.git` is neither read nor touched. Returns the tree's id.
-pub fn stage(workspace: &Path, base: Option<&str>, index: &Path) -> Result<String, ProvisionError> {
-    let _ = std::fs::remove_file(index);
-    if let Some(base) = base {
-        over(workspace, index)
-            .args(["read-tree", "--end-of-options", base])
-            .output()?;
-    }
-    over(workspace, index)
-        .args(["add", "--all", "--", "."])
-        .output()?;
-    Ok(over(workspace, index).args(["write-tree"]).line()?)
+    Ok((tree, files, bytes, staged.skipped))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::provision::clone::init_private;
+    use crate::provision::git_bound;
+    use crate::provision::patch_status::SkipReason;
+    use std::os::unix::ffi::OsStrExt;
 
     fn sh(dir: &Path, script: &str) {
         let ok = std::process::Command::new("sh")
@@ -157,6 +209,7 @@ mod tests {
         );
         let to = root.join("result.patch");
         let summary = write_patch(&ws, &base, &to).unwrap();
+        assert!(summary.skipped.is_empty(), "{:?}", summary.skipped);
         let text = String::from_utf8_lossy(&std::fs::read(&to).unwrap()).into_owned();
         let ran: Vec<_> = std::fs::read_dir(&root)
             .unwrap()
@@ -184,5 +237,278 @@ mod tests {
             .unwrap();
         let listed = String::from_utf8_lossy(&status.stdout);
         assert!(!listed.contains("untracked.txt"), "{listed}");
+    }
+
+    /// A workspace at a base commit (`a.txt`, `tracked.txt`) with the runner's repository
+    /// beside it: (root, workspace, base).
+    fn based() -> (tempfile::TempDir, std::path::PathBuf, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        sh(
+            &ws,
+            "git init -q -b main && echo broken > a.txt && echo t > tracked.txt && git add -A && git commit -qm base",
+        );
+        let base = String::from_utf8(
+            std::process::Command::new("git")
+                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_owned();
+        init_private(&ws, &ws.join(".git").join("objects")).unwrap();
+        (dir, ws, base)
+    }
+
+    fn skipped_of(w: &Written) -> std::collections::BTreeMap<String, SkipReason> {
+        assert_eq!(w.skipped.total as usize, w.skipped.listed.len());
+        w.skipped
+            .listed
+            .iter()
+            .map(|p| (p.path.clone(), p.reason))
+            .collect()
+    }
+
+    /// Issue 25: a round that also leaves paths git refuses (`.GIT/config` made the whole
+    /// `git add` fail: an empty patch), a FIFO, a socket, a nested repository: each is skipped
+    /// and named, and the rest of the work is in the patch, which applies to a fresh clone.
+    #[test]
+    fn paths_git_refuses_are_skipped_and_named_and_the_rest_of_the_work_applies() {
+        use crate::provision::patch_status::SkipReason as R;
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(
+            &ws,
+            "echo fixed > a.txt\nmkdir -p .GIT sub/.Git/hooks \"$(printf '.g\\342\\200\\214it')\"\necho '[core]' > .GIT/config\necho x > sub/.Git/hooks/x\necho y > \"$(printf '.g\\342\\200\\214it')/x\"\necho z > 'git~1'\nln -s elsewhere .gitmodules\nmkfifo fifo\nrm tracked.txt && mkfifo tracked.txt\nmkdir nested && cd nested && git init -q && echo n > n && git add n && git commit -qm n && cd ..\necho bs > 'back\\slash'\nprintf 'nl\\n' > \"$(printf 'new\\nline.txt')\"\necho ok > \"$(printf 'caf\\377.txt')\"\nmkdir -p src && echo lib > src/lib.rs",
+        );
+        let _sock = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
+        let to = root.join("result.patch");
+        let w = write_patch(&ws, &base, &to).unwrap();
+        let want: std::collections::BTreeMap<String, SkipReason> = [
+            (".GIT/config", R::GitPath),
+            (".g\\u{200c}it/x", R::GitPath),
+            (".gitmodules", R::GitPath),
+            ("fifo", R::SpecialFile),
+            ("git~1", R::GitPath),
+            ("nested/", R::NestedRepository),
+            ("sock", R::SpecialFile),
+            ("sub/.Git/hooks/x", R::GitPath),
+            ("tracked.txt", R::SpecialFile),
+        ]
+        .into_iter()
+        .map(|(p, r)| (p.to_owned(), r))
+        .collect();
+        assert_eq!(skipped_of(&w), want);
+        // Everything else: the fix, the odd but valid names, the new directory.
+        assert_eq!(
+            w.files,
+            5,
+            "{}",
+            String::from_utf8_lossy(&std::fs::read(&to).unwrap())
+        );
+        let fresh = root.join("fresh");
+        sh(
+            &root,
+            &format!(
+                "git clone -q ws fresh && cd fresh && git apply --index {}",
+                to.display()
+            ),
+        );
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("a.txt")).unwrap(),
+            "fixed\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("back\\slash")).unwrap(),
+            "bs\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("new\nline.txt")).unwrap(),
+            "nl\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("src/lib.rs")).unwrap(),
+            "lib\n"
+        );
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xff.txt");
+        assert_eq!(std::fs::read_to_string(fresh.join(odd)).unwrap(), "ok\n");
+        // What was skipped is not in it: the tracked file stays as the base has it.
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("tracked.txt")).unwrap(),
+            "t\n"
+        );
+        assert!(!fresh.join(".GIT").exists() && !fresh.join("git~1").exists());
+        assert!(w.git_max_rss > 0 && w.git_max_rss < git_bound::GIT_MEMORY);
+    }
+
+    /// A batch git refuses is split until the refused paths are found (named by git or not):
+    /// they are recorded with git's message and every other path is staged.
+    #[test]
+    fn paths_git_still_refuses_are_isolated_and_the_rest_is_staged() {
+        let (_dir, ws, base) = based();
+        sh(
+            &ws,
+            "echo 1 > good1 && mkfifo f1 && echo 2 > good2 && mkfifo \"$(printf 'f\\n2')\" && echo 3 > good3 && rm tracked.txt",
+        );
+        let index = crate::provision::private_git_dir(&ws).join("t.index");
+        let bound = Bound::new(&PeakRss::default());
+        let git = || {
+            git::at(&private_git_dir(&ws))
+                .env("GIT_WORK_TREE", &ws)
+                .env("GIT_INDEX_FILE", &index)
+                .current_dir(&ws)
+                .config("core.bare=false")
+                .bounded(&bound)
+        };
+        git().args(["read-tree", &base]).output().unwrap();
+        let paths: Vec<Vec<u8>> = ["good1", "f1", "good2", "f\n2", "good3", "tracked.txt"]
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        let (refused, runs) = stage::isolate(&git, &paths).unwrap();
+        let mut names: Vec<&[u8]> = refused.keys().map(Vec::as_slice).collect();
+        names.sort();
+        assert_eq!(names, [b"f\n2".as_slice(), b"f1".as_slice()]);
+        assert!(
+            refused[b"f1".as_slice()].contains("unsupported file type"),
+            "{refused:?}"
+        );
+        assert!(runs <= 3, "{runs}");
+        let listed = git().args(["ls-files"]).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&listed),
+            "a.txt\ngood1\ngood2\ngood3\n"
+        );
+    }
+
+    /// Issue 25: 300 MiB and 1 GiB sparse files are skipped as too large, never read: the
+    /// runner's git stays far below its memory bound, and the rest of the work is written.
+    #[test]
+    fn files_over_the_size_bound_are_skipped_unread_and_git_stays_small() {
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(
+            &ws,
+            "echo fixed > a.txt && truncate -s 300M big300 && mkdir d && truncate -s 1G d/big1g",
+        );
+        let to = root.join("result.patch");
+        let w = write_patch(&ws, &base, &to).unwrap();
+        let skipped = skipped_of(&w);
+        assert_eq!(skipped.get("big300"), Some(&SkipReason::TooLarge));
+        assert_eq!(skipped.get("d/big1g"), Some(&SkipReason::TooLarge));
+        assert_eq!(w.files, 1);
+        let detail = w.skipped.listed[0].detail.clone().unwrap();
+        assert!(detail.contains("bytes, over the"), "{detail}");
+        // The peak resident memory of every git child, measured by wait4: no big file was
+        // loaded.
+        eprintln!("git's peak resident memory: {} bytes", w.git_max_rss);
+        assert!(w.git_max_rss > 0, "{}", w.git_max_rss);
+        assert!(w.git_max_rss < stage::MAX_PATCH_FILE, "{}", w.git_max_rss);
+    }
+
+    /// With no size bound, a 1 GiB sparse file is staged streamed (git never holds it) but a
+    /// binary diff of it cannot fit the 1 GiB memory bound: the patch fails, named
+    /// `out_of_memory`, nothing stale is left — never an empty patch — and git's peak stayed
+    /// under the bound. A 300 MiB one fits it and is written.
+    #[test]
+    fn a_git_over_its_memory_bound_is_a_named_failure_and_the_bound_holds() {
+        let unbounded = StageLimits { max_file: u64::MAX };
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(&ws, "echo fixed > a.txt && truncate -s 1G big1g");
+        let to = root.join("result.patch");
+        std::fs::write(&to, "a stale patch of an earlier run").unwrap();
+        let meter = PeakRss::default();
+        let not = write_patch_with(&ws, &base, &to, &unbounded, &Bound::new(&meter)).unwrap_err();
+        assert_eq!(not.failure, PatchFailure::OutOfMemory, "{}", not.error);
+        let text = not.error.to_string();
+        assert!(
+            text.contains("ran out of memory") && text.contains("diff-tree"),
+            "{text}"
+        );
+        assert!(!to.exists());
+        eprintln!("1 GiB, no size bound: git's peak {} bytes", not.git_max_rss);
+        assert!(
+            not.git_max_rss > 0 && not.git_max_rss <= git_bound::GIT_MEMORY,
+            "{}",
+            not.git_max_rss
+        );
+
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(&ws, "truncate -s 300M big300");
+        let to = root.join("result.patch");
+        let meter = PeakRss::default();
+        let w = write_patch_with(&ws, &base, &to, &unbounded, &Bound::new(&meter)).unwrap();
+        assert!(w.skipped.is_empty());
+        assert_eq!(w.files, 1);
+        eprintln!("300 MiB, no size bound: git's peak {} bytes", w.git_max_rss);
+        assert!(w.git_max_rss < git_bound::GIT_MEMORY, "{}", w.git_max_rss);
+    }
+
+    /// The runner's repository gone (removed beside the workspace): a named failure.
+    #[test]
+    fn a_missing_runner_repository_is_a_named_failure() {
+        let (dir, ws, base) = based();
+        std::fs::remove_dir_all(private_git_dir(&ws)).unwrap();
+        let to = dir.path().join("result.patch");
+        let not = write_patch(&ws, &base, &to).unwrap_err();
+        assert_eq!(not.failure, PatchFailure::RepositoryMissing);
+        assert!(
+            not.error.to_string().contains("is missing"),
+            "{}",
+            not.error
+        );
+    }
+
+    /// A directory that became a link or a file, a file that became a directory: staged as
+    /// `git add` stages them (the entries in the way replaced), and the patch applies.
+    #[test]
+    fn type_changes_are_staged_and_the_patch_applies() {
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(
+            &ws,
+            "mkdir d e && echo x > d/x && echo y > e/y && git add -A && git commit -qm more",
+        );
+        let base2 = String::from_utf8(
+            std::process::Command::new("git")
+                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+        .trim()
+        .to_owned();
+        assert_ne!(base, base2);
+        sh(
+            &ws,
+            "rm -r d && ln -s a.txt d && rm -r e && echo file > e && rm tracked.txt && mkdir tracked.txt && echo in > tracked.txt/inner",
+        );
+        let to = root.join("result.patch");
+        let w = write_patch(&ws, &base2, &to).unwrap();
+        assert!(w.skipped.is_empty(), "{:?}", w.skipped);
+        let fresh = root.join("fresh");
+        sh(
+            &root,
+            &format!(
+                "git clone -q ws fresh && cd fresh && git apply --index {}",
+                to.display()
+            ),
+        );
+        assert_eq!(
+            std::fs::read_link(fresh.join("d")).unwrap(),
+            Path::new("a.txt")
+        );
+        assert_eq!(std::fs::read_to_string(fresh.join("e")).unwrap(), "file\n");
+        assert_eq!(
+            std::fs::read_to_string(fresh.join("tracked.txt/inner")).unwrap(),
+            "in\n"
+        );
     }
 }

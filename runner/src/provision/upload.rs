@@ -2,7 +2,7 @@
 //! the server (`<state-dir>/uploads/<id>/tree`, unpacked by [`super::untar`]), a job's own copy
 //! of it (symlinks copied as links, never followed; modes kept), and the job's base commit: the
 //! copied tree committed in the runner's own repository ([`super::private_git_dir`], no
-//! alternates) exactly the way [`super::patch`] takes a result, so `result.patch` holds only
+//! alternates) exactly the way [`super::stage`] takes a result, so `result.patch` holds only
 //! what the rounds changed. The upload's own `.git`, if any, stays in the workspace for the
 //! agent; the runner never runs git with it.
 
@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use super::clone::init_private;
 use super::git;
-use super::{ProvisionError, patch, private_git_dir};
+use super::git_bound::{Bound, PeakRss};
+use super::stage::{self, StageLimits};
+use super::{ProvisionError, private_git_dir};
 
 /// A failure to give a job its copy of an upload.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +158,8 @@ fn copy_file(src: &Path, dst: &Path, mode: u32) -> Result<(), UploadError> {
 }
 
 /// Commits the files of `workspace` in a fresh runner's repository beside it (no alternates:
-/// the objects are its own), staged as [`patch::stage`] stages a result; returns the commit.
+/// the objects are its own), staged as [`stage::stage`] stages a result (a path that cannot be
+/// staged is left out of the base, as it would be of a result); returns the commit.
 pub fn base_commit(workspace: &Path, message: &str) -> Result<String, ProvisionError> {
     let private = private_git_dir(workspace);
     // The repository `clone` makes, without its alternates: nothing is shared, the base's
@@ -166,8 +169,26 @@ pub fn base_commit(workspace: &Path, message: &str) -> Result<String, ProvisionE
     std::fs::remove_file(&alternates)
         .map_err(|e| ProvisionError::io("remove the alternates of", &alternates, e))?;
     let index = private.join("ralph-base.index");
-    let tree = patch::stage(workspace, None, &index)?;
+    let meter = PeakRss::default();
+    let staged = stage::stage(
+        workspace,
+        None,
+        &index,
+        &StageLimits::default(),
+        &Bound::new(&meter),
+    );
     let _ = std::fs::remove_file(&index);
+    let staged = staged?;
+    if !staged.skipped.is_empty() {
+        tracing::info!(
+            skipped = staged.skipped.total,
+            "upload: {} path(s) of `{}` left out of the base: {}",
+            staged.skipped.total,
+            workspace.display(),
+            super::patch_status::skipped_list(&staged.skipped.listed, staged.skipped.total)
+        );
+    }
+    let tree = staged.tree;
     Ok(git::at(&private)
         .args(["commit-tree", &tree, "-m", message])
         .line()?)
@@ -223,11 +244,39 @@ mod tests {
         );
         // A result against it holds only the change.
         std::fs::write(ws.join("sub").join("a.txt"), "b\n").unwrap();
-        let summary = patch::write_patch(&ws, &commit, &root.join("r.patch")).unwrap();
+        let summary =
+            crate::provision::patch::write_patch(&ws, &commit, &root.join("r.patch")).unwrap();
         assert_eq!(summary.files, 1);
         assert!(matches!(
             provision_upload(&state, &ws, "nope"),
             Err(UploadError::Missing { .. })
         ));
+    }
+
+    /// Issue 25: an uploaded tree with a path git refuses (`.GIT/config`) made the base commit
+    /// fail (the job a `provision_failed` error): the base is made without it, and the result
+    /// holds the rounds' work, naming the path it left out.
+    #[test]
+    fn an_upload_with_a_path_git_refuses_gets_a_base_and_a_partial_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let state = root.join("state");
+        let tree = tree_dir(&upload_dir(&state, "u1"));
+        std::fs::create_dir_all(tree.join(".GIT")).unwrap();
+        std::fs::write(tree.join(".GIT").join("config"), "[core]\n").unwrap();
+        std::fs::write(tree.join("a.txt"), "a\n").unwrap();
+        let ws = root.join("workspaces").join("job");
+        std::fs::create_dir_all(&ws).unwrap();
+        let commit = provision_upload(&state, &ws, "u1").unwrap();
+        let files = git::at(&private_git_dir(&ws))
+            .args(["ls-tree", "-r", "--name-only", &commit])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8(files).unwrap(), "a.txt\n");
+        std::fs::write(ws.join("a.txt"), "b\n").unwrap();
+        let w = crate::provision::patch::write_patch(&ws, &commit, &root.join("r.patch")).unwrap();
+        assert_eq!(w.files, 1);
+        assert_eq!(w.skipped.total, 1);
+        assert_eq!(w.skipped.listed[0].path, ".GIT/config");
     }
 }

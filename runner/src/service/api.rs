@@ -782,6 +782,7 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "resumed_by": view.resumed_by,
         "spec": view.spec,
         "base_commit": view.base_commit,
+        "patch": view.patch,
     })
 }
 

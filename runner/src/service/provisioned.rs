@@ -1,8 +1,9 @@
 //! The service's side of provisioned workspaces (SPEC §11): the workspace a `repo` job gets
 //! (`<state-dir>/workspaces/<job-id>`, made when the job is accepted so the scheduler can lock
-//! it), `GET /v1/jobs/{id}/patch`, and the workspaces' lifecycle: removed once their job has
-//! been finished for `[provision] workspace_retention`, or, oldest first, when all of them use
-//! more than `workspace_budget` (the job's `result.patch` stays).
+//! it), `GET /v1/jobs/{id}/patch` (the patch, flagged when partial, or why there is none), and
+//! the workspaces' lifecycle: removed once their job has been finished for `[provision]
+//! workspace_retention`, or, oldest first, when all of them use more than `workspace_budget`
+//! (the job's `result.patch` stays).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::Service;
 use super::api::{ApiError, Svc, resolve};
 use crate::engine::WorkspaceLock;
+use crate::provision::patch_answer::{self, PatchAnswer};
 use crate::provision::{self, lifecycle};
 use crate::store::JobState;
 use crate::store::journal::blocking;
@@ -65,32 +67,57 @@ pub fn make(p: &Planned) -> Result<(), ApiError> {
     })
 }
 
-/// `GET /v1/jobs/{id}/patch`: the job's `result.patch`.
+/// The header that says what a served patch holds: `written` or `partial`.
+pub const PATCH_STATE_HEADER: &str = "x-ralph-patch";
+
+/// The header that counts the paths a `partial` patch left out.
+pub const PATCH_SKIPPED_HEADER: &str = "x-ralph-patch-skipped";
+
+/// `GET /v1/jobs/{id}/patch`: the job's `result.patch` (with [`PATCH_STATE_HEADER`]), or why
+/// there is none ([`patch_answer::answer`]).
 pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = resolve(&svc, &id)?;
     let view = blocking(|| svc.engine().store().load(&id))?;
-    let not_yet = |message: String| ApiError::new(StatusCode::NOT_FOUND, "no_patch", message);
-    if view.spec.source.is_none() {
-        return Err(not_yet(format!(
-            "job `{id}` ran in an existing workspace: only a provisioned job (`repo` or `upload`) has a patch"
-        )));
-    }
-    let path = provision::patch_path(&svc.engine().job_dir(&id));
+    let job_dir = svc.engine().job_dir(&id);
+    let path = provision::patch_path(&job_dir);
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let status = match patch_answer::answer(&view, &path, &job_dir, &host) {
+        PatchAnswer::NoPatch(message) => {
+            return Err(ApiError::new(StatusCode::NOT_FOUND, "no_patch", message));
+        }
+        PatchAnswer::Failed(message) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "patch_failed",
+                message,
+            ));
+        }
+        PatchAnswer::Patch { status } => status,
+    };
     match tokio::fs::read(&path).await {
-        Ok(bytes) => Ok((
-            [(header::CONTENT_TYPE, "text/x-diff; charset=utf-8")],
-            bytes,
-        )
-            .into_response()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(not_yet(if view.state == JobState::Finished {
-                format!("job `{id}` has no result.patch (its workspace was never provisioned)")
-            } else {
-                format!(
-                    "job `{id}` is {}: its result.patch is written when it ends",
-                    view.state.as_str()
-                )
-            }))
+        Ok(bytes) => {
+            let state = status.as_ref().map_or("written", |s| s.state.as_str());
+            let skipped = status.as_ref().map_or(0, |s| s.skipped_total);
+            Ok((
+                [
+                    (
+                        header::CONTENT_TYPE,
+                        "text/x-diff; charset=utf-8".to_owned(),
+                    ),
+                    (
+                        HeaderName::from_static(PATCH_STATE_HEADER),
+                        state.to_owned(),
+                    ),
+                    (
+                        HeaderName::from_static(PATCH_SKIPPED_HEADER),
+                        skipped.to_string(),
+                    ),
+                ],
+                bytes,
+            )
+                .into_response())
         }
         Err(e) => Err(internal(format!(
             "failed to read `{}`: {e}",

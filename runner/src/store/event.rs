@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
+use crate::provision::patch_status::{PatchFailure, PatchState, SkippedPath};
 use crate::usage::{RoundUsage, UsageTotals};
 
 /// Who ran (or is running) a job: enough to tell whether that process still lives.
@@ -326,7 +327,8 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         layout: Option<String>,
     },
-    /// The job's result was written as `result.patch` (and pushed, if asked and allowed).
+    /// The job's result was written as `result.patch` (and pushed, if asked and allowed), in
+    /// part (paths skipped), or could not be (SPEC §11).
     ResultWritten {
         /// Bytes of the patch (0 when it could not be written).
         bytes: u64,
@@ -338,6 +340,23 @@ pub enum EventKind {
         /// What failed, if the patch or the push did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// What the patch holds: `written`, `partial` (paths skipped) or `failed`; absent in
+        /// older journals (then `failed` when `error` is set and no file was written).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        patch: Option<PatchState>,
+        /// Why the patch could not be built (`failed`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<PatchFailure>,
+        /// The first paths left out of the patch (escaped, bounded), with their reasons.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<SkippedPath>,
+        /// How many paths were left out in all.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        skipped_total: u64,
+        /// The highest peak resident memory of the runner's git while it built the patch, in
+        /// bytes (under its memory bound).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git_max_rss: Option<u64>,
     },
     /// The job ended.
     JobFinished {
@@ -420,6 +439,11 @@ impl EventKind {
             EventKind::JobFinished { .. } => "job_finished",
         }
     }
+}
+
+/// Whether a count is zero (left out of an event when it is).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A journalled event.

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::event::{AttemptResult, Event, EventKind, RunnerInfo};
 use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
+use crate::provision::patch_status::{PatchState, PatchStatus};
 use crate::report::{self, Report};
 use crate::usage::UsageTotals;
 
@@ -138,6 +139,9 @@ pub struct JobView {
     /// The base commit of a provisioned workspace (SPEC §11).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_commit: Option<String>,
+    /// What became of its `result.patch` (the last `result_written`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<PatchStatus>,
 }
 
 /// An event that cannot follow the job's current state.
@@ -214,6 +218,7 @@ impl JobView {
             elapsed_ms: 0,
             resumes: 0,
             base_commit: None,
+            patch: None,
         })
     }
 
@@ -400,10 +405,36 @@ impl JobView {
                 }
                 self.base_commit = Some(commit.clone());
             }
-            EventKind::ResultWritten { .. } => {
+            EventKind::ResultWritten {
+                bytes,
+                files,
+                pushed,
+                error,
+                patch,
+                failure,
+                skipped,
+                skipped_total,
+                ..
+            } => {
                 if self.state != JobState::Running {
                     return Err(problem(ev, "a result is written only by a running job"));
                 }
+                // An older journal has no state: a failed patch was an error and no file.
+                let state = patch.unwrap_or(if error.is_some() && *bytes == 0 && *files == 0 {
+                    PatchState::Failed
+                } else {
+                    PatchState::Written
+                });
+                self.patch = Some(PatchStatus {
+                    state,
+                    files: *files,
+                    bytes: *bytes,
+                    skipped: skipped.clone(),
+                    skipped_total: (*skipped_total).max(skipped.len() as u64),
+                    failure: *failure,
+                    error: error.clone(),
+                    pushed: pushed.clone(),
+                });
             }
             EventKind::Resumed { by, .. } => {
                 if self.state != JobState::Finished {
