@@ -137,7 +137,12 @@ pub fn execute(args: DiffArgs) -> Result<Exit, CliError> {
         if let Some(warning) = partial_warning(&id, s) {
             eprintln!("{}", terminal::line(&format!("ralph: {warning}")));
         } else if s.state == PatchState::Written && s.files == 0 {
-            eprintln!("{}", terminal::line(&format!("ralph: job `{id}` changed no files: its result patch is empty")));
+            eprintln!(
+                "{}",
+                terminal::line(&format!(
+                    "ralph: job `{id}` changed no files: its result patch is empty"
+                ))
+            );
         }
     }
     Ok(Exit::Complete)
