@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use ralph_runner::job::{
     AgentSpec, FinishReason, JobKind, JobResult, JobSpec, Outcome, RoundFailure,
 };
+use ralph_runner::provision::patch_status::{PatchState, SkipReason, SkippedPath};
 use ralph_runner::report::{Report, Status};
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
 use ralph_runner::usage::{RoundUsage, UsageTotals};
@@ -161,6 +162,15 @@ fn hostile_events(t: &str) -> Vec<Event> {
             files: 1,
             pushed: Some(t.to_owned()),
             error: Some(t.to_owned()),
+            patch: Some(PatchState::Partial),
+            failure: None,
+            skipped: vec![SkippedPath {
+                path: t.to_owned(),
+                reason: SkipReason::GitPath,
+                detail: Some(t.to_owned()),
+            }],
+            skipped_total: 1,
+            git_max_rss: Some(1),
         }),
         ev(EventKind::JobFinished {
             outcome: Outcome::Blocked,
