@@ -659,10 +659,11 @@ fn workspace_retention_removes_the_workspace_but_not_the_patch() {
             .join(format!("{id}.git"))
             .exists()
     );
-    assert!(
+    // The log line follows the removal: wait for it too (the service may not have written it yet).
+    wait_until("the removal to be logged", LIMIT, || {
         s.log_text()
             .contains("provisioned workspace removed (workspace_retention)")
-    );
+    });
     let again = patch_of(&s, &id);
     assert_eq!(again, patch);
 }
@@ -680,10 +681,11 @@ fn the_workspace_budget_removes_finished_workspaces_when_a_job_ends() {
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
     let ws = s.state.join("workspaces").join(&id);
     wait_until("the workspace to be removed", LIMIT, || !ws.exists());
-    assert!(
+    // The log line follows the removal: wait for it too (the service may not have written it yet).
+    wait_until("the removal to be logged", LIMIT, || {
         s.log_text()
             .contains("provisioned workspace removed (workspace_budget)")
-    );
+    });
     let patch = patch_of(&s, &id);
     assert!(String::from_utf8_lossy(&patch).contains("b/NOTES.md"));
 }
