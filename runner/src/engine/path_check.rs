@@ -2,8 +2,10 @@
 //! (round or verify). They were resolved when the job was made ([`crate::job::paths`]), but a
 //! round of this job (or of another one sharing a tree) may since have replaced a directory on
 //! one of them with a symlink: `read = WS/cache` becomes `WS/cache -> /etc` in round 1, and
-//! round 2's mount would follow it. Walking the stored (real) path again against the writable
-//! trees finds such a link; the job then ends as a configuration error (exit 64) naming it.
+//! round 2's mount would follow it. Walking the stored (real) path again finds such a link — by
+//! the rule that needs no memory (not root's: every link a confined round makes) or because it
+//! lies in a writable tree the store knows; the job then ends as a configuration error (exit 64)
+//! naming it.
 //!
 //! Only that refusal is decided here: a path that vanished is the sandbox's to report, as before.
 
@@ -33,9 +35,17 @@ impl JobRun<'_> {
             sockets: &s.sockets,
         };
         match resolve_paths(req, &self.spec.workspace, known) {
-            Err(e) if matches!(e.source, ResolveError::LinkInWritableTree { .. }) => Err(
-                SandboxError::invalid(e.field, format!("{e} (planted since the job was made)")),
-            ),
+            Err(e)
+                if matches!(
+                    e.source,
+                    ResolveError::LinkInWritableTree { .. } | ResolveError::UntrustedLink { .. }
+                ) =>
+            {
+                Err(SandboxError::invalid(
+                    e.field,
+                    format!("{e} (planted since the job was made)"),
+                ))
+            }
             Ok(_) | Err(_) => Ok(()),
         }
     }
