@@ -7,8 +7,8 @@
 //!
 //! The writable trees a path is checked against are the `known` ones the caller passes (the
 //! state store's, the service's `workspace_roots`) plus the job's own workspace and `write`
-//! directories. Those are resolved first, against the known trees alone; then every path is
-//! resolved against the full set, so `read = WS/link`, `write = WS/link` and a workspace reached
+//! directories. Those are resolved first, against the known trees alone (what does not resolve
+//! then is left out); then every path is resolved against the full set, so `read = WS/link`, `write = WS/link` and a workspace reached
 //! through a link in one of the job's own `write` directories are caught whatever their order.
 
 use std::path::{Component, Path, PathBuf};
@@ -94,13 +94,12 @@ pub fn resolve_paths(
     base: &Path,
     known: &WritableTrees,
 ) -> Result<SandboxPaths, PathError> {
-    let first = SandboxPaths {
-        workspace: one("workspace", req.workspace, base, known)?,
-        read: Vec::new(),
-        write: all("write", req.write, base, known)?,
-        sockets: Vec::new(),
-    };
-    let trees = known.with(first.own_trees());
+    // The job's own trees first; one that does not resolve now fails again below, against
+    // every tree, with the most precise reason (a link inside one of the others).
+    let own = std::iter::once(req.workspace)
+        .chain(req.write.iter().map(PathBuf::as_path))
+        .filter_map(|p| resolve(p, base, known).ok());
+    let trees = known.with(own.collect::<Vec<_>>());
     let paths = SandboxPaths {
         workspace: one("workspace", req.workspace, base, &trees)?,
         read: all("read", req.read, base, &trees)?,

@@ -9,13 +9,16 @@
 //! real path reached so far, symlinks followed up to [`MAX_LINK_HOPS`] times, the result must
 //! exist), and judges every symlink it meets by two rules:
 //!
-//! - **A rule that needs no memory** ([`planted_by_whom`]): a link is followed only when no round
+//! - **A rule that needs no store** ([`planted_by_whom`]): a link is followed only when no round
 //!   could have made it — root owns it, and root owns every directory from `/` down to it, none
-//!   of them writable by anyone else unless sticky (`/var/run -> /run`, `/lib -> usr/lib`,
-//!   `/etc/alternatives/*`). A round never holds host uid 0 in the confined modes, so whatever it
-//!   plants belongs to someone else, wherever it lies and whichever store recorded the job (or
-//!   none, `ralph sandbox exec`). A user's own `~/proj -> /data/proj` is refused as well, with
-//!   the resolved path to pass instead: ralph cannot tell it from a planted one.
+//!   of them writable by anyone else unless sticky and none the root of a tree rounds have
+//!   written (`/var/run -> /run`, `/lib -> usr/lib`, `/etc/alternatives/*`). A round never
+//!   holds host uid 0 in the confined modes, so what it plants belongs to someone else — except
+//!   on a root-owned tree of a root runner, whose rounds' files are root's on disk (the idmapped
+//!   workspace; docker's uid 0): such a tree carries the runner's mark ([`super::tree_mark`]).
+//!   Either way the link is refused wherever it lies and whichever store recorded the job (or
+//!   none, `ralph sandbox exec`). A user's own `~/proj -> /data/proj` is refused as well, with the
+//!   resolved path to pass instead: ralph cannot tell it from a planted one.
 //! - **What the runner remembers** ([`WritableTrees`]): a link whose own location (its parent
 //!   directory's real path) lies inside a tree a round could have written is refused even when
 //!   root owns it — a round that is uid 0 (docker on a root-owned workspace, `full-access` under a
@@ -231,15 +234,24 @@ fn shown(target: &Path) -> String {
 
 /// Who could have planted the symlink described by `link` in the real directory `dir`, if anyone
 /// but `trusted` could: the link's owner when it is not trusted, or the first directory from
-/// `dir` up to `/` that an untrusted user owns or can write (group or other write without the
-/// sticky bit: in a sticky directory only an entry's owner, the directory's owner and root can
-/// replace an entry). `None`: only a trusted owner could have made the link where it is.
+/// `dir` up to `/` that is the root of a tree rounds have written (its mark,
+/// [`super::tree_mark`]: what a root runner's round leaves there is root's too), that an
+/// untrusted user owns, or that one can write (group or other write without the sticky bit: in a
+/// sticky directory only an entry's owner, the directory's owner and root can replace an entry).
+/// `None`: only a trusted owner could have made the link where it is.
 pub fn planted_by_whom(link: &std::fs::Metadata, dir: &Path, trusted: &[u32]) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     if !trusted.contains(&link.uid()) {
         return Some(format!("it belongs to uid {}", link.uid()));
     }
     for d in dir.ancestors() {
+        if super::tree_mark::is_marked(d) {
+            return Some(format!(
+                "it lies in `{}`, a tree rounds have written (marked `{}`)",
+                d.display(),
+                super::tree_mark::MARK
+            ));
+        }
         let m = match std::fs::symlink_metadata(d) {
             Ok(m) => m,
             Err(e) => return Some(format!("`{}` cannot be inspected: {e}", d.display())),

@@ -437,3 +437,39 @@ fn this_hosts_system_links_are_followed() {
     }
     assert!(checked > 0, "no system symlink on this host to check");
 }
+
+/// A root runner's round on a root-owned tree leaves root-owned links (the idmapped workspace,
+/// docker's uid 0): the tree's mark, set before each run, refuses them whichever store a later
+/// job uses. (Not root: nothing is marked, and the links are refused for not being root's.)
+#[test]
+fn a_link_in_a_marked_tree_is_refused_even_when_root_owns_it() {
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("packages")).unwrap();
+    let link = w.ws.join("packages/foo");
+    symlink(&w.host, &link).unwrap();
+    super::super::tree_mark::mark(&w.ws).unwrap();
+    if !nix::unistd::geteuid().is_root() {
+        assert!(!super::super::tree_mark::is_marked(&w.ws));
+        return;
+    }
+    // Root's link, root's directories: followed until the tree is marked...
+    let (why, msg) = untrusted(resolve(&link, &w.root, &WritableTrees::none()), &link);
+    assert_eq!(
+        why,
+        format!(
+            "it lies in `{}`, a tree rounds have written (marked `trusted.ralph.writable_tree`)",
+            w.ws.display()
+        )
+    );
+    assert!(
+        msg.contains(&format!("give the resolved path `{}`", w.host.display())),
+        "{msg}"
+    );
+    // ...and a link beside the tree is not in it.
+    let beside = w.out.join("l");
+    symlink(&w.host, &beside).unwrap();
+    assert_eq!(
+        resolve(&beside, &w.root, &WritableTrees::none()).unwrap(),
+        w.host
+    );
+}
