@@ -47,10 +47,19 @@ const fn route(name: &'static str, py: &'static str) -> Route {
 pub const ROUTES: &[Route] = &[
     route("kill_sigterm", "ret = os.kill(1, signal.SIGTERM)"),
     route("kill_sighup", "ret = os.kill(1, signal.SIGHUP)"),
-    // The command's own process group: the docker init's, unless the command has its own.
+    // The command's own process group: the docker init's, unless the command has its own. The
+    // command gets its own SIGTERM too, so it holds it blocked, and waits (2 s at most) for the
+    // SIGCONT an init that starts a stop sends every process; if it comes, it stays until the
+    // stop's SIGKILL (the grace is 1 s), so that the run does not end normally.
     route(
         "kill_own_group_sigterm",
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nret = os.kill(0, signal.SIGTERM)",
+        "stop = {signal.SIGTERM, signal.SIGCONT}\n\
+         signal.pthread_sigmask(signal.SIG_BLOCK, stop)\n\
+         os.kill(0, signal.SIGTERM)\n\
+         ret = 'init stopping' if signal.sigtimedwait({signal.SIGCONT}, 2) else None\n\
+         signal.sigtimedwait({signal.SIGTERM}, 0)\n\
+         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)\n\
+         if ret: time.sleep(30)",
     ),
     route("tkill_sigterm", "ret = sc(SYS_tkill, 1, signal.SIGTERM)"),
     route(
