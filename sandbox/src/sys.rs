@@ -286,3 +286,20 @@ pub fn attach_tree(tree: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_signal_from_outside_the_namespace_is_from_outside() {
+        // kill(2) from the supervisor or the engine: SI_USER, no pid in the init's namespace.
+        assert!(from_outside(libc::SI_USER, 0));
+        // The same from the command: its own pid.
+        assert!(!from_outside(libc::SI_USER, 7));
+        // A forged info (only negative codes pass the kernel), tkill, SIGIO's POLL_IN.
+        for code in [libc::SI_QUEUE, libc::SI_TKILL, 1, 0x80] {
+            assert!(!from_outside(code, 0), "{code}");
+        }
+    }
+}

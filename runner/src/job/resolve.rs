@@ -143,20 +143,18 @@ pub enum ResolveError {
     /// The walk met a symlink that a round could have planted (outside the trees the runner knows
     /// of): not root's, or in a directory someone but root can change.
     #[error(
-        "`{}` is a symlink (to `{target}`) that a round could have planted ({why}); a path through a symlink is followed only where root owns the link and every directory above it: give the resolved path{}",
+        "`{}` is a symlink (to `{target}`) that a round could have planted ({}); a path through a symlink is followed only where root owns the link and every directory above it: give the resolved path{}",
         link.display(),
-        resolved.as_deref().map(|r| format!(" `{r}` if that is what you mean")).unwrap_or_else(|| " (it does not resolve)".to_owned())
+        planted.why,
+        planted.resolved.as_deref().map(|r| format!(" `{r}` if that is what you mean")).unwrap_or_else(|| " (it does not resolve)".to_owned())
     )]
     UntrustedLink {
         /// The symlink.
         link: PathBuf,
         /// Where it points, escaped and bounded (it may be agent-controlled text).
         target: String,
-        /// Who could have made it: its owner, or the directory that someone else can change.
-        why: String,
-        /// The whole path resolved the way `canonicalize` would (following every link), escaped
-        /// and bounded: the suggestion, if it resolves.
-        resolved: Option<String>,
+        /// Who could have made it, and what to pass instead.
+        planted: Box<Planted>,
     },
     /// A component does not exist.
     #[error("`{}` does not exist", at.display())]
@@ -194,6 +192,17 @@ pub enum ResolveError {
         /// The OS error.
         source: io::Error,
     },
+}
+
+/// Why a symlink could have been planted, and the path to pass instead.
+#[derive(Debug)]
+pub struct Planted {
+    /// Who could have made it: its owner, a marked tree it lies in, or a directory above it that
+    /// someone else can change.
+    pub why: String,
+    /// The whole path resolved the way `canonicalize` would (following every link), escaped and
+    /// bounded: the suggestion, if it resolves.
+    pub resolved: Option<String>,
 }
 
 /// One step of the walk still to take.
@@ -324,8 +333,10 @@ pub fn resolve(given: &Path, base: &Path, trees: &WritableTrees) -> Result<PathB
                 return Err(ResolveError::UntrustedLink {
                     link: here,
                     target: shown(&target),
-                    why,
-                    resolved: std::fs::canonicalize(&abs).ok().map(|r| shown(&r)),
+                    planted: Box::new(Planted {
+                        why,
+                        resolved: std::fs::canonicalize(&abs).ok().map(|r| shown(&r)),
+                    }),
                 });
             }
             hops += 1;

@@ -1,6 +1,8 @@
-//! The sandbox's init: pid 1 of the run's pid namespace. It finishes the namespace set-up
-//! (mount, network, ipc and uts namespaces; mounts, loopback) that must happen inside, forks the command, reaps every process, forwards
-//! the supervisor's stop request to the whole namespace, and reports the command's status.
+//! The sandbox's init: pid 1 of the run's pid namespace. It finishes the namespace set-up that
+//! must happen inside (mount, network, ipc and uts namespaces; mounts, loopback), forks the
+//! command, reaps every process, forwards the supervisor's stop request to the whole namespace
+//! (a stop signal from inside it is ignored: [`crate::sys::from_outside`]), and reports the
+//! command's status.
 //! When it exits, the kernel kills whatever is left in the namespace; when the supervisor dies,
 //! it stops the namespace like on a stop request (`PR_SET_PDEATHSIG` = SIGHUP: SIGTERM to all,
 //! the grace, then SIGKILL) and exits, taking the namespace with it.

@@ -72,11 +72,14 @@ fn not_roots(path: &Path) -> u32 {
 fn untrusted(r: Result<PathBuf, ResolveError>, link: &Path) -> (String, String) {
     match r {
         Err(e @ ResolveError::UntrustedLink { .. }) => {
-            let ResolveError::UntrustedLink { link: l, why, .. } = &e else {
+            let ResolveError::UntrustedLink {
+                link: l, planted, ..
+            } = &e
+            else {
                 unreachable!()
             };
             assert_eq!(l, link, "{e}");
-            (why.clone(), e.to_string())
+            (planted.why.clone(), e.to_string())
         }
         other => panic!("want a refusal of `{}`, got {other:?}", link.display()),
     }
