@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use escape::*;
 use serde_json::json;
 
+#[path = "escape/init_reach.rs"]
+mod init_reach;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Native,
@@ -345,9 +348,10 @@ fn cases() -> Vec<Case> {
             .flags(argv!["--write", cache, "--read", w.out])
             .after(owned_by(installed, owner))
         }),
-        // Kernel information container runtimes mask: natively an empty mode-000 file over it
-        // (EACCES); docker masks it with /dev/null (reads as empty).
-        Case::new("proc_keys_masked", CONFINED, |_, _| {
+        // Kernel information container runtimes mask, in every mode (full-access too: SPEC §5, at
+        // least a default `docker run`): natively an empty mode-000 file over it (EACCES); docker
+        // masks it with /dev/null (reads as empty).
+        Case::new("proc_keys_masked", ALL, |_, _| {
             assert!(
                 Path::new("/proc/keys").exists(),
                 "no /proc/keys on this host"
@@ -357,7 +361,7 @@ fn cases() -> Vec<Case> {
                 by_backend(err("EACCES", "open"), ok_with(vec![("bytes", json!(0))])),
             )
         }),
-        Case::new("proc_timer_list_masked", CONFINED, |_, _| {
+        Case::new("proc_timer_list_masked", ALL, |_, _| {
             assert!(Path::new("/proc/timer_list").exists());
             Spec::probe(
                 argv!["read", "/proc/timer_list"],
@@ -373,7 +377,7 @@ fn cases() -> Vec<Case> {
         }),
         // A masked directory: natively an empty mode-000 tmpfs, in docker an empty read-only one
         // (`.` and `..` only).
-        Case::new("proc_acpi_masked", CONFINED, |_, _| {
+        Case::new("proc_acpi_masked", ALL, |_, _| {
             if !Path::new("/proc/acpi").is_dir() {
                 return Spec::skip("this kernel has no /proc/acpi");
             }
@@ -382,7 +386,147 @@ fn cases() -> Vec<Case> {
                 by_backend(err("EACCES", "open"), ok_with(vec![("entries", json!(2))])),
             )
         }),
+        Case::new("sys_firmware_masked", ALL, |_, sb| {
+            assert!(Path::new("/sys/firmware").is_dir(), "no /sys/firmware here");
+            // The confined modes do not bind /sys/firmware at all (invisible); full-access masks
+            // it with an empty mode-000 directory; docker with an empty read-only one.
+            Spec::probe(
+                argv!["readdir", "/sys/firmware"],
+                by_backend(
+                    sb.pick(
+                        err("ENOENT", "open"),
+                        err("ENOENT", "open"),
+                        err("EACCES", "open"),
+                    ),
+                    ok_with(vec![("entries", json!(2))]),
+                ),
+            )
+        }),
+        // Issue 25 (C): a capability-less uid 0 writes /proc/sys/kernel/core_pattern through the
+        // file modes, and a pipe there runs as host root at the next crash. Every mode keeps
+        // /proc/sys read-only (EROFS), or, where the command is not root, its mode refuses it
+        // first (EACCES; the confined modes natively: Landlock). The host's value is checked
+        // unchanged, and put back by the guard if a run ever changed it.
+        Case::new("proc_sys_core_pattern_unchanged", ALL, |_, sb| {
+            let guard = CorePattern::save();
+            let root_command =
+                is_root() && (!sb.confined() || BACKEND.with(Cell::get) == Backend::Docker);
+            let errno = match (BACKEND.with(Cell::get), sb.confined()) {
+                (Backend::Native, true) => "EACCES",
+                _ if root_command => "EROFS",
+                _ => "EACCES",
+            };
+            let want = guard.saved.clone();
+            Spec::probe(
+                argv!["append", "/proc/sys/kernel/core_pattern"],
+                err(errno, "open"),
+            )
+            .after(move |_| {
+                let now = std::fs::read_to_string(CORE_PATTERN).unwrap();
+                if now == want {
+                    Ok(())
+                } else {
+                    Err(format!("the host's core_pattern is {now:?}, was {want:?}"))
+                }
+            })
+            .keep(guard)
+        }),
+        // The host's SysV IPC is not the round's: a shared memory segment the test made on the
+        // host (mode 0666, so only a namespace stands in the way) cannot be found inside, in any
+        // mode; on the host it is still there, attached by nobody.
+        Case::new("host_sysv_shm_is_invisible", ALL, |_, _| {
+            let seg = HostShm::create();
+            let (key, id) = (seg.key, seg.id);
+            Spec::py(
+                r#"import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.shmget(int(sys.argv[1]), 0, 0)
+if r < 0:
+    e = ctypes.get_errno()
+    out(False, errno=errno.errorcode.get(e, 'E%d' % e), code=e, step='shmget')
+out(True, id=r)"#,
+                argv![key.to_string()],
+                err("ENOENT", "shmget"),
+            )
+            .after(move |_| match HostShm::attached(id) {
+                Some(0) => Ok(()),
+                Some(n) => Err(format!("the host's segment {id} has {n} attachment(s)")),
+                None => Err(format!("the host's segment {id} is gone")),
+            })
+            .keep(seg)
+        }),
+        // Own ipc and uts namespaces in every mode, full-access included.
+        Case::new("own_ipc_and_uts_namespaces", ALL, |_, _| {
+            let ns = |n: &str| std::fs::read_link(format!("/proc/self/ns/{n}")).unwrap();
+            Spec::py(
+                "out(True, same_ipc=os.readlink('/proc/self/ns/ipc') == sys.argv[1], same_uts=os.readlink('/proc/self/ns/uts') == sys.argv[2])",
+                argv![ns("ipc"), ns("uts")],
+                ok_with(vec![("same_ipc", json!(false)), ("same_uts", json!(false))]),
+            )
+        }),
     ]
+}
+
+const CORE_PATTERN: &str = "/proc/sys/kernel/core_pattern";
+
+/// The host's `core_pattern`, put back when dropped if a run changed it (the test must never
+/// leave the host with a pattern a sandbox wrote).
+struct CorePattern {
+    saved: String,
+}
+
+impl CorePattern {
+    fn save() -> Self {
+        Self {
+            saved: std::fs::read_to_string(CORE_PATTERN).unwrap(),
+        }
+    }
+}
+
+impl Drop for CorePattern {
+    fn drop(&mut self) {
+        if std::fs::read_to_string(CORE_PATTERN).ok().as_deref() != Some(self.saved.as_str()) {
+            let _ = std::fs::write(CORE_PATTERN, self.saved.trim_end());
+        }
+    }
+}
+
+/// A SysV shared memory segment on the host, removed when dropped.
+struct HostShm {
+    key: i32,
+    id: i32,
+}
+
+impl HostShm {
+    fn create() -> Self {
+        for n in 0..64 {
+            let key = 0x5a00_0000 | (std::process::id() as i32 & 0xffff) << 8 | n;
+            // SAFETY: shmget takes plain integers.
+            let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o666) };
+            if id >= 0 {
+                return Self { key, id };
+            }
+        }
+        panic!(
+            "no SysV segment could be made on the host: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Its attachment count, or `None` when it is gone.
+    fn attached(id: i32) -> Option<u64> {
+        // SAFETY: shmid_ds is plain data, filled by shmctl.
+        let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+        // SAFETY: `ds` is a valid, writable shmid_ds.
+        (unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0).then_some(ds.shm_nattch)
+    }
+}
+
+impl Drop for HostShm {
+    fn drop(&mut self) {
+        // SAFETY: removing a segment this test made; a null buffer is allowed for IPC_RMID.
+        unsafe { libc::shmctl(self.id, libc::IPC_RMID, std::ptr::null_mut()) };
+    }
 }
 
 #[test]
@@ -404,6 +548,28 @@ fn docker_boundary_matrix() {
     BACKEND.with(|b| b.set(Backend::Docker));
     set_backend_flags(argv!["--backend", "docker"]);
     run_matrix("boundary docker", &cases());
+}
+
+/// Issue 25 (A): no route from the command reaches the native init — its nice value, policy,
+/// affinity, I/O priority, limits, `/proc/1` files and liveness read from the host are unchanged
+/// and the run ends normally (`tests/escape/init_reach.rs`, one row per route). Run as root and,
+/// in CI, as the unprivileged `ralph-ci` (whose init is its own uid, in a user namespace).
+#[test]
+fn native_init_out_of_reach() {
+    init_reach::run_routes("init native", CONFINED, init_reach::Finder::Native);
+}
+
+/// Issue 25 (A): the same routes against ralph's container init, which runs as the command's own
+/// user (uid 0 on a root-owned workspace): before the fix `pidfd_send_signal` on a descriptor of
+/// `/proc/1` stopped the round, `setpriority`/`sched_setscheduler` reniced it and made it
+/// `SCHED_IDLE`, and a write to `/proc/1/oom_score_adj` made it the first OOM victim.
+#[test]
+fn docker_init_out_of_reach() {
+    if !is_root() || !common::docker::ready("docker_init_out_of_reach") {
+        return;
+    }
+    set_backend_flags(argv!["--backend", "docker"]);
+    init_reach::run_routes("init docker", CONFINED, init_reach::Finder::Docker);
 }
 
 /// `--agent-user` picks who a root runner's rounds are on a root-owned workspace; root is

@@ -497,3 +497,126 @@ fn the_service_refuses_such_paths_from_job_files_and_the_api() {
         "ext\n"
     );
 }
+
+/// The refusal of the rule that needs no memory: exit 64, the flag, the link, where it points,
+/// and the resolved path to pass instead.
+fn assert_untrusted(out: &Output, flag: &str, link: &Path, target: &Path) {
+    out.expect_code(64);
+    let needle = format!(
+        "`{}` is a symlink (to `{}`) that a round could have planted",
+        link.display(),
+        target.display()
+    );
+    assert!(
+        out.stderr.contains(&needle),
+        "want {needle:?} in:\n{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains(flag), "want {flag} in:\n{}", out.stderr);
+    let hint = format!("give the resolved path `{}`", target.display());
+    assert!(
+        out.stderr.contains(&hint),
+        "want {hint:?} in:\n{}",
+        out.stderr
+    );
+}
+
+/// Issue 25 (B), the red team's path: a first `ralph run` whose agent makes `packages/foo` a link
+/// to a host directory (the canary, which it cannot see); then, with no record of that job —
+/// `ralph sandbox exec` keeps none, `ralph run --state-dir OTHER` has another store — the link
+/// as `--workspace` (or `--read`, `--write`, `--socket` below it) is refused with exit 64, and
+/// the canary directory is untouched and nothing was stored. The rule needs no memory: the link
+/// is not root's (a confined round never is). A path through one of the host's own system links
+/// (root's, in root's directories: `/var/run -> /run`) still works.
+#[test]
+fn a_planted_link_is_refused_without_the_record_of_the_job_that_planted_it() {
+    let f = Fixture::new();
+    let base = f.root.path().canonicalize().unwrap();
+    let canary = host_dir(&base);
+    let plant = format!(
+        "mkdir packages && ln -s '{}' packages/foo && echo '{}' > \"$RALPH_REPORT_FILE\"",
+        canary.display(),
+        complete_report("planted")
+    );
+    run_in(&f, &f.ws, &plant).output().expect_code(0);
+    let link = f.ws.join("packages/foo");
+    assert_eq!(std::fs::read_link(&link).unwrap(), canary);
+    let before = snapshot(&canary);
+    let greedy = "touch x; echo pwned > marker; cat secret > leak";
+
+    // `ralph sandbox exec`: no store at all.
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--workspace"])
+        .arg(&link)
+        .args(["--", "/bin/sh", "-c", greedy])
+        .output();
+    assert_untrusted(&out, "--workspace", &link, &canary);
+    assert_eq!(snapshot(&canary), before);
+    // The same from inside the planted tree, relative to the current directory.
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--workspace", "packages/foo", "--"])
+        .args(["/bin/sh", "-c", greedy])
+        .command()
+        .current_dir(&f.ws)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(snapshot(&canary), before);
+    // The other path flags, from a workspace the link is not in.
+    let ws2 = base.join("ws2");
+    std::fs::create_dir(&ws2).unwrap();
+    for flag in ["--read", "--write", "--socket"] {
+        let out = Ralph::new()
+            .args(["sandbox", "exec", "--workspace"])
+            .arg(&ws2)
+            .arg(flag)
+            .arg(&link)
+            .args(["--", "/bin/sh", "-c", greedy])
+            .output();
+        assert_untrusted(&out, flag, &link, &canary);
+    }
+    assert_eq!(snapshot(&canary), before);
+
+    // `ralph run` with another state dir: it never saw the first job.
+    let other = base.join("other-state");
+    let run_other = |ws: &Path| {
+        Ralph::new()
+            .args(["run", "--objective", "o", "--json", "--kill-grace", "1s"])
+            .arg("--state-dir")
+            .arg(&other)
+            .arg("--workspace")
+            .arg(ws)
+            .arg("--agent-cmd")
+            .arg(greedy)
+            .output()
+    };
+    let out = run_other(&link);
+    assert_untrusted(&out, "--workspace", &link, &canary);
+    common::assert_no_result(&out);
+    assert_eq!(snapshot(&canary), before);
+    assert!(!f.ws.join("x").exists() && !ws2.join("x").exists());
+    // Nothing stored in the other store.
+    if other.join("ralph.db").exists() || other.is_dir() {
+        let store = ralph_runner::store::Store::open_sqlite(&other).unwrap();
+        let all = store
+            .list(&ralph_runner::store::JobFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(all.is_empty(), "{all:?}");
+    }
+
+    // The host's own system link is root's, in root's directories: followed.
+    let var_run = Path::new("/var/run");
+    if std::fs::symlink_metadata(var_run).is_ok_and(|m| m.file_type().is_symlink()) {
+        let out = Ralph::new()
+            .args(["sandbox", "exec", "--workspace"])
+            .arg(&ws2)
+            .args(["--read", "/var/run", "--", "/bin/sh", "-c", "test -d /run"])
+            .output();
+        out.expect_code(0);
+    } else {
+        panic!("this host has no /var/run symlink to check the system-link case with");
+    }
+}

@@ -17,7 +17,7 @@ use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::policy::guards::Switches;
 use crate::policy::network::{self, SocketFamily};
-use crate::policy::{Policy, WorkspaceAccess, syscalls};
+use crate::policy::{Policy, WorkspaceAccess, kernel_paths, syscalls};
 use crate::protect::{self, Placeholder};
 use crate::sockets;
 use crate::spec::SandboxRequest;
@@ -115,6 +115,12 @@ pub enum MountStep {
         /// The mount point.
         path: PathBuf,
     },
+    /// Bind a path over itself, read-only (full-access: `/proc/sys` and the other kernel paths a
+    /// default `docker run` mounts read-only, the init's `/proc/1`).
+    BindReadOnly {
+        /// The path.
+        path: PathBuf,
+    },
     /// A fresh procfs for the pid namespace at `/proc` (without a new root; a new root always
     /// gets one).
     Proc,
@@ -198,8 +204,12 @@ pub struct SandboxPlan {
     /// listeners the init hands to the runner before the command starts.
     #[serde(default)]
     pub gateway_ports: Vec<u16>,
-    /// A private IPC namespace.
+    /// A private IPC namespace (every mode: the host's SysV IPC and POSIX message queues are not
+    /// the round's).
     pub ipc_namespace: bool,
+    /// A private UTS namespace (every mode).
+    #[serde(default)]
+    pub uts_namespace: bool,
     /// A root of its own (read-only and workspace-write).
     pub root: Option<RootPlan>,
     /// Mount steps after the root is built.
@@ -319,6 +329,42 @@ pub(crate) fn command_identity(req: &SandboxRequest) -> Result<Ids, SandboxError
     identity::agent_user(req.agent_user.as_deref(), Path::new("/etc"))
 }
 
+/// full-access's mounts: the host's view with what a default `docker run` keeps from it
+/// ([`kernel_paths`]): a fresh `/proc` (the pid namespace's own), its read-only paths (and the
+/// init's `/proc/1`) bound read-only, its masked paths masked, and `/sys` read-only (cgroup limits
+/// cannot be left through `/sys/fs/cgroup`, nor firmware or kernel knobs changed, even by uid 0).
+/// Paths this kernel does not have are skipped.
+fn full_access_mounts() -> Vec<MountStep> {
+    let mut out = vec![MountStep::Proc];
+    out.extend(
+        kernel_paths::read_only()
+            .map(PathBuf::from)
+            .filter(|p| exists(p))
+            .map(|path| MountStep::BindReadOnly { path }),
+    );
+    for p in kernel_paths::MASKED.iter().map(PathBuf::from) {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => out.push(MountStep::HideDir { path: p }),
+            Ok(_) => out.push(MountStep::HideFile { path: p }),
+            Err(_) => {}
+        }
+    }
+    out.push(MountStep::ReadOnly {
+        path: PathBuf::from("/sys"),
+    });
+    out
+}
+
+/// The enforcement line of full-access's filesystem.
+fn full_access_detail(mounts: &[MountStep]) -> String {
+    let count = |f: fn(&MountStep) -> bool| mounts.iter().filter(|m| f(m)).count();
+    format!(
+        "full-access: the host's filesystem, but as in a default docker run {} kernel path(s) read-only (/proc/sys, the init's /proc/1, ...), {} masked (/proc/kcore, /proc/keys, ...), /sys read-only, private ipc and uts namespaces",
+        count(|m| matches!(m, MountStep::BindReadOnly { .. })),
+        count(|m| matches!(m, MountStep::HideFile { .. } | MountStep::HideDir { .. })),
+    )
+}
+
 /// Resolves a plan, failing closed when the host cannot enforce what the mode needs.
 pub fn resolve(
     policy: &Policy,
@@ -343,18 +389,18 @@ pub fn resolve(
 
     // Namespaces: root creates them directly; anyone else needs a user namespace first.
     let root = host.euid == 0;
-    // Every mode gets a mount namespace when namespaces are possible: the filesystem modes for
-    // their own root, full-access for a fresh /proc and a read-only /sys.
+    // Every mode gets a mount namespace: the filesystem modes for their own root, full-access for
+    // a fresh /proc and the kernel paths a default `docker run` masks or keeps read-only.
     let need_mount_ns = true;
     let need_userns = !root;
+    // full-access too: its mount, ipc and uts namespaces are what keeps it at least as confined
+    // as a default `docker run` (SPEC §5); without them it does not run, rather than weaker.
     if need_userns {
         if let Err(reason) = &host.user_namespaces {
-            if mode != Mode::FullAccess || net_private {
-                return Err(unavailable(
-                    "namespaces (user namespace needed by a non-root runner)",
-                    reason.clone(),
-                ));
-            }
+            return Err(unavailable(
+                "namespaces (user namespace needed by a non-root runner)",
+                reason.clone(),
+            ));
         }
     }
     let can_ns = root || host.user_namespaces.is_ok();
@@ -387,10 +433,11 @@ pub fn resolve(
     let mut git = None;
     let mut root = None;
     let landlock = if fs.unrestricted {
+        let floor = full_access_mounts();
         e.record(
             Restriction::Filesystem,
             Level::NotRequested,
-            "full-access: no filesystem restriction",
+            full_access_detail(&floor),
         );
         e.record(
             Restriction::ProtectedPaths,
@@ -413,14 +460,7 @@ pub fn resolve(
                 "protected paths need a filesystem sandbox; mode `full-access` has none",
             ));
         }
-        if can_ns {
-            // A fresh /proc (the pid namespace's own) and a read-only /sys: cgroup limits cannot
-            // be left through /sys/fs/cgroup even by uid 0.
-            mounts.push(MountStep::Proc);
-            mounts.push(MountStep::ReadOnly {
-                path: PathBuf::from("/sys"),
-            });
-        }
+        mounts.extend(floor);
         None
     } else {
         let abi = host.landlock.abi().ok_or_else(|| {
@@ -988,7 +1028,8 @@ pub fn resolve(
         } else {
             Vec::new()
         },
-        ipc_namespace: !fs.unrestricted,
+        ipc_namespace: true,
+        uts_namespace: true,
         root,
         mounts,
         absent,

@@ -146,6 +146,19 @@ pub fn reset_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// Whether a signal an init read from its signalfd (`ssi_code`, `ssi_pid`) was sent from outside
+/// the sandbox's pid namespace by `kill(2)` or `pidfd_send_signal(2)` without an info: the
+/// engine's stop, the supervisor's stop request, its death (`PR_SET_PDEATHSIG`). Every process
+/// inside the namespace — the command and all it starts — shows with its own pid there (a sender
+/// in an outer namespace shows as 0), the kernel refuses a forged `SI_USER` from another process
+/// (`rt_sigqueueinfo`, `pidfd_send_signal` with an info: only negative codes pass, with any
+/// pid), and a signal an owner set with `F_SETOWN` gets (SIGIO or the `F_SETSIG` one) carries a
+/// `POLL_*` code. So only the outside can stop a round through its init: from the command, any
+/// route (`kill(0)`, a pidfd of `/proc/1`, SIGIO) is read and ignored.
+pub fn from_outside(code: i32, pid: u32) -> bool {
+    code == libc::SI_USER && pid == 0
+}
+
 const OPEN_TREE_CLONE: u32 = 1;
 const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
 const AT_EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
@@ -272,4 +285,21 @@ pub fn attach_tree(tree: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()>
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_plain_signal_from_outside_the_namespace_is_from_outside() {
+        // kill(2) from the supervisor or the engine: SI_USER, no pid in the init's namespace.
+        assert!(from_outside(libc::SI_USER, 0));
+        // The same from the command: its own pid.
+        assert!(!from_outside(libc::SI_USER, 7));
+        // A forged info (only negative codes pass the kernel), tkill, SIGIO's POLL_IN.
+        for code in [libc::SI_QUEUE, libc::SI_TKILL, 1, 0x80] {
+            assert!(!from_outside(code, 0), "{code}");
+        }
+    }
 }

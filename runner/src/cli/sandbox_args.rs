@@ -22,12 +22,13 @@ pub struct SandboxArgs {
     /// Keep PATH (relative to the workspace) read-only; repeatable.
     #[arg(long = "protect", value_name = "PATH")]
     pub protect: Vec<PathBuf>,
-    /// Make PATH readable; repeatable. A symlink on its way that lies inside the workspace or a
-    /// --write directory is refused (give the real path).
+    /// Make PATH readable; repeatable. A symlink on its way is refused (give the resolved path)
+    /// unless root owns it and every directory above it, outside the workspace and the --write
+    /// directories.
     #[arg(long = "read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
-    /// Make directory PATH writable (workspace-write); repeatable. A symlink on its way that lies
-    /// inside the workspace or another --write directory is refused.
+    /// Make directory PATH writable (workspace-write); repeatable. Symlinks on its way: as for
+    /// --read.
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
     /// Let the command connect to the unix socket PATH (every other socket in a visible tree
@@ -94,10 +95,12 @@ where
 }
 
 impl SandboxArgs {
-    /// The workspace (`--workspace`), `--read` and `--write` paths, made absolute against `cwd`
-    /// and resolved together: they must exist, and no symlink inside the workspace or a
-    /// `--write` directory is followed on the way (`ralph sandbox exec` keeps no record of other
-    /// runs, so these are the only trees it knows a command could have written).
+    /// The workspace (`--workspace`), `--read`, `--write` and `--socket` paths, made absolute
+    /// against `cwd` and resolved together: they must exist, and no symlink a round could have
+    /// planted is followed on the way — one not root's (or in a directory someone else can
+    /// change), or one inside the workspace or a `--write` directory (`ralph sandbox exec` keeps
+    /// no record of other runs, so these are the only trees it knows a command could have
+    /// written; the first rule needs no record).
     pub fn resolved_paths(&self, workspace: &Path, cwd: &Path) -> Result<SandboxPaths, CliError> {
         let req = Requested {
             workspace,

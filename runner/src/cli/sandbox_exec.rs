@@ -120,6 +120,16 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     } = args
         .sandbox
         .resolved_paths(args.workspace.as_deref().unwrap_or(&cwd), &cwd)?;
+    let mode = args
+        .sandbox
+        .mode
+        .unwrap_or(ralph_sandbox::Mode::WorkspaceWrite);
+    // The trees the command may write, marked for the path rule of later runs (no store here).
+    if mode != ralph_sandbox::Mode::ReadOnly {
+        ralph_runner::job::tree_mark::mark_all(
+            std::iter::once(workspace.as_path()).chain(write.iter().map(PathBuf::as_path)),
+        );
+    }
     let backend = args.sandbox.backend.unwrap_or_default();
     // The private HOME and TMPDIR live only as long as the command: on tmpfs when there is one
     // (natively; a container gets them under the host's TMPDIR, mounted at the same path).
@@ -193,10 +203,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         timeout: args.timeout.map(|t| t.0),
         kill_grace: args.kill_grace.0,
         sandbox: SandboxRequest {
-            mode: args
-                .sandbox
-                .mode
-                .unwrap_or(ralph_sandbox::Mode::WorkspaceWrite),
+            mode,
             network,
             workspace,
             protect: args.sandbox.protect,

@@ -2,17 +2,25 @@
 //! (round or verify). They were resolved when the job was made ([`crate::job::paths`]), but a
 //! round of this job (or of another one sharing a tree) may since have replaced a directory on
 //! one of them with a symlink: `read = WS/cache` becomes `WS/cache -> /etc` in round 1, and
-//! round 2's mount would follow it. Walking the stored (real) path again against the writable
-//! trees finds such a link; the job then ends as a configuration error (exit 64) naming it.
+//! round 2's mount would follow it. Walking the stored (real) path again finds such a link — by
+//! the rule that needs no memory (not root's: every link a confined round makes) or because it
+//! lies in a writable tree the store knows; the job then ends as a configuration error (exit 64)
+//! naming it.
 //!
 //! Only that refusal is decided here: a path that vanished is the sandbox's to report, as before.
+//!
+//! When the paths hold, the job's writable trees (workspace, `write`) are marked before the run
+//! ([`crate::job::tree_mark`]): the record a later job reads whatever store it uses.
 
 use ralph_sandbox::SandboxError;
 
 use super::EngineError;
 use super::job_run::JobRun;
+use std::path::PathBuf;
+
 use crate::job::paths::{Requested, resolve_paths};
 use crate::job::resolve::{ResolveError, WritableTrees};
+use crate::job::tree_mark;
 
 impl JobRun<'_> {
     /// The writable trees of the engine's store (this job's own are added by the check).
@@ -22,8 +30,21 @@ impl JobRun<'_> {
         )?))
     }
 
-    /// Fails when one of the job's paths now runs through a symlink inside a writable tree.
+    /// Fails when one of the job's paths now runs through a symlink a round could have planted.
+    /// When they hold, the job's writable trees are marked for later jobs ([`tree_mark`]) before
+    /// the run that may write them.
     pub(super) fn paths_unchanged(&self, known: &WritableTrees) -> Result<(), SandboxError> {
+        self.paths_hold(known)?;
+        if self.spec.sandbox.mode != ralph_sandbox::Mode::ReadOnly {
+            tree_mark::mark_all(
+                std::iter::once(self.spec.workspace.as_path())
+                    .chain(self.spec.sandbox.write.iter().map(PathBuf::as_path)),
+            );
+        }
+        Ok(())
+    }
+
+    fn paths_hold(&self, known: &WritableTrees) -> Result<(), SandboxError> {
         let s = &self.spec.sandbox;
         let req = Requested {
             workspace: &self.spec.workspace,
@@ -33,9 +54,17 @@ impl JobRun<'_> {
             sockets: &s.sockets,
         };
         match resolve_paths(req, &self.spec.workspace, known) {
-            Err(e) if matches!(e.source, ResolveError::LinkInWritableTree { .. }) => Err(
-                SandboxError::invalid(e.field, format!("{e} (planted since the job was made)")),
-            ),
+            Err(e)
+                if matches!(
+                    e.source,
+                    ResolveError::LinkInWritableTree { .. } | ResolveError::UntrustedLink { .. }
+                ) =>
+            {
+                Err(SandboxError::invalid(
+                    e.field,
+                    format!("{e} (planted since the job was made)"),
+                ))
+            }
             Ok(_) | Err(_) => Ok(()),
         }
     }

@@ -9,6 +9,7 @@ pub mod request;
 pub mod resolve;
 pub mod source;
 pub mod spec;
+pub mod tree_mark;
 
 pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};

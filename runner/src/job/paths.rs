@@ -1,11 +1,14 @@
-//! The sandbox-visible host paths of one job (`workspace`, `read`, `write`, and the `protect`
-//! paths below the workspace), resolved together so that no symlink a round could have planted
-//! is followed (SPEC §5): see [`super::resolve`] for the walk.
+//! The sandbox-visible host paths of one job (`workspace`, `read`, `write`, `socket`, and the
+//! `protect` paths below the workspace), resolved together so that no symlink a round could have
+//! planted is followed (SPEC §5): see [`super::resolve`] for the walk and its two rules — one
+//! that needs no memory (a link is followed only where root owns it and every directory above
+//! it), and the writable trees the runner knows. This is the one place `ralph run`, `ralph serve`
+//! (through the job request) and `ralph sandbox exec` judge these paths.
 //!
 //! The writable trees a path is checked against are the `known` ones the caller passes (the
 //! state store's, the service's `workspace_roots`) plus the job's own workspace and `write`
-//! directories. Those are resolved first, against the known trees alone; then every path is
-//! resolved against the full set, so `read = WS/link`, `write = WS/link` and a workspace reached
+//! directories. Those are resolved first, against the known trees alone (what does not resolve
+//! then is left out); then every path is resolved against the full set, so `read = WS/link`, `write = WS/link` and a workspace reached
 //! through a link in one of the job's own `write` directories are caught whatever their order.
 
 use std::path::{Component, Path, PathBuf};
@@ -91,13 +94,12 @@ pub fn resolve_paths(
     base: &Path,
     known: &WritableTrees,
 ) -> Result<SandboxPaths, PathError> {
-    let first = SandboxPaths {
-        workspace: one("workspace", req.workspace, base, known)?,
-        read: Vec::new(),
-        write: all("write", req.write, base, known)?,
-        sockets: Vec::new(),
-    };
-    let trees = known.with(first.own_trees());
+    // The job's own trees first; one that does not resolve now fails again below, against
+    // every tree, with the most precise reason (a link inside one of the others).
+    let own = std::iter::once(req.workspace)
+        .chain(req.write.iter().map(PathBuf::as_path))
+        .filter_map(|p| resolve(p, base, known).ok());
+    let trees = known.with(own.collect::<Vec<_>>());
     let paths = SandboxPaths {
         workspace: one("workspace", req.workspace, base, &trees)?,
         read: all("read", req.read, base, &trees)?,
@@ -161,7 +163,8 @@ mod tests {
         let (_d, ws, host) = world();
         symlink(&host, ws.join("cache")).unwrap();
         let link = [ws.join("cache")];
-        let none = WritableTrees::none();
+        // The test's own links trusted like root's: what is judged here is the tree rule.
+        let none = WritableTrees::none().trusting(&[0, nix::unistd::geteuid().as_raw()]);
         for (read, write, field) in [(&link[..], &[][..], "read"), (&[][..], &link[..], "write")] {
             let e = resolve_paths(req(&ws, read, write, &[]), &ws, &none).unwrap_err();
             assert_eq!(e.field, field, "{e}");
@@ -187,10 +190,14 @@ mod tests {
         let e = resolve_paths(
             req(&linked, &[], std::slice::from_ref(&host), &[]),
             &host,
-            &WritableTrees::none(),
+            &WritableTrees::none().trusting(&[0, nix::unistd::geteuid().as_raw()]),
         )
         .unwrap_err();
         assert_eq!(e.field, "workspace", "{e}");
+        assert!(
+            matches!(e.source, ResolveError::LinkInWritableTree { ref tree, .. } if *tree == host),
+            "{e}"
+        );
     }
 
     #[test]
@@ -201,9 +208,38 @@ mod tests {
         let known = WritableTrees::new([ws.clone()]);
         let e = resolve_paths(req(&sub, &[], &[], &[]), &ws, &known).unwrap_err();
         assert_eq!(e.field, "workspace", "{e}");
-        // Unknown, it is the user's link and followed.
-        let p = resolve_paths(req(&sub, &[], &[], &[]), &ws, &WritableTrees::none()).unwrap();
+        // Unknown, a link of a trusted owner (root's, on a real host) is followed.
+        let me = nix::unistd::geteuid().as_raw();
+        let trusted = WritableTrees::none().trusting(&[0, me]);
+        let p = resolve_paths(req(&sub, &[], &[], &[]), &ws, &trusted).unwrap();
         assert_eq!(p.workspace, host);
+    }
+
+    /// Issue 25: with no tree known at all (another store, `ralph sandbox exec`), a workspace
+    /// through a link that is not root's is refused, naming the flag's field.
+    #[test]
+    fn a_workspace_through_a_link_that_is_not_roots_is_refused_with_no_tree_known() {
+        let (_d, ws, host) = world();
+        std::fs::create_dir(ws.join("packages")).unwrap();
+        let link = ws.join("packages/foo");
+        symlink(&host, &link).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+        }
+        for (read, field) in [
+            (&[][..], "workspace"),
+            (std::slice::from_ref(&link), "read"),
+        ] {
+            // The read case from another workspace: `ws` is no tree of this job's.
+            let wsp = if field == "workspace" { &link } else { &host };
+            let e =
+                resolve_paths(req(wsp, read, &[], &[]), &ws, &WritableTrees::none()).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(
+                matches!(e.source, ResolveError::UntrustedLink { .. }),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -619,8 +619,11 @@ mod tests {
             read: vec![ws.join("cache")],
             ..Default::default()
         };
-        // Unknown to this job, `ws` is someone's directory and the link is followed...
-        let (spec, _) = r.clone().into_spec(&root, &WritableTrees::none()).unwrap();
+        // Unknown to this job, `ws` is someone's directory and the link (trusted here like a
+        // link of root's) is followed...
+        let me = nix::unistd::geteuid().as_raw();
+        let trusted = WritableTrees::none().trusting(&[0, me]);
+        let (spec, _) = r.clone().into_spec(&root, &trusted).unwrap();
         assert_eq!(spec.sandbox.read, vec![host.clone()]);
         // ...known as a writable tree, it is refused, the path and the link named.
         let e = r

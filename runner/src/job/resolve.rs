@@ -1,18 +1,36 @@
 //! Resolving the host paths a job makes visible to its rounds (`--workspace`, `--read`,
-//! `--write`) without letting an earlier round steer them (SPEC §5, "The host boundary").
+//! `--write`, `--socket`, and `--protect` below the workspace) without letting an earlier round
+//! steer them (SPEC §5, "The host boundary").
 //!
 //! A round may leave a symlink anywhere it can write, and `std::fs::canonicalize` would follow
-//! it: a later job's `--read WS/cache` would then grant wherever `WS/cache` points. [`resolve`]
-//! walks a path component by component the way `canonicalize` does (`.` dropped, `..` taken
-//! against the real path reached so far, symlinks followed up to [`MAX_LINK_HOPS`] times, the
-//! result must exist), but it refuses to follow a symlink whose own location (judged by its
-//! parent directory's real path) lies inside one of the [`WritableTrees`]: such a link could have
-//! been planted by a round. Symlinks elsewhere (`/var/run -> /run`, `/bin -> usr/bin`, a user's
-//! `~/src -> /data/src`) are followed as before.
+//! it: a later job's `--read WS/cache` would then grant wherever `WS/cache` points, and
+//! `--workspace WS/packages/foo` would make that place the next job's workspace. [`resolve`] walks
+//! a path component by component the way `canonicalize` does (`.` dropped, `..` taken against the
+//! real path reached so far, symlinks followed up to [`MAX_LINK_HOPS`] times, the result must
+//! exist), and judges every symlink it meets by two rules:
 //!
-//! Which trees count is the caller's to say (see `docs/sandbox.md`, "Symlinks in the
-//! workspace"): the job's own workspace and `--write` directories, the workspaces and `--write`
-//! directories of the jobs in the state store, and for the service its `workspace_roots`.
+//! - **A rule that needs no store** ([`planted_by_whom`]): a link is followed only when no round
+//!   could have made it — root owns it, and root owns every directory from `/` down to it, none
+//!   of them writable by anyone else unless sticky and none the root of a tree rounds have
+//!   written (`/var/run -> /run`, `/lib -> usr/lib`, `/etc/alternatives/*`). A round never
+//!   holds host uid 0 in the confined modes, so what it plants belongs to someone else — except
+//!   on a root-owned tree of a root runner, whose rounds' files are root's on disk (the idmapped
+//!   workspace; docker's uid 0): such a tree carries the runner's mark ([`super::tree_mark`]).
+//!   Either way the link is refused wherever it lies and whichever store recorded the job (or
+//!   none, `ralph sandbox exec`). A user's own `~/proj -> /data/proj` is refused as well, with the
+//!   resolved path to pass instead: ralph cannot tell it from a planted one.
+//! - **What the runner remembers** ([`WritableTrees`]): a link whose own location (its parent
+//!   directory's real path) lies inside a tree a round could have written is refused even when
+//!   root owns it — a round that is uid 0 (docker on a root-owned workspace, `full-access` under a
+//!   root runner) makes root-owned links. Which trees count is the caller's to say (see
+//!   `docs/sandbox.md`, "Symlinks in the workspace"): the job's own workspace and `--write`
+//!   directories, the workspaces and `--write` directories of the jobs in the state store, and
+//!   for the service its `workspace_roots`.
+//!
+//! `--read` gets the same rule as the writable paths, not a looser one: a read grant through a
+//! planted link hands the round the user's keys or tokens (`WS/cache -> ~/.ssh`), and the model
+//! API is a channel out. Not a stricter one either: a root-owned system link is no more a round's
+//! on a read path than on a written one.
 //!
 //! The walk reads the file system by path; it is a check made when a job is made and again before
 //! each of its rounds, not a lock: a link planted between the check and the mount is covered by
@@ -29,16 +47,41 @@ pub const MAX_LINK_HOPS: u32 = 40;
 /// Characters of a link's target quoted in a message (the target is agent-controlled text).
 const TARGET_QUOTE: usize = 200;
 
-/// The trees a round could have written into: real (symlink-free) absolute paths.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Who may own a symlink, and every directory above it, for the link to be followed without any
+/// record of which trees rounds wrote: root (a round never holds host uid 0 in the confined
+/// modes).
+const TRUSTED_OWNER: u32 = 0;
+
+/// The trees a round could have written into (real, symlink-free absolute paths), and who is
+/// trusted to own a link outside them ([`TRUSTED_OWNER`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WritableTrees {
     roots: Vec<PathBuf>,
+    trusted: Vec<u32>,
+}
+
+impl Default for WritableTrees {
+    fn default() -> Self {
+        Self {
+            roots: Vec::new(),
+            trusted: vec![TRUSTED_OWNER],
+        }
+    }
 }
 
 impl WritableTrees {
-    /// No tree at all: every symlink is followed (what a path outside any job needs).
+    /// No tree known: only the rule without memory applies (a link is followed where root owns
+    /// it and every directory above it).
     pub fn none() -> Self {
         Self::default()
+    }
+
+    /// Trusts these owners instead of root alone (tests: links made by the test's own user
+    /// stand in for system links).
+    #[cfg(test)]
+    pub(crate) fn trusting(mut self, owners: &[u32]) -> Self {
+        self.trusted = owners.to_vec();
+        self
     }
 
     /// The trees `roots` (real absolute paths; relative ones are ignored, duplicates dropped).
@@ -97,6 +140,22 @@ pub enum ResolveError {
         /// The writable tree it lies in.
         tree: PathBuf,
     },
+    /// The walk met a symlink that a round could have planted (outside the trees the runner knows
+    /// of): not root's, or in a directory someone but root can change.
+    #[error(
+        "`{}` is a symlink (to `{target}`) that a round could have planted ({}); a path through a symlink is followed only where root owns the link and every directory above it: give the resolved path{}",
+        link.display(),
+        planted.why,
+        planted.resolved.as_deref().map(|r| format!(" `{r}` if that is what you mean")).unwrap_or_else(|| " (it does not resolve)".to_owned())
+    )]
+    UntrustedLink {
+        /// The symlink.
+        link: PathBuf,
+        /// Where it points, escaped and bounded (it may be agent-controlled text).
+        target: String,
+        /// Who could have made it, and what to pass instead.
+        planted: Box<Planted>,
+    },
     /// A component does not exist.
     #[error("`{}` does not exist", at.display())]
     Missing {
@@ -135,6 +194,17 @@ pub enum ResolveError {
     },
 }
 
+/// Why a symlink could have been planted, and the path to pass instead.
+#[derive(Debug)]
+pub struct Planted {
+    /// Who could have made it: its owner, a marked tree it lies in, or a directory above it that
+    /// someone else can change.
+    pub why: String,
+    /// The whole path resolved the way `canonicalize` would (following every link), escaped and
+    /// bounded: the suggestion, if it resolves.
+    pub resolved: Option<String>,
+}
+
 /// One step of the walk still to take.
 enum Step {
     /// `..`
@@ -171,9 +241,48 @@ fn shown(target: &Path) -> String {
     }
 }
 
+/// Who could have planted the symlink described by `link` in the real directory `dir`, if anyone
+/// but `trusted` could: the link's owner when it is not trusted, or the first directory from
+/// `dir` up to `/` that is the root of a tree rounds have written (its mark,
+/// [`super::tree_mark`]: what a root runner's round leaves there is root's too), that an
+/// untrusted user owns, or that one can write (group or other write without the sticky bit: in a
+/// sticky directory only an entry's owner, the directory's owner and root can replace an entry).
+/// `None`: only a trusted owner could have made the link where it is.
+pub fn planted_by_whom(link: &std::fs::Metadata, dir: &Path, trusted: &[u32]) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if !trusted.contains(&link.uid()) {
+        return Some(format!("it belongs to uid {}", link.uid()));
+    }
+    for d in dir.ancestors() {
+        if super::tree_mark::is_marked(d) {
+            return Some(format!(
+                "it lies in `{}`, a tree rounds have written (marked `{}`)",
+                d.display(),
+                super::tree_mark::MARK
+            ));
+        }
+        let m = match std::fs::symlink_metadata(d) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("`{}` cannot be inspected: {e}", d.display())),
+        };
+        if !trusted.contains(&m.uid()) {
+            return Some(format!("`{}` belongs to uid {}", d.display(), m.uid()));
+        }
+        let mode = m.mode();
+        if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+            return Some(format!(
+                "`{}` can be changed by other users (mode {:o})",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    None
+}
+
 /// Resolves `given` (absolute, or relative to the absolute `base`) to the real path it names,
-/// which must exist; a symlink on the way whose parent directory lies inside one of `trees` is
-/// refused, never followed.
+/// which must exist; a symlink on the way is refused, never followed, when its parent directory
+/// lies inside one of `trees` or when a round could have planted it ([`planted_by_whom`]).
 pub fn resolve(given: &Path, base: &Path, trees: &WritableTrees) -> Result<PathBuf, ResolveError> {
     let abs = if given.is_absolute() {
         given.to_owned()
@@ -218,6 +327,16 @@ pub fn resolve(given: &Path, base: &Path, trees: &WritableTrees) -> Result<PathB
                     link: here,
                     target: shown(&target),
                     tree: tree.to_owned(),
+                });
+            }
+            if let Some(why) = planted_by_whom(&meta, &real, &trees.trusted) {
+                return Err(ResolveError::UntrustedLink {
+                    link: here,
+                    target: shown(&target),
+                    planted: Box::new(Planted {
+                        why,
+                        resolved: std::fs::canonicalize(&abs).ok().map(|r| shown(&r)),
+                    }),
                 });
             }
             hops += 1;

@@ -109,6 +109,7 @@ pub fn body(
         ulimits: Some(ulimits),
         ipc_mode: Some("private".into()),
         masked_paths: Some(plan.masked.clone()),
+        readonly_paths: Some(plan.read_only.clone()),
         auto_remove: Some(false),
         ..Default::default()
     };

@@ -6,6 +6,11 @@
 //! a stop it ends when the command does, killing what is left. It exits like tini: the
 //! command's code, or 128 + n when signal n killed it.
 //!
+//! Nothing the command does reaches it: it acts only on signals sent from outside the container
+//! ([`crate::sys::from_outside`]; the command's `kill(0)`, a pidfd of `/proc/1` or SIGIO are
+//! read and ignored), the command runs in a session of its own, `/proc/1` is read-only in the
+//! container, and the seccomp profile refuses what names pid 1 (`crate::policy::guards`).
+//!
 //! It reports to the runner on the status socket at [`super::init_status::STATUS_PATH`]
 //! (connected before the command exists, so the command cannot forge it): an `execve` that
 //! failed (the command's program missing or not executable; the init then exits 127 or 126, but
@@ -361,10 +366,13 @@ fn run(args: &InitArgs) -> i32 {
             .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
         drop(fds);
         while let Ok(Some(info)) = sigfd.read_signal() {
+            // A stop comes from the engine (outside the container's pid namespace); the same
+            // signal from the command, by any route, is ignored.
             if !matches!(
                 Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)),
                 Ok(Signal::SIGCHLD) | Err(_)
-            ) {
+            ) && sys::from_outside(info.ssi_code, info.ssi_pid)
+            {
                 stop(&mut kill_at);
             }
         }
@@ -404,6 +412,10 @@ fn run(args: &InitArgs) -> i32 {
 /// is reported on the status socket (nothing of the command ran yet, so it is the init's word).
 fn exec(argv: &[CString], report: Option<&mut UnixStream>) -> ! {
     let _ = sys::reset_signals();
+    // A session of its own: the init leads process group 1 (and its session), and the command
+    // must not share it — `kill(0)`, `setpriority(PRIO_PGRP, 0)` and the like would reach the
+    // init, and a process outside the init's session cannot join its group.
+    let _ = nix::unistd::setsid();
     let code = match argv.first() {
         Some(prog) => {
             let e = execvp(prog, argv).map_or_else(|e| e, |_| nix::Error::UnknownErrno);

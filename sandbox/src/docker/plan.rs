@@ -10,7 +10,7 @@ use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
-use crate::policy::{Policy, WorkspaceAccess};
+use crate::policy::{Policy, WorkspaceAccess, kernel_paths};
 use crate::protect::{self, Placeholder};
 use crate::spec::SandboxRequest;
 
@@ -64,6 +64,9 @@ pub struct ContainerPlan {
     /// Kernel paths masked in the container (`MaskedPaths`; replaces the engine's default list,
     /// so it holds that list too).
     pub masked: Vec<String>,
+    /// Kernel paths mounted read-only in the container (`ReadonlyPaths`; replaces the engine's
+    /// default list, so it holds that list too, and `/proc/1`: the init), in every mode.
+    pub read_only: Vec<String>,
     /// The network.
     pub network: Network,
     /// Memory limit (memory-swap is the same: no swap).
@@ -157,24 +160,13 @@ fn check_mount(
     Ok(())
 }
 
-/// What Docker 20.10 masks by default (`MaskedPaths` replaces this list, so it is repeated).
-const ENGINE_MASKED: [&str; 10] = [
-    "/proc/asound",
-    "/proc/acpi",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-];
-
-/// The engine's masked paths plus the policy's hidden kernel paths (under `/proc` and `/sys`),
-/// in every mode but full-access.
+/// The engine's masked paths ([`kernel_paths::MASKED`], in every mode) plus the policy's hidden
+/// kernel paths (under `/proc` and `/sys`), in every mode but full-access.
 fn masked_paths(policy: &Policy) -> Vec<String> {
-    let mut out: Vec<String> = ENGINE_MASKED.iter().map(|p| (*p).to_owned()).collect();
+    let mut out: Vec<String> = kernel_paths::MASKED
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
     if !policy.filesystem.unrestricted {
         out.extend(
             policy
@@ -605,6 +597,7 @@ pub fn resolve(
         scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
         scratch_size,
         masked,
+        read_only: kernel_paths::read_only().map(str::to_owned).collect(),
         network,
         memory,
         pids,

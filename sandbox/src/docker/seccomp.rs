@@ -341,6 +341,33 @@ mod tests {
                 Some(EPERM)
             );
             assert_eq!(refused_with(&p, "prlimit64", [0, 7, 0x7000, 0, 0, 0]), None);
+            // The init's scheduling (issue 25), and pidfd_send_signal (a pidfd of /proc/1).
+            assert_eq!(
+                refused_with(&p, "setpriority", [0, 1, 19, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "setpriority", [1, 1 | (1 << 40), 19, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "setpriority", [2, 0, 19, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(refused_with(&p, "setpriority", [0, 0, 19, 0, 0, 0]), None);
+            assert_eq!(
+                refused_with(&p, "sched_setscheduler", [1, 5, 0, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "ioprio_set", [1, 1, 3 << 13, 0, 0, 0]),
+                Some(EPERM)
+            );
+            assert_eq!(
+                refused_with(&p, "pidfd_send_signal", [3, 15, 0, 0, 0, 0]),
+                Some(ENOSYS)
+            );
+            assert!(refuses(&p, "process_madvise", EPERM));
         }
         let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
         assert_eq!(refused_with(&fa, "chmod", [0, 0o4755, 0, 0, 0, 0]), None);

@@ -1,6 +1,8 @@
-//! The sandbox's init: pid 1 of the run's pid namespace. It finishes the namespace set-up
-//! (mounts, network) that must happen inside, forks the command, reaps every process, forwards
-//! the supervisor's stop request to the whole namespace, and reports the command's status.
+//! The sandbox's init: pid 1 of the run's pid namespace. It finishes the namespace set-up that
+//! must happen inside (mount, network, ipc and uts namespaces; mounts, loopback), forks the
+//! command, reaps every process, forwards the supervisor's stop request to the whole namespace
+//! (a stop signal from inside it is ignored: [`crate::sys::from_outside`]), and reports the
+//! command's status.
 //! When it exits, the kernel kills whatever is left in the namespace; when the supervisor dies,
 //! it stops the namespace like on a stop request (`PR_SET_PDEATHSIG` = SIGHUP: SIGTERM to all,
 //! the grace, then SIGKILL) and exits, taking the namespace with it.
@@ -80,6 +82,10 @@ pub fn run(
     if plan.ipc_namespace {
         flags |= CloneFlags::CLONE_NEWIPC;
         names.push("CLONE_NEWIPC");
+    }
+    if plan.uts_namespace {
+        flags |= CloneFlags::CLONE_NEWUTS;
+        names.push("CLONE_NEWUTS");
     }
     if !flags.is_empty() {
         if let Err(f) = ns::enter(flags, &names.join("|")) {
@@ -198,8 +204,10 @@ pub fn run(
                 Signal::try_from(info.ssi_signo as i32),
                 Ok(Signal::SIGCHLD) | Err(_)
             ) && !stopping
+                && sys::from_outside(info.ssi_code, info.ssi_pid)
             {
-                // Stop request from the supervisor (or its death): everyone in the namespace.
+                // Stop request from the supervisor (or its death): everyone in the namespace. The
+                // same signal from inside (full-access has no filter for it) is ignored.
                 stopping = true;
                 kill_at = Some(std::time::Instant::now() + spec.kill_grace);
                 let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);

@@ -9,7 +9,9 @@
 //! the host that is not listed exists inside: no paths to probe, no unix sockets to reach, and
 //! no metadata (chmod, utimes, xattrs) to change outside the writable trees.
 //!
-//! full-access keeps the host's view; it only gets a fresh `/proc` and a read-only `/sys`.
+//! full-access keeps the host's view; it gets a fresh `/proc`, the kernel paths a default
+//! `docker run` keeps read-only bound read-only over themselves (`/proc/sys`, ..., and the
+//! init's `/proc/1`), those it masks masked, and a read-only `/sys`.
 
 use std::path::{Path, PathBuf};
 
@@ -257,6 +259,12 @@ fn apply_step(
             .map_err(|e| fail("mount(tmpfs)", &p, e))
         }
         MountStep::ReadOnly { path } => make_read_only(&under(prefix, path), true),
+        MountStep::BindReadOnly { path } => {
+            let p = under(prefix, path);
+            mount(Some(&p), &p, NONE, MsFlags::MS_BIND, NONE)
+                .map_err(|e| fail("mount(MS_BIND)", &p, e))?;
+            make_read_only(&p, false)
+        }
         MountStep::Proc => {
             let p = under(prefix, Path::new("/proc"));
             let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;

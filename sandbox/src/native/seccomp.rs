@@ -522,6 +522,20 @@ mod tests {
         assert!(eperm(libc::SYS_kill, [1, 9, 0, 0, 0, 0]));
         assert!(!eperm(libc::SYS_kill, [2, 9, 0, 0, 0, 0]));
         assert!(eperm(libc::SYS_pidfd_open, [1, 0, 0, 0, 0, 0]));
+        // Its scheduling (issue 25): nice, policy, I/O priority of pid 1, group 1, a user.
+        assert!(eperm(libc::SYS_setpriority, [0, 1, 19, 0, 0, 0]));
+        assert!(eperm(libc::SYS_setpriority, [1, 1, 19, 0, 0, 0]));
+        assert!(eperm(libc::SYS_setpriority, [2, 0, 19, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_setpriority, [0, 0, 19, 0, 0, 0]));
+        assert!(eperm(libc::SYS_sched_setscheduler, [1, 5, 0, 0, 0, 0]));
+        assert!(!eperm(libc::SYS_sched_setscheduler, [0, 5, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_sched_setattr, [1, 0, 0, 0, 0, 0]));
+        assert!(eperm(libc::SYS_ioprio_set, [3, 0, 3 << 13, 0, 0, 0]));
+        // A pidfd of /proc/1 cannot be told from another: pidfd_send_signal answers ENOSYS.
+        assert_eq!(
+            verdict(&p, libc::SYS_pidfd_send_signal, [3, 15, 0, 0, 0, 0]),
+            RET_ERRNO | libc::ENOSYS as u32
+        );
     }
 
     #[test]

@@ -393,15 +393,60 @@ fn full_access_gets_a_fresh_proc_and_a_read_only_sys() {
     let w = world();
     let p = plan(&req(&w, Mode::FullAccess), &host()).unwrap();
     assert!(p.root.is_none() && p.mount_namespace);
+    assert_eq!(p.mounts.first(), Some(&MountStep::Proc));
     assert_eq!(
-        p.mounts,
-        vec![
-            MountStep::Proc,
-            MountStep::ReadOnly {
-                path: PathBuf::from("/sys")
-            }
-        ]
+        p.mounts.last(),
+        Some(&MountStep::ReadOnly {
+            path: PathBuf::from("/sys")
+        })
     );
+}
+
+/// SPEC §5: full-access is at least as confined as a default `docker run` — the engine's
+/// read-only kernel paths (and the init's /proc/1) bound read-only, its masked paths masked,
+/// private ipc and uts namespaces.
+#[test]
+fn full_access_keeps_what_a_default_docker_run_keeps() {
+    let w = world();
+    let p = plan(&req(&w, Mode::FullAccess), &host()).unwrap();
+    assert!(p.ipc_namespace && p.uts_namespace && p.pid_namespace);
+    let ro: Vec<&Path> = p
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::BindReadOnly { path } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    for want in crate::policy::kernel_paths::read_only() {
+        assert_eq!(
+            ro.contains(&Path::new(want)),
+            Path::new(want).exists(),
+            "{want}: {ro:?}"
+        );
+    }
+    assert!(ro.contains(&Path::new("/proc/sys")) && ro.contains(&Path::new("/proc/1")));
+    let masked: Vec<&Path> = p
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::HideFile { path } | MountStep::HideDir { path } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    for want in crate::policy::kernel_paths::MASKED {
+        assert_eq!(
+            masked.contains(&Path::new(want)),
+            Path::new(want).exists(),
+            "{want}: {masked:?}"
+        );
+    }
+    // The masks and binds are made on the fresh /proc, before /sys turns read-only.
+    let proc_at = p.mounts.iter().position(|m| *m == MountStep::Proc).unwrap();
+    assert_eq!(proc_at, 0);
+    // The confined modes too: a private ipc and uts namespace.
+    let ww = plan(&req(&w, Mode::WorkspaceWrite), &host()).unwrap();
+    assert!(ww.ipc_namespace && ww.uts_namespace);
 }
 
 fn invalid_field(r: Result<SandboxPlan, SandboxError>) -> (String, String) {
@@ -509,16 +554,18 @@ fn gateway_ports_are_checked_and_the_field_named() {
 }
 
 #[test]
-fn gateway_needs_namespaces_even_in_full_access() {
+fn full_access_needs_namespaces_whatever_the_network() {
     let w = world();
     let mut h = host();
     h.euid = 1000;
     h.egid = 1000;
     h.user_namespaces = Err("user namespaces are disabled".into());
-    // full-access with the host's network runs without namespaces; with the gateway it cannot.
+    // full-access needs its namespaces too, with the host's network as with the gateway: it
+    // does not run weaker than a default `docker run` (SPEC §5).
     let mut r = req(&w, Mode::FullAccess);
     r.network = Some(Network::Full);
-    assert!(plan(&r, &h).is_ok());
+    let text = unavailable_text(plan(&r, &h));
+    assert!(text.contains("namespace"), "{text}");
     r.network = Some(Network::Gateway);
     r.gateway_ports = vec![8080];
     let text = unavailable_text(plan(&r, &h));

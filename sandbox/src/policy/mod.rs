@@ -3,6 +3,7 @@
 //! default limits. The three files are embedded; a config directory can replace any of them.
 
 pub mod guards;
+pub mod kernel_paths;
 pub mod network;
 pub mod syscalls;
 

@@ -192,6 +192,39 @@ macro_rules! paste_sys {
     (pidfd_open) => {
         libc::SYS_pidfd_open
     };
+    (pidfd_send_signal) => {
+        libc::SYS_pidfd_send_signal
+    };
+    (setpriority) => {
+        libc::SYS_setpriority
+    };
+    (ioprio_set) => {
+        libc::SYS_ioprio_set
+    };
+    (sched_setscheduler) => {
+        libc::SYS_sched_setscheduler
+    };
+    (sched_setparam) => {
+        libc::SYS_sched_setparam
+    };
+    (sched_setattr) => {
+        libc::SYS_sched_setattr
+    };
+    (sched_setaffinity) => {
+        libc::SYS_sched_setaffinity
+    };
+    (migrate_pages) => {
+        libc::SYS_migrate_pages
+    };
+    (move_pages) => {
+        libc::SYS_move_pages
+    };
+    (process_madvise) => {
+        libc::SYS_process_madvise
+    };
+    (process_mrelease) => {
+        libc::SYS_process_mrelease
+    };
 }
 
 table!(
@@ -256,6 +289,17 @@ table!(
     rt_sigqueueinfo,
     rt_tgsigqueueinfo,
     pidfd_open,
+    pidfd_send_signal,
+    setpriority,
+    ioprio_set,
+    sched_setscheduler,
+    sched_setparam,
+    sched_setattr,
+    sched_setaffinity,
+    migrate_pages,
+    move_pages,
+    process_madvise,
+    process_mrelease,
 );
 
 /// The number of syscall `name`, if the table knows it.

@@ -1,5 +1,10 @@
 //! The resolver on real temporary trees: what it follows, what it refuses, and that it agrees
 //! with `canonicalize` wherever it follows.
+//!
+//! Links the tests make belong to the user running them, who is not root in CI's unprivileged
+//! pass: where a test is about following, its trees trust that user too ([`World::trusted`]), so
+//! the links stand for root's own system links; the rule itself (root alone) is tested with
+//! [`WritableTrees::none`] and links made to belong to someone else.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -34,8 +39,49 @@ impl World {
         }
     }
 
+    /// `ws/` writable; links of the test's user followed elsewhere (as root's would be).
     fn trees(&self) -> WritableTrees {
-        WritableTrees::new([self.ws.clone()])
+        WritableTrees::new([self.ws.clone()]).trusting(&owners())
+    }
+
+    /// No tree known; links of the test's user followed (as root's would be).
+    fn trusted(&self) -> WritableTrees {
+        WritableTrees::none().trusting(&owners())
+    }
+}
+
+/// Root and the test's own user.
+fn owners() -> Vec<u32> {
+    vec![0, nix::unistd::geteuid().as_raw()]
+}
+
+/// A uid that is not the test's (to make a link or directory someone else's, as root).
+const SOMEONE_ELSE: u32 = 65534;
+
+/// Makes `path` (not followed) belong to [`SOMEONE_ELSE`] when the test runs as root; otherwise it
+/// belongs to the test's user already, who is not root.
+fn not_roots(path: &Path) -> u32 {
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::lchown(path, Some(SOMEONE_ELSE), Some(SOMEONE_ELSE)).unwrap();
+        SOMEONE_ELSE
+    } else {
+        nix::unistd::geteuid().as_raw()
+    }
+}
+
+fn untrusted(r: Result<PathBuf, ResolveError>, link: &Path) -> (String, String) {
+    match r {
+        Err(e @ ResolveError::UntrustedLink { .. }) => {
+            let ResolveError::UntrustedLink {
+                link: l, planted, ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!(l, link, "{e}");
+            (planted.why.clone(), e.to_string())
+        }
+        other => panic!("want a refusal of `{}`, got {other:?}", link.display()),
     }
 }
 
@@ -83,7 +129,7 @@ fn the_same_link_outside_any_writable_tree_is_followed() {
     let w = World::new();
     let link = w.ws.join("cache");
     symlink(&w.host, &link).unwrap();
-    let got = resolve(&link, &w.root, &WritableTrees::none()).unwrap();
+    let got = resolve(&link, &w.root, &w.trusted()).unwrap();
     assert_eq!(got, w.host);
     assert_eq!(got, link.canonicalize().unwrap());
     // And a link in `out/` when only `ws/` is writable.
@@ -277,9 +323,156 @@ fn system_style_links_are_followed() {
     std::fs::create_dir_all(w.root.join("run/app")).unwrap();
     std::fs::create_dir(w.root.join("var")).unwrap();
     symlink("../run", w.root.join("var/run")).unwrap();
-    let trees = WritableTrees::new([w.ws.clone(), w.out.clone()]);
+    let trees = WritableTrees::new([w.ws.clone(), w.out.clone()]).trusting(&owners());
     assert_eq!(
         resolve(&w.root.join("var/run/app"), &w.root, &trees).unwrap(),
         w.root.join("run/app")
+    );
+}
+
+/// Issue 25: a link a round planted is refused by the rule that needs no memory — no tree is
+/// known (another state store, `ralph sandbox exec`), but the link is not root's. The message
+/// names the link, its target and its owner, and suggests the resolved path.
+#[test]
+fn a_link_that_is_not_roots_is_refused_without_any_known_tree() {
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("packages")).unwrap();
+    let link = w.ws.join("packages/foo");
+    symlink(&w.host, &link).unwrap();
+    let owner = not_roots(&link);
+    let (why, msg) = untrusted(resolve(&link, &w.root, &WritableTrees::none()), &link);
+    assert_eq!(why, format!("it belongs to uid {owner}"));
+    assert!(
+        msg.contains(&format!(
+            "`{}` is a symlink (to `{}`) that a round could have planted",
+            link.display(),
+            w.host.display()
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("give the resolved path `{}`", w.host.display())),
+        "{msg}"
+    );
+    // Below it, and relative to a base, the same.
+    untrusted(
+        resolve(&link.join("secret"), &w.root, &WritableTrees::none()),
+        &link,
+    );
+    untrusted(
+        resolve(Path::new("packages/foo"), &w.ws, &WritableTrees::none()),
+        &link,
+    );
+    // A dangling one: no suggestion.
+    let dangling = w.ws.join("gone");
+    symlink(w.host.join("nope"), &dangling).unwrap();
+    not_roots(&dangling);
+    let (_, msg) = untrusted(
+        resolve(&dangling, &w.root, &WritableTrees::none()),
+        &dangling,
+    );
+    assert!(msg.contains("(it does not resolve)"), "{msg}");
+}
+
+/// A link its owner is trusted with is still refused where someone else could have put it: in a
+/// directory others can write (without the sticky bit), or below a directory someone else owns.
+#[test]
+fn a_trusted_link_where_others_could_have_put_it_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let shared = w.out.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let link = shared.join("l");
+    symlink(&w.host, &link).unwrap();
+    let (why, _) = untrusted(resolve(&link, &w.root, &w.trusted()), &link);
+    assert_eq!(
+        why,
+        format!(
+            "`{}` can be changed by other users (mode 777)",
+            shared.display()
+        )
+    );
+    // Sticky (like /tmp): only the link's owner, the directory's and root can replace it.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    assert_eq!(resolve(&link, &w.root, &w.trusted()).unwrap(), w.host);
+    // A directory on the way that belongs to someone else.
+    let theirs = w.out.join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    let inner = theirs.join("l");
+    symlink(&w.host, &inner).unwrap();
+    let me = nix::unistd::geteuid().as_raw();
+    let (trusted, other) = if me == 0 {
+        std::os::unix::fs::lchown(&theirs, Some(SOMEONE_ELSE), None).unwrap();
+        (vec![0], SOMEONE_ELSE)
+    } else {
+        // The test's user trusted alone: /tmp (root's) is someone else's then.
+        (vec![me], 0)
+    };
+    let (why, _) = untrusted(
+        resolve(&inner, &w.root, &WritableTrees::none().trusting(&trusted)),
+        &inner,
+    );
+    assert!(why.ends_with(&format!("belongs to uid {other}")), "{why}");
+}
+
+/// The host's own system links (root's, in root's directories) are followed with the real rule.
+#[test]
+fn this_hosts_system_links_are_followed() {
+    let mut checked = 0;
+    for (link, target) in [
+        ("/var/run", "/run"),
+        ("/bin", "/usr/bin"),
+        ("/lib", "/usr/lib"),
+    ] {
+        let Ok(m) = std::fs::symlink_metadata(link) else {
+            continue;
+        };
+        if !m.file_type().is_symlink() {
+            continue;
+        }
+        assert_eq!(
+            resolve(Path::new(link), Path::new("/"), &WritableTrees::none()).unwrap(),
+            Path::new(target).canonicalize().unwrap(),
+            "{link}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "no system symlink on this host to check");
+}
+
+/// A root runner's round on a root-owned tree leaves root-owned links (the idmapped workspace,
+/// docker's uid 0): the tree's mark, set before each run, refuses them whichever store a later
+/// job uses. (Not root: nothing is marked, and the links are refused for not being root's.)
+#[test]
+fn a_link_in_a_marked_tree_is_refused_even_when_root_owns_it() {
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("packages")).unwrap();
+    let link = w.ws.join("packages/foo");
+    symlink(&w.host, &link).unwrap();
+    super::super::tree_mark::mark(&w.ws).unwrap();
+    if !nix::unistd::geteuid().is_root() {
+        assert!(!super::super::tree_mark::is_marked(&w.ws));
+        return;
+    }
+    // Root's link, root's directories: followed until the tree is marked...
+    let (why, msg) = untrusted(resolve(&link, &w.root, &WritableTrees::none()), &link);
+    assert_eq!(
+        why,
+        format!(
+            "it lies in `{}`, a tree rounds have written (marked `trusted.ralph.writable_tree`)",
+            w.ws.display()
+        )
+    );
+    assert!(
+        msg.contains(&format!("give the resolved path `{}`", w.host.display())),
+        "{msg}"
+    );
+    // ...and a link beside the tree is not in it.
+    let beside = w.out.join("l");
+    symlink(&w.host, &beside).unwrap();
+    assert_eq!(
+        resolve(&beside, &w.root, &WritableTrees::none()).unwrap(),
+        w.host
     );
 }

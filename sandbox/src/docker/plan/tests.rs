@@ -216,3 +216,40 @@ fn gateway_is_refused_as_unavailable() {
         Err(SandboxError::InvalidRequest { field, .. }) if field == "gateway_ports"
     ));
 }
+
+/// SPEC §5 and issue 25: every mode, full-access included, masks and keeps read-only what a
+/// default `docker run` does — the lists replace the engine's, so they must hold its defaults —
+/// and `/proc/1` (the init) is read-only, so a uid-0 command cannot write its `oom_score_adj`.
+/// (`container::body` passes both lists as they are; the docker matrix checks the container.)
+#[test]
+fn every_mode_keeps_the_engine_defaults_and_the_init_read_only() {
+    let w = world();
+    for mode in Mode::ALL {
+        let p = resolve_in(&req(&w, mode)).unwrap();
+        for want in [
+            "/proc/sys",
+            "/proc/sysrq-trigger",
+            "/proc/irq",
+            "/proc/bus",
+            "/proc/fs",
+            "/proc/1",
+        ] {
+            assert!(
+                p.read_only.iter().any(|r| r == want),
+                "{mode}: {want} not read-only"
+            );
+        }
+        for want in [
+            "/proc/kcore",
+            "/proc/keys",
+            "/proc/timer_list",
+            "/sys/firmware",
+            "/proc/acpi",
+        ] {
+            assert!(
+                p.masked.iter().any(|m| m == want),
+                "{mode}: {want} not masked"
+            );
+        }
+    }
+}
