@@ -71,6 +71,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
             tmp: w.state.join("tmp"),
             readable: Vec::new(),
             writable: vec![w.state.join("out")],
+            report: None,
         },
         limits: Limits::default(),
         image: None,

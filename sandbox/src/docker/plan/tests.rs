@@ -39,6 +39,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
             tmp: w.private.join("tmp"),
             readable: Vec::new(),
             writable: Vec::new(),
+            report: None,
         },
         limits: Limits::default(),
         image: None,
