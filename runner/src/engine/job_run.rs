@@ -20,9 +20,7 @@ use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-/// Free bytes of the state directory's disk below which no round starts (its prompt, logs and
-/// journal events need room): the disk counts as full.
-pub(super) const LOW_SPACE: u64 = 1 << 20;
+
 
 /// A job being run by this process.
 pub(super) struct JobRun<'e> {
@@ -151,23 +149,29 @@ impl<'e> JobRun<'e> {
         self.result()
     }
 
-    /// Why the state directory's disk has no room for another round, if so: a write found it
-    /// full and the reserve cannot be made again, or it has less than [`LOW_SPACE`] free (the
-    /// reserve is then freed for the writes that close the job).
+    /// Why the state directory's disk has no room for another round, if so. A round starts
+    /// only with the reserve in place (made again here when it is missing and there is room
+    /// for it) and its margin free besides ([`crate::store::reserve`]): without them, a round
+    /// that fills the disk would leave no room to record its end. A disk without that room is
+    /// marked full, and the reserve freed for the writes that close the job.
     pub(super) fn state_disk_full(&self) -> Option<String> {
         let store = self.journal.store();
         let dir = &self.engine.state_dir;
-        if let Some(why) = store.disk_full() {
-            return (!store.replenish_reserve(dir)).then_some(why);
+        if store.replenish_reserve(dir) {
+            return None;
         }
-        match crate::store::reserve::free_bytes(dir) {
-            Ok(free) if free < LOW_SPACE => {
-                let why = format!("`{}` has {free} bytes free", dir.display());
-                store.release_reserve(&why);
-                Some(why)
-            }
-            _ => None,
-        }
+        let why = store.disk_full().unwrap_or_else(|| {
+            let free = crate::store::reserve::free_bytes(dir)
+                .map_or_else(|e| format!("an unknown amount ({e})"), |b| format!("{b} bytes"));
+            format!(
+                "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
+                dir.display(),
+                crate::store::reserve::RESERVE_BYTES >> 20,
+                crate::store::reserve::REPLENISH_MARGIN >> 20
+            )
+        });
+        store.release_reserve(&why);
+        Some(why)
     }
 
     /// Ends the job `interrupted` because the state disk is full (`why`).

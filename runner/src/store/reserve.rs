@@ -31,9 +31,9 @@ pub const RESERVE_FILE: &str = "reserve";
 /// closing events need.
 pub const RESERVE_BYTES: u64 = 8 << 20;
 
-/// Free space, besides the reserve itself, that the disk must have for the reserve to be made
-/// again: a disk found full stays marked full until then (the next round could not write its
-/// artifacts).
+/// Free space, besides the reserve itself, that the disk must have for a round to start (its
+/// prompt, capped logs, report files and journal events) and for the reserve to be made again:
+/// a disk with less is full, and one found full stays marked so until then.
 pub const REPLENISH_MARGIN: u64 = 4 << 20;
 
 /// Whether an OS error says the disk (or the user's quota) is full.
@@ -92,14 +92,15 @@ impl Reserve {
         std::fs::remove_file(path).is_ok()
     }
 
-    /// Makes the reserve if it is missing and the disk of `state_dir` has room for it and
-    /// [`REPLENISH_MARGIN`] more (without a reserve: has the margin free); then the disk is no
-    /// longer marked full. Returns whether the disk has that room now.
+    /// Makes the reserve if it is missing and the disk of `state_dir` has room for it, and says
+    /// whether the disk has room for more work: the reserve in place (where one is kept) and
+    /// [`REPLENISH_MARGIN`] free besides. Then the disk is no longer marked full.
     pub fn replenish(&self, state_dir: &Path) -> bool {
-        let ok = match &self.path {
+        let reserved = match &self.path {
             Some(path) => make(path).unwrap_or(false),
-            None => free_bytes(state_dir).is_ok_and(|b| b >= REPLENISH_MARGIN),
+            None => true,
         };
+        let ok = reserved && free_bytes(state_dir).is_ok_and(|b| b >= REPLENISH_MARGIN);
         if ok {
             if let Ok(mut f) = self.full.lock() {
                 *f = None;
