@@ -258,7 +258,11 @@ pub struct ReportDirEnd {
     pub free_entries: Option<u64>,
     /// The files copied to the host.
     pub kept: Vec<KeptFile>,
-    /// What was not kept, and why (a symlink, a FIFO, a copy that failed), in words.
+    /// Files to keep that the run left as something else (a symlink, a FIFO, a directory):
+    /// not kept.
+    #[serde(default)]
+    pub refused: Vec<RefusedFile>,
+    /// What else went wrong (a copy that failed, the directory not handed over), in words.
     pub problems: Vec<String>,
     /// A copy failed for lack of room on the host.
     #[serde(default)]
@@ -270,6 +274,23 @@ impl ReportDirEnd {
     pub fn full(&self) -> bool {
         self.free_bytes == Some(0) || self.free_entries == Some(0)
     }
+
+    /// Why the file `name` was not kept, when the run left it as something else.
+    pub fn refused(&self, name: &str) -> Option<&str> {
+        self.refused
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.why.as_str())
+    }
+}
+
+/// A file a report directory should have kept, left as something else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedFile {
+    /// Its name.
+    pub name: String,
+    /// What it was, in words ("a symlink; symlinks are refused").
+    pub why: String,
 }
 
 /// One file kept from a report directory.

@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::outcome::{KeptFile, ReportDirEnd};
+use crate::outcome::{KeptFile, RefusedFile, ReportDirEnd};
 use crate::spec::{ReportDir, ReportFile};
 
 /// The tag of the message that carries the report directory's descriptor.
@@ -279,14 +279,16 @@ fn copy_one(
     ) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return None,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            end.problems
-                .push(format!("`{}` is a symlink: not kept", f.name));
-            return None;
-        }
         Err(e) => {
-            end.problems
-                .push(format!("`{}` cannot be opened: {e}; not kept", f.name));
+            let why = if e.raw_os_error() == Some(libc::ELOOP) {
+                "a symlink; symlinks are refused".to_owned()
+            } else {
+                format!("not openable ({e})")
+            };
+            end.refused.push(RefusedFile {
+                name: f.name.clone(),
+                why,
+            });
             return None;
         }
     };
@@ -294,13 +296,17 @@ fn copy_one(
     match src.metadata() {
         Ok(m) if m.is_file() => {}
         Ok(_) => {
-            end.problems
-                .push(format!("`{}` is not a regular file: not kept", f.name));
+            end.refused.push(RefusedFile {
+                name: f.name.clone(),
+                why: "not a regular file".into(),
+            });
             return None;
         }
         Err(e) => {
-            end.problems
-                .push(format!("`{}` cannot be inspected: {e}; not kept", f.name));
+            end.refused.push(RefusedFile {
+                name: f.name.clone(),
+                why: format!("not inspectable ({e})"),
+            });
             return None;
         }
     }

@@ -378,7 +378,17 @@ impl JobRun<'_> {
                 }
                 (out.usage, out.retries)
             }
-            None => (self.read_usage(&dirs, round, attempt)?, Default::default()),
+            None => {
+                let refused = exec
+                    .as_ref()
+                    .and_then(|e| e.outcome.report_dir.as_ref())
+                    .and_then(|d| d.refused(super::artifacts::USAGE_FILE))
+                    .map(str::to_owned);
+                (
+                    self.read_usage(&dirs, refused, round, attempt)?,
+                    Default::default(),
+                )
+            }
         };
         // Through the gateway, the model API's own numbers are the job's count; the agent's
         // are a cross-check.
@@ -630,9 +640,21 @@ impl JobRun<'_> {
             crate::agent::Agent::Command(c) => Some(c.as_str()),
             crate::agent::Agent::Preset(_) => None,
         };
+        // A report the sandbox refused to copy out (a symlink, a FIFO) is refused as a report.
+        let refused = exec
+            .outcome
+            .report_dir
+            .as_ref()
+            .and_then(|d| d.refused(super::artifacts::REPORT_FILE));
+        let report_file = match refused {
+            Some(why) => Some(Err(ReportError::NotJson {
+                message: format!("`{}` is {why}", dirs.report_file().display()),
+            })),
+            None => read_report_file(&dirs.report_file(), cap),
+        };
         let facts = AttemptFacts {
             outcome: &exec.outcome,
-            report_file: read_report_file(&dirs.report_file(), cap),
+            report_file,
             stdout: slot.lock().ok().and_then(|s| s.clone()),
             preset,
             policy,
@@ -656,14 +678,22 @@ impl JobRun<'_> {
         judge(facts, &cannot_run)
     }
 
+    /// The usage lines of the attempt (`refused`: why the sandbox did not copy the file out).
     fn read_usage(
         &mut self,
         dirs: &AttemptDirs,
+        refused: Option<String>,
         round: u32,
         attempt: u32,
     ) -> Result<RoundUsage, EngineError> {
-        let Some(bytes) = read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1)
-        else {
+        let read = match refused {
+            Some(why) => Some(Err(format!(
+                "`{}` is {why}",
+                dirs.usage_file().display()
+            ))),
+            None => read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1),
+        };
+        let Some(bytes) = read else {
             return Ok(RoundUsage::default());
         };
         let bytes = match bytes {
