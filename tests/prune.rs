@@ -231,7 +231,10 @@ fn deep_tree(at: &Path, depth: usize, canary: &Path) {
                 libc::close(file);
             }
             if i == depth / 2 {
-                assert_eq!(libc::symlinkat(target.as_ptr(), fd.as_raw_fd(), link.as_ptr()), 0);
+                assert_eq!(
+                    libc::symlinkat(target.as_ptr(), fd.as_raw_fd(), link.as_ptr()),
+                    0
+                );
             }
         }
     }
@@ -257,7 +260,10 @@ fn assert_canary_intact(c: &Path) {
 fn job_with_deep_trees(s: &Server, canary: &Path) -> (String, std::path::PathBuf) {
     let agent = s.agent(
         "done.sh",
-        &format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("done")),
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
     );
     let ws = s.workspace("deep");
     let done = run_in(s, &ws, &agent).output();
@@ -345,7 +351,9 @@ fn serve_retention_removes_trees_of_any_depth_and_follows_no_link() {
     std::fs::write(ws.join("release"), "").unwrap();
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
     let rounds = s.state.join("jobs").join(&id).join("rounds");
-    wait_until("retention prunes the deep trees", LIMIT, || !rounds.exists());
+    wait_until("retention prunes the deep trees", LIMIT, || {
+        !rounds.exists()
+    });
     let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
     assert!(j["artifacts_pruned"]["pruned_at"].is_string(), "{j}");
     assert!(

@@ -85,7 +85,11 @@ fn flooding_the_report_dir_fails_the_round_and_keeps_the_state_dir_small(backend
     let message = r["message"].as_str().unwrap();
     assert!(message.contains("report_dir_full"), "{message}");
     assert!(message.contains("report directory"), "{message}");
-    assert_eq!(f.read_ws("flooded").trim(), "flooded", "the round ran to its end");
+    assert_eq!(
+        f.read_ws("flooded").trim(),
+        "flooded",
+        "the round ran to its end"
+    );
     let id = out.job_id();
     let events = events_of(&f.state, &id);
     let finished: Vec<&Value> = events
@@ -94,7 +98,10 @@ fn flooding_the_report_dir_fails_the_round_and_keeps_the_state_dir_small(backend
         .collect();
     assert_eq!(finished.len(), 1, "{events:?}");
     assert_eq!(finished[0]["result"]["kind"], "failed", "{events:?}");
-    assert_eq!(finished[0]["result"]["reason"], "report_dir_full", "{events:?}");
+    assert_eq!(
+        finished[0]["result"]["reason"], "report_dir_full",
+        "{events:?}"
+    );
     assert_eq!(events.last().unwrap()["type"], "job_finished");
 
     // On the host: the state directory never received the flood.
@@ -109,7 +116,11 @@ fn flooding_the_report_dir_fails_the_round_and_keeps_the_state_dir_small(backend
         "the state directory holds {state:?}"
     );
     let out_dir = f.state.join("jobs").join(&id).join("rounds/1/1/out");
-    assert_eq!(names_in(&out_dir), vec!["report.json"], "only the report came back");
+    assert_eq!(
+        names_in(&out_dir),
+        vec!["report.json"],
+        "only the report came back"
+    );
     assert!(
         out_dir
             .join("report.json")
@@ -297,7 +308,12 @@ fn a_full_state_disk_closes_the_job_interrupted(test: &str, backend: &[&str]) {
     let id = out.job_id();
     let store = ralph_runner::store::Store::open_sqlite_read_only(&state).unwrap();
     let view = store.load(&id).unwrap();
-    assert_eq!(view.state.as_str(), "finished", "the job is left {:?}", view.state);
+    assert_eq!(
+        view.state.as_str(),
+        "finished",
+        "the job is left {:?}",
+        view.state
+    );
     assert_closed_for_a_full_disk(&events_of(&state, &id));
 }
 

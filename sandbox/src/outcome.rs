@@ -238,7 +238,7 @@ pub struct ExecOutcome {
     pub git: git::GitCheck,
     /// What became of the run's report directory (`None`: it had none).
     #[serde(default)]
-    pub report_dir: Option<ReportDirEnd>,
+    pub report_dir: Option<Box<ReportDirEnd>>,
     /// How much isolation was enforced.
     pub enforcement: Enforcement,
 }

@@ -83,7 +83,9 @@ pub fn send_fd(chan: BorrowedFd<'_>, fd: BorrowedFd<'_>, tag: &[u8]) -> io::Resu
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         if cmsg.is_null() {
-            return Err(io::Error::other("no room for the descriptor in the message"));
+            return Err(io::Error::other(
+                "no room for the descriptor in the message",
+            ));
         }
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
@@ -144,8 +146,7 @@ pub fn recv_with_fds(
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg);
-                let len = ((*cmsg).cmsg_len as usize)
-                    .saturating_sub(libc::CMSG_LEN(0) as usize)
+                let len = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize)
                     / std::mem::size_of::<RawFd>();
                 for i in 0..len {
                     let mut raw: RawFd = -1;
@@ -454,8 +455,9 @@ pub fn check_host(dir: &ReportDir) -> ReportDirEnd {
     if end.full() {
         // Nothing of an overfull directory stays on the host.
         if let Err(e) = crate::beneath::tree::remove_tree(&dir.path) {
-            end.problems
-                .push(format!("the overfull report directory could not be removed: {e}"));
+            end.problems.push(format!(
+                "the overfull report directory could not be removed: {e}"
+            ));
         }
         let _ = std::fs::create_dir(&dir.path);
         return end;

@@ -278,13 +278,19 @@ impl Spawned for FakeRun {
                     exec_error: None,
                     violations: Vec::new(),
                     git: Default::default(),
-                    report_dir: report_dir.map(|r| ralph_sandbox::outcome::ReportDirEnd {
-                        path: r.path.clone(),
-                        bytes: r.bytes,
-                        entries: r.entries,
-                        free_bytes: Some(r.bytes / 2),
-                        free_entries: Some(if script.fills_report_dir { 0 } else { r.entries - 2 }),
-                        ..Default::default()
+                    report_dir: report_dir.map(|r| {
+                        Box::new(ralph_sandbox::outcome::ReportDirEnd {
+                            path: r.path.clone(),
+                            bytes: r.bytes,
+                            entries: r.entries,
+                            free_bytes: Some(r.bytes / 2),
+                            free_entries: Some(if script.fills_report_dir {
+                                0
+                            } else {
+                                r.entries - 2
+                            }),
+                            ..Default::default()
+                        })
                     }),
                     enforcement: Enforcement {
                         backend: BackendKind::Native,

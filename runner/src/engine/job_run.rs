@@ -20,8 +20,6 @@ use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-
-
 /// A job being run by this process.
 pub(super) struct JobRun<'e> {
     pub(super) engine: &'e Engine,
@@ -161,8 +159,10 @@ impl<'e> JobRun<'e> {
             return None;
         }
         let why = store.disk_full().unwrap_or_else(|| {
-            let free = crate::store::reserve::free_bytes(dir)
-                .map_or_else(|e| format!("an unknown amount ({e})"), |b| format!("{b} bytes"));
+            let free = crate::store::reserve::free_bytes(dir).map_or_else(
+                |e| format!("an unknown amount ({e})"),
+                |b| format!("{b} bytes"),
+            );
             format!(
                 "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
                 dir.display(),

@@ -687,10 +687,7 @@ impl JobRun<'_> {
         attempt: u32,
     ) -> Result<RoundUsage, EngineError> {
         let read = match refused {
-            Some(why) => Some(Err(format!(
-                "`{}` is {why}",
-                dirs.usage_file().display()
-            ))),
+            Some(why) => Some(Err(format!("`{}` is {why}", dirs.usage_file().display()))),
             None => read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1),
         };
         let Some(bytes) = read else {

@@ -200,7 +200,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = Reserve::none();
         assert!(!r.release("the artifacts could not be written"));
-        assert_eq!(r.full().as_deref(), Some("the artifacts could not be written"));
+        assert_eq!(
+            r.full().as_deref(),
+            Some("the artifacts could not be written")
+        );
         // This test's disk has the margin free: the mark goes.
         assert!(r.replenish(dir.path()));
         assert_eq!(r.full(), None);

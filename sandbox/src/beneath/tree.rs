@@ -311,10 +311,7 @@ pub fn remove_at(
         // Swapped for a link or file since the stat: removed as what it is now.
         Err(e) if matches!(errno(&e), libc::ELOOP | libc::ENOTDIR) => {
             unlink(parent, &cname, false).map_err(|e| io_err("unlinkat", shown, e))?;
-            return Ok(Some(Totals {
-                files: 1,
-                bytes: 0,
-            }));
+            return Ok(Some(Totals { files: 1, bytes: 0 }));
         }
         Err(e) if errno(&e) == libc::ENOENT => return Ok(None),
         Err(e) => return Err(io_err("openat", shown, e)),
@@ -515,7 +512,11 @@ fn enter(dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> io::Result<Option<OwnedF
 
 /// Counts the non-directories of `dir` and finds its subdirectory with the smallest inode
 /// number above `after` (`None`: from the first).
-fn scan(dir: BorrowedFd<'_>, count: Option<&mut Totals>, after: Option<u64>) -> io::Result<Option<Entry>> {
+fn scan(
+    dir: BorrowedFd<'_>,
+    count: Option<&mut Totals>,
+    after: Option<u64>,
+) -> io::Result<Option<Entry>> {
     // The scan reads through its own descriptor: `dir` stays where it is.
     let here = c_name(b".")?;
     let mut s = Stream::new(open_dir(dir, &here)?);
@@ -583,7 +584,10 @@ fn open_parent(path: &Path) -> Result<(OwnedFd, &OsStr), BeneathError> {
         io_err(
             "open",
             path,
-            io::Error::new(io::ErrorKind::InvalidInput, "the path has no last component"),
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path has no last component",
+            ),
         )
     };
     let name = path.file_name().ok_or_else(bad)?;

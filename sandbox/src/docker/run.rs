@@ -55,7 +55,7 @@ pub struct DockerRun {
     init: Option<Box<super::init::InitSetup>>,
     /// The report directory, copied out of the tmpfs the init handed over once the container
     /// is gone ([`crate::report_dir`]).
-    report_dir: Option<crate::spec::ReportDir>,
+    report_dir: Option<Box<crate::spec::ReportDir>>,
 }
 
 impl DockerRun {
@@ -222,7 +222,7 @@ pub async fn start(
             git,
             control_dir: spec.control_dir.clone(),
             init: init.map(Box::new),
-            report_dir: plan.report_dir,
+            report_dir: plan.report_dir.map(Box::new),
         }),
         Err(e) => {
             let _ = c.remove().await;
@@ -477,7 +477,7 @@ impl DockerRun {
         let report_dir = self
             .report_dir
             .as_ref()
-            .map(|r| crate::report_dir::deliver(r, tmpfs));
+            .map(|r| Box::new(crate::report_dir::deliver(r, tmpfs)));
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),

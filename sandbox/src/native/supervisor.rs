@@ -607,10 +607,16 @@ impl Supervisor {
         // The report directory, now that nothing of the run is left to write it: its report
         // files copied out of the tmpfs the init handed over (or, without one, the host
         // directory checked).
-        let report_dir = self.report.take().map(|(r, chan)| match chan {
-            Some(chan) => crate::report_dir::deliver(&r.dir, crate::report_dir::receive(chan.as_fd())),
-            None => crate::report_dir::check_host(&r.dir),
-        });
+        let report_dir = self
+            .report
+            .take()
+            .map(|(r, chan)| match chan {
+                Some(chan) => {
+                    crate::report_dir::deliver(&r.dir, crate::report_dir::receive(chan.as_fd()))
+                }
+                None => crate::report_dir::check_host(&r.dir),
+            })
+            .map(Box::new);
         // Symlinks where protected paths should be, paths the agent may not create (the tree is
         // dead: nothing races this).
         let mut violations = protect::check_after_run(&self.watch, &self.absent);

@@ -42,7 +42,11 @@ fn only_regular_kept_files_reach_the_host_each_cut_at_its_bound() {
     let canary = tempfile::tempdir().unwrap();
     std::fs::write(canary.path().join("secret"), "precious").unwrap();
     std::fs::write(from.path().join("report.json"), "0123456789abcdef").unwrap();
-    symlink(canary.path().join("secret"), from.path().join("usage.jsonl")).unwrap();
+    symlink(
+        canary.path().join("secret"),
+        from.path().join("usage.jsonl"),
+    )
+    .unwrap();
     nix::unistd::mkfifo(&from.path().join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     std::fs::write(from.path().join("junk"), vec![0u8; 4096]).unwrap();
     let fd = open_for_handover(from.path()).unwrap();
@@ -68,7 +72,8 @@ fn only_regular_kept_files_reach_the_host_each_cut_at_its_bound() {
     names.sort();
     assert_eq!(names, vec![PathBuf::from("report.json")], "{end:?}");
     assert!(
-        end.refused("usage.jsonl").is_some_and(|w| w.contains("symlinks are refused")),
+        end.refused("usage.jsonl")
+            .is_some_and(|w| w.contains("symlinks are refused")),
         "{end:?}"
     );
     assert_eq!(end.refused("fifo"), Some("not a regular file"), "{end:?}");
@@ -89,7 +94,10 @@ fn a_handover_that_is_not_a_tmpfs_or_missing_keeps_nothing() {
         return;
     }
     std::fs::write(disk.path().join("report.json"), "x").unwrap();
-    let end = deliver(&spec(host.path()), Some(open_for_handover(disk.path()).unwrap()));
+    let end = deliver(
+        &spec(host.path()),
+        Some(open_for_handover(disk.path()).unwrap()),
+    );
     assert!(end.kept.is_empty(), "{end:?}");
     assert!(!host.path().join("report.json").exists());
 }
@@ -98,17 +106,15 @@ fn a_handover_that_is_not_a_tmpfs_or_missing_keeps_nothing() {
 fn the_descriptor_travels_with_its_tag() {
     let mut fds = [-1; 2];
     // SAFETY: socketpair writes two descriptors into the array we own.
-    assert_eq!(
-        unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        },
-        0
-    );
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0);
     // SAFETY: both were just created and are ours.
     let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let dir = tempfile::tempdir().unwrap();
@@ -122,7 +128,9 @@ fn the_descriptor_travels_with_its_tag() {
     assert_eq!(got.len(), 1);
     let again = open_in(got[0].as_fd(), "x", libc::O_RDONLY, 0).unwrap();
     let mut text = String::new();
-    std::fs::File::from(again).read_to_string(&mut text).unwrap();
+    std::fs::File::from(again)
+        .read_to_string(&mut text)
+        .unwrap();
     assert_eq!(text, "hello");
     let (n, got) = recv_with_fds(b.as_fd(), &mut buf, libc::MSG_DONTWAIT).unwrap();
     assert_eq!((n, got.len()), (0, 0), "end-of-file after the one message");

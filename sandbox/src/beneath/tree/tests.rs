@@ -16,7 +16,8 @@ fn chain(root: &Path, depth: usize, canary: &Path) -> Totals {
     let mut expect = Totals::default();
     for i in 0..depth {
         // SAFETY: a valid descriptor and a NUL-terminated name.
-        assert_eq!(unsafe { libc::mkdirat(fd.as_raw_fd(), d.as_ptr(), 0o700) }, 0);
+        let rc = unsafe { libc::mkdirat(fd.as_raw_fd(), d.as_ptr(), 0o700) };
+        assert_eq!(rc, 0);
         fd = open_dir(fd.as_fd(), &d).unwrap();
         if i % 100 == 0 {
             let f = c_name(b"f").unwrap();
@@ -41,10 +42,8 @@ fn chain(root: &Path, depth: usize, canary: &Path) -> Totals {
             let target = c_name(canary.as_os_str().as_bytes()).unwrap();
             let link = c_name(b"link").unwrap();
             // SAFETY: two NUL-terminated strings and a valid descriptor.
-            assert_eq!(
-                unsafe { libc::symlinkat(target.as_ptr(), fd.as_raw_fd(), link.as_ptr()) },
-                0
-            );
+            let rc = unsafe { libc::symlinkat(target.as_ptr(), fd.as_raw_fd(), link.as_ptr()) };
+            assert_eq!(rc, 0);
             expect.add(Totals {
                 files: 1,
                 bytes: canary.as_os_str().len() as u64,
@@ -83,7 +82,10 @@ fn a_tree_deeper_than_path_max_goes_with_a_bounded_number_of_descriptors() {
     PEAK.with(|p| p.set(0));
     assert_eq!(measure(&top).unwrap(), Some(expect));
     let peak = PEAK.with(std::cell::Cell::get);
-    assert!(peak <= OPEN_LEVELS + 2, "measuring held {peak} streams open");
+    assert!(
+        peak <= OPEN_LEVELS + 2,
+        "measuring held {peak} streams open"
+    );
 
     PEAK.with(|p| p.set(0));
     assert_eq!(remove_tree(&top).unwrap(), Some(expect));
