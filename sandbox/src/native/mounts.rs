@@ -10,6 +10,9 @@
 //! no metadata (chmod, utimes, xattrs) to change outside the writable trees.
 //!
 //! full-access keeps the host's view; it only gets a fresh `/proc` and a read-only `/sys`.
+//!
+//! In every mode the report directory, when the plan has one, is a tmpfs of its own, bounded in
+//! bytes and entries ([`crate::report_dir`]): the command never writes the host's.
 
 use std::path::{Path, PathBuf};
 
