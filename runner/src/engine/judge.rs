@@ -44,11 +44,13 @@ fn report_dir_full(dir: &ralph_sandbox::outcome::ReportDirEnd) -> String {
     let left = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |n| n.to_string());
     bounded(
         &format!(
-            "the round filled its report directory `{}` ({} bytes free of {}, {} entries free of {}): it is bounded (REPORT_DIR_ENTRIES entries; its size follows --handoff-cap) and holds only report.json and usage.jsonl; write other files in HOME, TMPDIR or the workspace",
+            "the round filled its report directory `{}` ({} of {} bytes and {} of {} entries left): it is bounded ({} bytes, following --handoff-cap, and {} entries, REPORT_DIR_ENTRIES) and keeps only report.json and usage.jsonl; write other files in HOME, TMPDIR or the workspace",
             dir.path.display(),
             left(dir.free_bytes),
             dir.bytes,
             left(dir.free_entries),
+            dir.entries,
+            dir.bytes,
             dir.entries,
         ),
         2048,
