@@ -351,11 +351,12 @@ fn serve_retention_removes_trees_of_any_depth_and_follows_no_link() {
     std::fs::write(ws.join("release"), "").unwrap();
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
     let rounds = s.state.join("jobs").join(&id).join("rounds");
+    // Pruned: the trees are gone and the job's marker says so (written after the removal).
     wait_until("retention prunes the deep trees", LIMIT, || {
-        !rounds.exists()
+        let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
+        j["artifacts_pruned"]["pruned_at"].is_string()
     });
-    let (_, j) = s.api("GET", &format!("/v1/jobs/{id}"), None);
-    assert!(j["artifacts_pruned"]["pruned_at"].is_string(), "{j}");
+    assert!(!rounds.exists());
     assert!(
         !s.log_text().contains("retention: skipped"),
         "{}",
