@@ -65,6 +65,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
                 tmp,
                 readable: Vec::new(),
                 writable: Vec::new(),
+                report: None,
             },
             limits: Limits::default(),
             image: Some(IMAGE.into()),

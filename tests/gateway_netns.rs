@@ -82,6 +82,7 @@ fn spec(w: &World, mode: Mode, network: Network, ports: &[u16], script: &str) ->
                 tmp: w.root.join("tmp"),
                 readable: Vec::new(),
                 writable: Vec::new(),
+                report: None,
             },
             limits: Limits::default(),
             image: None,

@@ -437,26 +437,11 @@ impl Dir {
     }
 
     /// Removes `name` whatever it is: a symlink or file itself, a directory with everything in
-    /// it (never following a symlink inside: the walk below the directory is the standard
-    /// library's `remove_dir_all`, which works with `openat(O_NOFOLLOW)` from a descriptor,
-    /// started from this directory's descriptor through `/proc/self/fd`).
+    /// it (never following a symlink inside, with a bounded number of open descriptors whatever
+    /// its depth: [`tree::remove_at`]).
     pub fn remove_all(&self, name: &OsStr) -> Result<bool, BeneathError> {
         let path = self.here().join(name);
-        let Some(st) = self.stat(name)? else {
-            return Ok(false);
-        };
-        if st.kind != Kind::Dir {
-            self.unlink(name, false)?;
-            return Ok(true);
-        }
-        // A directory: reopen it readable through our verified descriptor (not by path).
-        let via = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).join(name);
-        std::fs::remove_dir_all(&via).map_err(|source| BeneathError::Io {
-            call: "remove_dir_all",
-            path,
-            source,
-        })?;
-        Ok(true)
+        Ok(tree::remove_at(self.fd.as_fd(), name, &path)?.is_some())
     }
 }
 
@@ -596,6 +581,8 @@ pub fn first_symlink(path: &Path) -> Result<Option<PathBuf>, BeneathError> {
     }
     Ok(None)
 }
+
+pub mod tree;
 
 #[cfg(test)]
 mod tests;

@@ -256,6 +256,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                     tmp: dir,
                     readable: Vec::new(),
                     writable: Vec::new(),
+                    report: None,
                 },
                 limits: Limits::default(),
                 image: None,

@@ -9,7 +9,9 @@
 //! - [`outcome`]: how a run ended, what it used, and how much isolation was enforced.
 //! - [`protect`], [`gitguard`], [`beneath`]: the host boundary inside writable trees (protected
 //!   paths, git repositories a run leaves, host-side file operations that never follow a
-//!   symlink).
+//!   symlink; [`beneath::tree`]: whole trees removed with bounded descriptors).
+//! - [`report_dir`]: the run's report directory, a bounded tmpfs whose report files only are
+//!   copied to the host after the run.
 //!
 //! # Test strategy
 //!
@@ -32,6 +34,7 @@ pub mod outcome;
 pub mod plan;
 pub mod policy;
 pub mod protect;
+pub mod report_dir;
 pub mod snapshot;
 pub mod sockets;
 pub mod spec;
@@ -42,4 +45,6 @@ pub use backend::{Backend, ExecIo, Running};
 pub use error::{ErrorClass, SandboxError};
 pub use mode::{BackendKind, Mode, Network};
 pub use outcome::{EndedBy, Enforcement, ExecOutcome, ExecReport, Termination};
-pub use spec::{ExecSpec, Limits, PrivateDirs, SandboxRequest, StderrMode, StdinMode};
+pub use spec::{
+    ExecSpec, Limits, PrivateDirs, ReportDir, ReportFile, SandboxRequest, StderrMode, StdinMode,
+};

@@ -124,6 +124,8 @@ pub enum Restriction {
     Identity,
     /// The private HOME and TMPDIR bounded in size.
     ScratchSpace,
+    /// The report directory bounded in size and entries, only its report files kept.
+    ReportDir,
     /// Unix sockets in visible trees masked unless granted.
     UnixSockets,
 }
@@ -234,8 +236,72 @@ pub struct ExecOutcome {
     /// violation: a legitimate `git init` leads here too).
     #[serde(default)]
     pub git: git::GitCheck,
+    /// What became of the run's report directory (`None`: it had none).
+    #[serde(default)]
+    pub report_dir: Option<Box<ReportDirEnd>>,
     /// How much isolation was enforced.
     pub enforcement: Enforcement,
+}
+
+/// What became of a run's report directory ([`crate::spec::ReportDir`]) once the run ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDirEnd {
+    /// The host directory that received the files.
+    pub path: PathBuf,
+    /// Its bound in bytes.
+    pub bytes: u64,
+    /// Its bound in entries.
+    pub entries: u64,
+    /// Bytes left free at the end (`None`: unknown).
+    pub free_bytes: Option<u64>,
+    /// Entries left free at the end (`None`: unknown).
+    pub free_entries: Option<u64>,
+    /// The files copied to the host.
+    pub kept: Vec<KeptFile>,
+    /// Files to keep that the run left as something else (a symlink, a FIFO, a directory):
+    /// not kept.
+    #[serde(default)]
+    pub refused: Vec<RefusedFile>,
+    /// What else went wrong (a copy that failed, the directory not handed over), in words.
+    pub problems: Vec<String>,
+    /// A copy failed for lack of room on the host.
+    #[serde(default)]
+    pub no_space: bool,
+}
+
+impl ReportDirEnd {
+    /// Whether the run filled it: no byte or no entry left at its end.
+    pub fn full(&self) -> bool {
+        self.free_bytes == Some(0) || self.free_entries == Some(0)
+    }
+
+    /// Why the file `name` was not kept, when the run left it as something else.
+    pub fn refused(&self, name: &str) -> Option<&str> {
+        self.refused
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.why.as_str())
+    }
+}
+
+/// A file a report directory should have kept, left as something else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedFile {
+    /// Its name.
+    pub name: String,
+    /// What it was, in words ("a symlink; symlinks are refused").
+    pub why: String,
+}
+
+/// One file kept from a report directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptFile {
+    /// Its name.
+    pub name: String,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// It was longer than its bound and cut there.
+    pub truncated: bool,
 }
 
 /// What kind of rule a run broke on the host side.

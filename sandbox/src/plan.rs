@@ -20,7 +20,7 @@ use crate::policy::network::{self, SocketFamily};
 use crate::policy::{Policy, WorkspaceAccess, kernel_paths, syscalls};
 use crate::protect::{self, Placeholder};
 use crate::sockets;
-use crate::spec::SandboxRequest;
+use crate::spec::{ReportDir, SandboxRequest};
 
 /// Size of each private HOME and TMPDIR tmpfs when neither the job nor the policy sets one.
 pub const DEFAULT_SCRATCH_SIZE: u64 = 1 << 30;
@@ -169,6 +169,19 @@ pub struct SeccompPlan {
     pub guards: Switches,
 }
 
+/// The run's report directory as the helper makes it ([`crate::report_dir`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDirPlan {
+    /// What was asked for.
+    pub dir: ReportDir,
+    /// Who owns the tmpfs (the command's ids).
+    pub owner: (u32, u32),
+    /// A tmpfs in the run's mount namespace, handed to the supervisor; `false` without a mount
+    /// namespace (full-access on a host without user namespaces): the host directory itself,
+    /// checked after the run.
+    pub tmpfs: bool,
+}
+
 /// Which cgroup limits to set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupLimit {
@@ -214,6 +227,9 @@ pub struct SandboxPlan {
     pub root: Option<RootPlan>,
     /// Mount steps after the root is built.
     pub mounts: Vec<MountStep>,
+    /// The report directory: a bounded tmpfs of its own ([`crate::report_dir`]).
+    #[serde(default)]
+    pub report_dir: Option<ReportDirPlan>,
     /// Paths in the workspace that must not be created (e.g. `.git/commondir`, which would
     /// redirect the host's git to agent-made hooks); removed after the run if they appear.
     pub absent: Vec<TreePath>,
@@ -363,6 +379,40 @@ fn full_access_detail(mounts: &[MountStep]) -> String {
         count(|m| matches!(m, MountStep::BindReadOnly { .. })),
         count(|m| matches!(m, MountStep::HideFile { .. } | MountStep::HideDir { .. })),
     )
+}
+
+/// The report directory's plan: a tmpfs owned by the command where a mount namespace exists.
+fn report_dir_plan(
+    req: &SandboxRequest,
+    identity: &Option<Ids>,
+    host: &Host,
+    can_ns: bool,
+    e: &mut Enforcement,
+) -> Result<Option<ReportDirPlan>, SandboxError> {
+    let Some(dir) = &req.private.report else {
+        return Ok(None);
+    };
+    dir.check()?;
+    if can_ns {
+        e.record(
+            Restriction::ReportDir,
+            Level::Full,
+            crate::report_dir::describe(dir),
+        );
+    } else {
+        e.record(
+            Restriction::ReportDir,
+            Level::Partial,
+            "no mount namespace: the command writes the host directory itself; it is measured after the run and emptied when over its bound",
+        );
+    }
+    Ok(Some(ReportDirPlan {
+        dir: dir.clone(),
+        owner: identity
+            .as_ref()
+            .map_or((host.euid, host.egid), |i| (i.uid, i.gid)),
+        tmpfs: can_ns,
+    }))
 }
 
 /// Resolves a plan, failing closed when the host cannot enforce what the mode needs.
@@ -642,6 +692,7 @@ pub fn resolve(
                 req.private.tmp.clone(),
                 req.private.home.clone(),
             ])
+            .chain(req.private.report.iter().map(|r| r.path.clone()))
             .collect();
         let ro = binds.iter().filter(|b| !b.write).count();
         let skipped = if skipped.is_empty() {
@@ -771,6 +822,7 @@ pub fn resolve(
             scope: abi >= 6,
         })
     };
+    let report_dir = report_dir_plan(req, &identity, host, can_ns, &mut e)?;
     if let Some(ll) = &landlock {
         if ll.scope {
             e.record(
@@ -1032,6 +1084,7 @@ pub fn resolve(
         uts_namespace: true,
         root,
         mounts,
+        report_dir,
         absent,
         watch,
         protected: protected_paths,

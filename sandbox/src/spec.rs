@@ -155,8 +155,86 @@ pub struct PrivateDirs {
     pub tmp: PathBuf,
     /// Further run-owned paths the command may read (e.g. the prompt and handoff files).
     pub readable: Vec<PathBuf>,
-    /// Further run-owned directories the command may write (e.g. where the report goes).
+    /// Further run-owned directories the command may write.
     pub writable: Vec<PathBuf>,
+    /// The run's report directory, bounded (`None`: it has none).
+    #[serde(default)]
+    pub report: Option<ReportDir>,
+}
+
+/// A run's report directory (a round's `out/`, where `RALPH_REPORT_FILE` and
+/// `RALPH_USAGE_FILE` live). The command writes a small tmpfs of its own at [`ReportDir::path`],
+/// never the host directory: once the run's processes are gone, the trusted side copies only
+/// the [`ReportDir::files`] that are regular files (no link followed), each cut at its bound, to
+/// the host directory. The host thus never receives more than the files' bounds, whatever the
+/// command wrote ([`crate::report_dir`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportDir {
+    /// The host directory (run-owned, empty) that receives the files; the command sees its
+    /// tmpfs at the same path.
+    pub path: PathBuf,
+    /// The tmpfs's size, in bytes.
+    pub bytes: u64,
+    /// The tmpfs's entries (inodes), its own root included.
+    pub entries: u64,
+    /// The files kept.
+    pub files: Vec<ReportFile>,
+}
+
+/// One file kept from a report directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportFile {
+    /// Its name (one plain path component).
+    pub name: String,
+    /// The most bytes of it copied to the host.
+    pub max_bytes: u64,
+}
+
+/// Most files one report directory may keep.
+pub const MAX_REPORT_FILES: usize = 8;
+
+impl ReportDir {
+    /// Checks the request: an absolute path, a size of at least a page, room for the files'
+    /// entries, at most [`MAX_REPORT_FILES`] plain, distinct names. The error names the field.
+    pub fn check(&self) -> Result<(), crate::SandboxError> {
+        let invalid = |m: String| Err(crate::SandboxError::invalid("report_dir", m));
+        if !self.path.is_absolute() {
+            return invalid(format!("`{}` is not absolute", self.path.display()));
+        }
+        if self.bytes < 4096 {
+            return invalid(format!("{} bytes is less than a page", self.bytes));
+        }
+        if self.files.len() > MAX_REPORT_FILES {
+            return invalid(format!(
+                "{} files to keep, at most {MAX_REPORT_FILES}",
+                self.files.len()
+            ));
+        }
+        if self.entries <= self.files.len() as u64 {
+            return invalid(format!(
+                "{} entries leave no room for {} file(s) and the directory itself",
+                self.entries,
+                self.files.len()
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for f in &self.files {
+            let plain = !f.name.is_empty()
+                && f.name != "."
+                && f.name != ".."
+                && !f.name.contains('/')
+                && !f.name.contains('\0');
+            if !plain {
+                return invalid(format!("{:?} is not a plain file name", f.name));
+            }
+            if !seen.insert(&f.name) {
+                return invalid(format!("{:?} is listed twice", f.name));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Resource limits of one run. `None` means "no limit requested".

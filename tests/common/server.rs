@@ -53,6 +53,12 @@ impl Server {
         Self::build_with(extra, None, args, env)
     }
 
+    /// Like [`Server::new`], with every directory of the server (state, workspaces, agents,
+    /// log) in a fresh directory under `parent` (e.g. a small filesystem the test mounted).
+    pub fn new_in(extra: &str, parent: &Path) -> Self {
+        Self::build_in(extra, None, &[], &[], Some(parent))
+    }
+
     fn build(extra: &str, database_url: Option<&str>) -> Self {
         Self::build_with(extra, database_url, &[], &[])
     }
@@ -63,10 +69,23 @@ impl Server {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("ralph-serve-")
-            .tempdir()
-            .unwrap();
+        Self::build_in(extra, database_url, args, env, None)
+    }
+
+    fn build_in(
+        extra: &str,
+        database_url: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+        parent: Option<&Path>,
+    ) -> Self {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("ralph-serve-");
+        let dir = match parent {
+            Some(p) => builder.tempdir_in(p),
+            None => builder.tempdir(),
+        }
+        .unwrap();
         let base = dir.path().canonicalize().unwrap();
         let root = base.join("root");
         let agents = root.join("agents");

@@ -96,6 +96,7 @@ impl Exit {
                 | FinishReason::TaskExit
                 | FinishReason::CancelRequested
                 | FinishReason::RunnerDied
+                | FinishReason::DiskFull
                 | FinishReason::InternalError => Exit::Internal,
             },
         }

@@ -215,6 +215,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 tmp,
                 readable: Vec::new(),
                 writable: Vec::new(),
+                report: None,
             },
             limits: Limits {
                 memory_bytes: args.sandbox.memory.map(|m| m.0),

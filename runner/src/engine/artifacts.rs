@@ -4,7 +4,9 @@
 //! ```text
 //! <state-dir>/jobs/<job-id>/rounds/<round>/<attempt>/
 //!     in/prompt.md  in/handoff.json        readable by the agent (+ in/gitconfig)
-//!     out/report.json  out/usage.jsonl     writable by the agent
+//!     out/report.json  out/usage.jsonl     the agent's report and usage lines: the round writes
+//!                                          a bounded tmpfs at out/, and only these two regular
+//!                                          files are copied here after it ([`ReportDir`])
 //!     home/  tmp/                          private HOME and TMPDIR (removed after the round)
 //!     stdout.log  stderr.log               capped output (runner only)
 //!     sandbox-result.json                  the sandbox helper's account (runner only)
@@ -13,6 +15,42 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+
+use ralph_sandbox::{ReportDir, ReportFile};
+
+/// The report file's name in `out/`.
+pub const REPORT_FILE: &str = "report.json";
+
+/// The usage file's name in `out/`.
+pub const USAGE_FILE: &str = "usage.jsonl";
+
+/// Entries the report directory holds, its own included (`nr_inodes` of its tmpfs): the
+/// report and usage files and a few more an agent writes on the way (a temporary file renamed
+/// over the report). A round that makes more fails with `report_dir_full`.
+pub const REPORT_DIR_ENTRIES: u64 = 64;
+
+/// Bytes the report directory holds beyond its two files' bounds (a temporary copy written
+/// before a rename, tmpfs page rounding). A round that fills it fails with `report_dir_full`.
+pub const REPORT_DIR_SLACK: u64 = 256 * 1024;
+
+/// The most of `report.json` kept: what the report's decoder reads for a handoff cap of `cap`
+/// (`--handoff-cap`), plus one byte to see a longer file as too large.
+pub fn report_file_bound(cap: usize) -> u64 {
+    crate::report::decode::raw_limit(cap) as u64 + 1
+}
+
+/// The most of `usage.jsonl` kept (its reader's bound, plus one byte to see a longer file).
+pub const USAGE_FILE_BOUND: u64 = crate::usage::MAX_USAGE_FILE_BYTES as u64 + 1;
+
+fn page_up(n: u64) -> u64 {
+    n.div_ceil(4096) * 4096
+}
+
+/// The report directory's size for a handoff cap of `cap`: both files at their bounds, and
+/// [`REPORT_DIR_SLACK`] (1.4 MiB at the default cap of 16384).
+pub fn report_dir_bytes(cap: usize) -> u64 {
+    page_up(report_file_bound(cap)) + page_up(USAGE_FILE_BOUND) + REPORT_DIR_SLACK
+}
 
 /// The artifact directory of a job.
 pub fn job_dir(state_dir: &Path, job_id: &str) -> PathBuf {
@@ -93,12 +131,33 @@ impl AttemptDirs {
 
     /// Where the agent writes its report.
     pub fn report_file(&self) -> PathBuf {
-        self.output.join("report.json")
+        self.output.join(REPORT_FILE)
     }
 
     /// Where the agent appends usage lines.
     pub fn usage_file(&self) -> PathBuf {
-        self.output.join("usage.jsonl")
+        self.output.join(USAGE_FILE)
+    }
+
+    /// The round's report directory (`out/`) as the sandbox bounds it for a handoff cap of
+    /// `cap`: [`report_dir_bytes`] and [`REPORT_DIR_ENTRIES`]; only the report and usage files
+    /// come back, each cut at its bound.
+    pub fn report_dir(&self, cap: usize) -> ReportDir {
+        ReportDir {
+            path: self.output.clone(),
+            bytes: report_dir_bytes(cap),
+            entries: REPORT_DIR_ENTRIES,
+            files: vec![
+                ReportFile {
+                    name: REPORT_FILE.to_owned(),
+                    max_bytes: report_file_bound(cap),
+                },
+                ReportFile {
+                    name: USAGE_FILE.to_owned(),
+                    max_bytes: USAGE_FILE_BOUND,
+                },
+            ],
+        }
     }
 
     /// Captured stdout.
@@ -122,18 +181,15 @@ impl AttemptDirs {
         PrivateScratch(self.clone())
     }
 
-    /// Removes the private HOME and TMPDIR (their content is not an artifact).
-    pub fn remove_private(&self) -> std::io::Result<()> {
+    /// Removes the private HOME and TMPDIR (their content is not an artifact), never following a
+    /// symlink, whatever their depth ([`ralph_sandbox::beneath::tree::remove_tree`]).
+    pub fn remove_private(&self) -> Result<(), ralph_sandbox::beneath::BeneathError> {
         for d in [&self.home, &self.tmp] {
             // Usually empty: one rmdir instead of a directory walk.
             if std::fs::remove_dir(d).is_ok() {
                 continue;
             }
-            match std::fs::remove_dir_all(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+            ralph_sandbox::beneath::tree::remove_tree(d)?;
         }
         Ok(())
     }

@@ -36,6 +36,8 @@ pub(crate) struct Script {
     pub undrained: bool,
     /// A cancel makes it fail as a sandbox error (a set-up torn down mid-way), not end.
     pub setup_fails_on_cancel: bool,
+    /// It fills its report directory (no entry left at its end).
+    pub fills_report_dir: bool,
 }
 
 impl Script {
@@ -57,7 +59,14 @@ impl Script {
             elapsed: Duration::ZERO,
             undrained: false,
             setup_fails_on_cancel: false,
+            fills_report_dir: false,
         }
+    }
+
+    /// Fills its report directory (its report, if any, is still written).
+    pub fn filling_report_dir(mut self) -> Self {
+        self.fills_report_dir = true;
+        self
     }
 
     /// Also reports `tokens` input tokens used.
@@ -197,6 +206,7 @@ impl Spawner for FakeSpawner {
             io,
             timeout: spec.timeout,
             mode: spec.sandbox.mode,
+            report_dir: spec.sandbox.private.report.clone(),
         };
         Box::pin(async move { Ok(Box::new(run) as Box<dyn Spawned>) })
     }
@@ -207,6 +217,7 @@ struct FakeRun {
     io: ExecIo,
     timeout: Option<Duration>,
     mode: ralph_sandbox::Mode,
+    report_dir: Option<ralph_sandbox::ReportDir>,
 }
 
 impl Spawned for FakeRun {
@@ -228,6 +239,7 @@ impl Spawned for FakeRun {
                 mut io,
                 timeout,
                 mode,
+                report_dir,
             } = *self;
             io.stdout.write(script.stdout.as_bytes()).unwrap();
             let started = std::time::Instant::now();
@@ -266,6 +278,20 @@ impl Spawned for FakeRun {
                     exec_error: None,
                     violations: Vec::new(),
                     git: Default::default(),
+                    report_dir: report_dir.map(|r| {
+                        Box::new(ralph_sandbox::outcome::ReportDirEnd {
+                            path: r.path.clone(),
+                            bytes: r.bytes,
+                            entries: r.entries,
+                            free_bytes: Some(r.bytes / 2),
+                            free_entries: Some(if script.fills_report_dir {
+                                0
+                            } else {
+                                r.entries - 2
+                            }),
+                            ..Default::default()
+                        })
+                    }),
                     enforcement: Enforcement {
                         backend: BackendKind::Native,
                         mode,

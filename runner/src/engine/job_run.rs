@@ -14,7 +14,7 @@ use super::verify::VerifyEnd;
 use crate::agent::Agent;
 use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
 use crate::report::Status;
-use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
+use crate::store::{AttemptResult, EventKind, JobState, JobView, Journal, StoreError};
 use crate::util::text::{RESULT_TEXT_BOUND, bounded};
 
 /// Longest pause between retries.
@@ -131,14 +131,97 @@ impl<'e> JobRun<'e> {
             Ok(()) => self.preflight_agent(),
             Err(e) => Err(e),
         };
-        match checked {
+        let ran = match checked {
             Ok(()) => match self.spec.kind {
-                JobKind::Loop => self.run_loop().await?,
-                JobKind::Task => self.run_task().await?,
+                JobKind::Loop => self.run_loop().await,
+                JobKind::Task => self.run_task().await,
             },
-            Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None)?,
+            Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None),
+        };
+        match ran {
+            Ok(()) => {}
+            // A full disk never leaves the job running: closed in the reserve's room.
+            Err(e) if e.is_disk_full() => self.close_disk_full(e)?,
+            Err(e) => return Err(e),
         }
         self.result()
+    }
+
+    /// Why the state directory's disk has no room for another round, if so. A round starts
+    /// only with the reserve in place (made again here when it is missing and there is room
+    /// for it) and its margin free besides ([`crate::store::reserve`]): without them, a round
+    /// that fills the disk would leave no room to record its end. A disk without that room is
+    /// marked full, and the reserve freed for the writes that close the job.
+    pub(super) fn state_disk_full(&self) -> Option<String> {
+        let store = self.journal.store();
+        let dir = &self.engine.state_dir;
+        if store.replenish_reserve(dir) {
+            return None;
+        }
+        let why = store.disk_full().unwrap_or_else(|| {
+            let free = crate::store::reserve::free_bytes(dir).map_or_else(
+                |e| format!("an unknown amount ({e})"),
+                |b| format!("{b} bytes"),
+            );
+            format!(
+                "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
+                dir.display(),
+                crate::store::reserve::RESERVE_BYTES >> 20,
+                crate::store::reserve::REPLENISH_MARGIN >> 20
+            )
+        });
+        store.release_reserve(&why);
+        Some(why)
+    }
+
+    /// Ends the job `interrupted` because the state disk is full (`why`).
+    pub(super) fn finish_disk_full(&mut self, why: &str) -> Result<(), EngineError> {
+        let msg = disk_full_message(why, &self.journal.view().id);
+        self.finish(Outcome::Interrupted, FinishReason::DiskFull, &msg, None)
+    }
+
+    /// A write failed for lack of room (`cause`) where the loop could not go on: the open
+    /// round (if any) and the job are closed as interrupted in the reserve's room. When even
+    /// that cannot be written, `cause` is returned (the next `ralph run` or `ralph serve` on the
+    /// store closes the job, SPEC §8).
+    fn close_disk_full(&mut self, cause: EngineError) -> Result<(), EngineError> {
+        let why = cause.to_string();
+        let store = self.journal.store().clone();
+        store.release_reserve(&why);
+        if self.journal.view().state == JobState::Finished {
+            return Ok(());
+        }
+        self.release_workspace();
+        let id = self.journal.view().id.clone();
+        let ran_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let closed = (|| {
+            if let Some((round, attempt)) = self.journal.view().open_attempt {
+                self.journal.record(EventKind::RoundFinished {
+                    round,
+                    attempt,
+                    result: AttemptResult::Interrupted,
+                    exit: None,
+                    ended_by: None,
+                    duration_ms: 0,
+                    usage: Default::default(),
+                    resources: None,
+                    sandbox_violations: Vec::new(),
+                    sandbox_setup_ms: None,
+                    agent_retries: Default::default(),
+                })?;
+            }
+            self.journal.record(EventKind::JobFinished {
+                outcome: Outcome::Interrupted,
+                reason: FinishReason::DiskFull,
+                message: bounded(&disk_full_message(&why, &id), RESULT_TEXT_BOUND),
+                exit_code: None,
+                ran_ms: Some(ran_ms),
+            })
+        })();
+        match closed {
+            Ok(_) => Ok(()),
+            Err(_) => Err(cause),
+        }
     }
 
     /// The `job_started` of a job claimed for this runner was journalled by the claim, before
@@ -247,6 +330,9 @@ impl<'e> JobRun<'e> {
 
     async fn run_loop(&mut self) -> Result<(), EngineError> {
         loop {
+            if let Some(why) = self.state_disk_full() {
+                return self.finish_disk_full(&why);
+            }
             let view = self.journal.view();
             if self.cancel.is_draining() {
                 return self.finish_cancelled();
@@ -324,6 +410,9 @@ impl<'e> JobRun<'e> {
                         if self.budget_spent() {
                             return self.finish_budget();
                         }
+                        if let Some(why) = self.state_disk_full() {
+                            return self.finish_disk_full(&why);
+                        }
                         // Journalled only now that the retry really starts.
                         self.journal.record(EventKind::RoundRetried {
                             round,
@@ -353,6 +442,7 @@ impl<'e> JobRun<'e> {
                     AttemptEnd::Deadline => return self.finish_deadline(),
                     AttemptEnd::BudgetSpent => return self.finish_budget(),
                     AttemptEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
+                    AttemptEnd::DiskFull(why) => return self.finish_disk_full(&why),
                 }
             };
             match report.status {
@@ -403,6 +493,9 @@ impl<'e> JobRun<'e> {
     }
 
     async fn run_task(&mut self) -> Result<(), EngineError> {
+        if let Some(why) = self.state_disk_full() {
+            return self.finish_disk_full(&why);
+        }
         if self.cancel.is_draining() {
             return self.finish_cancelled();
         }
@@ -422,6 +515,7 @@ impl<'e> JobRun<'e> {
                 code,
             ),
             AttemptEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+            AttemptEnd::DiskFull(why) => self.finish_disk_full(&why),
             AttemptEnd::BudgetSpent => self.finish_budget(),
             AttemptEnd::CannotRun(msg) => {
                 self.finish(Outcome::Error, FinishReason::Configuration, &msg, code)
@@ -539,6 +633,10 @@ impl<'e> JobRun<'e> {
     }
 
     fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {
+        // A helper that could not write its result on a full disk: the disk is why.
+        if let Some(why) = self.state_disk_full() {
+            return self.finish_disk_full(&format!("{why} ({e})"));
+        }
         self.finish(
             Outcome::Error,
             finish_reason_of(e.class()),
@@ -631,6 +729,13 @@ impl<'e> JobRun<'e> {
         result.check()?;
         Ok(result)
     }
+}
+
+/// The message of a job closed because the state disk is full.
+fn disk_full_message(why: &str, id: &str) -> String {
+    format!(
+        "the state dir's disk is full: {why}; the job was closed instead of running on without room for its journal; free space, then `ralph resume {id}` continues it"
+    )
 }
 
 /// How a sandbox that could not be set up ends a job: the host cannot enforce it (69), the

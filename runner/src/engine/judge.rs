@@ -39,6 +39,24 @@ pub(crate) struct AttemptFacts<'a> {
     pub agent_command: Option<&'a str>,
 }
 
+/// Why a round failed with `report_dir_full`: the bound, what was left, the way out.
+fn report_dir_full(dir: &ralph_sandbox::outcome::ReportDirEnd) -> String {
+    let left = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    bounded(
+        &format!(
+            "the round filled its report directory `{}` ({} of {} bytes and {} of {} entries left): it is bounded ({} bytes, following --handoff-cap, and {} entries, REPORT_DIR_ENTRIES) and keeps only report.json and usage.jsonl; write other files in HOME, TMPDIR or the workspace",
+            dir.path.display(),
+            left(dir.free_bytes),
+            dir.bytes,
+            left(dir.free_entries),
+            dir.entries,
+            dir.bytes,
+            dir.entries,
+        ),
+        2048,
+    )
+}
+
 /// Decides how the attempt ended. `cannot_run(code, output)` words the configuration error of
 /// an agent command its shell cannot run.
 pub(crate) fn judge(f: AttemptFacts<'_>, cannot_run: &dyn Fn(i32, &str) -> String) -> AttemptEnd {
@@ -65,6 +83,10 @@ pub(crate) fn judge(f: AttemptFacts<'_>, cannot_run: &dyn Fn(i32, &str) -> Strin
     }
     if let Some(msg) = &o.exec_error {
         return AttemptEnd::Failed(RoundFailure::ExecFailed, bounded(msg, 2048));
+    }
+    // The round filled its bounded report directory: nothing it left there is trusted.
+    if let Some(dir) = o.report_dir.as_ref().filter(|d| d.full()) {
+        return AttemptEnd::Failed(RoundFailure::ReportDirFull, report_dir_full(dir));
     }
     let timed_out = o.ended_by == EndedBy::Timeout;
     // The CLI's own verdict on its run wins over anything it left behind.

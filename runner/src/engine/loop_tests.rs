@@ -545,3 +545,45 @@ async fn a_store_outage_mid_round_leaves_no_private_scratch() {
     assert!(!dirs.home.exists(), "HOME survived the store error");
     assert!(!dirs.tmp.exists(), "TMPDIR survived the store error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_that_fills_its_report_dir_fails_with_report_dir_full_whatever_it_reported() {
+    let h = Harness::new(
+        vec![
+            Script::report(complete()).filling_report_dir(),
+            Script::report(complete()),
+        ],
+        vec![],
+    );
+    let (id, r) = h.run().await;
+    assert_eq!(r.outcome, Outcome::Complete, "{r:?}");
+    assert_eq!(r.retries, 1, "the full round is a failed attempt, retried");
+    let events = h.events(&id);
+    let failed: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::RoundFinished {
+                result: crate::store::AttemptResult::Failed { reason, message },
+                ..
+            } => Some((*reason, message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{events:?}");
+    assert_eq!(failed[0].0, crate::job::RoundFailure::ReportDirFull);
+    assert!(
+        failed[0].1.contains("report directory") && failed[0].1.contains("REPORT_DIR_ENTRIES"),
+        "{}",
+        failed[0].1
+    );
+    assert!(
+        events.iter().any(|e| matches!(
+            e.kind,
+            EventKind::RoundRetried {
+                reason: crate::job::RoundFailure::ReportDirFull,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+}

@@ -109,6 +109,17 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whether the disk of the state directory or the store is full (the journal or an artifact
+    /// could not be written for lack of room): the job is closed `interrupted` instead of left
+    /// running ([`crate::store::reserve`]).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            EngineError::Store(e) => e.is_disk_full(),
+            EngineError::Io { source, .. } => crate::store::reserve::is_no_space(source),
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         EngineError::Io {
             action,
@@ -361,6 +372,8 @@ impl Engine {
             .run()
             .await;
         drop(workspace);
+        // Room came back (a job's files pruned, the disk grown): the reserve is made again.
+        let _ = crate::store::journal::blocking(|| self.store.replenish_reserve(&self.state_dir));
         result
     }
 

@@ -7,14 +7,17 @@
 //!
 //! Safety: job ids come from the store and are checked ([`valid_job_id`]) before they become
 //! paths; a job's directory must be a real directory under `<state-dir>/jobs` (not a symlink);
-//! nothing is followed through a symlink (a link a round planted in its `out/` is removed as
-//! a link, its target untouched: `symlink_metadata` and `remove_dir_all`, which does not
-//! follow links). A job is pruned under its run hold, so a run resumed meanwhile cannot start
-//! on it, and only when it is still finished once the hold is taken.
+//! nothing is followed through a symlink (a link in the artifacts — one an older ralph let a
+//! round plant in its `out/` — is removed as a link, its target untouched). Trees are measured
+//! and removed by [`ralph_sandbox::beneath::tree`]: descriptor-relative, with a bounded number
+//! of open descriptors and bounded memory whatever their depth (a 5,000-level tree, deeper than
+//! `PATH_MAX`, goes like any other). A job is pruned under its run hold, so a run resumed
+//! meanwhile cannot start on it, and only when it is still finished once the hold is taken.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use ralph_sandbox::beneath::tree;
 use serde::{Deserialize, Serialize};
 
 use crate::store::hold::{HOLD_FILE, Probe, probe_file};
@@ -88,23 +91,12 @@ pub fn pruned_marker(job_dir: &Path) -> Option<PrunedMarker> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// Files and bytes below `path`, never through a symlink.
+/// Files and bytes below `path`, never through a symlink (what cannot be read counts nothing).
 fn measure(path: &Path) -> (u64, u64) {
-    let Ok(meta) = path.symlink_metadata() else {
-        return (0, 0);
-    };
-    if !meta.is_dir() {
-        return (1, meta.len());
+    match tree::measure(path) {
+        Ok(Some(t)) => (t.files, t.bytes),
+        Ok(None) | Err(_) => (0, 0),
     }
-    let mut total = (0, 0);
-    if let Ok(dir) = std::fs::read_dir(path) {
-        for e in dir.flatten() {
-            let (f, b) = measure(&e.path());
-            total.0 += f;
-            total.1 += b;
-        }
-    }
-    total
 }
 
 /// The entries of a job directory that are artifacts (all but the hold and the marker).
@@ -123,14 +115,9 @@ fn artifacts_of(job_dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Removes one entry without following a symlink.
-fn remove(path: &Path) -> std::io::Result<()> {
-    let meta = path.symlink_metadata()?;
-    if meta.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    }
+/// Removes one entry without following a symlink, whatever its depth.
+fn remove(path: &Path) -> Result<(), ralph_sandbox::beneath::BeneathError> {
+    tree::remove_tree(path).map(drop)
 }
 
 /// When an RFC 3339 time was, or `None` when it does not parse.

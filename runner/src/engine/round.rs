@@ -58,6 +58,9 @@ pub enum AttemptEnd {
     /// The agent command's shell could not run it (exit 126/127, no report): a configuration
     /// error (SPEC §3); the message says the fix.
     CannotRun(String),
+    /// The state directory's disk is full (why): the attempt is recorded as interrupted and the
+    /// job closed, never run on without room for its journal.
+    DiskFull(String),
 }
 
 /// An attempt's end plus how the process terminated.
@@ -206,11 +209,10 @@ impl JobRun<'_> {
             timeout,
             kill_grace: self.spec.kill_grace.0,
             sandbox: {
-                let mut req = self.sandbox_request(
-                    &dirs,
-                    vec![dirs.input.clone()],
-                    vec![dirs.output.clone()],
-                );
+                let mut req = self.sandbox_request(&dirs, vec![dirs.input.clone()], Vec::new());
+                // The report directory is bounded: a small tmpfs whose report and usage files
+                // only come back to `out/` (docs/agents.md).
+                req.private.report = Some(dirs.report_dir(self.spec.handoff_cap));
                 req.network = Some(self.spec.network());
                 req.gateway_ports = plan.as_ref().map(GatewayPlan::ports).unwrap_or_default();
                 if let (true, Some(exe)) = (runs_ralph, show_exe) {
@@ -272,6 +274,8 @@ impl JobRun<'_> {
             Err(e) => Err(e),
         };
         let mut gateway_usage: Option<RoundUsage> = None;
+        // Set when a journal write found the disk full while the round ran (it was stopped).
+        let mut disk_stop: Option<String> = None;
         let outcome = match spawned {
             Ok(mut run) => {
                 self.journal.record(EventKind::RoundSpawned {
@@ -285,10 +289,11 @@ impl JobRun<'_> {
                         let listeners = run.take_gateway_listeners();
                         match plan.start(listeners, round_stop.clone(), budget_crossed.clone()) {
                             Ok(gw) => {
-                                let (outcome, usage) = self
+                                let (outcome, usage, full) = self
                                     .wait_with_gateway(run, gw, &round_stop, round, attempt)
                                     .await?;
                                 gateway_usage = Some(usage);
+                                disk_stop = full;
                                 outcome
                             }
                             Err(e) => {
@@ -342,6 +347,20 @@ impl JobRun<'_> {
             }
             (end, _) => end,
         };
+        // A round stopped, or left without its report or result, by a full state disk: the
+        // disk is why (its files could not be written), not the agent.
+        let end = match (end, disk_stop) {
+            (_, Some(why)) => AttemptEnd::DiskFull(why),
+            (
+                end @ (AttemptEnd::Failed(RoundFailure::NoReport | RoundFailure::Crashed, _)
+                | AttemptEnd::SandboxFailed(_)),
+                None,
+            ) => match self.state_disk_full() {
+                Some(why) => AttemptEnd::DiskFull(why),
+                None => end,
+            },
+            (end, None) => end,
+        };
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;
         }
@@ -359,7 +378,17 @@ impl JobRun<'_> {
                 }
                 (out.usage, out.retries)
             }
-            None => (self.read_usage(&dirs, round, attempt)?, Default::default()),
+            None => {
+                let refused = exec
+                    .as_ref()
+                    .and_then(|e| e.outcome.report_dir.as_ref())
+                    .and_then(|d| d.refused(super::artifacts::USAGE_FILE))
+                    .map(str::to_owned);
+                (
+                    self.read_usage(&dirs, refused, round, attempt)?,
+                    Default::default(),
+                )
+            }
         };
         // Through the gateway, the model API's own numbers are the job's count; the agent's
         // are a cross-check.
@@ -399,6 +428,7 @@ impl JobRun<'_> {
                 message: bounded(&e.to_string(), 2048),
                 reason: e.reason_label().to_owned(),
             },
+            AttemptEnd::DiskFull(_) => AttemptResult::Interrupted,
         };
         if let Some(e) = &exec {
             self.record_git_check(round, Some(attempt), &e.outcome.git)?;
@@ -435,7 +465,9 @@ impl JobRun<'_> {
     }
 
     /// Waits for the attempt while journalling what its gateway reports; then stops the
-    /// gateway and returns the attempt's usage as the model API reported it.
+    /// gateway and returns the attempt's usage as the model API reported it. A journal write
+    /// that finds the disk full (even after the reserve was freed) stops the round: the third
+    /// value says why, and the rest of its gateway events are counted, not journalled.
     async fn wait_with_gateway(
         &mut self,
         run: Box<dyn super::spawn::Spawned>,
@@ -443,8 +475,9 @@ impl JobRun<'_> {
         round_stop: &tokio_util::sync::CancellationToken,
         round: u32,
         attempt: u32,
-    ) -> Result<(Result<ExecReport, SandboxError>, RoundUsage), EngineError> {
+    ) -> Result<(Result<ExecReport, SandboxError>, RoundUsage, Option<String>), EngineError> {
         let mut usage = RoundUsage::default();
+        let mut full: Option<String> = None;
         let wait = run.wait(round_stop.clone());
         tokio::pin!(wait);
         // Once the servers are gone (their sink dropped) there is nothing more to wait for.
@@ -453,15 +486,46 @@ impl JobRun<'_> {
             tokio::select! {
                 r = &mut wait => break r,
                 ev = gw.next(), if open => match ev {
-                    Some(ev) => self.record_gateway_event(ev, round, attempt, &mut usage)?,
+                    Some(ev) => self.gateway_event_or_stop(ev, round, attempt, &mut usage, &mut full, round_stop)?,
                     None => open = false,
                 },
             }
         };
         for ev in gw.stop().await {
-            self.record_gateway_event(ev, round, attempt, &mut usage)?;
+            self.gateway_event_or_stop(ev, round, attempt, &mut usage, &mut full, round_stop)?;
         }
-        Ok((outcome, usage))
+        Ok((outcome, usage, full))
+    }
+
+    /// [`Self::record_gateway_event`], except that a full disk stops the round (`full` says
+    /// why) instead of failing the attempt while its process runs.
+    fn gateway_event_or_stop(
+        &mut self,
+        ev: GatewayEvent,
+        round: u32,
+        attempt: u32,
+        usage: &mut RoundUsage,
+        full: &mut Option<String>,
+        round_stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<(), EngineError> {
+        if full.is_some() {
+            if let GatewayEvent::Model(r) = &ev {
+                usage
+                    .by_model
+                    .entry(bounded(&r.model.escape_debug().to_string(), 128))
+                    .or_default()
+                    .add(&r.usage);
+            }
+            return Ok(());
+        }
+        match self.record_gateway_event(ev, round, attempt, usage) {
+            Err(e) if e.is_disk_full() => {
+                *full = Some(e.to_string());
+                round_stop.cancel();
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Journals one gateway event (the agent's bytes in it escaped and bounded) and counts its
@@ -543,6 +607,7 @@ impl JobRun<'_> {
                 tmp: dirs.tmp.clone(),
                 readable,
                 writable,
+                report: None,
             },
             limits: Limits {
                 memory_bytes: s.memory.map(|m| m.0),
@@ -575,9 +640,21 @@ impl JobRun<'_> {
             crate::agent::Agent::Command(c) => Some(c.as_str()),
             crate::agent::Agent::Preset(_) => None,
         };
+        // A report the sandbox refused to copy out (a symlink, a FIFO) is refused as a report.
+        let refused = exec
+            .outcome
+            .report_dir
+            .as_ref()
+            .and_then(|d| d.refused(super::artifacts::REPORT_FILE));
+        let report_file = match refused {
+            Some(why) => Some(Err(ReportError::NotJson {
+                message: format!("`{}` is {why}", dirs.report_file().display()),
+            })),
+            None => read_report_file(&dirs.report_file(), cap),
+        };
         let facts = AttemptFacts {
             outcome: &exec.outcome,
-            report_file: read_report_file(&dirs.report_file(), cap),
+            report_file,
             stdout: slot.lock().ok().and_then(|s| s.clone()),
             preset,
             policy,
@@ -601,14 +678,19 @@ impl JobRun<'_> {
         judge(facts, &cannot_run)
     }
 
+    /// The usage lines of the attempt (`refused`: why the sandbox did not copy the file out).
     fn read_usage(
         &mut self,
         dirs: &AttemptDirs,
+        refused: Option<String>,
         round: u32,
         attempt: u32,
     ) -> Result<RoundUsage, EngineError> {
-        let Some(bytes) = read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1)
-        else {
+        let read = match refused {
+            Some(why) => Some(Err(format!("`{}` is {why}", dirs.usage_file().display()))),
+            None => read_agent_file(&dirs.usage_file(), usage::MAX_USAGE_FILE_BYTES + 1),
+        };
+        let Some(bytes) = read else {
             return Ok(RoundUsage::default());
         };
         let bytes = match bytes {

@@ -6,8 +6,9 @@
 //!
 //! A job whose hold file is locked is live (SQLite and PostgreSQL runs both lock it) and left
 //! alone; any other job is swept while the sweeper holds that lock, so a run cannot start on it
-//! meanwhile. The state directory is the runner's own (agents cannot write it), and
-//! `remove_dir_all` does not follow symbolic links.
+//! meanwhile. The state directory is the runner's own (agents cannot write it), and the removal
+//! ([`ralph_sandbox::beneath::tree::remove_tree`]) follows no symbolic link and holds a bounded
+//! number of descriptors whatever the depth of what it removes.
 
 use std::path::{Path, PathBuf};
 
@@ -55,7 +56,7 @@ pub fn sweep(state_dir: &Path) -> SweepReport {
             Ok(Probe::Missing | Probe::Gone) => None,
         };
         for dir in scratch {
-            if std::fs::remove_dir_all(&dir).is_ok() {
+            if ralph_sandbox::beneath::tree::remove_tree(&dir).is_ok() {
                 report.removed.push(dir);
             }
         }

@@ -86,11 +86,14 @@ pub enum RoundFailure {
     /// where a protected path should be, a `.git/commondir`); it was undone, and whatever the
     /// round reported is not trusted.
     WorkspaceTampered,
+    /// The round filled its report directory (a bounded tmpfs, see `docs/agents.md`): no free
+    /// bytes or entries were left at its end; whatever it reported is not trusted.
+    ReportDirFull,
 }
 
 impl RoundFailure {
     /// Every failure reason (for metric labels).
-    pub const ALL: [RoundFailure; 7] = [
+    pub const ALL: [RoundFailure; 8] = [
         RoundFailure::NoReport,
         RoundFailure::InvalidReport,
         RoundFailure::Timeout,
@@ -98,6 +101,7 @@ impl RoundFailure {
         RoundFailure::ExecFailed,
         RoundFailure::AgentError,
         RoundFailure::WorkspaceTampered,
+        RoundFailure::ReportDirFull,
     ];
 
     /// The reason's name.
@@ -110,6 +114,7 @@ impl RoundFailure {
             RoundFailure::ExecFailed => "exec_failed",
             RoundFailure::AgentError => "agent_error",
             RoundFailure::WorkspaceTampered => "workspace_tampered",
+            RoundFailure::ReportDirFull => "report_dir_full",
         }
     }
 }
@@ -142,6 +147,9 @@ pub enum FinishReason {
     CancelRequested,
     /// The runner died mid-round.
     RunnerDied,
+    /// The disk of the runner's state directory (or its store) is full: the job was closed
+    /// (`interrupted`) rather than run on without room for its journal and artifacts.
+    DiskFull,
     /// The requested sandbox could not be enforced.
     SandboxUnavailable,
     /// The job's request cannot run as given (e.g. a protected path that is a symlink); the
@@ -166,6 +174,7 @@ impl FinishReason {
             FinishReason::TaskExit => "task_exit",
             FinishReason::CancelRequested => "cancel_requested",
             FinishReason::RunnerDied => "runner_died",
+            FinishReason::DiskFull => "disk_full",
             FinishReason::SandboxUnavailable => "sandbox_unavailable",
             FinishReason::Configuration => "configuration",
             FinishReason::ProvisionFailed => "provision_failed",

@@ -15,6 +15,11 @@
 //!
 //! A store that cannot be reached ([`StoreError::is_unreachable`]) is waited for, with backoff,
 //! up to [`OUTAGE_PATIENCE`]: a database restart does not end a round whose result is in hand.
+//!
+//! A write that finds the disk full ([`StoreError::is_disk_full`]) frees the state directory's
+//! reserve ([`super::reserve`]) and is tried once more: the event that would have been lost (a
+//! round's end, the job's close) is journalled in the freed room, and the disk stays marked full
+//! ([`Store::disk_full`]) so the runner closes the job instead of starting another round.
 
 use std::sync::Arc;
 
@@ -88,6 +93,11 @@ impl Journal {
         &self.view
     }
 
+    /// The store this journal writes to.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     /// Tells the observers of an event journalled without them (the `job_started` of a claim);
     /// `view` is the projection right after it.
     pub fn announce(&self, view: &JobView, event: &Event) {
@@ -103,6 +113,7 @@ impl Journal {
     pub fn record(&mut self, kind: EventKind) -> Result<Event, StoreError> {
         let mut reconciled = 0;
         let mut outage: Option<Outage> = None;
+        let mut freed = false;
         loop {
             let event = Event {
                 job_id: self.view.id.clone(),
@@ -123,6 +134,13 @@ impl Journal {
                 }
                 Err(e) if e.is_unreachable() => {
                     outage.get_or_insert_with(Outage::new).wait(e)?;
+                }
+                Err(e) if e.is_disk_full() => {
+                    // Once: the reserve's room holds this event, or nothing will.
+                    if freed || !self.store.release_reserve(&e.to_string()) {
+                        return Err(e);
+                    }
+                    freed = true;
                 }
                 Err(conflict @ StoreError::Conflict { .. }) => {
                     if reconciled >= MAX_RECONCILES || self.view.state != JobState::Running {

@@ -7,6 +7,7 @@
 //! - [`hold`]: the run hold of a running job (file lock or lease) and its heartbeat.
 //! - [`sqlite`]: the embedded SQLite backend (the default: a file in the state directory).
 //! - [`postgres`]: the PostgreSQL backend (several runner hosts sharing one queue).
+//! - [`reserve`]: the state directory's reserve, freed when a full disk would wedge the journal.
 //!
 //! [`Store`] dispatches to one of them; both keep the same tables and the same semantics
 //! (append-only events, optimistic sequence check, atomic claim of a queued job).
@@ -18,6 +19,7 @@ pub mod journal;
 pub mod lease;
 pub mod postgres;
 pub mod projection;
+pub mod reserve;
 pub mod sqlite;
 
 use std::path::{Path, PathBuf};
@@ -189,6 +191,22 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the disk under the store (or the state directory) is full: SQLite's
+    /// `SQLITE_FULL` ("database or disk is full"), `ENOSPC`/`EDQUOT` on a file, PostgreSQL's
+    /// `disk_full` (53100). Freeing room may help ([`reserve`]).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite { source, .. } => {
+                source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+            }
+            StoreError::Io { source, .. } => reserve::is_no_space(source),
+            StoreError::Postgres { source, .. } => source
+                .code()
+                .is_some_and(|c| *c == ::postgres::error::SqlState::DISK_FULL),
+            _ => false,
+        }
+    }
+
     /// Whether the store could not be reached (PostgreSQL: no connection could be made or kept,
     /// the server is starting or shutting down, or no pooled connection came free in time) — as
     /// opposed to an answer. Waiting may help.
@@ -229,6 +247,8 @@ impl From<hold::HoldError> for StoreError {
 #[derive(Debug)]
 pub struct Store {
     backend: Backend,
+    /// The state directory's reserve against a full disk (SQLite only; see [`reserve`]).
+    reserve: reserve::Reserve,
 }
 
 #[derive(Debug)]
@@ -250,9 +270,14 @@ macro_rules! dispatch {
 impl Store {
     /// Opens the embedded SQLite store in `state_dir`.
     pub fn open_sqlite(state_dir: &Path) -> Result<Self, StoreError> {
-        Ok(Self {
+        let store = Self {
             backend: Backend::Sqlite(sqlite::SqliteStore::open(state_dir)?),
-        })
+            reserve: reserve::Reserve::in_dir(state_dir),
+        };
+        // Made where there is room for it (never the last free blocks); a disk without that room
+        // is judged before each round ([`crate::engine`]).
+        store.reserve.replenish(state_dir);
+        Ok(store)
     }
 
     /// Connects to the PostgreSQL store at `url` (creating its schema if needed), with the
@@ -268,6 +293,7 @@ impl Store {
     ) -> Result<Self, StoreError> {
         Ok(Self {
             backend: Backend::Postgres(postgres::PgStore::open(url, pool)?),
+            reserve: reserve::Reserve::none(),
         })
     }
 
@@ -306,6 +332,7 @@ impl Store {
     pub fn open_sqlite_read_only(state_dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             backend: Backend::Sqlite(sqlite::SqliteStore::open_read_only(state_dir)?),
+            reserve: reserve::Reserve::none(),
         })
     }
 
@@ -562,6 +589,23 @@ impl Store {
             Backend::Sqlite(_) => Ok(()),
             Backend::Postgres(pg) => pg.write_heartbeat(job_id, beat),
         }
+    }
+
+    /// The disk under the state directory (or the store) is full (`why`): frees the reserve so
+    /// the writes that close what runs fit ([`reserve`]). Returns whether it freed room.
+    pub fn release_reserve(&self, why: &str) -> bool {
+        self.reserve.release(why)
+    }
+
+    /// Why the state disk was found full, while it is marked so ([`reserve::Reserve::full`]).
+    pub fn disk_full(&self) -> Option<String> {
+        self.reserve.full()
+    }
+
+    /// Makes the reserve again where the disk of `state_dir` has room; then the disk is no
+    /// longer marked full. Returns whether it has the room.
+    pub fn replenish_reserve(&self, state_dir: &Path) -> bool {
+        self.reserve.replenish(state_dir)
     }
 
     /// Whether this is the SQLite backend.

@@ -31,7 +31,8 @@ fn ulimit(name: &str, v: u64) -> ResourcesUlimits {
 }
 
 /// The container's tmpfs mounts: `/tmp` (world-writable, sticky) and the private HOME and
-/// TMPDIR (the command's own), each limited to the plan's scratch size.
+/// TMPDIR (the command's own), each limited to the plan's scratch size; the report directory,
+/// bounded in bytes and entries, without exec.
 pub fn tmpfs(plan: &ContainerPlan) -> HashMap<String, String> {
     let size = plan.scratch_size;
     let mut out = HashMap::from([("/tmp".to_owned(), format!("{TMP_OPTIONS},size={size}"))]);
@@ -41,6 +42,15 @@ pub fn tmpfs(plan: &ContainerPlan) -> HashMap<String, String> {
             format!(
                 "rw,nosuid,nodev,mode=0700,uid={},gid={},size={size}",
                 plan.uid, plan.gid
+            ),
+        );
+    }
+    if let Some(r) = &plan.report_dir {
+        out.insert(
+            r.path.display().to_string(),
+            format!(
+                "rw,nosuid,nodev,noexec,{}",
+                crate::report_dir::tmpfs_data(r, plan.uid, plan.gid)
             ),
         );
     }
@@ -117,7 +127,12 @@ pub fn body(
     Ok(ContainerCreateBody {
         image: Some(plan.image.clone()),
         cmd: Some(match init {
-            Some(_) => super::init::command_line(spec.kill_grace, spec.timeout, &spec.argv),
+            Some(_) => super::init::command_line(
+                spec.kill_grace,
+                spec.timeout,
+                plan.report_dir.as_ref().map(|r| r.path.as_path()),
+                &spec.argv,
+            ),
             None => spec.argv.clone(),
         }),
         // The image's entrypoint would run before the command: none.

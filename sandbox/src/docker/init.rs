@@ -15,8 +15,11 @@
 //! (connected before the command exists, so the command cannot forge it): an `execve` that
 //! failed (the command's program missing or not executable; the init then exits 127 or 126, but
 //! the runner decides from the report, never from the status, which the command could choose),
-//! and at the end the CPU time and peak memory of every process it reaped. It cannot connect:
-//! it runs nothing and exits [`CANNOT_START`] (125).
+//! and at the end the CPU time and peak memory of every process it reaped. With a report
+//! directory (`--report-dir`, a tmpfs the engine mounted) it sends that directory's descriptor
+//! first, on the same connection, so the runner copies its report files out once the container
+//! is gone ([`crate::report_dir`]). It cannot connect (or hand the directory over): it runs
+//! nothing and exits [`CANNOT_START`] (125).
 
 use std::ffi::{CString, OsString};
 use std::io::Write;
@@ -134,7 +137,12 @@ pub fn prepare(
 }
 
 /// The container's entrypoint and command: the init, its options, then `argv`.
-pub fn command_line(grace: Duration, timeout: Option<Duration>, argv: &[String]) -> Vec<String> {
+pub fn command_line(
+    grace: Duration,
+    timeout: Option<Duration>,
+    report_dir: Option<&Path>,
+    argv: &[String],
+) -> Vec<String> {
     let mut out = vec![
         INIT_PATH.to_owned(),
         INIT_ARG.to_owned(),
@@ -149,6 +157,10 @@ pub fn command_line(grace: Duration, timeout: Option<Duration>, argv: &[String])
         // A backstop: the runner stops the round at its timeout and kills it a grace later.
         out.push("--deadline-ms".to_owned());
         out.push(t.saturating_add(grace).as_millis().to_string());
+    }
+    if let Some(r) = report_dir {
+        out.push("--report-dir".to_owned());
+        out.push(r.display().to_string());
     }
     out.push("--".to_owned());
     out.extend(argv.iter().cloned());
@@ -166,6 +178,8 @@ pub struct InitArgs {
     pub alive: Option<PathBuf>,
     /// The runner's status socket.
     pub status: Option<PathBuf>,
+    /// The report directory (its tmpfs) to hand over on the status socket.
+    pub report_dir: Option<PathBuf>,
     /// The command.
     pub argv: Vec<CString>,
 }
@@ -186,6 +200,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
         deadline: None,
         alive: None,
         status: None,
+        report_dir: None,
         argv: Vec::new(),
     };
     while let Some(a) = it.next() {
@@ -194,6 +209,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
             Some("--deadline-ms") => out.deadline = Some(millis(it.next(), "--deadline-ms")?),
             Some("--alive") => out.alive = it.next().map(PathBuf::from),
             Some("--status") => out.status = it.next().map(PathBuf::from),
+            Some("--report-dir") => out.report_dir = it.next().map(PathBuf::from),
             Some("--") => break,
             _ => {
                 return Err(InitError::Args {
@@ -292,6 +308,22 @@ fn run(args: &InitArgs) -> i32 {
             }
         },
     };
+    // The report directory's tmpfs goes to the runner before the command exists.
+    if let Some(dir) = &args.report_dir {
+        let sent = match &report {
+            Some(r) => crate::report_dir::open_for_handover(dir).and_then(|fd| {
+                crate::report_dir::send_fd(r.as_fd(), fd.as_fd(), crate::report_dir::HANDOVER_TAG)
+            }),
+            None => Err(std::io::Error::other("no status socket to send it on")),
+        };
+        if let Err(e) = sent {
+            eprintln!(
+                "ralph: the container init failed to hand the report directory {} over: {e}",
+                dir.display()
+            );
+            return CANNOT_START;
+        }
+    }
     // Not dumpable: the command (same user) cannot reach the init's descriptors through
     // /proc/1/fd. The command's own `execve` makes it dumpable again.
     // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory.
@@ -446,6 +478,7 @@ mod tests {
         let line = command_line(
             Duration::from_secs(5),
             Some(Duration::from_secs(60)),
+            Some(Path::new("/state/out")),
             &["sh".into(), "-c".into(), "-- x".into()],
         );
         assert_eq!(line[0], INIT_PATH);
@@ -458,6 +491,7 @@ mod tests {
             args.status.as_deref(),
             Some(Path::new(super::super::init_status::STATUS_PATH))
         );
+        assert_eq!(args.report_dir.as_deref(), Some(Path::new("/state/out")));
         assert_eq!(
             args.argv,
             vec![c"sh".to_owned(), c"-c".to_owned(), c"-- x".to_owned()]

@@ -11,10 +11,12 @@
 //!
 //! Lines: `exec_failed <errno> <message>` (written by the forked child when `execve` failed,
 //! before anything of the command ran) and `usage <user_ms> <system_ms> <max_rss_kib>` (written
-//! by the init at the end, after every process of the container is gone).
+//! by the init at the end, after every process of the container is gone). With a report
+//! directory, the first message is `report_dir` carrying the descriptor of its tmpfs
+//! (`SCM_RIGHTS`), which the runner keeps: it holds the tmpfs after the container is gone, so
+//! its report files are copied out then ([`crate::report_dir`]).
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,6 +85,12 @@ impl StatusListener {
     /// The init's report, read once the container is gone: the first connection only (the
     /// init's), to its end. `None` when the init never connected.
     pub fn collect(&self) -> Option<InitReport> {
+        self.collect_with_dir().map(|(r, _)| r)
+    }
+
+    /// [`StatusListener::collect`], and the report directory's tmpfs when the init handed one
+    /// over.
+    pub fn collect_with_dir(&self) -> Option<(InitReport, Option<OwnedFd>)> {
         let (stream, _) = self.listener.accept().ok()?;
         Some(read_report(stream))
     }
@@ -94,13 +102,27 @@ impl Drop for StatusListener {
     }
 }
 
-fn read_report(stream: UnixStream) -> InitReport {
-    let mut text = String::new();
+fn read_report(stream: UnixStream) -> (InitReport, Option<OwnedFd>) {
     // The container is gone: its end is closed, so the read ends at once; bounded anyway.
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.take(REPORT_CAP).read_to_string(&mut text);
-    parse(&text)
+    let mut bytes = Vec::new();
+    let mut dir: Option<OwnedFd> = None;
+    let mut buf = vec![0u8; 8192];
+    while (bytes.len() as u64) < REPORT_CAP {
+        match crate::report_dir::recv_with_fds(stream.as_fd(), &mut buf, 0) {
+            Ok((0, _)) | Err(_) => break,
+            Ok((n, fds)) => {
+                // The first descriptor is the report directory's; any other is closed.
+                for fd in fds {
+                    dir.get_or_insert(fd);
+                }
+                bytes.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+    bytes.truncate(usize::try_from(REPORT_CAP).unwrap_or(usize::MAX));
+    (parse(&String::from_utf8_lossy(&bytes)), dir)
 }
 
 /// What the init said.

@@ -61,6 +61,9 @@ pub struct ContainerPlan {
     pub scratch: Vec<PathBuf>,
     /// The size of each scratch tmpfs, and of the container's `/tmp`.
     pub scratch_size: u64,
+    /// The report directory: a tmpfs of its own, handed over by the init and its report files
+    /// copied to the host after the run ([`crate::report_dir`]).
+    pub report_dir: Option<crate::spec::ReportDir>,
     /// Kernel paths masked in the container (`MaskedPaths`; replaces the engine's default list,
     /// so it holds that list too).
     pub masked: Vec<String>,
@@ -458,6 +461,14 @@ pub fn resolve(
         Level::Full,
         format!("HOME, TMPDIR and /tmp: a tmpfs of {scratch_size} bytes each"),
     );
+    if let Some(dir) = &req.private.report {
+        dir.check()?;
+        e.record(
+            Restriction::ReportDir,
+            Level::Full,
+            crate::report_dir::describe(dir),
+        );
+    }
     e.record(
         Restriction::HiddenSecrets,
         Level::Full,
@@ -596,6 +607,7 @@ pub fn resolve(
         chown,
         scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
         scratch_size,
+        report_dir: req.private.report.clone(),
         masked,
         read_only: kernel_paths::read_only().map(str::to_owned).collect(),
         network,

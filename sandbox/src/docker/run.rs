@@ -53,6 +53,9 @@ pub struct DockerRun {
     control_dir: PathBuf,
     /// Ralph's init in the container: its liveness FIFO, held open while the runner lives.
     init: Option<Box<super::init::InitSetup>>,
+    /// The report directory, copied out of the tmpfs the init handed over once the container
+    /// is gone ([`crate::report_dir`]).
+    report_dir: Option<Box<crate::spec::ReportDir>>,
 }
 
 impl DockerRun {
@@ -132,6 +135,12 @@ pub async fn start(
     init_program: Option<&std::path::Path>,
 ) -> Result<DockerRun, SandboxError> {
     let setup_began = Instant::now();
+    if plan.report_dir.is_some() && init_program.is_none() {
+        return Err(SandboxError::unavailable(
+            "the report directory",
+            "only ralph's container init can hand its tmpfs over (the backend has no init program)",
+        ));
+    }
     let init = match init_program {
         Some(p) => Some(
             super::init::prepare(p, &spec.control_dir, plan.uid, plan.gid).map_err(|e| {
@@ -213,6 +222,7 @@ pub async fn start(
             git,
             control_dir: spec.control_dir.clone(),
             init: init.map(Box::new),
+            report_dir: plan.report_dir.map(Box::new),
         }),
         Err(e) => {
             let _ = c.remove().await;
@@ -458,11 +468,16 @@ impl DockerRun {
         let mut violations = protect::check_after_run(&self.watch, &self.absent);
         violations.extend(self.snapshot.check_and_restore());
         // The container is gone: what its init said (ralph's init only; unknown without it).
-        let said = self
+        let (said, tmpfs) = self
             .init
             .as_ref()
-            .and_then(|i| i.status.collect())
+            .and_then(|i| i.status.collect_with_dir())
             .unwrap_or_default();
+        // Nothing of the container is left: its report files are copied out of the tmpfs.
+        let report_dir = self
+            .report_dir
+            .as_ref()
+            .map(|r| Box::new(crate::report_dir::deliver(r, tmpfs)));
         Ok(ExecReport {
             outcome: ExecOutcome {
                 termination: termination(code),
@@ -474,6 +489,7 @@ impl DockerRun {
                 exec_error: said.exec_failed,
                 violations,
                 git: GitCheck::default(),
+                report_dir,
                 enforcement: self.enforcement.clone(),
             },
             stdout,

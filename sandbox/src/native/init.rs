@@ -37,6 +37,9 @@ pub struct InitPipes {
     /// `--network gateway` with ports: the hand-over to the runner ([`gateway`]), closed before
     /// the command is forked.
     pub gateway: Option<OwnedFd>,
+    /// The report directory's hand-over to the supervisor ([`crate::report_dir`]): its tmpfs
+    /// is sent once mounted, and this end closed before the command is forked.
+    pub report: Option<OwnedFd>,
 }
 
 fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
@@ -63,6 +66,7 @@ pub fn run(
         status_w,
         go_r,
         gateway: handover,
+        report,
     } = pipes;
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
     // parent-death signal fires exactly when it dies. SIGHUP is a stop request below (with the
@@ -96,6 +100,11 @@ pub fn run(
         if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
             die(&err_w, f);
         }
+    }
+    // The report directory's tmpfs goes to the supervisor, which copies its report files out
+    // once every process of the run is gone.
+    if let Err(f) = hand_over_report_dir(plan, report) {
+        die(&err_w, f);
     }
     if plan.net_namespace {
         if let Err(f) = net::loopback_up() {
@@ -266,6 +275,27 @@ fn hand_over_listeners(plan: &SandboxPlan, handover: Option<OwnedFd>) -> Result<
         .map(|p| gateway::listen(*p))
         .collect::<Result<Vec<_>, _>>()?;
     gateway::send(&handover, &plan.gateway_ports, &listeners)
+}
+
+/// Sends the report directory's tmpfs (mounted by [`mounts::apply`]) to the supervisor on
+/// `chan`; the descriptor and the channel are closed on return.
+fn hand_over_report_dir(plan: &SandboxPlan, chan: Option<OwnedFd>) -> Result<(), StepFailure> {
+    use super::step::restriction::MOUNTS;
+    let Some(r) = plan.report_dir.as_ref().filter(|r| r.tmpfs) else {
+        return Ok(());
+    };
+    let chan = chan.ok_or_else(|| {
+        StepFailure::new(
+            MOUNTS,
+            "report_dir",
+            "the supervisor gave no channel to hand the report directory over",
+        )
+    })?;
+    let what = format!("hand the report directory `{}` over", r.dir.path.display());
+    let dir = crate::report_dir::open_for_handover(&r.dir.path)
+        .map_err(|e| StepFailure::io(MOUNTS, "open", &what, &e))?;
+    crate::report_dir::send_fd(chan.as_fd(), dir.as_fd(), crate::report_dir::HANDOVER_TAG)
+        .map_err(|e| StepFailure::io(MOUNTS, "sendmsg(SCM_RIGHTS)", &what, &e))
 }
 
 /// Processes in this pid namespace other than the init (its own /proc is mounted).

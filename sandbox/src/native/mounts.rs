@@ -12,6 +12,9 @@
 //! full-access keeps the host's view; it gets a fresh `/proc`, the kernel paths a default
 //! `docker run` keeps read-only bound read-only over themselves (`/proc/sys`, ..., and the
 //! init's `/proc/1`), those it masks masked, and a read-only `/sys`.
+//!
+//! In every mode the report directory, when the plan has one, is a tmpfs of its own, bounded in
+//! bytes and entries ([`crate::report_dir`]): the command never writes the host's.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +24,7 @@ use nix::sys::statvfs::{FsFlags, statvfs};
 use super::idmap::Idmaps;
 use super::step::{StepFailure, restriction};
 use crate::beneath::{self, TreePath};
-use crate::plan::{MountStep, RootPlan, SandboxPlan};
+use crate::plan::{MountStep, ReportDirPlan, RootPlan, SandboxPlan};
 use crate::sys;
 
 const NONE: Option<&str> = None;
@@ -284,13 +287,32 @@ pub fn apply(
     // Nothing done here may leak back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| fail("mount(MS_REC|MS_PRIVATE)", Path::new("/"), e))?;
+    let report = plan.report_dir.as_ref().filter(|r| r.tmpfs);
     match &plan.root {
-        Some(root) => build_root(root, &plan.mounts, hidden_file, idmaps),
-        None => plan
-            .mounts
-            .iter()
-            .try_for_each(|s| apply_step(s, "/", hidden_file)),
+        Some(root) => build_root(root, &plan.mounts, report, hidden_file, idmaps),
+        None => {
+            plan.mounts
+                .iter()
+                .try_for_each(|s| apply_step(s, "/", hidden_file))?;
+            report.map_or(Ok(()), |r| mount_report_dir(r, "/"))
+        }
     }
+}
+
+/// The report directory's own tmpfs (bounded in bytes and entries, no exec, no devices, no
+/// set-id) at its path under `prefix` ([`crate::report_dir`]).
+fn mount_report_dir(r: &ReportDirPlan, prefix: &str) -> Result<(), StepFailure> {
+    let at = under(prefix, &r.dir.path);
+    std::fs::create_dir_all(&at).map_err(|e| io_fail("mkdir", &at, &e))?;
+    let data = crate::report_dir::tmpfs_data(&r.dir, r.owner.0, r.owner.1);
+    mount(
+        Some("tmpfs"),
+        &at,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(data.as_str()),
+    )
+    .map_err(|e| fail("mount(tmpfs)", &at, e))
 }
 
 const DEV_LINKS: [(&str, &str); 4] = [
@@ -303,6 +325,7 @@ const DEV_LINKS: [(&str, &str); 4] = [
 fn build_root(
     root: &RootPlan,
     steps: &[MountStep],
+    report: Option<&ReportDirPlan>,
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
 ) -> Result<(), StepFailure> {
@@ -351,6 +374,9 @@ fn build_root(
     std::fs::create_dir_all(&tmp_path).map_err(|e| io_fail("mkdir", &tmp_path, &e))?;
     bind(&tmp, &tmp_path)?;
     scratch(&under(NEW, &root.home))?;
+    if let Some(r) = report {
+        mount_report_dir(r, NEW)?;
+    }
     for b in &root.binds {
         let (src, dst) = (under(OLD, &b.path), under(NEW, &b.path));
         mount_point(&src, &dst)?;

@@ -121,6 +121,9 @@ struct Supervisor {
     /// fail (EPIPE, SIGPIPE: a shell's "Terminated" would kill it mid-clean-up) nor block during
     /// its grace.
     spare_readers: Vec<OwnedFd>,
+    /// The report directory and the supervisor's end of its hand-over (`None` without a tmpfs:
+    /// the host directory is checked instead), see [`crate::report_dir`].
+    report: Option<(crate::plan::ReportDirPlan, Option<OwnedFd>)>,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -318,6 +321,17 @@ impl Supervisor {
         let (err_r, err_w) = pipe()?;
         let (status_r, status_w) = pipe()?;
         let (go_r, go_w) = pipe()?;
+        // The report directory's tmpfs comes back on this (only with an init that mounts it).
+        let report_plan = plan.report_dir.clone();
+        let (report_r, report_w) = match &report_plan {
+            Some(r) if r.tmpfs && plan.pid_namespace => {
+                let (a, b) = crate::report_dir::channel().map_err(|e| {
+                    format!("failed to create the report directory's hand-over: {e}")
+                })?;
+                (Some(a), Some(b))
+            }
+            _ => (None, None),
+        };
         let started = Instant::now();
         // SAFETY: this process is single-threaded (the helper never starts a runtime, and
         // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
@@ -325,7 +339,7 @@ impl Supervisor {
         let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
         let main = match forked {
             ForkResult::Child => {
-                drop((err_r, status_r, go_w, sigfd));
+                drop((err_r, status_r, go_w, sigfd, report_r));
                 if plan.pid_namespace {
                     init::run(
                         spec,
@@ -338,17 +352,18 @@ impl Supervisor {
                             status_w,
                             go_r,
                             gateway,
+                            report: report_w,
                         },
                     )
                 }
-                drop((status_w, go_r, gateway));
+                drop((status_w, go_r, gateway, report_w));
                 child::exec(spec, Some(plan), &exec_plan, &err_w)
             }
             ForkResult::Parent { child } => child,
         };
         // The init holds the gateway hand-over now: only its copy may stay open, so that the
         // runner sees end-of-file if the init dies before sending.
-        drop((err_w, status_w, go_r, gateway));
+        drop((err_w, status_w, go_r, gateway, report_w));
         if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
             let _ = kill(main, Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(main, None);
@@ -414,6 +429,7 @@ impl Supervisor {
             git,
             control_dir: spec.control_dir.clone(),
             spare_readers,
+            report: report_plan.map(|r| (r, report_r)),
         })))
     }
 
@@ -588,6 +604,19 @@ impl Supervisor {
                 code: libc::WEXITSTATUS(raw),
             }
         };
+        // The report directory, now that nothing of the run is left to write it: its report
+        // files copied out of the tmpfs the init handed over (or, without one, the host
+        // directory checked).
+        let report_dir = self
+            .report
+            .take()
+            .map(|(r, chan)| match chan {
+                Some(chan) => {
+                    crate::report_dir::deliver(&r.dir, crate::report_dir::receive(chan.as_fd()))
+                }
+                None => crate::report_dir::check_host(&r.dir),
+            })
+            .map(Box::new);
         // Symlinks where protected paths should be, paths the agent may not create (the tree is
         // dead: nothing races this).
         let mut violations = protect::check_after_run(&self.watch, &self.absent);
@@ -619,6 +648,7 @@ impl Supervisor {
             exec_error: self.exec_error.take(),
             violations,
             git,
+            report_dir,
             enforcement: self.enforcement.clone(),
         })
     }

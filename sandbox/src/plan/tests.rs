@@ -71,6 +71,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
             tmp: w.state.join("tmp"),
             readable: Vec::new(),
             writable: vec![w.state.join("out")],
+            report: None,
         },
         limits: Limits::default(),
         image: None,
@@ -574,4 +575,72 @@ fn full_access_needs_namespaces_whatever_the_network() {
     h.user_namespaces = Ok(());
     let p = plan(&r, &h).unwrap();
     assert!(p.user_namespace.is_some() && p.net_namespace);
+}
+
+fn with_report_dir(w: &World, mode: Mode) -> SandboxRequest {
+    let mut r = req(w, mode);
+    r.private.writable.clear();
+    r.private.report = Some(crate::spec::ReportDir {
+        path: w.state.join("out"),
+        bytes: 1 << 20,
+        entries: 64,
+        files: vec![crate::spec::ReportFile {
+            name: "report.json".into(),
+            max_bytes: 1000,
+        }],
+    });
+    r
+}
+
+#[test]
+fn the_report_dir_is_a_bounded_tmpfs_in_every_mode_never_a_bind() {
+    let w = world();
+    let out = w.state.join("out");
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::FullAccess] {
+        let p = plan(&with_report_dir(&w, mode), &host()).unwrap();
+        let rd = p.report_dir.as_ref().unwrap();
+        assert!(rd.tmpfs && p.mount_namespace, "{mode}");
+        if let Some(root) = &p.root {
+            assert!(
+                !root.binds.iter().any(|b| b.path == out),
+                "{mode}: the host's out/ is bound"
+            );
+        }
+        if let Some(ll) = &p.landlock {
+            assert!(
+                ll.write.contains(&out),
+                "{mode}: landlock does not allow it"
+            );
+        }
+        assert!(
+            !p.hand_over.contains(&out),
+            "{mode}: the host's out/ is handed over"
+        );
+        assert_eq!(
+            p.enforcement.level_of(Restriction::ReportDir),
+            Some(Level::Full),
+            "{mode}"
+        );
+    }
+    // Without namespaces (an unprivileged runner on a host without user namespaces can run
+    // only full-access with the host's network): the host directory itself, said partial.
+    let mut h = host();
+    h.euid = 1000;
+    h.egid = 1000;
+    h.user_namespaces = Err("disabled".into());
+    let mut r = with_report_dir(&w, Mode::FullAccess);
+    r.network = Some(Network::Full);
+    let p = plan(&r, &h).unwrap();
+    assert!(!p.report_dir.as_ref().unwrap().tmpfs);
+    assert_eq!(
+        p.enforcement.level_of(Restriction::ReportDir),
+        Some(Level::Partial)
+    );
+    // A request that could name a path outside it is refused, naming the field.
+    let mut bad = with_report_dir(&w, Mode::WorkspaceWrite);
+    if let Some(d) = bad.private.report.as_mut() {
+        d.files[0].name = "a/b".into();
+    }
+    let e = plan(&bad, &host()).unwrap_err().to_string();
+    assert!(e.contains("report_dir"), "{e}");
 }

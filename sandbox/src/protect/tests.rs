@@ -44,6 +44,7 @@ fn req(w: &World, protect: &[&str]) -> SandboxRequest {
             tmp: PathBuf::from("/nonexistent/tmp"),
             readable: Vec::new(),
             writable: Vec::new(),
+            report: None,
         },
         limits: Limits::default(),
         image: None,

@@ -39,6 +39,7 @@ fn req(w: &World, mode: Mode) -> SandboxRequest {
             tmp: w.private.join("tmp"),
             readable: Vec::new(),
             writable: Vec::new(),
+            report: None,
         },
         limits: Limits::default(),
         image: None,
@@ -252,4 +253,71 @@ fn every_mode_keeps_the_engine_defaults_and_the_init_read_only() {
             );
         }
     }
+}
+
+#[test]
+fn the_report_dir_is_a_bounded_tmpfs_never_a_bind_and_only_the_init_hands_it_over() {
+    let w = world();
+    let out = w.private.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::FullAccess] {
+        let mut r = req(&w, mode);
+        r.private.report = Some(crate::spec::ReportDir {
+            path: out.clone(),
+            bytes: 1 << 20,
+            entries: 64,
+            files: vec![crate::spec::ReportFile {
+                name: "report.json".into(),
+                max_bytes: 1000,
+            }],
+        });
+        let p = resolve_in(&r).unwrap();
+        assert!(
+            mount(&p, &out).is_none(),
+            "{mode}: the host's out/ is mounted"
+        );
+        assert!(
+            !p.chown.contains(&out),
+            "{mode}: the host's out/ is handed over"
+        );
+        let opts = super::super::container::tmpfs(&p);
+        let o = &opts[&out.display().to_string()];
+        for want in [
+            "noexec",
+            "nosuid",
+            "nodev",
+            "size=1048576",
+            "nr_inodes=64",
+            "mode=0700",
+        ] {
+            assert!(o.split(',').any(|x| x == want), "{mode}: {o} lacks {want}");
+        }
+        assert_eq!(
+            p.enforcement.level_of(Restriction::ReportDir),
+            Some(Level::Full)
+        );
+        let line = super::super::init::command_line(
+            std::time::Duration::from_secs(1),
+            None,
+            p.report_dir.as_ref().map(|r| r.path.as_path()),
+            &["true".into()],
+        );
+        let at = line.iter().position(|a| a == "--report-dir").unwrap();
+        assert_eq!(line[at + 1], out.display().to_string());
+    }
+    let mut bad = req(&w, Mode::WorkspaceWrite);
+    bad.private.report = Some(crate::spec::ReportDir {
+        path: out.clone(),
+        bytes: 1 << 20,
+        entries: 64,
+        files: vec![crate::spec::ReportFile {
+            name: "../escape".into(),
+            max_bytes: 1,
+        }],
+    });
+    let e = resolve_in(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains("report_dir") && e.contains("plain file name"),
+        "{e}"
+    );
 }
