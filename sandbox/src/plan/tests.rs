@@ -622,20 +622,18 @@ fn the_report_dir_is_a_bounded_tmpfs_in_every_mode_never_a_bind() {
             "{mode}"
         );
     }
-    // Without namespaces (an unprivileged runner on a host without user namespaces can run
-    // only full-access with the host's network): the host directory itself, said partial.
+    // Without namespaces no mode runs at all (full-access included, SPEC §5: at least as
+    // confined as a default docker run), so the report dir is never the host directory.
     let mut h = host();
     h.euid = 1000;
     h.egid = 1000;
     h.user_namespaces = Err("disabled".into());
     let mut r = with_report_dir(&w, Mode::FullAccess);
     r.network = Some(Network::Full);
-    let p = plan(&r, &h).unwrap();
-    assert!(!p.report_dir.as_ref().unwrap().tmpfs);
-    assert_eq!(
-        p.enforcement.level_of(Restriction::ReportDir),
-        Some(Level::Partial)
-    );
+    assert!(matches!(
+        plan(&r, &h),
+        Err(SandboxError::Unavailable { .. })
+    ));
     // A request that could name a path outside it is refused, naming the field.
     let mut bad = with_report_dir(&w, Mode::WorkspaceWrite);
     if let Some(d) = bad.private.report.as_mut() {
