@@ -367,6 +367,7 @@ impl Observer for Progress {
             EventKind::JobSubmitted { .. }
             | EventKind::RoundSpawned { .. }
             | EventKind::ModelRequest { .. }
+            | EventKind::ModelRefusals { .. }
             | EventKind::Egress { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
