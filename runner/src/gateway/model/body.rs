@@ -324,7 +324,8 @@ mod tests {
 
     #[test]
     fn what_serde_json_cannot_parse_is_refused_naming_the_problem() {
-        assert!(err(CHAT, r#"{"messages":[{"content":"\ud800"}]}"#).contains("surrogate"));
+        assert!(err(CHAT, r#"{"messages":[{"content":"\ud800"}]}"#).contains("hex escape"));
+        assert!(err(CHAT, r#"{"a":"\udc00"}"#).contains("not valid JSON"));
         assert!(err(CHAT, r#"{"a":1e400}"#).contains("not valid JSON"));
         assert!(err(CHAT, r#"{"a":1} x"#).contains("not valid JSON"));
         assert!(err(CHAT, "not json").contains("not valid JSON"));

@@ -45,6 +45,8 @@ mod codex_check;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;

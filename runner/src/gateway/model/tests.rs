@@ -161,7 +161,7 @@ async fn openai_upstream_sees_the_real_key_only_and_non_streamed_usage_is_read()
     let gw = gateway(&m, "/v1", ApiFamily::OpenAi).await;
     let resp = gw
         .client
-        .post(format!("{}/responses?trace=1", gw.base))
+        .post(format!("{}/responses", gw.base))
         .header("authorization", "Bearer ralph-placeholder")
         .header("x-api-key", "ralph-placeholder")
         .header("api-key", "ralph-placeholder")
@@ -173,7 +173,7 @@ async fn openai_upstream_sees_the_real_key_only_and_non_streamed_usage_is_read()
         .unwrap();
     assert_eq!(resp.status(), 200);
     let seen = m.last();
-    assert_eq!(seen.uri, "/v1/responses?trace=1");
+    assert_eq!(seen.uri, "/v1/responses");
     assert_eq!(seen.headers["authorization"], "Bearer sk-real-key");
     for h in ["x-api-key", "api-key", "cookie"] {
         assert!(seen.headers.get(h).is_none(), "{h} forwarded");
@@ -370,7 +370,7 @@ async fn streamed_responses_usage_is_read_from_response_completed() {
 #[tokio::test]
 async fn error_statuses_headers_and_bodies_pass_through() {
     let m = mock(Arc::new(|s: &Seen| {
-        if s.uri.contains("limited") {
+        if s.body.windows(7).any(|w| w == b"limited") {
             let mut r = json_reply(429, json!({"error": {"message": "slow down"}}));
             r.headers_mut()
                 .insert("retry-after", HeaderValue::from_static("7"));
@@ -385,8 +385,8 @@ async fn error_statuses_headers_and_bodies_pass_through() {
     let gw = gateway(&m, "/v1", ApiFamily::OpenAi).await;
     let r = gw
         .client
-        .post(format!("{}/responses?case=limited", gw.base))
-        .body("{}")
+        .post(format!("{}/responses", gw.base))
+        .body(r#"{"case":"limited"}"#)
         .send()
         .await
         .unwrap();
@@ -563,46 +563,6 @@ async fn oversized_bodies_foreign_paths_and_upgrades_are_refused_locally() {
         );
     }
     assert_eq!(m.count(), 0);
-}
-
-#[test]
-fn model_endpoints_of_both_families_are_recognised() {
-    let cfg = |url: &str| {
-        ModelGatewayConfig::new(
-            Upstream {
-                url: url.to_owned(),
-                api: ApiFamily::OpenAi,
-                key: Secret::new("k"),
-            },
-            ModelLimits::default(),
-            Arc::new(TokenBudget::new(None, 0)),
-        )
-        .unwrap()
-    };
-    let openai = cfg("https://api.openai.com/v1");
-    for p in [
-        "/v1/responses",
-        "/v1/responses/resp_1",
-        "/v1/chat/completions",
-        "/v1/models",
-        "/v1/embeddings",
-    ] {
-        assert!(openai.model_endpoint(p), "{p}");
-    }
-    for p in [
-        "/v1/files",
-        "/v1/fine_tuning/jobs",
-        "/v1/organization/admin_api_keys",
-    ] {
-        assert!(!openai.model_endpoint(p), "{p}");
-    }
-    let anthropic = cfg("https://api.anthropic.com");
-    for p in ["/v1/messages", "/v1/messages/count_tokens", "/v1/models"] {
-        assert!(anthropic.model_endpoint(p), "{p}");
-    }
-    for p in ["/v1/messages/batches", "/v1/files", "/api/hello"] {
-        assert!(!anthropic.model_endpoint(p), "{p}");
-    }
 }
 
 #[tokio::test]
