@@ -77,13 +77,21 @@ pub(super) async fn raw(
         "{method} {target} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer placeholder\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
+    // A refusal may come (and the connection close) before the body is sent.
+    let _ = s.write_all(head.as_bytes()).await;
+    let _ = s.write_all(body).await;
     let mut out = Vec::new();
-    tokio::time::timeout(DEADLINE, s.read_to_end(&mut out))
-        .await
-        .expect("no answer")
-        .unwrap();
+    let mut chunk = [0u8; 16384];
+    let read = async {
+        // A reset after the answer (unread body bytes) ends the read like EOF.
+        while let Ok(n) = s.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(DEADLINE, read).await.expect("no answer");
     parse_answer(&out)
 }
 
