@@ -81,8 +81,8 @@ pub struct ModelLimits {
 }
 
 /// The largest request body: 8 MiB. Measured with the real CLIs (`codex_check`, `claude_check`
-/// print it): a first codex 0.169 request is ~30 KiB, claude 2.1.328's ~90 KiB (system prompt
-/// and 12 tools); a context window of 200k tokens is ~1 MiB of JSON. 8 MiB leaves room for a few
+/// print it): a first codex 0.169 request is ~39 KiB, claude 2.1.328's ~49 KiB (system prompt
+/// and its tools); a context window of 200k tokens is ~1 MiB of JSON. 8 MiB leaves room for a few
 /// images while keeping what 32 connections can make the runner hold small (see
 /// `buffered_bytes`). The APIs' own limits are higher (32 MB for Anthropic Messages); a round
 /// that needs more is not an agent's normal traffic.

@@ -196,7 +196,7 @@ fn body() -> impl Strategy<Value = String> {
 fn case() -> impl Strategy<Value = Case> {
     (
         any::<bool>(),
-        prop_oneof![Just(None), (0u64..45).prop_map(Some)],
+        prop_oneof![Just(None), (0u64..100).prop_map(Some)],
         prop::collection::vec(
             prop_oneof![
                 4 => (near_valid(), prop_oneof![3 => good_body(), 1 => body()])
@@ -305,7 +305,11 @@ async fn run_case(up: &RawUpstream, c: Case) -> Result<(), TestCaseError> {
         prop_assert_eq!(key, Some("sk-real-key"));
         match route.body {
             BodyRule::Empty => prop_assert!(s.body.is_empty()),
-            BodyRule::Json { ask_usage, .. } => {
+            BodyRule::Json {
+                ask_usage,
+                forbidden,
+                ..
+            } => {
                 let v: serde_json::Value = serde_json::from_slice(&s.body)
                     .map_err(|e| fail(format!("forwarded a body serde_json refuses: {e}")))?;
                 prop_assert!(v.is_object());
@@ -317,7 +321,9 @@ async fn run_case(up: &RawUpstream, c: Case) -> Result<(), TestCaseError> {
                         &serde_json::Value::Bool(true)
                     );
                 }
-                prop_assert!(v.get("background").is_none_or(|b| b.is_null() || b == false));
+                for f in forbidden {
+                    prop_assert!(v.get(*f).is_none_or(|b| b.is_null() || b == false), "{f}");
+                }
             }
         }
     }
