@@ -117,7 +117,10 @@ report()
     assert_eq!(j["usage"]["input_tokens"], 0);
     let refused = events_of(&f, &out.job_id(), "model_request");
     assert_eq!(refused.len(), 10, "{refused:?}");
-    assert!(refused.iter().all(|r| r["refusal"].is_string()), "{refused:?}");
+    assert!(
+        refused.iter().all(|r| r["refusal"].is_string()),
+        "{refused:?}"
+    );
 }
 
 #[test]
@@ -148,7 +151,8 @@ report()
     assert_eq!(j["reason"], "max_tokens");
     let reached = server.request_count() as u64;
     assert_eq!(reached, 3, "{}", server.summary());
-    let total = j["usage"]["input_tokens"].as_u64().unwrap() + j["usage"]["output_tokens"].as_u64().unwrap();
+    let total = j["usage"]["input_tokens"].as_u64().unwrap()
+        + j["usage"]["output_tokens"].as_u64().unwrap();
     assert_eq!(total, reached * SIDE_TOKENS, "{j}");
     let apis: Vec<String> = events_of(&f, &out.job_id(), "model_request")
         .iter()
@@ -196,7 +200,11 @@ report()
         .arg(&prom)
         .output();
     out.expect_code(0);
-    assert_eq!(f.read_ws("statuses.txt"), "20000", "every request was answered 403");
+    assert_eq!(
+        f.read_ws("statuses.txt"),
+        "20000",
+        "every request was answered 403"
+    );
     assert_eq!(server.request_count(), 0);
     let job = out.job_id();
     let single = events_of(&f, &job, "model_request");
@@ -222,9 +230,10 @@ report()
         "{text}"
     );
     assert!(
-        text.lines().any(|l| l.starts_with("ralph_model_requests_total{")
-            && l.contains("status=\"403\"")
-            && l.ends_with(" 20000")),
+        text.lines()
+            .any(|l| l.starts_with("ralph_model_requests_total{")
+                && l.contains("status=\"403\"")
+                && l.ends_with(" 20000")),
         "{text}"
     );
     let size: u64 = walk_size(&f.state);
@@ -320,7 +329,11 @@ report()
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut peak = 0;
     while !f.ws.join("sent.txt").exists() {
-        assert!(Instant::now() < deadline, "the round never finished sending");
+        assert!(
+            Instant::now() < deadline,
+            "the round never finished sending (peak RSS so far {} MiB)",
+            peak >> 20
+        );
         if let Ok(None) = child.try_wait() {
             peak = peak.max(peak_rss(pid));
         } else {
@@ -331,7 +344,12 @@ report()
     peak = peak.max(peak_rss(pid));
     std::fs::write(f.ws.join("go.txt"), "go").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let statuses = f.read_ws("statuses.txt");
     let mut phases = statuses.lines();
     let first = phases.next().unwrap();
@@ -343,13 +361,20 @@ report()
         .map(|s| s.parse().unwrap())
         .collect();
     assert_eq!(second.len(), 24);
-    assert!(second.iter().all(|s| *s == 200 || *s == 503), "phase 2: {second:?}");
+    assert!(
+        second.iter().all(|s| *s == 200 || *s == 503),
+        "phase 2: {second:?}"
+    );
     let ok = second.iter().filter(|s| **s == 200).count();
     assert!(ok >= 1, "phase 2: {second:?}");
     assert_eq!(server.request_count(), ok, "{}", server.summary());
     // The bound: the process's pool (2 bodies of 8 MiB, each held as read and as rebuilt) plus
     // the runner's own ~40 MiB; 200 MiB leaves room for allocator slack, and is far under the
     // 770 MiB the red team measured.
-    assert!(peak < 200 << 20, "the runner's peak RSS was {} MiB", peak >> 20);
+    assert!(
+        peak < 200 << 20,
+        "the runner's peak RSS was {} MiB",
+        peak >> 20
+    );
     eprintln!("peak RSS of ralph run: {} MiB", peak >> 20);
 }

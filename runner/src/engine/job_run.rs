@@ -244,7 +244,7 @@ impl<'e> JobRun<'e> {
                 0,
                 &self.engine.gateway_pool,
             )
-                .map_err(|e| config(e.message))?;
+            .map_err(|e| config(e.message))?;
             self.upstream = upstream;
         }
         Ok(())

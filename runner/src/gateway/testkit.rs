@@ -223,7 +223,10 @@ fn raw_reply(target: &str, streamed: bool) -> (&'static str, String) {
             return sse(vec![json!({"type": "response.completed",
                 "response": {"model": "m", "usage": usage}})]);
         }
-        return ("application/json", json!({"model": "m", "usage": usage}).to_string());
+        return (
+            "application/json",
+            json!({"model": "m", "usage": usage}).to_string(),
+        );
     }
     if path.ends_with("/embeddings") {
         let usage = json!({"prompt_tokens": i + o, "total_tokens": i + o});
@@ -240,7 +243,10 @@ fn raw_reply(target: &str, streamed: bool) -> (&'static str, String) {
                 json!({"choices": [], "usage": openai}),
             ]);
         }
-        return ("application/json", json!({"model": "m", "usage": openai}).to_string());
+        return (
+            "application/json",
+            json!({"model": "m", "usage": openai}).to_string(),
+        );
     }
     if path.ends_with("/messages") {
         if streamed {
@@ -255,5 +261,8 @@ fn raw_reply(target: &str, streamed: bool) -> (&'static str, String) {
             json!({"model": "c", "usage": {"input_tokens": i, "output_tokens": o}}).to_string(),
         );
     }
-    ("application/json", json!({"data": [], "input_tokens": 1}).to_string())
+    (
+        "application/json",
+        json!({"data": [], "input_tokens": 1}).to_string(),
+    )
 }

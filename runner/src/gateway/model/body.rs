@@ -330,7 +330,10 @@ mod tests {
         assert!(err(CHAT, r#"{"a":1} x"#).contains("not valid JSON"));
         assert!(err(CHAT, "not json").contains("not valid JSON"));
         assert_eq!(err(CHAT, "[1,2]"), "the request body must be a JSON object");
-        assert_eq!(err(CHAT, r#""s""#), "the request body must be a JSON object");
+        assert_eq!(
+            err(CHAT, r#""s""#),
+            "the request body must be a JSON object"
+        );
         assert_eq!(
             err(CHAT, r#"{"stream":false,"stream":true}"#),
             "the request body has the field `stream` twice"

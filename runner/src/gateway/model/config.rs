@@ -262,7 +262,12 @@ mod tests {
             "https://api.openai.com/v1/messages?beta=true"
         );
         // What the `url` crate would re-spell is never sent.
-        for p in ["/v1/models/..\\files", "/v1/a/../b", "/v1/%2e%2e/x", "/v1/a b"] {
+        for p in [
+            "/v1/models/..\\files",
+            "/v1/a/../b",
+            "/v1/%2e%2e/x",
+            "/v1/a b",
+        ] {
             assert!(c.upstream_url(p, None).is_none(), "{p}");
         }
         let a = cfg("https://api.anthropic.com").unwrap();

@@ -90,9 +90,9 @@ impl Shared {
             error: Some(r.message.clone()),
             refusal: Some(r.reason),
         });
-        let mut resp = r.response.unwrap_or_else(|| {
-            gateway_error(self.cfg.upstream.api, r.status, r.code, &r.message)
-        });
+        let mut resp = r
+            .response
+            .unwrap_or_else(|| gateway_error(self.cfg.upstream.api, r.status, r.code, &r.message));
         if matches!(
             r.reason,
             Refusal::Busy | Refusal::Rate | Refusal::Connections
@@ -319,16 +319,17 @@ async fn read_body(
         return Err(too_large());
     }
     // The body is held as read and as rebuilt: twice its length (the limit's when unknown).
-    let want = declared.map_or(limit, |n| n as usize).saturating_mul(2).max(1);
+    let want = declared
+        .map_or(limit, |n| n as usize)
+        .saturating_mul(2)
+        .max(1);
     let busy = |which: &str| {
         refused(
             api,
             Refusal::Busy,
             StatusCode::SERVICE_UNAVAILABLE,
             "ralph_gateway_busy",
-            format!(
-                "ralph gateway: {which} holds as many request bytes as it may; retry shortly"
-            ),
+            format!("ralph gateway: {which} holds as many request bytes as it may; retry shortly"),
         )
     };
     let wait = cfg.limits.body_wait;

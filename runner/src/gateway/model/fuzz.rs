@@ -54,12 +54,25 @@ fn segment() -> impl Strategy<Value = String> {
 
 fn target() -> impl Strategy<Value = String> {
     (
-        prop::sample::select(vec!["/v1", "/V1", "", "/v1/", "/v10", "//v1", "\\v1", "/v1/."]),
+        prop::sample::select(vec![
+            "/v1", "/V1", "", "/v1/", "/v10", "//v1", "\\v1", "/v1/.",
+        ]),
         prop::collection::vec(segment(), 0..4),
         prop::sample::select(vec!["/", "/", "/", "\\", "//"]),
         prop::sample::select(vec![
-            "", "", "", "?", "?beta=true", "?limit=100", "?beta=true&beta=true", "?a=%31",
-            "?beta=true&x=1", "?beta=false", "?after=x&order=desc", "#frag", "?beta=true#x",
+            "",
+            "",
+            "",
+            "?",
+            "?beta=true",
+            "?limit=100",
+            "?beta=true&beta=true",
+            "?a=%31",
+            "?beta=true&x=1",
+            "?beta=false",
+            "?after=x&order=desc",
+            "#frag",
+            "?beta=true#x",
         ]),
     )
         .prop_map(|(prefix, segs, sep, query)| {
@@ -250,9 +263,16 @@ async fn run_case(up: &RawUpstream, c: Case) -> Result<(), TestCaseError> {
         let before = up.requests().len();
         let (status, answer) = raw(gw.addr, method, target, body.as_bytes()).await;
         let after = up.requests().len();
-        prop_assert!(after - before <= 1, "one request made {} upstream", after - before);
+        prop_assert!(
+            after - before <= 1,
+            "one request made {} upstream",
+            after - before
+        );
         // (d) the key never comes back in an answer.
-        prop_assert!(!answer.contains("sk-real-key"), "the key in an answer: {answer}");
+        prop_assert!(
+            !answer.contains("sk-real-key"),
+            "the key in an answer: {answer}"
+        );
         if answer.contains("ralph_bad_request_body") {
             REFUSED_BODIES.fetch_add(1, Ordering::Relaxed);
         }

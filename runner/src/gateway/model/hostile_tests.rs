@@ -35,7 +35,11 @@ pub(super) async fn gateway(
     budget: TokenBudget,
     shared: Option<Arc<BytePool>>,
 ) -> Gw {
-    let path = if family == ApiFamily::OpenAi { "/v1" } else { "" };
+    let path = if family == ApiFamily::OpenAi {
+        "/v1"
+    } else {
+        ""
+    };
     let budget = Arc::new(budget);
     let mut cfg = ModelGatewayConfig::new(
         Upstream {
@@ -91,7 +95,9 @@ pub(super) async fn raw(
             out.extend_from_slice(&chunk[..n]);
         }
     };
-    tokio::time::timeout(DEADLINE, read).await.expect("no answer");
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("no answer");
     parse_answer(&out)
 }
 
@@ -232,7 +238,11 @@ async fn completions_and_embeddings_are_metered_and_the_budget_stops_them() {
             .await;
     }
     assert_eq!(statuses, vec![200, 200, 200, 400, 400, 400]);
-    assert_eq!(up.requests().len(), 3, "requests beyond the budget forwarded");
+    assert_eq!(
+        up.requests().len(),
+        3,
+        "requests beyond the budget forwarded"
+    );
     assert_eq!(gw.budget.used(), 3 * per);
     let reqs = gw.sink.requests(6).await;
     assert_eq!(reqs[0].api, Api::Completions);
@@ -357,7 +367,14 @@ async fn connections_over_the_cap_get_503_and_are_counted() {
         max_connections: 2,
         ..ModelLimits::default()
     };
-    let gw = gateway(&up, ApiFamily::OpenAi, limits, TokenBudget::new(None, 0), None).await;
+    let gw = gateway(
+        &up,
+        ApiFamily::OpenAi,
+        limits,
+        TokenBudget::new(None, 0),
+        None,
+    )
+    .await;
     let _a = TcpStream::connect(gw.addr).await.unwrap();
     let _b = TcpStream::connect(gw.addr).await.unwrap();
     let (status, body) = raw(gw.addr, "GET", "/v1/models", b"").await;
@@ -386,11 +403,20 @@ async fn bodies_wait_for_the_gateway_s_bytes_and_the_process_s_or_get_503() {
         body_wait: Duration::from_millis(200),
         ..ModelLimits::default()
     };
-    let gw = gateway(&up, ApiFamily::OpenAi, limits, TokenBudget::new(None, 0), None).await;
+    let gw = gateway(
+        &up,
+        ApiFamily::OpenAi,
+        limits,
+        TokenBudget::new(None, 0),
+        None,
+    )
+    .await;
     // A body that declares 1000 bytes and sends none holds 2000 bytes of the pool…
     let mut holder = TcpStream::connect(gw.addr).await.unwrap();
     holder
-        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000\r\n\r\n")
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000\r\n\r\n",
+        )
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + DEADLINE;
@@ -402,12 +428,18 @@ async fn bodies_wait_for_the_gateway_s_bytes_and_the_process_s_or_get_503() {
             assert!(resp.contains("ralph_gateway_busy"), "{resp}");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "never busy: {status}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never busy: {status}"
+        );
     }
     drop(holder);
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while raw(gw.addr, "POST", "/v1/chat/completions", body).await.0 != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "bytes never came back");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bytes never came back"
+        );
     }
     // The process's pool bounds two gateways together.
     let shared = BytePool::new(2000);
@@ -416,16 +448,35 @@ async fn bodies_wait_for_the_gateway_s_bytes_and_the_process_s_or_get_503() {
         body_wait: Duration::from_millis(200),
         ..ModelLimits::default()
     };
-    let g1 = gateway(&up, ApiFamily::OpenAi, limits, TokenBudget::new(None, 0), Some(Arc::clone(&shared))).await;
-    let g2 = gateway(&up, ApiFamily::OpenAi, limits, TokenBudget::new(None, 0), Some(Arc::clone(&shared))).await;
+    let g1 = gateway(
+        &up,
+        ApiFamily::OpenAi,
+        limits,
+        TokenBudget::new(None, 0),
+        Some(Arc::clone(&shared)),
+    )
+    .await;
+    let g2 = gateway(
+        &up,
+        ApiFamily::OpenAi,
+        limits,
+        TokenBudget::new(None, 0),
+        Some(Arc::clone(&shared)),
+    )
+    .await;
     let mut holder = TcpStream::connect(g1.addr).await.unwrap();
     holder
-        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000\r\n\r\n")
+        .write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000\r\n\r\n",
+        )
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while shared.available() > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the process pool was not taken");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the process pool was not taken"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (status, resp) = raw(g2.addr, "POST", "/v1/chat/completions", body).await;
@@ -474,7 +525,14 @@ async fn the_free_routes_are_rate_limited() {
         free_per_second: 0,
         ..ModelLimits::default()
     };
-    let gw = gateway(&up, ApiFamily::OpenAi, limits, TokenBudget::new(None, 0), None).await;
+    let gw = gateway(
+        &up,
+        ApiFamily::OpenAi,
+        limits,
+        TokenBudget::new(None, 0),
+        None,
+    )
+    .await;
     let mut statuses = Vec::new();
     for _ in 0..5 {
         statuses.push(raw(gw.addr, "GET", "/v1/models", b"").await.0);

@@ -25,7 +25,11 @@ enum State {
     /// After `:`, before the value starts.
     BeforeValue,
     /// In a value (`depth` counts open brackets inside it).
-    Value { depth: u32, string: bool, escape: bool },
+    Value {
+        depth: u32,
+        string: bool,
+        escape: bool,
+    },
     /// In a scalar value at depth 1 (not a string): ends at `,` or `}`.
     Scalar,
     /// The top-level object ended, or the body is not an object.
@@ -266,7 +270,10 @@ mod tests {
                 scan(&chunks),
                 vec![
                     ("model", r#""text-embedding-3-small""#.to_owned()),
-                    ("usage", r#"{"prompt_tokens":8,"total_tokens":8}"#.to_owned()),
+                    (
+                        "usage",
+                        r#"{"prompt_tokens":8,"total_tokens":8}"#.to_owned()
+                    ),
                 ],
                 "split {split}"
             );
@@ -282,7 +289,10 @@ mod tests {
         assert_eq!(scan(&[br#"{"us\u0061ge":{"a":1}}"#]), vec![]);
         assert_eq!(scan(&[b"[1,2]"]), vec![]);
         assert_eq!(scan(&[b"not json"]), vec![]);
-        let big = format!(r#"{{"usage":"{}","model":"m"}}"#, "x".repeat(MAX_MEMBER + 1));
+        let big = format!(
+            r#"{{"usage":"{}","model":"m"}}"#,
+            "x".repeat(MAX_MEMBER + 1)
+        );
         assert_eq!(
             scan(&[big.as_bytes()]),
             vec![("model", r#""m""#.to_owned())]

@@ -153,9 +153,15 @@ mod tests {
         let t0 = Instant::now();
         let mut log = RefusalLog::new(t0);
         for _ in 0..INDIVIDUAL {
-            assert_eq!(log.refused(&refused(403), Refusal::Endpoint, t0), Disposition::Journal);
+            assert_eq!(
+                log.refused(&refused(403), Refusal::Endpoint, t0),
+                Disposition::Journal
+            );
         }
-        assert_eq!(log.refused(&refused(403), Refusal::Endpoint, t0), Disposition::Held);
+        assert_eq!(
+            log.refused(&refused(403), Refusal::Endpoint, t0),
+            Disposition::Held
+        );
         let later = t0 + INTERVAL;
         let Disposition::Summary(s) = log.refused(&refused(405), Refusal::Method, later) else {
             panic!("no summary after the interval");

@@ -229,8 +229,7 @@ fn model_id(s: &str) -> bool {
     s.len() <= 256
         && edge(b.first())
         && edge(b.last())
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b':'))
         && !s.contains("..")
 }
@@ -356,7 +355,9 @@ mod tests {
         let r = look(Method::POST, "v1/messages", &[("beta", "true")]).unwrap();
         assert_eq!((r.api, r.cost), (Api::Messages, Cost::Metered));
         assert_eq!(
-            look(Method::POST, "v1/messages/count_tokens", &[]).unwrap().cost,
+            look(Method::POST, "v1/messages/count_tokens", &[])
+                .unwrap()
+                .cost,
             Cost::Free
         );
         assert!(look(Method::GET, "v1/models", &[]).is_ok());

@@ -206,7 +206,10 @@ mod tests {
         ] {
             let e = p(target, "/v1").unwrap_err().to_string();
             assert!(e.contains(rule), "{target}: {e}");
-            assert!(e.starts_with("the request target is not in canonical form"), "{e}");
+            assert!(
+                e.starts_with("the request target is not in canonical form"),
+                "{e}"
+            );
         }
     }
 
