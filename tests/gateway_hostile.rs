@@ -378,3 +378,86 @@ report()
     );
     eprintln!("peak RSS of ralph run: {} MiB", peak >> 20);
 }
+
+#[test]
+fn under_ralph_serve_a_hostile_round_is_metered_and_its_refusals_are_bounded() {
+    use common::server::{Server, job};
+    let model = ModelServer::start(Api::Chat, vec![Turn::text("hi", Usage::new(1, 0, 1, 0))]);
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("mock.key");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let s = Server::new(&format!(
+        "[gateway.upstreams.mock]\nurl = \"{}/v1\"\napi = \"openai\"\nkey_file = \"{}\"\n\n[limits]\nallowed_upstreams = [\"mock\"]\n",
+        model.url(),
+        key_file.display()
+    ));
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "hostile.sh",
+        &format!(
+            "exec python3 - <<'PY'\n{PY_PRELUDE}\n{}\nPY",
+            r#"
+N = 2000
+s = socket.create_connection((HOST, PORT))
+s.sendall(b"GET /v1/models/..\\files HTTP/1.1\r\nhost: gw\r\n\r\n" * N)
+got = b""
+while got.count(b"HTTP/1.1 400") < N:
+    d = s.recv(1 << 20)
+    if not d:
+        break
+    got += d
+s.close()
+open("refused.txt", "w").write(str(got.count(b"HTTP/1.1 400")))
+body = b'{"model":"m","prompt":"x","input":"x"}'
+for i in range(6):
+    for path in ("/v1/completions", "/v1/embeddings"):
+        send("POST", path, body)
+report()
+"#
+        ),
+    );
+    let (code, body) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(
+            &serde_json::json!({"job": [job(&ws, &agent, serde_json::json!({
+                "upstream": "mock", "max_tokens": 2500, "max_rounds": 1, "round_retries": 0
+            }))]})
+            .to_string(),
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    let id = body["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let j = s.wait_finished(&id, Duration::from_secs(120));
+    assert_eq!(j["outcome"], "budget-limited", "{j}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("refused.txt")).unwrap(),
+        "2000"
+    );
+    assert_eq!(model.request_count(), 3, "{}", model.summary());
+    assert_eq!(
+        j["usage"]["input_tokens"].as_u64().unwrap()
+            + j["usage"]["output_tokens"].as_u64().unwrap(),
+        3 * SIDE_TOKENS,
+        "{j}"
+    );
+    let single = s.events_of(&id, "model_request");
+    let summaries = s.events_of(&id, "model_refusals");
+    assert!(
+        single.len() + summaries.len() <= 48,
+        "{} + {}",
+        single.len(),
+        summaries.len()
+    );
+    let refused: u64 = single
+        .iter()
+        .filter(|e| e["refusal"] == "not_canonical")
+        .count() as u64
+        + summaries
+            .iter()
+            .flat_map(|s| s["by"].as_array().unwrap().clone())
+            .filter(|c| c["reason"] == "not_canonical")
+            .map(|c| c["count"].as_u64().unwrap())
+            .sum::<u64>();
+    assert_eq!(refused, 2000);
+}

@@ -701,3 +701,81 @@ async fn stop_answers_a_request_still_waiting_for_upstream_headers() {
     let reqs = gw.sink.requests(1).await;
     assert_eq!(reqs[0].status, 503);
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_mid_stream_is_still_metered() {
+    let go = Arc::new(Notify::new());
+    let go2 = Arc::clone(&go);
+    let m = mock(Arc::new(move |_s: &Seen| {
+        let go = Arc::clone(&go2);
+        let stream = futures_util::stream::unfold(0u8, move |step| {
+            let go = Arc::clone(&go);
+            async move {
+                let ev = match step {
+                    0 => json!({"type": "response.created", "response": {"model": "gpt-5"}}),
+                    1 => {
+                        go.notified().await;
+                        json!({"type": "response.completed",
+                               "response": {"model": "gpt-5", "usage": responses_usage_json()}})
+                    }
+                    _ => return None,
+                };
+                Some((
+                    Ok::<_, std::io::Error>(Bytes::from(format!("data: {ev}\n\n"))),
+                    step + 1,
+                ))
+            }
+        });
+        let mut r = Response::new(Body::from_stream(stream));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        r
+    }))
+    .await;
+    let budget = Arc::new(TokenBudget::new(None, 0));
+    let cfg = ModelGatewayConfig::new(
+        Upstream {
+            url: format!("http://{}/v1", m.addr),
+            api: ApiFamily::OpenAi,
+            key: Secret::new("k"),
+        },
+        ModelLimits::default(),
+        Arc::clone(&budget),
+    )
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = cfg.agent_base_url(listener.local_addr().unwrap().port());
+    let sink = Arc::new(RecordingSink::default());
+    let stop = CancellationToken::new();
+    let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();
+    tokio::spawn(serve_model(listener, Arc::new(cfg), sink_dyn, stop.clone()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut resp = client
+        .post(format!("{base}/responses"))
+        .json(&json!({"model": "gpt-5", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(DEADLINE, resp.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.is_some());
+    // The agent leaves; the upstream goes on and ends with its usage.
+    drop(resp);
+    drop(client);
+    go.notify_one();
+    let reqs = sink.requests(1).await;
+    assert_eq!(reqs[0].usage, RESPONSES_USAGE, "{reqs:?}");
+    assert!(
+        reqs[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("client left")
+    );
+    assert_eq!(budget.used(), RESPONSES_USAGE.budget_tokens());
+    stop.cancel();
+}
