@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::body::{Judged, judge};
 use super::bounds::FreeRate;
 use super::config::ModelGatewayConfig;
-use super::headers::{agent_response_headers, is_upgrade, upstream_request_headers};
+use super::headers::{agent_response_headers, is_upgrade, set_json_body, upstream_request_headers};
 use super::replies::{budget_spent, gateway_error};
 use super::routes::{BodyRule, Cost, Route, RouteError, lookup};
 use super::target::{Target, TargetError, parse};
@@ -384,7 +384,12 @@ async fn forward(st: &Shared, parts: &Parts, a: Admitted, started: Instant) -> R
     let api = a.route.api;
     let model_hint = a.judged.model.clone();
     let headers = match upstream_request_headers(&parts.headers, family, &cfg.upstream.key) {
-        Ok(h) => h,
+        Ok(mut h) => {
+            if matches!(a.route.body, BodyRule::Json { .. }) {
+                set_json_body(&mut h);
+            }
+            h
+        }
         Err(e) => {
             return st.failed(
                 api,

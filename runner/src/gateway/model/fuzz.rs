@@ -330,6 +330,7 @@ async fn run_case(up: &RawUpstream, c: Case) -> Result<(), TestCaseError> {
                 forbidden,
                 ..
             } => {
+                prop_assert_eq!(s.header("content-type"), Some("application/json"));
                 let v: serde_json::Value = serde_json::from_slice(&s.body)
                     .map_err(|e| fail(format!("forwarded a body serde_json refuses: {e}")))?;
                 prop_assert!(v.is_object());
