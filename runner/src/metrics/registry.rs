@@ -576,6 +576,43 @@ mod tests {
     }
 
     #[test]
+    fn refusals_count_one_by_one_and_in_summaries() {
+        let m = Metrics::new(false).unwrap();
+        m.record(&MetricEvent::ModelRequest {
+            api: "other".into(),
+            model: UNKNOWN_MODEL.into(),
+            status: 403,
+            duration: std::time::Duration::from_millis(1),
+        });
+        m.record(&MetricEvent::ModelRefusal {
+            reason: "endpoint".into(),
+        });
+        m.record(&MetricEvent::ModelRequests {
+            api: "other".into(),
+            status: 403,
+            reason: "endpoint".into(),
+            count: 19_999,
+        });
+        m.record(&MetricEvent::ModelRequests {
+            api: "completions".into(),
+            status: 400,
+            reason: "budget".into(),
+            count: 2,
+        });
+        let text = m.encode().unwrap();
+        for line in [
+            "ralph_model_refusals_total{reason=\"endpoint\"} 20000",
+            "ralph_model_refusals_total{reason=\"budget\"} 2",
+            "ralph_model_refusals_total{reason=\"connections\"} 0",
+            "ralph_model_requests_total{api=\"other\",model=\"unknown\",status=\"403\"} 20000",
+            "ralph_model_requests_total{api=\"completions\",model=\"unknown\",status=\"400\"} 2",
+            "ralph_model_request_duration_seconds_count{api=\"embeddings\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+    }
+
+    #[test]
     fn model_labels_are_capped() {
         let m = Metrics::new(false).unwrap();
         for i in 0..MAX_MODELS + 5 {

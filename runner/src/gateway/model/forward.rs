@@ -74,7 +74,7 @@ struct Admitted {
     route: &'static Route,
     target: Target,
     judged: Judged,
-    _bytes: Vec<OwnedSemaphorePermit>,
+    held: Vec<OwnedSemaphorePermit>,
 }
 
 impl Shared {
@@ -262,7 +262,7 @@ async fn admit(st: &Shared, parts: &Parts, body: Body) -> Result<Admitted, Refus
         route,
         target,
         judged,
-        _bytes: held,
+        held,
     })
 }
 
@@ -425,7 +425,7 @@ async fn forward(st: &Shared, parts: &Parts, a: Admitted, started: Instant) -> R
         r = tokio::time::timeout(cfg.limits.response_header_timeout, request.send()) => Some(r),
     };
     // The body is out: its bytes go back to the pools.
-    drop(a._bytes);
+    drop(a.held);
     let Some(sent) = sent else {
         return st.failed(
             api,
