@@ -7,7 +7,9 @@
 //! with no text turn answers it with a 500. Requests that are not model requests take no turn:
 //! `HEAD`/`GET` anything gets an empty 200, `POST /v1/messages/count_tokens` a token count, a
 //! Messages request without `tools` (a side request such as a title) the text `ok`, a WebSocket
-//! upgrade and unknown paths a 404. All are recorded (`turn: None`).
+//! upgrade and unknown paths a 404; a Chat server answers `POST /v1/completions` and `POST
+//! /v1/embeddings` with [`SIDE_TOKENS`] tokens of usage each (in their APIs' shapes). All are
+//! recorded (`turn: None`).
 //!
 //! # What the real CLIs send (found with the versions pinned in `.ci/agent-clis`)
 //!
@@ -84,6 +86,10 @@ pub enum Api {
     /// OpenAI Chat Completions: `POST /v1/chat/completions`.
     Chat,
 }
+
+/// Tokens a Chat server's answer to `POST /v1/completions` or `/v1/embeddings` reports
+/// (completions: half prompt, half completion; embeddings: all prompt).
+pub const SIDE_TOKENS: u64 = 1000;
 
 /// The turns answered in order, one per model request (side requests take none).
 pub type Script = Vec<Turn>;
@@ -261,6 +267,10 @@ enum Kind {
         stream: bool,
     },
     CountTokens,
+    /// Legacy Completions or Embeddings on a Chat server: [`SIDE_TOKENS`] of usage, no turn.
+    Completions {
+        embeddings: bool,
+    },
     /// The WebSocket upgrade codex tries before `POST /v1/responses`: refused.
     Upgrade,
     /// A `HEAD` or `GET` (claude's `HEAD /api/hello` connectivity check): 200, empty.
@@ -289,6 +299,8 @@ fn classify(api: Api, method: &Method, path: &str, headers: &HeaderMap, body: &V
     match api {
         Api::Responses if path.ends_with("/responses") => turn,
         Api::Chat if path.ends_with("/chat/completions") => turn,
+        Api::Chat if path.ends_with("/completions") => Kind::Completions { embeddings: false },
+        Api::Chat if path.ends_with("/embeddings") => Kind::Completions { embeddings: true },
         Api::Messages if path.ends_with("/messages/count_tokens") => Kind::CountTokens,
         Api::Messages if path.ends_with("/messages") => {
             let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
@@ -364,6 +376,19 @@ async fn handle(
             ([(header::CONTENT_TYPE, content_type)], text).into_response()
         }
         Kind::CountTokens => axum::Json(json!({"input_tokens": 1})).into_response(),
+        Kind::Completions { embeddings: true } => axum::Json(json!({
+            "object": "list", "model": model,
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.1, -0.2]}],
+            "usage": {"prompt_tokens": SIDE_TOKENS, "total_tokens": SIDE_TOKENS},
+        }))
+        .into_response(),
+        Kind::Completions { embeddings: false } => axum::Json(json!({
+            "object": "text_completion", "model": model,
+            "choices": [{"text": "ok", "index": 0, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": SIDE_TOKENS / 2, "completion_tokens": SIDE_TOKENS / 2,
+                      "total_tokens": SIDE_TOKENS},
+        }))
+        .into_response(),
         Kind::Upgrade => error(StatusCode::NOT_FOUND, "no websockets here"),
         Kind::Probe => StatusCode::OK.into_response(),
         Kind::Other => error(StatusCode::NOT_FOUND, "not found"),

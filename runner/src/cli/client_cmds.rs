@@ -510,6 +510,9 @@ fn event_text(ev: &Event) -> String {
                 .map(|e| format!(" ({e})"))
                 .unwrap_or_default()
         ),
+        EventKind::ModelRefusals { round, count, .. } => {
+            format!("round {round}: {count} more model requests refused by the gateway")
+        }
         EventKind::Egress {
             round,
             host,

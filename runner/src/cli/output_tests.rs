@@ -12,7 +12,8 @@ use ralph_runner::job::{
 };
 use ralph_runner::provision::patch_status::{PatchState, SkipReason, SkippedPath};
 use ralph_runner::report::{Report, Status};
-use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
+use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer, RefusalCount};
+
 use ralph_runner::usage::{RoundUsage, UsageTotals};
 use ralph_runner::util::terminal::{self, LINE_BOUND, Prefixed};
 use serde_json::json;
@@ -123,6 +124,18 @@ fn hostile_events(t: &str) -> Vec<Event> {
             usage: UsageTotals::default(),
             duration_ms: 5,
             error: Some(t.to_owned()),
+            refusal: Some(t.to_owned()),
+        }),
+        ev(EventKind::ModelRefusals {
+            round: 1,
+            attempt: 1,
+            count: 2,
+            by: vec![RefusalCount {
+                api: t.to_owned(),
+                status: 403,
+                reason: t.to_owned(),
+                count: 2,
+            }],
         }),
         ev(EventKind::Egress {
             round: 1,

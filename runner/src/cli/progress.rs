@@ -403,6 +403,7 @@ impl Observer for Progress {
             EventKind::JobSubmitted { .. }
             | EventKind::RoundSpawned { .. }
             | EventKind::ModelRequest { .. }
+            | EventKind::ModelRefusals { .. }
             | EventKind::Egress { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }

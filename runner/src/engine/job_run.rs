@@ -321,8 +321,13 @@ impl<'e> JobRun<'e> {
                 }
             }
             // The plan is built for real once, so a bad URL is found before round 1.
-            super::round_gateway::GatewayPlan::new(&self.spec, upstream.as_ref(), 0)
-                .map_err(|e| config(e.message))?;
+            super::round_gateway::GatewayPlan::new(
+                &self.spec,
+                upstream.as_ref(),
+                0,
+                &self.engine.gateway_pool,
+            )
+            .map_err(|e| config(e.message))?;
             self.upstream = upstream;
         }
         Ok(())

@@ -161,6 +161,9 @@ pub struct Engine {
     spawner: Arc<dyn spawn::Spawner>,
     /// The runner's side of provisioned workspaces (credentials, push).
     provision: crate::provision::ProvisionConfig,
+    /// The bytes of request bodies all the model gateways of this process may hold at once
+    /// (`ralph serve` runs every job's gateway in the service).
+    gateway_pool: Arc<crate::gateway::BytePool>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -195,6 +198,7 @@ impl Engine {
             agent_user: None,
             upstreams: upstream::Upstreams::Local,
             provision: crate::provision::ProvisionConfig::default(),
+            gateway_pool: crate::gateway::BytePool::new(crate::gateway::PROCESS_BUFFERED_BYTES),
         }
     }
 

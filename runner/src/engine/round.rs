@@ -25,7 +25,7 @@ use crate::agent::output::{BudgetWatch, PresetOutput, PresetSink, ReaderSlot};
 use crate::agent::{AgentOptions, RoundFiles};
 use crate::job::RoundFailure;
 use crate::report::{self, Report, ReportError};
-use crate::store::{AttemptResult, EventKind};
+use crate::store::{AttemptResult, EventKind, RefusalCount};
 use crate::usage::{self, RoundUsage};
 use crate::util::text::{bounded, bounded_tail};
 
@@ -150,6 +150,7 @@ impl JobRun<'_> {
             &self.spec,
             self.upstream.as_ref(),
             view.usage.budget_tokens(),
+            &self.engine.gateway_pool,
         )
         .map_err(|e| EngineError::Config {
             message: e.to_string(),
@@ -556,6 +557,24 @@ impl JobRun<'_> {
                     usage: r.usage,
                     duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
                     error: r.error.map(|e| bounded(&e, 512)),
+                    refusal: r.refusal.map(|x| x.as_str().to_owned()),
+                })?;
+            }
+            GatewayEvent::Refusals(s) => {
+                self.journal.record(EventKind::ModelRefusals {
+                    round,
+                    attempt,
+                    count: s.count,
+                    by: s
+                        .by
+                        .iter()
+                        .map(|c| RefusalCount {
+                            api: c.api.as_str().to_owned(),
+                            status: c.status,
+                            reason: c.reason.as_str().to_owned(),
+                            count: c.count,
+                        })
+                        .collect(),
                 })?;
             }
             GatewayEvent::Egress(e) => {

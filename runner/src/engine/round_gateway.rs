@@ -1,7 +1,9 @@
 //! One attempt's way out of its sandbox (SPEC §9): the model gateway and the egress proxy the
 //! runner serves, for this attempt only, on listeners the sandbox created inside the attempt's
 //! private network namespace. What they report comes back over a channel and is journalled by
-//! the attempt (`model_request`, `egress`); a token budget crossed at the wire stops the round.
+//! the attempt (`model_request`, `egress`); refusals past the first ones are summed into
+//! `model_refusals` at a bounded rate (see [`RefusalLog`]), so a round pipelining refused
+//! requests cannot grow the journal; a token budget crossed at the wire stops the round.
 //!
 //! ```text
 //! plan (before spawn): ports, RALPH_GATEWAY_URL, HTTP(S)_PROXY ─▶ spawn (listeners made inside)
@@ -9,18 +11,20 @@
 //!   ─▶ stop (after the attempt): servers cut, last events drained
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::upstream::ResolvedUpstream;
+use crate::gateway::model::refusals::{Disposition, RefusalLog};
 use crate::gateway::{
-    AllowHost, EgressConfig, EgressDecision, GatewaySink, ModelGatewayConfig, ModelLimits,
-    ModelRequest, Secret, TokenBudget, Upstream, proxy_env, serve_egress, serve_model,
+    AllowHost, BytePool, EgressConfig, EgressDecision, GatewaySink, ModelGatewayConfig,
+    ModelLimits, ModelRequest, RefusalSummary, Secret, TokenBudget, Upstream, proxy_env,
+    serve_egress, serve_model,
 };
 use crate::job::JobSpec;
 
@@ -40,6 +44,8 @@ pub enum GatewayEvent {
     Model(ModelRequest),
     /// The egress proxy decided.
     Egress(EgressDecision),
+    /// Refusals summed (past the first ones of the attempt).
+    Refusals(RefusalSummary),
 }
 
 /// The gateway of one attempt, before its listeners exist.
@@ -65,12 +71,14 @@ fn setup_error(message: impl Into<String>) -> GatewaySetupError {
 }
 
 impl GatewayPlan {
-    /// The plan of an attempt of `spec`, whose job has used `used_before` tokens. `None` when
-    /// the job uses neither the model gateway nor the egress proxy.
+    /// The plan of an attempt of `spec`, whose job has used `used_before` tokens; its request
+    /// bodies also take their bytes from `process_pool` (the bound of all the gateways of this
+    /// process). `None` when the job uses neither the model gateway nor the egress proxy.
     pub fn new(
         spec: &JobSpec,
         upstream: Option<&ResolvedUpstream>,
         used_before: u64,
+        process_pool: &Arc<BytePool>,
     ) -> Result<Option<Self>, GatewaySetupError> {
         let allow: Vec<AllowHost> = spec
             .model_access
@@ -96,7 +104,8 @@ impl GatewayPlan {
                     ModelLimits::default(),
                     budget.clone(),
                 )
-                .map_err(|e| setup_error(format!("`--upstream`: {e}")))?;
+                .map_err(|e| setup_error(format!("`--upstream`: {e}")))?
+                .with_shared_pool(Arc::clone(process_pool));
                 Some(Arc::new(cfg))
             }
             None => None,
@@ -152,11 +161,13 @@ impl GatewayPlan {
         crossed: Arc<AtomicBool>,
     ) -> Result<RunningGateway, GatewaySetupError> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let sink: Arc<dyn GatewaySink> = Arc::new(ChannelSink {
+        let channel = Arc::new(ChannelSink {
             tx,
             round_stop,
             crossed,
+            refusals: Mutex::new(RefusalLog::new(Instant::now())),
         });
+        let sink: Arc<dyn GatewaySink> = channel.clone();
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         for want in self.ports() {
@@ -194,7 +205,12 @@ impl GatewayPlan {
             };
             tasks.push(task);
         }
-        Ok(RunningGateway { stop, tasks, rx })
+        Ok(RunningGateway {
+            stop,
+            tasks,
+            rx,
+            sink: channel,
+        })
     }
 }
 
@@ -204,6 +220,7 @@ pub struct RunningGateway {
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     rx: mpsc::UnboundedReceiver<GatewayEvent>,
+    sink: Arc<ChannelSink>,
 }
 
 impl RunningGateway {
@@ -226,6 +243,10 @@ impl RunningGateway {
         while let Ok(ev) = self.rx.try_recv() {
             rest.push(ev);
         }
+        // Refusals still held: their summary comes last.
+        if let Some(s) = self.sink.refusals.lock().ok().and_then(|mut l| l.flush()) {
+            rest.push(GatewayEvent::Refusals(s));
+        }
         rest
     }
 }
@@ -234,11 +255,32 @@ struct ChannelSink {
     tx: mpsc::UnboundedSender<GatewayEvent>,
     round_stop: CancellationToken,
     crossed: Arc<AtomicBool>,
+    refusals: Mutex<RefusalLog>,
+}
+
+impl std::fmt::Debug for ChannelSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelSink").finish_non_exhaustive()
+    }
 }
 
 impl GatewaySink for ChannelSink {
     fn model_request(&self, r: &ModelRequest) {
-        let _ = self.tx.send(GatewayEvent::Model(r.clone()));
+        let ev = match r.refusal {
+            None => Some(GatewayEvent::Model(r.clone())),
+            Some(reason) => match self.refusals.lock() {
+                Ok(mut log) => match log.refused(r, reason, Instant::now()) {
+                    Disposition::Journal => Some(GatewayEvent::Model(r.clone())),
+                    Disposition::Held => None,
+                    Disposition::Summary(s) => Some(GatewayEvent::Refusals(s)),
+                },
+                // A poisoned log: journal the refusal rather than lose it.
+                Err(_) => Some(GatewayEvent::Model(r.clone())),
+            },
+        };
+        if let Some(ev) = ev {
+            let _ = self.tx.send(ev);
+        }
     }
 
     fn egress(&self, e: &EgressDecision) {

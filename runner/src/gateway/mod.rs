@@ -33,9 +33,12 @@ mod testkit;
 
 pub use egress::{AllowHost, EgressConfig, Resolve, SystemResolver, proxy_env, serve_egress};
 pub use model::{
-    ApiFamily, ModelGatewayConfig, ModelLimits, Secret, TokenBudget, Upstream, serve_model,
+    ApiFamily, BytePool, ModelGatewayConfig, ModelLimits, PROCESS_BUFFERED_BYTES, Secret,
+    TokenBudget, Upstream, serve_model,
 };
-pub use sink::{Api, EgressDecision, GatewaySink, ModelRequest};
+pub use sink::{
+    Api, EgressDecision, GatewaySink, ModelRequest, Refusal, RefusalCount, RefusalSummary,
+};
 
 /// Errors of the gateway's configuration and servers.
 #[derive(Debug, thiserror::Error)]

@@ -5,41 +5,118 @@ use std::time::Duration;
 
 use crate::usage::UsageTotals;
 
-/// The model API a request spoke, detected from the request path's suffix.
+/// The model API a request spoke, from the route of the gateway's allow-table it matched
+/// ([`crate::gateway::model::routes`]): it says how the response's usage is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Api {
-    /// OpenAI Responses (`…/responses`).
+    /// OpenAI Responses (`POST …/responses`).
     Responses,
-    /// OpenAI Chat Completions (`…/chat/completions`).
+    /// OpenAI Chat Completions (`POST …/chat/completions`).
     Chat,
-    /// Anthropic Messages (`…/messages`).
+    /// OpenAI legacy Completions (`POST …/completions`).
+    Completions,
+    /// OpenAI Embeddings (`POST …/embeddings`): only prompt tokens.
+    Embeddings,
+    /// Anthropic Messages (`POST …/v1/messages`).
     Messages,
-    /// Anything else (model lists, token counting, …): forwarded, no usage read.
+    /// Anything else: the free routes (model lists, token counting) and every refused request
+    /// that matched no route. No usage is read.
     Other,
 }
 
 impl Api {
-    /// Detects the API from a request path.
-    pub fn from_path(path: &str) -> Api {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/responses") {
-            Api::Responses
-        } else if path.ends_with("/chat/completions") {
-            Api::Chat
-        } else if path.ends_with("/messages") {
-            Api::Messages
-        } else {
-            Api::Other
-        }
-    }
+    /// Every value, in label order.
+    pub const ALL: [Api; 6] = [
+        Api::Responses,
+        Api::Chat,
+        Api::Completions,
+        Api::Embeddings,
+        Api::Messages,
+        Api::Other,
+    ];
 
-    /// The metric/journal label: `responses`, `chat`, `messages` or `other`.
+    /// The metric/journal label: `responses`, `chat`, `completions`, `embeddings`, `messages`
+    /// or `other`.
     pub fn as_str(self) -> &'static str {
         match self {
             Api::Responses => "responses",
             Api::Chat => "chat",
+            Api::Completions => "completions",
+            Api::Embeddings => "embeddings",
             Api::Messages => "messages",
             Api::Other => "other",
+        }
+    }
+}
+
+/// Why the gateway answered a request itself instead of forwarding it: a closed set, the
+/// `reason` label of `ralph_model_refusals_total` and the `refusal` of a `model_request` event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Refusal {
+    /// 400: the request target is not in canonical form (`\`, `%xx`, `//`, dot segments, a
+    /// case variant, non-ASCII, `;`, an absolute-form target, a malformed query).
+    NotCanonical,
+    /// 404: the path is not under the upstream URL's path.
+    NotFound,
+    /// 403: no route of the allow-table has this path.
+    Endpoint,
+    /// 405: the path is a route, the method is not.
+    Method,
+    /// 400: a query parameter the route does not allow.
+    Query,
+    /// 400: the body is not what the route takes (not a JSON object serde_json parses, a
+    /// `stream` that is not a boolean, a field that would hide usage).
+    Body,
+    /// 413: the body is over the limit.
+    TooLarge,
+    /// 408: the body did not arrive in time.
+    BodyTimeout,
+    /// 426: a protocol upgrade (WebSocket).
+    Upgrade,
+    /// 400: the token budget is spent.
+    Budget,
+    /// 429: too many requests to the free routes.
+    Rate,
+    /// 503: the bytes the gateway may hold for request bodies are taken.
+    Busy,
+    /// 503: the round has as many connections open as the gateway takes.
+    Connections,
+}
+
+impl Refusal {
+    /// Every value, in label order.
+    pub const ALL: [Refusal; 13] = [
+        Refusal::NotCanonical,
+        Refusal::NotFound,
+        Refusal::Endpoint,
+        Refusal::Method,
+        Refusal::Query,
+        Refusal::Body,
+        Refusal::TooLarge,
+        Refusal::BodyTimeout,
+        Refusal::Upgrade,
+        Refusal::Budget,
+        Refusal::Rate,
+        Refusal::Busy,
+        Refusal::Connections,
+    ];
+
+    /// The label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NotCanonical => "not_canonical",
+            Refusal::NotFound => "not_found",
+            Refusal::Endpoint => "endpoint",
+            Refusal::Method => "method",
+            Refusal::Query => "query",
+            Refusal::Body => "body",
+            Refusal::TooLarge => "too_large",
+            Refusal::BodyTimeout => "body_timeout",
+            Refusal::Upgrade => "upgrade",
+            Refusal::Budget => "budget",
+            Refusal::Rate => "rate",
+            Refusal::Busy => "busy",
+            Refusal::Connections => "connections",
         }
     }
 }
@@ -63,6 +140,8 @@ pub struct ModelRequest {
     /// Why the request failed or the response was cut (`None` when it ended normally, whatever
     /// its status).
     pub error: Option<String>,
+    /// Set when the gateway refused the request itself: nothing reached the upstream.
+    pub refusal: Option<Refusal>,
 }
 
 /// One decision of the egress proxy.
@@ -95,4 +174,27 @@ impl std::fmt::Debug for dyn GatewaySink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("GatewaySink")
     }
+}
+
+/// Refusals of one gateway counted together instead of journalled one by one (see
+/// [`crate::gateway::model::refusals::RefusalLog`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RefusalSummary {
+    /// How many refusals, in all.
+    pub count: u64,
+    /// By API, status and reason.
+    pub by: Vec<RefusalCount>,
+}
+
+/// One line of a [`RefusalSummary`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefusalCount {
+    /// The API of the route, `Other` when none matched.
+    pub api: Api,
+    /// The status the agent got.
+    pub status: u16,
+    /// Why.
+    pub reason: Refusal,
+    /// How many.
+    pub count: u64,
 }

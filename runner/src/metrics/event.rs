@@ -154,6 +154,23 @@ pub enum MetricEvent {
         /// From arrival to the end of the response.
         duration: Duration,
     },
+    /// Requests the model gateway refused, counted together (a `model_refusals` summary):
+    /// counted in the requests and refusals, not in the duration histogram.
+    ModelRequests {
+        /// The API label.
+        api: String,
+        /// HTTP status.
+        status: u16,
+        /// The refusal's reason.
+        reason: String,
+        /// How many.
+        count: u64,
+    },
+    /// One refusal of the model gateway (its request is counted by [`MetricEvent::ModelRequest`]).
+    ModelRefusal {
+        /// The refusal's reason.
+        reason: String,
+    },
     /// The egress proxy decided on a destination.
     Egress {
         /// Let through or refused.

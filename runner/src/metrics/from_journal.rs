@@ -136,13 +136,31 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
             model,
             status,
             duration_ms,
+            refusal,
             ..
-        } => vec![MetricEvent::ModelRequest {
-            api: api.clone(),
-            model: model.clone(),
-            status: *status,
-            duration: Duration::from_millis(*duration_ms),
-        }],
+        } => {
+            let mut out = vec![MetricEvent::ModelRequest {
+                api: api.clone(),
+                model: model.clone(),
+                status: *status,
+                duration: Duration::from_millis(*duration_ms),
+            }];
+            if let Some(reason) = refusal {
+                out.push(MetricEvent::ModelRefusal {
+                    reason: reason.clone(),
+                });
+            }
+            out
+        }
+        EventKind::ModelRefusals { by, .. } => by
+            .iter()
+            .map(|c| MetricEvent::ModelRequests {
+                api: c.api.clone(),
+                status: c.status,
+                reason: c.reason.clone(),
+                count: c.count,
+            })
+            .collect(),
         EventKind::Egress { allowed, .. } => vec![MetricEvent::Egress { allowed: *allowed }],
         EventKind::JobSubmitted { .. }
         | EventKind::UsageMismatch { .. }

@@ -34,6 +34,8 @@ pub const WORKSPACE_SANITIZED: &str = "ralph_workspace_sanitized_total";
 pub const MODEL_REQUESTS: &str = "ralph_model_requests_total";
 /// `ralph_model_request_duration_seconds{api}`.
 pub const MODEL_REQUEST_DURATION: &str = "ralph_model_request_duration_seconds";
+/// `ralph_model_refusals_total{reason}`.
+pub const MODEL_REFUSALS: &str = "ralph_model_refusals_total";
 /// `ralph_egress_requests_total{decision}`.
 pub const EGRESS: &str = "ralph_egress_requests_total";
 /// `ralph_build_info{version}`.
@@ -52,8 +54,15 @@ pub const TOKEN_KINDS: [&str; 5] = [
     "reasoning",
 ];
 
-/// APIs the model gateway tells apart (`api` label).
-pub const MODEL_APIS: [&str; 4] = ["responses", "chat", "messages", "other"];
+/// APIs the model gateway tells apart (`api` label): [`crate::gateway::Api::as_str`].
+pub const MODEL_APIS: [&str; 6] = [
+    "responses",
+    "chat",
+    "completions",
+    "embeddings",
+    "messages",
+    "other",
+];
 
 /// Egress decisions (`decision` label).
 pub const EGRESS_DECISIONS: [&str; 2] = ["allowed", "refused"];

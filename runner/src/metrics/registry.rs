@@ -14,6 +14,7 @@ use super::MetricsError;
 use super::event::{MetricEvent, RoundOutcome, VerifyResult};
 use super::names as n;
 use crate::agent::retry::RETRY_REASONS;
+use crate::gateway::Refusal;
 use crate::job::{Outcome, RoundFailure};
 use crate::usage::UNKNOWN_MODEL;
 use ralph_sandbox::outcome::git::Change;
@@ -44,6 +45,7 @@ pub struct Metrics {
     workspace_sanitized: IntCounterVec,
     model_requests: IntCounterVec,
     model_request_duration: HistogramVec,
+    model_refusals: IntCounterVec,
     egress: IntCounterVec,
     models: Mutex<BTreeSet<String>>,
 }
@@ -181,6 +183,11 @@ impl Metrics {
                 &n::MODEL_REQUEST_BUCKETS,
                 &["api"],
             )?,
+            model_refusals: counter_vec(
+                n::MODEL_REFUSALS,
+                "Requests the model gateway refused itself (nothing reached the upstream), by reason.",
+                &["reason"],
+            )?,
             egress: counter_vec(
                 n::EGRESS,
                 "Destinations the egress proxy let a round reach or refused.",
@@ -223,6 +230,7 @@ impl Metrics {
                 n::MODEL_REQUEST_DURATION,
                 Box::new(m.model_request_duration.clone()),
             ),
+            (n::MODEL_REFUSALS, Box::new(m.model_refusals.clone())),
             (n::EGRESS, Box::new(m.egress.clone())),
             (n::BUILD_INFO, Box::new(build_info)),
         ];
@@ -283,6 +291,9 @@ impl Metrics {
         }
         for a in n::MODEL_APIS {
             self.model_request_duration.with_label_values(&[a]);
+        }
+        for r in Refusal::ALL {
+            self.model_refusals.with_label_values(&[r.as_str()]);
         }
         for d in n::EGRESS_DECISIONS {
             self.egress.with_label_values(&[d]);
@@ -383,6 +394,29 @@ impl Metrics {
                     .with_label_values(&[api])
                     .observe(duration.as_secs_f64());
             }
+            MetricEvent::ModelRequests {
+                api,
+                status,
+                reason,
+                count,
+            } => {
+                let api = if n::MODEL_APIS.contains(&api.as_str()) {
+                    api.as_str()
+                } else {
+                    "other"
+                };
+                self.model_requests
+                    .with_label_values(&[api, UNKNOWN_MODEL, &status.to_string()])
+                    .inc_by(*count);
+                self.model_refusals
+                    .with_label_values(&[refusal_label(reason)])
+                    .inc_by(*count);
+            }
+            MetricEvent::ModelRefusal { reason } => {
+                self.model_refusals
+                    .with_label_values(&[refusal_label(reason)])
+                    .inc();
+            }
             MetricEvent::Egress { allowed } => {
                 let d = if *allowed { "allowed" } else { "refused" };
                 self.egress.with_label_values(&[d]).inc();
@@ -439,6 +473,16 @@ pub fn encode(families: &[MetricFamily]) -> Result<String, MetricsError> {
     TextEncoder::new()
         .encode_to_string(families)
         .map_err(MetricsError::Encode)
+}
+
+/// The `reason` label of a refusal: one of [`Refusal::ALL`]'s (a value from an older or newer
+/// journal that is not is counted under `endpoint`, the catch-all of "not forwarded").
+fn refusal_label(reason: &str) -> &'static str {
+    Refusal::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .find(|r| *r == reason)
+        .unwrap_or("endpoint")
 }
 
 #[cfg(test)]
@@ -528,6 +572,43 @@ mod tests {
                 text.lines().any(|l| l == line),
                 "missing `{line}` in\n{text}"
             );
+        }
+    }
+
+    #[test]
+    fn refusals_count_one_by_one_and_in_summaries() {
+        let m = Metrics::new(false).unwrap();
+        m.record(&MetricEvent::ModelRequest {
+            api: "other".into(),
+            model: UNKNOWN_MODEL.into(),
+            status: 403,
+            duration: std::time::Duration::from_millis(1),
+        });
+        m.record(&MetricEvent::ModelRefusal {
+            reason: "endpoint".into(),
+        });
+        m.record(&MetricEvent::ModelRequests {
+            api: "other".into(),
+            status: 403,
+            reason: "endpoint".into(),
+            count: 19_999,
+        });
+        m.record(&MetricEvent::ModelRequests {
+            api: "completions".into(),
+            status: 400,
+            reason: "budget".into(),
+            count: 2,
+        });
+        let text = m.encode().unwrap();
+        for line in [
+            "ralph_model_refusals_total{reason=\"endpoint\"} 20000",
+            "ralph_model_refusals_total{reason=\"budget\"} 2",
+            "ralph_model_refusals_total{reason=\"connections\"} 0",
+            "ralph_model_requests_total{api=\"other\",model=\"unknown\",status=\"403\"} 20000",
+            "ralph_model_requests_total{api=\"completions\",model=\"unknown\",status=\"400\"} 2",
+            "ralph_model_request_duration_seconds_count{api=\"embeddings\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
     }
 

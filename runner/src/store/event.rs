@@ -209,7 +209,9 @@ pub enum EventKind {
         /// Why.
         message: String,
     },
-    /// The model gateway answered one request of a round (forwarded, or refused by the budget).
+    /// The model gateway answered one request of a round (forwarded, or refused by the gateway
+    /// itself: then `refusal` says why; past the first refusals of an attempt they are summed
+    /// into `model_refusals` instead).
     ModelRequest {
         /// Round.
         round: u32,
@@ -228,6 +230,22 @@ pub enum EventKind {
         /// Why it failed, when the gateway itself answered (budget spent, upstream unreachable).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The refusal's reason (a `ralph_model_refusals_total` label: `endpoint`,
+        /// `not_canonical`, `budget`, …) when the gateway refused it: nothing reached the upstream.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refusal: Option<String>,
+    },
+    /// Refusals of the model gateway summed: after the first ones of an attempt, refusals are
+    /// journalled at a bounded rate (one of these per batch), each still counted.
+    ModelRefusals {
+        /// Round.
+        round: u32,
+        /// Attempt.
+        attempt: u32,
+        /// How many refusals this event stands for.
+        count: u64,
+        /// By API, status and reason.
+        by: Vec<RefusalCount>,
     },
     /// The egress proxy let a round reach a destination, or refused it.
     Egress {
@@ -407,6 +425,7 @@ impl EventKind {
             | EventKind::WorkspaceSanitized { .. }
             | EventKind::UsageSkipped { .. }
             | EventKind::ModelRequest { .. }
+            | EventKind::ModelRefusals { .. }
             | EventKind::Egress { .. }
             | EventKind::UsageMismatch { .. }
             | EventKind::RoundRetried { .. }
@@ -426,6 +445,7 @@ impl EventKind {
             EventKind::WorkspaceSanitized { .. } => "workspace_sanitized",
             EventKind::UsageSkipped { .. } => "usage_skipped",
             EventKind::ModelRequest { .. } => "model_request",
+            EventKind::ModelRefusals { .. } => "model_refusals",
             EventKind::Egress { .. } => "egress",
             EventKind::UsageMismatch { .. } => "usage_mismatch",
             EventKind::RoundRetried { .. } => "round_retried",
@@ -444,6 +464,19 @@ impl EventKind {
 /// Whether a count is zero (left out of an event when it is).
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// One line of a `model_refusals` event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusalCount {
+    /// `responses`, `chat`, …, `other`.
+    pub api: String,
+    /// The status the agent got.
+    pub status: u16,
+    /// The refusal's reason.
+    pub reason: String,
+    /// How many.
+    pub count: u64,
 }
 
 /// A journalled event.

@@ -25,7 +25,7 @@ pub mod sqlite;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use event::{AttemptResult, Event, EventKind, RunnerInfo};
+pub use event::{AttemptResult, Event, EventKind, RefusalCount, RunnerInfo};
 pub use id_prefix::{MAX_CANDIDATES, MIN_ID_PREFIX};
 pub use journal::{Journal, Observer};
 pub use projection::{JobState, JobView, ProjectionError};

@@ -348,6 +348,7 @@ impl JobView {
             }
             EventKind::UsageSkipped { .. }
             | EventKind::ModelRequest { .. }
+            | EventKind::ModelRefusals { .. }
             | EventKind::Egress { .. }
             | EventKind::UsageMismatch { .. } => {}
             EventKind::RoundRetried { round, attempt, .. } => {

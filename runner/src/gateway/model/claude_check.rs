@@ -19,8 +19,8 @@ use super::*;
 use crate::gateway::sink::Api;
 use crate::gateway::testkit::RecordingSink;
 
-/// Path and `x-api-key` of a request the mock upstream saw.
-type SeenRequest = (String, Option<String>);
+/// Path, `x-api-key` and body length of a request the mock upstream saw.
+type SeenRequest = (String, Option<String>, usize);
 
 fn reply(streamed: bool) -> Response {
     let usage = json!({"input_tokens": 20, "cache_read_input_tokens": 300,
@@ -85,10 +85,11 @@ async fn run(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let uri = req.uri().to_string();
-            seen.lock().unwrap().push((uri, key));
             let body = axum::body::to_bytes(req.into_body(), usize::MAX)
                 .await
                 .unwrap_or_default();
+            // The body's size: what `ModelLimits::max_request_body` is measured against.
+            seen.lock().unwrap().push((uri, key, body.len()));
             let streamed =
                 serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["stream"] == json!(true));
             reply(streamed)
@@ -155,8 +156,11 @@ async fn real_claude_code_talks_through_the_gateway() {
     assert!(!seen.is_empty());
     assert!(
         seen.iter()
-            .all(|(_, k)| k.as_deref() == Some("sk-ant-real"))
+            .all(|(_, k, _)| k.as_deref() == Some("sk-ant-real"))
     );
+    let largest = seen.iter().map(|s| s.2).max().unwrap_or(0);
+    eprintln!("claude: largest request body {largest} bytes");
+    assert!(largest < ModelLimits::default().max_request_body / 16);
     let streamed: Vec<_> = reqs
         .iter()
         .filter(|r| r.api == Api::Messages && r.streamed && r.status == 200)

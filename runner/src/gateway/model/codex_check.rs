@@ -19,8 +19,8 @@ use super::*;
 use crate::gateway::sink::Api;
 use crate::gateway::testkit::RecordingSink;
 
-/// Method, URI and `authorization` of a request the mock upstream saw.
-type SeenRequest = (String, String, Option<String>);
+/// Method, URI, `authorization` and body length of a request the mock upstream saw.
+type SeenRequest = (String, String, Option<String>, usize);
 
 fn sse(events: &[serde_json::Value]) -> Response {
     let body: String = events
@@ -57,9 +57,12 @@ async fn run(
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            seen.lock()
-                .unwrap()
-                .push((req.method().to_string(), req.uri().to_string(), auth));
+            let (method, uri) = (req.method().to_string(), req.uri().to_string());
+            // The body's size: what `ModelLimits::max_request_body` is measured against.
+            let len = axum::body::to_bytes(req.into_body(), usize::MAX)
+                .await
+                .map_or(0, |b| b.len());
+            seen.lock().unwrap().push((method, uri, auth, len));
             sse(&[
                 json!({"type": "response.created", "response": {"id": "resp_1"}}),
                 json!({"type": "response.output_item.done", "output_index": 0,
@@ -164,8 +167,11 @@ async fn real_codex_falls_back_to_http_through_the_gateway() {
     assert!(reqs.iter().all(|r| r.status == 200 || r.status == 426));
     assert!(
         seen.iter()
-            .all(|(_, _, a)| a.as_deref() == Some("Bearer sk-real"))
+            .all(|(_, _, a, _)| a.as_deref() == Some("Bearer sk-real"))
     );
+    let largest = seen.iter().map(|s| s.3).max().unwrap_or(0);
+    eprintln!("codex: largest request body {largest} bytes");
+    assert!(largest < ModelLimits::default().max_request_body / 16);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use reqwest::Url;
 
+use super::bounds::BytePool;
 use super::budget::TokenBudget;
 use crate::gateway::GatewayError;
 
@@ -58,6 +59,19 @@ pub struct Upstream {
 pub struct ModelLimits {
     /// Largest request body accepted (413 beyond).
     pub max_request_body: usize,
+    /// Bytes the gateway holds for request bodies at once; a body takes twice its length (it
+    /// is held as read and as rebuilt), waits up to `body_wait` for them, else gets 503.
+    pub buffered_bytes: usize,
+    /// How long a body waits for its bytes.
+    pub body_wait: Duration,
+    /// From the request's headers to the end of its body (408 beyond).
+    pub body_timeout: Duration,
+    /// Connections open at once; one more gets 503 and is closed.
+    pub max_connections: usize,
+    /// Free requests (model lists, token counts) in a burst, then `free_per_second`; 429 beyond.
+    pub free_burst: u32,
+    /// Free requests per second once the burst is spent.
+    pub free_per_second: u32,
     /// TCP (and TLS) connect timeout to the upstream.
     pub connect_timeout: Duration,
     /// From sending the request to the upstream's response headers (504 beyond).
@@ -66,10 +80,34 @@ pub struct ModelLimits {
     pub idle_timeout: Duration,
 }
 
+/// The largest request body: 8 MiB. Measured with the real CLIs (`codex_check`, `claude_check`
+/// print it): a first codex 0.169 request is ~39 KiB, claude 2.1.328's ~49 KiB (system prompt
+/// and its tools); a context window of 200k tokens is ~1 MiB of JSON. 8 MiB leaves room for a few
+/// images while keeping what 32 connections can make the runner hold small (see
+/// `buffered_bytes`). The APIs' own limits are higher (32 MB for Anthropic Messages); a round
+/// that needs more is not an agent's normal traffic.
+pub const MAX_REQUEST_BODY: usize = 8 << 20;
+
+/// Bytes of request bodies one gateway holds at once: two bodies of the largest size (each
+/// counted twice, as read and as rebuilt), or many small ones.
+pub const BUFFERED_BYTES: usize = 4 * MAX_REQUEST_BODY;
+
+/// Bytes of request bodies all the gateways of one process hold at once (`ralph serve` runs
+/// every job's gateway): four rounds at their own bound.
+pub const PROCESS_BUFFERED_BYTES: usize = 4 * BUFFERED_BYTES;
+
 impl Default for ModelLimits {
     fn default() -> Self {
         Self {
-            max_request_body: 32 << 20,
+            max_request_body: MAX_REQUEST_BODY,
+            buffered_bytes: BUFFERED_BYTES,
+            body_wait: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            // An agent CLI keeps a few (sub-agents a few more): 32 is far beyond what they use.
+            max_connections: 32,
+            // No CLI lists models in a loop: a burst for start-up, then one a second.
+            free_burst: 60,
+            free_per_second: 1,
             connect_timeout: Duration::from_secs(10),
             response_header_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(600),
@@ -81,8 +119,6 @@ impl Default for ModelLimits {
 #[derive(Debug)]
 pub struct ModelGatewayConfig {
     pub(crate) upstream: Upstream,
-    /// Scheme, host and port of the upstream (`https://api.openai.com`).
-    pub(crate) origin: String,
     /// The upstream URL's path without a trailing slash (`/v1`, or empty).
     pub(crate) prefix: String,
     /// The upstream host, named in errors.
@@ -90,6 +126,12 @@ pub struct ModelGatewayConfig {
     pub(crate) limits: ModelLimits,
     pub(crate) budget: Arc<TokenBudget>,
     pub(crate) client: reqwest::Client,
+    /// This gateway's bytes for request bodies.
+    pub(crate) pool: Arc<BytePool>,
+    /// The process's bytes for request bodies, shared by every gateway of a service.
+    pub(crate) shared_pool: Option<Arc<BytePool>>,
+    /// The origin parsed, for building each upstream URL.
+    pub(crate) origin_url: Url,
 }
 
 impl ModelGatewayConfig {
@@ -117,10 +159,6 @@ impl ModelGatewayConfig {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(bad("expected no credentials in the url (use the key)"));
         }
-        let origin = match url.port() {
-            Some(p) => format!("{}://{}:{p}", url.scheme(), bracketed(&host)),
-            None => format!("{}://{}", url.scheme(), bracketed(&host)),
-        };
         let prefix = url.path().trim_end_matches('/').to_owned();
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -131,15 +169,36 @@ impl ModelGatewayConfig {
                 url: upstream.url.clone(),
                 source,
             })?;
+        let mut origin_url = url.clone();
+        origin_url.set_path("/");
         Ok(Self {
             upstream,
-            origin,
             prefix,
             host,
+            pool: BytePool::new(limits.buffered_bytes),
+            shared_pool: None,
+            origin_url,
             limits,
             budget,
             client,
         })
+    }
+
+    /// Request bodies also take their bytes from `pool`, shared with other gateways (the
+    /// process's bound under `ralph serve`).
+    pub fn with_shared_pool(mut self, pool: Arc<BytePool>) -> Self {
+        self.shared_pool = Some(pool);
+        self
+    }
+
+    /// The upstream URL of a canonical `path` and `query`, built from parts; `None` when the
+    /// `url` crate would spell it otherwise than given (it never does for a canonical target:
+    /// this is the check that what is forwarded is byte for byte what was judged).
+    pub(crate) fn upstream_url(&self, path: &str, query: Option<&str>) -> Option<Url> {
+        let mut url = self.origin_url.clone();
+        url.set_path(path);
+        url.set_query(query);
+        (url.path() == path && url.query() == query).then_some(url)
     }
 
     /// The base URL to give the agent when the gateway listens on `127.0.0.1:port`:
@@ -164,47 +223,9 @@ impl ModelGatewayConfig {
         &self.budget
     }
 
-    /// True when `path` is under the upstream's path prefix.
-    /// Whether `path` (under the prefix) is a model endpoint the gateway forwards. The key
-    /// opens the whole account: files, fine-tuning, batches, organisation and admin endpoints
-    /// would let a round upload the workspace or spend elsewhere, so only what agents use to
-    /// talk to a model passes (SPEC §9: the model API and nothing else).
-    pub(crate) fn model_endpoint(&self, path: &str) -> bool {
-        let rest = path.strip_prefix(self.prefix.as_str()).unwrap_or(path);
-        let segs: Vec<&str> = rest.trim_matches('/').split('/').collect();
-        matches!(
-            segs.as_slice(),
-            ["responses"]
-                | ["responses", _]
-                | ["responses", _, "cancel" | "input_items"]
-                | ["chat", "completions"]
-                | ["completions"]
-                | ["embeddings"]
-                | ["models"]
-                | ["models", _]
-                | ["messages"]
-                | ["messages", "count_tokens"]
-                | ["v1", "messages"]
-                | ["v1", "messages", "count_tokens"]
-                | ["v1", "models"]
-                | ["v1", "models", _]
-        )
-    }
-
-    pub(crate) fn routes(&self, path: &str) -> bool {
-        self.prefix.is_empty()
-            || path == self.prefix
-            || path
-                .strip_prefix(self.prefix.as_str())
-                .is_some_and(|rest| rest.starts_with('/'))
-    }
-}
-
-fn bracketed(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
+    /// The upstream's path prefix (`/v1`, or empty).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 
@@ -228,13 +249,30 @@ mod tests {
     fn base_url_keeps_the_upstream_path_and_routes_only_under_it() {
         let c = cfg("https://api.openai.com/v1/").unwrap();
         assert_eq!(c.agent_base_url(4000), "http://127.0.0.1:4000/v1");
-        assert_eq!(c.origin, "https://api.openai.com");
-        assert!(c.routes("/v1/responses"));
-        assert!(!c.routes("/v10/responses"));
-        assert!(!c.routes("/responses"));
+        assert_eq!(c.origin_url.as_str(), "https://api.openai.com/");
+        assert_eq!(c.prefix(), "/v1");
+        assert_eq!(
+            c.upstream_url("/v1/responses", None).unwrap().as_str(),
+            "https://api.openai.com/v1/responses"
+        );
+        assert_eq!(
+            c.upstream_url("/v1/messages", Some("beta=true"))
+                .unwrap()
+                .as_str(),
+            "https://api.openai.com/v1/messages?beta=true"
+        );
+        // What the `url` crate would re-spell is never sent.
+        for p in [
+            "/v1/models/..\\files",
+            "/v1/a/../b",
+            "/v1/%2e%2e/x",
+            "/v1/a b",
+        ] {
+            assert!(c.upstream_url(p, None).is_none(), "{p}");
+        }
         let a = cfg("https://api.anthropic.com").unwrap();
         assert_eq!(a.agent_base_url(1), "http://127.0.0.1:1");
-        assert!(a.routes("/v1/messages"));
+        assert_eq!(a.prefix(), "");
         assert!(!format!("{:?}", a).contains("sk-real"));
     }
 

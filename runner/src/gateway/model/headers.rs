@@ -31,6 +31,20 @@ const HOP_BY_HOP: [&str; 11] = [
     "content-length",
 ];
 
+/// Headers that would make the upstream (or a proxy before it) read another request than the one
+/// judged: method and URL overrides, and the body's encoding and type (the gateway sends the body
+/// it rebuilt, as JSON: [`set_json_body`]).
+const REINTERPRET: [&str; 8] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-method",
+    "x-original-url",
+    "x-rewrite-url",
+    "content-encoding",
+    "content-type",
+];
+
 fn connection_listed(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(header::CONNECTION)
@@ -54,6 +68,7 @@ pub fn upstream_request_headers(
         let n = name.as_str();
         if CREDENTIALS.contains(&n)
             || HOP_BY_HOP.contains(&n)
+            || REINTERPRET.contains(&n)
             || n == "accept-encoding"
             || listed.iter().any(|l| l == n)
         {
@@ -81,6 +96,14 @@ pub fn upstream_request_headers(
     value.set_sensitive(true);
     out.insert(name, value);
     Ok(out)
+}
+
+/// Marks a rebuilt JSON body as such.
+pub fn set_json_body(headers: &mut HeaderMap) {
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
 }
 
 /// The upstream's response headers for the agent (hop-by-hop ones dropped; `content-length`
@@ -117,6 +140,9 @@ mod tests {
             ("connection", "keep-alive, x-foo"),
             ("x-foo", "1"),
             ("accept-encoding", "gzip"),
+            ("x-http-method-override", "DELETE"),
+            ("x-original-url", "/v1/files"),
+            ("content-encoding", "gzip"),
             ("anthropic-version", "2023-06-01"),
             ("content-type", "application/json"),
         ] {
@@ -127,6 +153,14 @@ mod tests {
         assert!(out.get("authorization").is_none());
         assert!(out.get("cookie").is_none() && out.get("x-foo").is_none());
         assert!(out.get("accept-encoding").is_none());
+        for h in [
+            "x-http-method-override",
+            "x-original-url",
+            "content-encoding",
+            "content-type",
+        ] {
+            assert!(out.get(h).is_none(), "{h} forwarded");
+        }
         assert_eq!(out["anthropic-version"], "2023-06-01");
         let o = upstream_request_headers(&h, ApiFamily::OpenAi, &Secret::new("k2")).unwrap();
         assert_eq!(o["authorization"], "Bearer k2");

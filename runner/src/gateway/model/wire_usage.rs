@@ -1,5 +1,6 @@
 //! Token usage read from the model API's own responses, per API (SPEC §9), normalised to
-//! ralph's convention ([`crate::usage`]): Responses `response.usage`, Chat `usage`, Messages
+//! ralph's convention ([`crate::usage`]): Responses `response.usage`, Chat and Completions
+//! `usage` (`prompt_tokens`, `completion_tokens`), Embeddings `usage` (`prompt_tokens` only), Messages
 //! `message_start.message.usage` + `message_delta.usage` (Anthropic's `input_tokens` excludes
 //! cache reads and writes; they are added, the same mapping as [`crate::agent`]'s claude preset).
 
@@ -66,7 +67,7 @@ impl WireUsage {
                     }
                 }
             }
-            Api::Chat => self.observe_chat(&v),
+            Api::Chat | Api::Completions | Api::Embeddings => self.observe_chat(&v),
             Api::Messages => {
                 let ty = v.get("type").and_then(Value::as_str).unwrap_or("");
                 match ty {
@@ -106,7 +107,7 @@ impl WireUsage {
                     self.responses_usage(u);
                 }
             }
-            Api::Chat => self.observe_chat(&v),
+            Api::Chat | Api::Completions | Api::Embeddings => self.observe_chat(&v),
             Api::Messages => {
                 if let Some(m) = model_of(&v) {
                     self.model = Some(m);
@@ -206,6 +207,23 @@ mod tests {
                 cache_write_input_tokens: 5,
             }
         );
+    }
+
+    #[test]
+    fn completions_and_embeddings_usage_is_read_like_chat() {
+        let mut w = WireUsage::default();
+        w.observe_body(
+            Api::Embeddings,
+            br#"{"model":"text-embedding-3-small","usage":{"prompt_tokens":1000,"total_tokens":1000}}"#,
+        );
+        assert_eq!(w.usage.budget_tokens(), 1000);
+        assert_eq!(w.usage.output_tokens, 0);
+        let mut w = WireUsage::default();
+        w.observe_event(
+            Api::Completions,
+            br#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":988,"total_tokens":1000}}"#,
+        );
+        assert_eq!((w.usage.input_tokens, w.usage.output_tokens), (12, 988));
     }
 
     #[test]
