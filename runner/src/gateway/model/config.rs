@@ -142,11 +142,15 @@ impl ModelGatewayConfig {
         })
     }
 
-    /// The base URL to give the agent when the gateway listens on `127.0.0.1:port`:
-    /// `http://127.0.0.1:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
+    /// The base URL to give the agent when the gateway listens on port `port` of the round's
+    /// gateway address (`127.0.0.2`): `http://127.0.0.2:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
     /// for Anthropic).
     pub fn agent_base_url(&self, port: u16) -> String {
-        format!("http://127.0.0.1:{port}{}", self.prefix)
+        format!(
+            "http://{}:{port}{}",
+            ralph_sandbox::spec::GATEWAY_HOST,
+            self.prefix
+        )
     }
 
     /// The upstream.
