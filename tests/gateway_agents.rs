@@ -89,7 +89,7 @@ fn assert_key_stayed_outside(f: &Fixture, server: &ModelServer, auth_header: &st
         env.contains("ralph-gateway-placeholder"),
         "the CLI saw the placeholder:\n{env}"
     );
-    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.2:"), "{env}");
     let proc = f.read_ws("seen-proc.txt");
     assert!(!proc.is_empty());
     assert!(!proc.contains(KEY), "the key is in /proc inside the round");

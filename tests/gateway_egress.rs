@@ -18,8 +18,8 @@ fn an_allowed_host_is_reachable_through_the_proxy_and_nothing_else_is() {
         "egress.sh",
         &format!(
             r#"code() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 "$@"; }}
-# NO_PROXY holds loopback (where the model gateway is); these loopback services are the test's
-# stand-ins for remote hosts, so the proxy is forced with --noproxy ''.
+# These loopback services are the test's stand-ins for remote hosts; the proxy is forced with
+# --noproxy '' (without it, the allowed one goes through the proxy too: see the mirror test).
 via() {{ code --noproxy '' -x "$HTTP_PROXY" "$@"; }}
 via http://127.0.0.1:{a}/allowed > a.txt
 via -p http://127.0.0.1:{a}/tunnel > tunnel.txt
@@ -45,8 +45,9 @@ echo '{{"status":"complete","summary":"probed","evidence":["a"],"nextSteps":[],"
     assert_eq!(f.read_ws("b-tunnel.txt"), "403");
     assert_eq!(f.read_ws("direct.txt"), "000", "no direct route");
     let env = f.read_ws("proxy-env.txt");
-    assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:"), "{env}");
-    assert!(env.contains("NO_PROXY="), "{env}");
+    assert!(env.contains("HTTPS_PROXY=http://127.0.0.2:"), "{env}");
+    // The allowed loopback host is not exempt; the gateway's address is.
+    assert!(env.contains("NO_PROXY=127.0.0.2,localhost,::1\n"), "{env}");
     let paths: Vec<String> = allowed.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, ["/allowed", "/tunnel"]);
     assert_eq!(other.request_count(), 0, "the refused service saw nothing");
@@ -157,5 +158,5 @@ fn allow_host_private_opt_in_is_checked_where_it_is_given() {
         .args(["--", "/bin/sh", "-c", "echo \"$HTTPS_PROXY\""])
         .output();
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.starts_with("http://127.0.0.1:"), "{out:?}");
+    assert!(out.stdout.starts_with("http://127.0.0.2:"), "{out:?}");
 }

@@ -39,7 +39,8 @@
 #
 # The step's exit code is ralph's (docs/operations.md): 0 when the runner verified the job
 # complete (or the worker reported it complete without a VERIFY). Its temporary directory
-# (TMPDIR/ralph-ci-*: the copy the job worked on) is removed however the step ends.
+# (TMPDIR/ralph-ci-*: the copy the job worked on) is removed however the step ends; a SIGINT or
+# SIGTERM to the step cancels the job first (ralph gets SIGTERM and ends it as cancelled).
 #
 #   RALPH=/path/to/ralph PROJECT=. AGENT=codex VERIFY='pytest -q' examples/ci/run-ralph-job.sh
 set -eu
@@ -76,8 +77,7 @@ if [ -z "${OBJECTIVE:-}" ] && [ -z "${OBJECTIVE_FILE:-}" ]; then
     fail "set OBJECTIVE (or OBJECTIVE_FILE)"
 fi
 
-# One temporary directory for everything the step makes, removed however it ends (ralph stops
-# its job on INT/TERM first: it gets the signal too, and the shell waits for it).
+# One temporary directory for everything the step makes, removed however it ends.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ralph-ci-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT
@@ -85,6 +85,33 @@ trap 'exit 143' TERM
 ws=$tmp/workspace
 mkdir "$ws"
 cp -R "$project/." "$ws/"
+
+# OUT_DIR (and the state directory) may lie inside the project (GitLab keeps artifacts only
+# there): never part of the job's copy, nor of its patch.
+exclude=
+for d in "$out" "$state"; do
+    case "$d/" in
+        "$project"/*)
+            rel=${d#"$project"/}
+            [ -n "$rel" ] || fail "OUT_DIR and STATE_DIR may not be the project itself"
+            rm -rf "${ws:?}/$rel"
+            exclude="$exclude :(exclude)$rel"
+            ;;
+    esac
+done
+
+# The project as the step found it, recorded before the job (a throwaway repository outside the
+# workspace, so nothing the agent leaves in its .git counts; git's own configuration, hooks and
+# drivers off): what result.patch is taken against.
+g() {
+    GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_DIR="$tmp/patch/.git" \
+        git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.autocrlf=false \
+        -c core.symlinks=true -c diff.external= "$@"
+}
+GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git init -q "$tmp/patch"
+# shellcheck disable=SC2086 # the exclusions are separate pathspecs
+GIT_INDEX_FILE=$tmp/base.index g --work-tree="$project" add -A -- . $exclude
+base=$(GIT_INDEX_FILE=$tmp/base.index g write-tree)
 
 # The command line, built as positional parameters (no word of a setting is split again).
 set -- run --workspace "$ws" --state-dir "$state" --json \
@@ -118,27 +145,31 @@ set +f
 
 # Files of an earlier run in OUT_DIR are not mixed into this one's (ralph appends a summary).
 rm -f "$out/result.json" "$out/result.patch" "$out/junit.xml" "$out/summary.md"
+# ralph runs in the background so that a signal to this step (a cancelled pipeline) reaches it:
+# it is passed on as SIGTERM (ralph cancels the job: the round's tree is stopped, the result
+# written), and the step waits for ralph before it cleans up.
+"$ralph" "$@" > "$out/result.json" &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null || :' INT TERM
 status=0
-"$ralph" "$@" > "$out/result.json" || status=$?
+wait "$pid" || status=$?
+# A wait cut short by a signal: wait again for ralph's own exit status.
+while kill -0 "$pid" 2>/dev/null; do
+    status=0
+    wait "$pid" || status=$?
+done
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# What the job changed, against the project as it was: both trees read by a throwaway
-# repository (outside the workspace, so nothing the agent left in its .git counts), with git's
-# own configuration, hooks and drivers off. The workspace's ignore rules apply (a change to
-# .gitignore shows in the patch).
+# What the job changed, against the project as it was. The workspace's ignore rules apply (a
+# change to .gitignore shows in the patch).
 if [ -d "$ws" ]; then
-    g() {
-        GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_DIR="$tmp/patch/.git" \
-            git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.autocrlf=false \
-            -c core.symlinks=true -c diff.external= "$@"
-    }
-    GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git init -q "$tmp/patch"
-    GIT_INDEX_FILE=$tmp/base.index g --work-tree="$project" add -A
-    base=$(GIT_INDEX_FILE=$tmp/base.index g write-tree)
-    GIT_INDEX_FILE=$tmp/ws.index g --work-tree="$ws" add -A
+    # shellcheck disable=SC2086
+    GIT_INDEX_FILE=$tmp/ws.index g --work-tree="$ws" add -A -- . $exclude
     GIT_INDEX_FILE=$tmp/ws.index g diff --cached --binary --no-ext-diff --no-textconv \
         "$base" > "$out/result.patch"
     files=$(GIT_INDEX_FILE=$tmp/ws.index g diff --cached --name-only "$base" | wc -l)
-    echo "ralph: result.patch: $files file(s) changed" >&2
+    echo "ralph: result.patch: $((files)) file(s) changed" >&2
 fi
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ] && [ -f "$out/summary.md" ]; then
     cat "$out/summary.md" >> "$GITHUB_STEP_SUMMARY"

@@ -182,7 +182,7 @@ mod tests {
         );
         assert_eq!(markdown_code("a_b*c\\d", false), "`a_b*c\\d`");
         // Backticks inside: a longer fence, padded where the text touches it.
-        assert_eq!(markdown_code("echo `date`", false), "``echo `date` ``");
+        assert_eq!(markdown_code("echo `date`", false), "`` echo `date` ``");
         assert_eq!(markdown_code("``x", false), "``` ``x ```");
         // Controls and line breaks shown escaped; a pipe escaped only in a table.
         assert_eq!(markdown_code("a\nb\u{1b}[2J", false), "`a\\nb\\x1b[2J`");

@@ -398,8 +398,10 @@ fn check_listener(port: u16, fd: OwnedFd) -> Result<TcpListener, RecvError> {
 mod tests {
     use super::*;
 
+    /// A port free on the gateway's address of this (the host's) namespace, where the test
+    /// binds: one free on 127.0.0.1 may be held there (TIME_WAIT of an earlier run).
     fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
+        TcpListener::bind((GATEWAY_HOST, 0))
             .unwrap()
             .local_addr()
             .unwrap()
