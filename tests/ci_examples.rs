@@ -153,7 +153,7 @@ fn idna_sdist() -> PathBuf {
         let dl = tempfile::tempdir_in(&cache).unwrap();
         let out = Command::new("/usr/bin/python3")
             .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:"])
-            .args(["--no-build-isolation", "idna==3.7", "-d"])
+            .args(["idna==3.7", "-d"])
             .arg(dl.path())
             .output()
             .unwrap();
@@ -194,13 +194,15 @@ fn buggy_idna_checkout(dir: &Path) -> PathBuf {
 }
 
 const FIXED: &str = "    if len(label) > 63:\n";
-const BUGGY: &str = "    if len(label) > 62:\n";
+// Not the same length as the fix: Python trusts a bytecode cache whose source has the same size
+// and modification second, and verify runs right after the fix.
+const BUGGY: &str = "    if len(label) >= 63:\n";
 
 /// The scripted agent: round 1 claims completion without a fix (the verify fails and its output
 /// is what the console and the summary show), round 2 fixes the bug.
 const IDNA_AGENT: &str = r#"cd "$RALPH_WORKSPACE"
 if [ "$RALPH_ROUND" -ge 2 ]; then
-  sed -i 's/    if len(label) > 62:/    if len(label) > 63:/' idna/core.py
+  sed -i 's/    if len(label) >= 63:/    if len(label) > 63:/' idna/core.py
   s="labels of 63 bytes are valid again"
 else
   s="looks done"
@@ -249,7 +251,7 @@ fn the_ci_step_fixes_a_real_project_and_publishes_its_patch() {
         serde_json::from_slice(&std::fs::read(out.join("result.json")).unwrap()).unwrap();
     assert_eq!(result["outcome"], "complete", "{result}");
     assert_eq!(result["verified"], true, "{result}");
-    assert_eq!(result["rounds"], 2, "{result}");
+    assert_eq!(result["rounds"], 2, "{result}\n{stderr}");
 
     // The console: round 1's verify failed with its output's tail, each line behind the prefix.
     assert!(
