@@ -392,7 +392,7 @@ fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
         let mirror = ModelServer::start(Api::Chat, vec![]);
         let tool = format!(
             "curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 http://127.0.0.1:{}/simple/ > mirror.txt; \
-             env | grep -i '^no_proxy=' > no-proxy.txt; echo fixed > done.txt",
+             env | grep -i '^no_proxy=' | LC_ALL=C sort > no-proxy.txt; echo fixed > done.txt",
             mirror.port()
         );
         let script = vec![

@@ -951,7 +951,7 @@ fn native_a_read_repository_of_another_owner_works_in_the_round() {
     // The host's protections are the runner's own: its git reads no system configuration, so
     // the round's (in the job's artifacts) never reaches it; and the repository was only read.
     let job = out.job_id();
-    let cfg = f.state.join("jobs").join(&job).join("rounds/1/in/gitconfig");
+    let cfg = f.state.join("jobs").join(&job).join("rounds/1/1/in/gitconfig");
     let cfg = std::fs::read_to_string(&cfg).unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
     assert!(cfg.contains("[safe]\n\tdirectory = *\n"), "{cfg}");
     let owner = std::fs::metadata(repo.join(".git/config")).unwrap();

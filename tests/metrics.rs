@@ -455,11 +455,18 @@ fn presets_refuse_a_job_without_network() {
     assert!(out.stderr.contains("--network gateway"), "{}", out.stderr);
 }
 
-/// The metric families of a registry, by name.
+/// The metric families of a registry, by name. `ralph_tokens_total`'s one label without a
+/// known value (`model`) has no pre-initialised series, so a usage is counted first.
 fn family_names() -> std::collections::BTreeSet<String> {
-    ralph_runner::metrics::Metrics::new(false)
-        .unwrap()
-        .gather()
+    let m = ralph_runner::metrics::Metrics::new(false).unwrap();
+    m.record(&ralph_runner::metrics::MetricEvent::Tokens {
+        model: "m".into(),
+        usage: ralph_runner::usage::UsageTotals {
+            input_tokens: 1,
+            ..Default::default()
+        },
+    });
+    m.gather()
         .iter()
         .map(|f| f.name().to_owned())
         .collect()

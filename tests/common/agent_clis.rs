@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 /// The command that installs the CLIs.
 pub const INSTALL_COMMAND: &str = ".ci/agent-clis/install.sh (run by .ci/setup)";
 
-/// `<repo>/target/agent-clis`.
+/// `<repo>/target/agent-clis`, its symlinks resolved (a worktree's may link to another
+/// checkout's install; a sandbox sees a `--read` tree at its real path only).
 pub fn agent_clis_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
-        .join("target/agent-clis")
+        .join("target/agent-clis");
+    dir.canonicalize().unwrap_or(dir)
 }
 
 /// The tree a sandbox must be able to read for the CLIs to run (`--read` it): the native
