@@ -220,11 +220,7 @@ fn the_ci_step_fixes_a_real_project_and_publishes_its_patch() {
     std::fs::create_dir(&agents).unwrap();
     let agent = agents.join("fix-idna.sh");
     std::fs::write(&agent, format!("#!/bin/sh\n{IDNA_AGENT}")).unwrap();
-    std::fs::set_permissions(
-        &agent,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = world.path().join("out");
     let tmp = world.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
@@ -234,7 +230,10 @@ fn the_ci_step_fixes_a_real_project_and_publishes_its_patch() {
         &tmp,
         &[
             ("PROJECT", project.to_str().unwrap()),
-            ("OBJECTIVE", "Make the test suite pass; do not edit the tests."),
+            (
+                "OBJECTIVE",
+                "Make the test suite pass; do not edit the tests.",
+            ),
             ("AGENT_CMD", agent.to_str().unwrap()),
             ("VERIFY", VERIFY),
             ("PROTECT", "tests pyproject.toml"),
@@ -265,7 +264,10 @@ fn the_ci_step_fixes_a_real_project_and_publishes_its_patch() {
         "{stderr}"
     );
     assert!(stderr.contains("ralph: | FAILED (failures=1"), "{stderr}");
-    assert!(stderr.contains("ralph: result.patch: 1 file(s) changed"), "{stderr}");
+    assert!(
+        stderr.contains("ralph: result.patch: 1 file(s) changed"),
+        "{stderr}"
+    );
 
     // The patch: exactly the fix, applying to the checkout (which the step left as it was).
     let patch = out.join("result.patch");
@@ -309,8 +311,15 @@ fn the_ci_step_fixes_a_real_project_and_publishes_its_patch() {
         summary.contains("The verify after round 1 failed (exit status 1)"),
         "{summary}"
     );
-    assert!(summary.contains("\nAssertionError: False is not true\n"), "{summary}");
-    assert!(std::fs::read_to_string(&step_summary).unwrap().ends_with(&summary));
+    assert!(
+        summary.contains("\nAssertionError: False is not true\n"),
+        "{summary}"
+    );
+    assert!(
+        std::fs::read_to_string(&step_summary)
+            .unwrap()
+            .ends_with(&summary)
+    );
 
     // Metrics: valid, no zero series for a model nobody named.
     let prom = std::fs::read_to_string(out.join("ralph.prom")).unwrap();
@@ -327,7 +336,10 @@ fn the_ci_step_refuses_a_project_without_an_agent_and_leaves_nothing() {
     let run = step(
         &world.path().join("out"),
         &tmp,
-        &[("PROJECT", world.path().to_str().unwrap()), ("OBJECTIVE", "x")],
+        &[
+            ("PROJECT", world.path().to_str().unwrap()),
+            ("OBJECTIVE", "x"),
+        ],
     )
     .output()
     .unwrap();
@@ -357,7 +369,10 @@ fn a_cancelled_step_cancels_the_job_and_leaves_nothing() {
         &[
             ("PROJECT", project.to_str().unwrap()),
             ("OBJECTIVE", "wait"),
-            ("AGENT_CMD", &format!("touch started; sleep 300; echo {marker}")),
+            (
+                "AGENT_CMD",
+                &format!("touch started; sleep 300; echo {marker}"),
+            ),
         ],
     )
     .stdout(Stdio::null())

@@ -397,7 +397,10 @@ fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
         );
         let script = vec![
             Turn::shell(&tool, Usage::new(100, 0, 10, 0)),
-            Turn::text(&report("complete", "asked the mirror"), Usage::new(120, 0, 10, 0)),
+            Turn::text(
+                &report("complete", "asked the mirror"),
+                Usage::new(120, 0, 10, 0),
+            ),
         ];
         let server = ModelServer::start(api, script);
         let upstream = if preset == "codex" {
@@ -432,12 +435,15 @@ fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
             .collect();
         assert!(
             !egress.is_empty()
-                && egress
-                    .iter()
-                    .all(|e| e["host"] == "127.0.0.1" && e["port"] == mirror.port()
-                        && e["allowed"] == true),
+                && egress.iter().all(|e| e["host"] == "127.0.0.1"
+                    && e["port"] == mirror.port()
+                    && e["allowed"] == true),
             "{preset}: {egress:?}"
         );
-        assert!(server.turn_requests().len() >= 2, "{preset}: {}", server.summary());
+        assert!(
+            server.turn_requests().len() >= 2,
+            "{preset}: {}",
+            server.summary()
+        );
     }
 }

@@ -193,7 +193,11 @@ fn an_allowed_loopback_mirror_works_for_pip_npm_cargo_curl_and_urllib() {
     // The toolchain of the cargo running this test (rustup's: `…/toolchains/NAME/bin/cargo`).
     let cargo = PathBuf::from(std::env::var("CARGO").expect("cargo sets CARGO for its tests"));
     let bin = cargo.parent().unwrap().to_path_buf();
-    assert!(bin.join("rustc").is_file(), "no rustc beside {}", cargo.display());
+    assert!(
+        bin.join("rustc").is_file(),
+        "no rustc beside {}",
+        cargo.display()
+    );
     let toolchain = bin.parent().unwrap();
     let agent = f.agent("mirror-clients.sh", MIRROR_CLIENTS);
     let out = f
@@ -218,7 +222,11 @@ fn an_allowed_loopback_mirror_works_for_pip_npm_cargo_curl_and_urllib() {
         ("cargo", "ralph-mirror-probe-1.0.0.crate", "cargo/"),
     ] {
         let text = f.read_ws(&format!("{client}.out"));
-        assert_eq!(f.read_ws(&format!("{client}.rc")).trim(), "0", "{client}: {text}");
+        assert_eq!(
+            f.read_ws(&format!("{client}.rc")).trim(),
+            "0",
+            "{client}: {text}"
+        );
         assert!(text.contains(says), "{client}: {text}");
         // The host's mirror served it.
         assert!(
@@ -234,12 +242,15 @@ fn an_allowed_loopback_mirror_works_for_pip_npm_cargo_curl_and_urllib() {
         "/crates/ralph-mirror-probe/1.0.0/download",
     ] {
         assert!(
-            requests.iter().any(|r| r.starts_with(&format!("GET {wanted} "))),
+            requests
+                .iter()
+                .any(|r| r.starts_with(&format!("GET {wanted} "))),
             "{wanted}: {requests:#?}"
         );
     }
     assert!(
-        f.read_ws("no-proxy.txt").contains("NO_PROXY=127.0.0.2,localhost,::1\n"),
+        f.read_ws("no-proxy.txt")
+            .contains("NO_PROXY=127.0.0.2,localhost,::1\n"),
         "{}",
         f.read_ws("no-proxy.txt")
     );
@@ -252,9 +263,9 @@ fn an_allowed_loopback_mirror_works_for_pip_npm_cargo_curl_and_urllib() {
         .collect();
     assert!(egress.len() >= 5, "{egress:?}");
     assert!(
-        egress
-            .iter()
-            .all(|e| e["allowed"] == true && e["host"] == "127.0.0.1" && e["port"] == mirror.port()),
+        egress.iter().all(|e| e["allowed"] == true
+            && e["host"] == "127.0.0.1"
+            && e["port"] == mirror.port()),
         "{egress:?}"
     );
 }

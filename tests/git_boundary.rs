@@ -914,8 +914,10 @@ fn native_a_read_repository_of_another_owner_works_in_the_round() {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
     };
-    sh("git init -q -b main && mkdir sub && echo x > sub/f && git add -A \
-        && git -c user.name=u -c user.email=u@u commit -qm 'upstream commit'");
+    sh(
+        "git init -q -b main && mkdir sub && echo x > sub/f && git add -A \
+        && git -c user.name=u -c user.email=u@u commit -qm 'upstream commit'",
+    );
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
     sh(&format!(
         "chown -R {}:{} . && chmod -R a+rX . && chmod a+rx {} {}",
@@ -933,16 +935,29 @@ fn native_a_read_repository_of_another_owner_works_in_the_round() {
         .output();
     out.expect_code(0);
     let uid: u32 = f.read_ws("uid.txt").trim().parse().unwrap();
-    assert_ne!(uid, nobody.uid.as_raw(), "the round must not run as the owner");
+    assert_ne!(
+        uid,
+        nobody.uid.as_raw(),
+        "the round must not run as the owner"
+    );
     // The control: without the round's configuration git refuses the repository.
-    assert_eq!(f.read_ws("control.rc").trim(), "128", "{}", f.read_ws("control.txt"));
+    assert_eq!(
+        f.read_ws("control.rc").trim(),
+        "128",
+        "{}",
+        f.read_ws("control.txt")
+    );
     assert!(
         f.read_ws("control.txt").contains("dubious ownership"),
         "{}",
         f.read_ws("control.txt")
     );
     // With it, log, status and discovery work.
-    for (rc, text) in [("log.rc", "log.txt"), ("status.rc", "status.txt"), ("top.rc", "top.txt")] {
+    for (rc, text) in [
+        ("log.rc", "log.txt"),
+        ("status.rc", "status.txt"),
+        ("top.rc", "top.txt"),
+    ] {
         assert_eq!(f.read_ws(rc).trim(), "0", "{text}: {}", f.read_ws(text));
     }
     assert_eq!(f.read_ws("log.txt").trim(), "upstream commit");
@@ -951,9 +966,16 @@ fn native_a_read_repository_of_another_owner_works_in_the_round() {
     // The host's protections are the runner's own: its git reads no system configuration, so
     // the round's (in the job's artifacts) never reaches it; and the repository was only read.
     let job = out.job_id();
-    let cfg = f.state.join("jobs").join(&job).join("rounds/1/1/in/gitconfig");
+    let cfg = f
+        .state
+        .join("jobs")
+        .join(&job)
+        .join("rounds/1/1/in/gitconfig");
     let cfg = std::fs::read_to_string(&cfg).unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
     assert!(cfg.contains("[safe]\n\tdirectory = *\n"), "{cfg}");
     let owner = std::fs::metadata(repo.join(".git/config")).unwrap();
-    assert_eq!(std::os::unix::fs::MetadataExt::uid(&owner), nobody.uid.as_raw());
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&owner),
+        nobody.uid.as_raw()
+    );
 }

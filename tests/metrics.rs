@@ -466,10 +466,7 @@ fn family_names() -> std::collections::BTreeSet<String> {
             ..Default::default()
         },
     });
-    m.gather()
-        .iter()
-        .map(|f| f.name().to_owned())
-        .collect()
+    m.gather().iter().map(|f| f.name().to_owned()).collect()
 }
 
 #[test]

@@ -18,7 +18,8 @@ impl PackageMirror {
     /// Starts the mirror, its request log in `dir`.
     pub fn start(dir: &Path) -> Self {
         let log = dir.join("mirror-requests.log");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/package_mirror.py");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/package_mirror.py");
         let mut child = Command::new("/usr/bin/python3")
             .arg(script)
             .arg(&log)

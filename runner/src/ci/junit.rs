@@ -99,7 +99,11 @@ fn verify_case(v: &super::Verify) -> String {
         // The message: the verdict and the output's last line (what a test runner ends with:
         // `1 failed, 3 passed`); the body: its last lines; system-out: the whole kept tail.
         let (tail, _) = super::last_lines(&v.output_tail, super::VERIFY_TAIL_LINES);
-        let last = tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         let mut message = format!("`{}` failed: {}", v.command, v.how());
         if !last.is_empty() {
             message.push_str(": ");

@@ -9,8 +9,8 @@ pub mod junit;
 pub mod summary;
 mod text;
 
-use ralph_sandbox::Termination;
 use ralph_sandbox::EndedBy;
+use ralph_sandbox::Termination;
 
 use crate::store::{AttemptResult, Event, EventKind};
 

@@ -55,9 +55,7 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         s.push('\n');
     }
     if !verifies.is_empty() {
-        s.push_str(
-            "| Verify after round | Command | Result | Seconds |\n|---:|---|---|---:|\n",
-        );
+        s.push_str("| Verify after round | Command | Result | Seconds |\n|---:|---|---|---:|\n");
         for v in &verifies {
             s.push_str(&format!(
                 "| {} | {} | {} | {:.1} |\n",
@@ -224,7 +222,10 @@ mod tests {
         let events: Vec<Event> = (1..=5).map(|r| verify(r, false, "boom\n")).collect();
         let md = super::render(&result("x"), &events);
         assert_eq!(md.matches("```text\nboom\n```").count(), 3, "{md}");
-        assert!(md.contains("The output of 2 earlier failed verify run(s)"), "{md}");
+        assert!(
+            md.contains("The output of 2 earlier failed verify run(s)"),
+            "{md}"
+        );
         assert!(!md.contains("after round 2 failed"), "{md}");
         assert!(md.contains("after round 5 failed"), "{md}");
     }

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
+use ralph_runner::ci::VERIFY_TAIL_LINES;
 use ralph_runner::report::Report;
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
-use ralph_runner::ci::VERIFY_TAIL_LINES;
 use ralph_runner::util::terminal::{self, Prefixed};
 use ralph_runner::util::text::bounded;
 
@@ -193,7 +193,10 @@ impl Progress {
         } else {
             "its output".to_owned()
         };
-        self.line(&format!("verify output ({which}; all of it: {}):", log.display()));
+        self.line(&format!(
+            "verify output ({which}; all of it: {}):",
+            log.display()
+        ));
         let mut lines = Vec::new();
         let mut p = Prefixed::new(VERIFY_PREFIX);
         p.push(tail.as_bytes(), |l| lines.push(l));

@@ -258,16 +258,31 @@ mod tests {
         write(&path, one_run("gpt-x", 5)).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("model=\"unknown\""), "{text}");
-        assert!(text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"), "{text}");
-        assert!(text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"), "{text}");
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"),
+            "{text}"
+        );
         // Pre-initialised series of this version stay, at zero.
-        assert!(text.contains("ralph_rounds_total{outcome=\"blocked\"} 0"), "{text}");
+        assert!(
+            text.contains("ralph_rounds_total{outcome=\"blocked\"} 0"),
+            "{text}"
+        );
         // A run without usage has no tokens family: the counted ones stay.
         let m = crate::metrics::Metrics::new(false).unwrap();
         write(&path, m.gather()).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"), "{text}");
-        assert!(text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"), "{text}");
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -470,9 +470,8 @@ fn proxy_env_points_at_the_gateway_address_and_exempts_it() {
 /// the mirror to the round's own empty loopback. The gateway's own address stays exempt.
 #[test]
 fn no_proxy_never_names_an_allowed_loopback_host() {
-    let allow = |hosts: &[&str]| -> Vec<AllowHost> {
-        hosts.iter().map(|h| h.parse().unwrap()).collect()
-    };
+    let allow =
+        |hosts: &[&str]| -> Vec<AllowHost> { hosts.iter().map(|h| h.parse().unwrap()).collect() };
     let no = |hosts: &[&str]| -> String {
         proxy_env(41411, &allow(hosts))
             .into_iter()
@@ -481,7 +480,10 @@ fn no_proxy_never_names_an_allowed_loopback_host() {
             .1
     };
     assert_eq!(no(&["127.0.0.1:3141"]), "127.0.0.2,localhost,::1");
-    assert_eq!(no(&["localhost:4873", "mirror.example"]), "127.0.0.2,127.0.0.1,::1");
+    assert_eq!(
+        no(&["localhost:4873", "mirror.example"]),
+        "127.0.0.2,127.0.0.1,::1"
+    );
     assert_eq!(no(&["[::1]:8080", "127.0.0.1:1"]), "127.0.0.2,localhost");
     // Names are matched as the entries normalise them.
     assert_eq!(no(&["LocalHost.:1"]), "127.0.0.2,127.0.0.1,::1");

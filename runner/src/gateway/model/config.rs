@@ -143,14 +143,20 @@ impl ModelGatewayConfig {
     }
 
     /// The base URL to give the agent when the gateway listens on port `port` of the round's
-    /// gateway address (`127.0.0.2`): `http://127.0.0.2:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
+    /// gateway address (`127.0.0.2`, [`ralph_sandbox::spec::GATEWAY_HOST`]):
+    /// `http://127.0.0.2:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
     /// for Anthropic).
     pub fn agent_base_url(&self, port: u16) -> String {
-        format!(
-            "http://{}:{port}{}",
+        self.base_url_at(std::net::SocketAddr::from((
             ralph_sandbox::spec::GATEWAY_HOST,
-            self.prefix
-        )
+            port,
+        )))
+    }
+
+    /// The base URL of the gateway served on `addr` (a listener of the host's, in tests and
+    /// checks): `http://ADDR` followed by the upstream URL's path.
+    pub fn base_url_at(&self, addr: std::net::SocketAddr) -> String {
+        format!("http://{addr}{}", self.prefix)
     }
 
     /// The upstream.
@@ -231,13 +237,13 @@ mod tests {
     #[test]
     fn base_url_keeps_the_upstream_path_and_routes_only_under_it() {
         let c = cfg("https://api.openai.com/v1/").unwrap();
-        assert_eq!(c.agent_base_url(4000), "http://127.0.0.1:4000/v1");
+        assert_eq!(c.agent_base_url(4000), "http://127.0.0.2:4000/v1");
         assert_eq!(c.origin, "https://api.openai.com");
         assert!(c.routes("/v1/responses"));
         assert!(!c.routes("/v10/responses"));
         assert!(!c.routes("/responses"));
         let a = cfg("https://api.anthropic.com").unwrap();
-        assert_eq!(a.agent_base_url(1), "http://127.0.0.1:1");
+        assert_eq!(a.agent_base_url(1), "http://127.0.0.2:1");
         assert!(a.routes("/v1/messages"));
         assert!(!format!("{:?}", a).contains("sk-real"));
     }
