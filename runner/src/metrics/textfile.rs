@@ -158,7 +158,7 @@ pub fn merge(old: Vec<MetricFamily>, mut new: Vec<MetricFamily>) -> Vec<MetricFa
             .filter(|m| t != MetricType::COUNTER || m.get_counter().get_value() != 0.0)
             .collect();
         if !kept.is_empty() {
-            prev.set_metric(kept.into());
+            prev.set_metric(kept);
             new.push(prev);
         }
     }
