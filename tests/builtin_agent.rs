@@ -251,7 +251,7 @@ fn a_json_only_server_works_and_the_key_never_enters_the_round() {
     assert_eq!(j["usage"]["output_tokens"], output);
     // The key: not in the round's environment, /proc, files; the server's port unreachable.
     let env = f.read_ws("seen-env.txt");
-    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.2:"), "{env}");
     assert!(!env.contains(KEY), "the key is in the round's environment");
     let proc = f.read_ws("seen-proc.txt");
     assert!(!proc.is_empty());

@@ -138,9 +138,15 @@ for c in suite.findall('testcase'):
         1 + 4 + 1 + 2,
         "round header + 4 attempts + verify header + 2 verifies: {md}"
     );
+    // The command is a code span (shown as it is), its pipes escaped for the table.
     assert!(
-        md.contains("| 2 | test -e fixed \\|\\| "),
+        md.contains("| 2 | `test -e fixed \\|\\| "),
         "the command's pipes stay in their cell: {md}"
+    );
+    // The failed verify's output follows the table, in a block of its own.
+    assert!(
+        md.contains("The verify after round 2 failed (exit status 1); its output"),
+        "{md}"
     );
     // The last report sits in a fence longer than the backtick run inside it: no line of it
     // starts a heading outside the block.

@@ -89,7 +89,7 @@ fn assert_key_stayed_outside(f: &Fixture, server: &ModelServer, auth_header: &st
         env.contains("ralph-gateway-placeholder"),
         "the CLI saw the placeholder:\n{env}"
     );
-    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.2:"), "{env}");
     let proc = f.read_ws("seen-proc.txt");
     assert!(!proc.is_empty());
     assert!(!proc.contains(KEY), "the key is in /proc inside the round");
@@ -372,4 +372,78 @@ echo '{"status":"complete","summary":"asked","evidence":["a"],"nextSteps":[],"bl
     assert_eq!(mismatch.len(), 1, "{events:?}");
     assert_eq!(mismatch[0].1["gateway"]["input_tokens"], 700);
     assert_eq!(mismatch[0].1["agent"]["input_tokens"], 7);
+}
+
+/// Issue 26: beside an allowed loopback mirror (`--allow-host 127.0.0.1:PORT`, a package index
+/// on the runner host), `NO_PROXY` names only the gateway's own address (`127.0.0.2`): codex and
+/// claude still reach the model gateway directly — no egress decision names it — and the round's
+/// tool call reaches the mirror on the host's loopback through the egress proxy, with no
+/// `--noproxy` of its own.
+#[test]
+fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
+    for (preset, api, model) in [
+        ("codex", Api::Responses, "gpt-5"),
+        ("claude", Api::Messages, "claude-sonnet-4-5"),
+    ] {
+        let Some(cli) = require_agent_cli(preset) else {
+            return;
+        };
+        let f = Fixture::new();
+        let mirror = ModelServer::start(Api::Chat, vec![]);
+        let tool = format!(
+            "curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 http://127.0.0.1:{}/simple/ > mirror.txt; \
+             env | grep -i '^no_proxy=' | LC_ALL=C sort > no-proxy.txt; echo fixed > done.txt",
+            mirror.port()
+        );
+        let script = vec![
+            Turn::shell(&tool, Usage::new(100, 0, 10, 0)),
+            Turn::text(
+                &report("complete", "asked the mirror"),
+                Usage::new(120, 0, 10, 0),
+            ),
+        ];
+        let server = ModelServer::start(api, script);
+        let upstream = if preset == "codex" {
+            format!("{}/v1", server.url())
+        } else {
+            server.url()
+        };
+        let out = gateway_run(&f, preset, &cli, &upstream)
+            .args(["--model", model, "--verify", "grep -qx fixed done.txt"])
+            .args(["--allow-host", &format!("127.0.0.1:{}", mirror.port())])
+            .output();
+        out.expect_code(0);
+        let j = out.json();
+        assert_eq!(j["outcome"], "complete", "{preset}: {}", server.summary());
+        assert_eq!(
+            f.read_ws("no-proxy.txt"),
+            "NO_PROXY=127.0.0.2,localhost,::1\nno_proxy=127.0.0.2,localhost,::1\n",
+            "{preset}"
+        );
+        // The mirror answered the tool call (through the proxy: the round's own 127.0.0.1 is
+        // empty), and saw it.
+        assert_ne!(f.read_ws("mirror.txt"), "000", "{preset}");
+        let paths: Vec<String> = mirror.requests().into_iter().map(|r| r.path).collect();
+        assert_eq!(paths, ["/simple/"], "{preset}");
+        // The model requests went to the gateway directly: the proxy decided about the mirror
+        // only.
+        let egress: Vec<Value> = f
+            .events(&out.job_id())
+            .into_iter()
+            .filter(|(t, _)| t == "egress")
+            .map(|(_, v)| v)
+            .collect();
+        assert!(
+            !egress.is_empty()
+                && egress.iter().all(|e| e["host"] == "127.0.0.1"
+                    && e["port"] == mirror.port()
+                    && e["allowed"] == true),
+            "{preset}: {egress:?}"
+        );
+        assert!(
+            server.turn_requests().len() >= 2,
+            "{preset}: {}",
+            server.summary()
+        );
+    }
 }

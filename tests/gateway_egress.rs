@@ -7,6 +7,7 @@ mod common;
 
 use common::model_server::{Api, ModelServer};
 use common::*;
+use std::path::PathBuf;
 
 #[test]
 fn an_allowed_host_is_reachable_through_the_proxy_and_nothing_else_is() {
@@ -18,8 +19,8 @@ fn an_allowed_host_is_reachable_through_the_proxy_and_nothing_else_is() {
         "egress.sh",
         &format!(
             r#"code() {{ curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 "$@"; }}
-# NO_PROXY holds loopback (where the model gateway is); these loopback services are the test's
-# stand-ins for remote hosts, so the proxy is forced with --noproxy ''.
+# These loopback services are the test's stand-ins for remote hosts; the proxy is forced with
+# --noproxy '' (without it, the allowed one goes through the proxy too: see the mirror test).
 via() {{ code --noproxy '' -x "$HTTP_PROXY" "$@"; }}
 via http://127.0.0.1:{a}/allowed > a.txt
 via -p http://127.0.0.1:{a}/tunnel > tunnel.txt
@@ -45,8 +46,9 @@ echo '{{"status":"complete","summary":"probed","evidence":["a"],"nextSteps":[],"
     assert_eq!(f.read_ws("b-tunnel.txt"), "403");
     assert_eq!(f.read_ws("direct.txt"), "000", "no direct route");
     let env = f.read_ws("proxy-env.txt");
-    assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:"), "{env}");
-    assert!(env.contains("NO_PROXY="), "{env}");
+    assert!(env.contains("HTTPS_PROXY=http://127.0.0.2:"), "{env}");
+    // The allowed loopback host is not exempt; the gateway's address is.
+    assert!(env.contains("NO_PROXY=127.0.0.2,localhost,::1\n"), "{env}");
     let paths: Vec<String> = allowed.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, ["/allowed", "/tunnel"]);
     assert_eq!(other.request_count(), 0, "the refused service saw nothing");
@@ -157,5 +159,113 @@ fn allow_host_private_opt_in_is_checked_where_it_is_given() {
         .args(["--", "/bin/sh", "-c", "echo \"$HTTPS_PROXY\""])
         .output();
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(out.stdout.starts_with("http://127.0.0.1:"), "{out:?}");
+    assert!(out.stdout.starts_with("http://127.0.0.2:"), "{out:?}");
+}
+
+/// What the round runs against the mirror on the host's `127.0.0.1:$1` with the usual clients
+/// as they come, the proxy variables ralph set and nothing else (no `--noproxy`, no proxy
+/// flag): curl, Python's urllib, pip (into a virtualenv), npm and cargo (a sparse registry,
+/// `cargo fetch`, whose toolchain is `$2`). Each writes NAME.out and NAME.rc.
+const MIRROR_CLIENTS: &str = r#"cd "$RALPH_WORKSPACE"
+m="http://127.0.0.1:$1"
+run() { name=$1; shift; "$@" > "$name.out" 2>&1; echo $? > "$name.rc"; }
+run curl curl -sS --max-time 30 "$m/ping"
+run urllib /usr/bin/python3 -c "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())" "$m/ping"
+run pip sh -c "/usr/bin/python3 -m venv venv && venv/bin/pip install --disable-pip-version-check --index-url $m/simple/ ralph-mirror-probe && venv/bin/python -c 'import ralph_mirror_probe as p; print(p.VALUE)'"
+mkdir npm-project
+run npm sh -c "cd npm-project && /usr/bin/npm install --no-audit --no-fund --no-update-notifier --registry $m/ ralph-mirror-probe && /usr/bin/node -e 'console.log(require(\"ralph-mirror-probe\"))'"
+mkdir -p cargo-project/src
+printf '[package]\nname = "probe"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nralph-mirror-probe = { version = "1", registry = "mirror" }\n' > cargo-project/Cargo.toml
+: > cargo-project/src/lib.rs
+run cargo sh -c "cd cargo-project && CARGO_HOME=\$PWD/../cargo-home CARGO_REGISTRIES_MIRROR_INDEX=sparse+$m/index/ RUSTC=$2/rustc $2/cargo fetch && ls ../cargo-home/registry/cache/*/"
+env | grep -i '^no_proxy=' > no-proxy.txt
+echo '{"status":"complete","summary":"asked the mirror","evidence":["x"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE"
+"#;
+
+/// Issue 26 (SPEC §12): an allowed loopback host — a package mirror on the runner host,
+/// `--allow-host 127.0.0.1:PORT` — works for pip, npm, cargo, curl and Python's urllib: they go
+/// through the egress proxy to the host's mirror, because `NO_PROXY` names only the gateway's own
+/// address. (It named `127.0.0.1`, so every client went to the round's own empty loopback.)
+#[test]
+fn an_allowed_loopback_mirror_works_for_pip_npm_cargo_curl_and_urllib() {
+    let f = Fixture::new();
+    let mirror = common::package_mirror::PackageMirror::start(f.root.path());
+    // The toolchain of the cargo running this test (rustup's: `…/toolchains/NAME/bin/cargo`).
+    let cargo = PathBuf::from(std::env::var("CARGO").expect("cargo sets CARGO for its tests"));
+    let bin = cargo.parent().unwrap().to_path_buf();
+    assert!(
+        bin.join("rustc").is_file(),
+        "no rustc beside {}",
+        cargo.display()
+    );
+    let toolchain = bin.parent().unwrap();
+    let agent = f.agent("mirror-clients.sh", MIRROR_CLIENTS);
+    let out = f
+        .run_cmd(&format!(
+            "{} {} {}",
+            agent.display(),
+            mirror.port(),
+            bin.display()
+        ))
+        .args(["--allow-host", &format!("127.0.0.1:{}", mirror.port())])
+        .arg("--read")
+        .arg(toolchain)
+        .args(["--round-timeout", "10m"])
+        .output();
+    out.expect_code(0);
+    let requests = mirror.requests();
+    for (client, says, agent_of) in [
+        ("curl", "pong from the mirror", "curl/"),
+        ("urllib", "pong from the mirror", "Python-urllib/"),
+        ("pip", "from the mirror", "pip/"),
+        ("npm", "from the mirror", "npm/"),
+        ("cargo", "ralph-mirror-probe-1.0.0.crate", "cargo/"),
+    ] {
+        let text = f.read_ws(&format!("{client}.out"));
+        assert_eq!(
+            f.read_ws(&format!("{client}.rc")).trim(),
+            "0",
+            "{client}: {text}"
+        );
+        assert!(text.contains(says), "{client}: {text}");
+        // The host's mirror served it.
+        assert!(
+            requests.iter().any(|r| r.contains(agent_of)),
+            "{client} never reached the mirror: {requests:#?}"
+        );
+    }
+    for wanted in [
+        "/simple/ralph-mirror-probe/",
+        "/files/ralph_mirror_probe-1.0-py3-none-any.whl",
+        "/ralph-mirror-probe/-/ralph-mirror-probe-1.0.0.tgz",
+        "/index/config.json",
+        "/crates/ralph-mirror-probe/1.0.0/download",
+    ] {
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.starts_with(&format!("GET {wanted} "))),
+            "{wanted}: {requests:#?}"
+        );
+    }
+    assert!(
+        f.read_ws("no-proxy.txt")
+            .contains("NO_PROXY=127.0.0.2,localhost,::1\n"),
+        "{}",
+        f.read_ws("no-proxy.txt")
+    );
+    // Every request went through the proxy, which allowed each.
+    let egress: Vec<serde_json::Value> = f
+        .events(&out.job_id())
+        .into_iter()
+        .filter(|(t, _)| t == "egress")
+        .map(|(_, v)| v)
+        .collect();
+    assert!(egress.len() >= 5, "{egress:?}");
+    assert!(
+        egress.iter().all(|e| e["allowed"] == true
+            && e["host"] == "127.0.0.1"
+            && e["port"] == mirror.port()),
+        "{egress:?}"
+    );
 }

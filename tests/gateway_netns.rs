@@ -1,5 +1,5 @@
 //! `--network gateway` on the native backend, for real: the round keeps its private network
-//! namespace (only `lo`), each requested port is a TCP listener made on `127.0.0.1` *inside* it
+//! namespace (only `lo`), each requested port is a TCP listener made on `127.0.0.2` *inside* it
 //! and handed to the caller, and the caller serves it from the host. Nothing else of the host is
 //! reachable, and no descriptor of the hand-over reaches the command.
 //!
@@ -194,11 +194,11 @@ fn the_gateway_is_reachable_and_the_host_is_not() {
         r#"
 import errno, socket
 for port in ({g1}, {g2}):
-    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s = socket.create_connection(("127.0.0.2", port), timeout=20)
     s.sendall(b"ping from inside %d\n" % port)
     print("gateway", port, "->", s.makefile().readline().strip(), flush=True)
     s.close()
-for host, port in (("127.0.0.1", {host_port}), ("::1", {g1})):
+for host, port in (("127.0.0.1", {host_port}), ("::1", {g1}), ("127.0.0.1", {g1})):
     try:
         socket.create_connection((host, port), timeout=5)
         print("reached", host, port)
@@ -235,7 +235,13 @@ for host, port in (("127.0.0.1", {host_port}), ("::1", {g1})):
     );
     assert!(
         out.contains(&format!("refused ::1 {g1} ")),
-        "only 127.0.0.1 is served: {out}"
+        "only 127.0.0.2 is served: {out}"
+    );
+    // The gateway has an address of its own: the round's 127.0.0.1 stays its own (what
+    // `NO_PROXY` tells apart from an allowed mirror on the host's 127.0.0.1).
+    assert!(
+        out.contains(&format!("refused 127.0.0.1 {g1} ECONNREFUSED")),
+        "the gateway is on 127.0.0.2 only: {out}"
     );
     assert_eq!(
         host.accept().map(|_| ()).unwrap_err().kind(),
@@ -261,7 +267,7 @@ for host, port in (("127.0.0.1", {host_port}), ("::1", {g1})):
 }
 
 /// The listeners live in the round's namespace, not the host's: while the round runs, the
-/// host's 127.0.0.1:PORT refuses.
+/// host's 127.0.0.2:PORT refuses.
 #[test]
 fn the_listeners_are_not_in_the_hosts_namespace() {
     let w = world();
@@ -280,16 +286,16 @@ fn the_listeners_are_not_in_the_hosts_namespace() {
         assert_eq!(listeners.len(), 1);
         let (port, l) = &listeners[0];
         assert_eq!(*port, g);
-        // Non-blocking, close-on-exec, listening on 127.0.0.1:g.
+        // Non-blocking, close-on-exec, listening on 127.0.0.2:g.
         assert_eq!(
             l.local_addr().unwrap().to_string(),
-            format!("127.0.0.1:{g}")
+            format!("127.0.0.2:{g}")
         );
         assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
         let fd = std::os::fd::AsRawFd::as_raw_fd(l);
         // SAFETY: fcntl query on a descriptor this test owns.
         assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC != 0);
-        let e = TcpStream::connect(("127.0.0.1", g)).unwrap_err();
+        let e = TcpStream::connect(("127.0.0.2", g)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
         let cancel = CancellationToken::new();
         cancel.cancel();
@@ -627,7 +633,7 @@ for label, host, port in [{list}]:
         let w = world();
         let port = free_port();
         let mut s = spec(&w, Mode::WorkspaceWrite, Network::Gateway, &[port], script);
-        let proxy = format!("http://127.0.0.1:{port}");
+        let proxy = format!("http://127.0.0.2:{port}");
         s.env.push(("HTTP_PROXY".into(), proxy.clone()));
         s.env.push(("HTTPS_PROXY".into(), proxy));
         let cfg = EgressConfig {

@@ -874,3 +874,108 @@ fn a_round_can_commit_with_the_default_identity_or_the_one_passed_in() {
         }
     }
 }
+
+/// What the round runs on the `--read` repository `$1` (another owner's): `git log`, `git
+/// status`, discovery of the repository from a subdirectory (what Codex's sandbox tests rely
+/// on), then the control: the same `git log` without the round's system configuration, which
+/// git must refuse as of dubious ownership.
+const READ_REPO: &str = r#"
+cd "$RALPH_WORKSPACE"
+git -C "$1" log --format=%s > log.txt 2>&1; echo $? > log.rc
+git -C "$1" status --porcelain > status.txt 2>&1; echo $? > status.rc
+(cd "$1/sub" && git rev-parse --show-toplevel) > top.txt 2>&1; echo $? > top.rc
+GIT_CONFIG_SYSTEM=/dev/null git -C "$1" log --format=%s > control.txt 2>&1; echo $? > control.rc
+id -u > uid.txt
+printf '{"status":"complete","summary":"read","evidence":["git"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE"
+"#;
+
+/// Issue 26: a `--read` git repository owned by another user works inside the round (its
+/// system configuration trusts every directory: the round is the boundary), and the host's own
+/// git still runs with none of it.
+#[test]
+fn native_a_read_repository_of_another_owner_works_in_the_round() {
+    if git().is_none() || !is_root() {
+        eprintln!("skipped: needs git and root (to give the repository to `nobody`)");
+        return;
+    }
+    let f = Fixture::new();
+    // World-readable, so any agent user may read it: only the owner differs.
+    let shared = f.root.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let repo = shared.join("upstream");
+    std::fs::create_dir(&repo).unwrap();
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    sh(
+        "git init -q -b main && mkdir sub && echo x > sub/f && git add -A \
+        && git -c user.name=u -c user.email=u@u commit -qm 'upstream commit'",
+    );
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    sh(&format!(
+        "chown -R {}:{} . && chmod -R a+rX . && chmod a+rx {} {}",
+        nobody.uid,
+        nobody.gid,
+        shared.display(),
+        f.root.path().display()
+    ));
+    let agent = f.agent("agent.sh", READ_REPO);
+    let out = f
+        .run_cmd(&format!("{} {}", agent.display(), repo.display()))
+        .arg("--read")
+        .arg(&shared)
+        .args(["--backend", "native", "--max-rounds", "1"])
+        .output();
+    out.expect_code(0);
+    let uid: u32 = f.read_ws("uid.txt").trim().parse().unwrap();
+    assert_ne!(
+        uid,
+        nobody.uid.as_raw(),
+        "the round must not run as the owner"
+    );
+    // The control: without the round's configuration git refuses the repository.
+    assert_eq!(
+        f.read_ws("control.rc").trim(),
+        "128",
+        "{}",
+        f.read_ws("control.txt")
+    );
+    assert!(
+        f.read_ws("control.txt").contains("dubious ownership"),
+        "{}",
+        f.read_ws("control.txt")
+    );
+    // With it, log, status and discovery work.
+    for (rc, text) in [
+        ("log.rc", "log.txt"),
+        ("status.rc", "status.txt"),
+        ("top.rc", "top.txt"),
+    ] {
+        assert_eq!(f.read_ws(rc).trim(), "0", "{text}: {}", f.read_ws(text));
+    }
+    assert_eq!(f.read_ws("log.txt").trim(), "upstream commit");
+    assert_eq!(f.read_ws("status.txt"), "");
+    assert_eq!(f.read_ws("top.txt").trim(), repo.display().to_string());
+    // The host's protections are the runner's own: its git reads no system configuration, so
+    // the round's (in the job's artifacts) never reaches it; and the repository was only read.
+    let job = out.job_id();
+    let cfg = f
+        .state
+        .join("jobs")
+        .join(&job)
+        .join("rounds/1/1/in/gitconfig");
+    let cfg = std::fs::read_to_string(&cfg).unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
+    assert!(cfg.contains("[safe]\n\tdirectory = *\n"), "{cfg}");
+    let owner = std::fs::metadata(repo.join(".git/config")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&owner),
+        nobody.uid.as_raw()
+    );
+}

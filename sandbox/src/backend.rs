@@ -55,12 +55,12 @@ pub trait Running: Send {
     /// ([`crate::SandboxRequest::gateway_ports`]), in the order requested; each time after the
     /// first (and for every other run) empty.
     ///
-    /// Each is a TCP socket bound to `127.0.0.1:PORT` *inside the run's network namespace*,
-    /// already listening (backlog at least 128), close-on-exec and non-blocking (ready for
-    /// `tokio::net::TcpListener::from_std`). The caller accepts on it from the host: every
-    /// connection the command makes to `127.0.0.1:PORT` arrives there, and nothing else of the
-    /// host is reachable from inside. A listener keeps the (loopback-only) namespace alive: drop
-    /// it when the run is over.
+    /// Each is a TCP socket bound to `127.0.0.2:PORT` ([`crate::spec::GATEWAY_HOST`]) *inside
+    /// the run's network namespace*, already listening (backlog at least 128), close-on-exec
+    /// and non-blocking (ready for `tokio::net::TcpListener::from_std`). The caller accepts on
+    /// it from the host: every connection the command makes to `127.0.0.2:PORT` arrives there,
+    /// and nothing else of the host is reachable from inside. A listener keeps the
+    /// (loopback-only) namespace alive: drop it when the run is over.
     fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
         Vec::new()
     }

@@ -294,7 +294,7 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
 
 /// `--network gateway` on the native backend, tried the way a round does it: in a child (in a
 /// user namespace when not root), a new network namespace with loopback up, a TCP listener on
-/// `127.0.0.1` made there and handed over a socketpair with SCM_RIGHTS, and a connection to it
+/// the gateway's address (`127.0.0.2`) made there and handed over a socketpair with SCM_RIGHTS, and a connection to it
 /// from inside accepted on the handed-over descriptor. Works wherever network namespaces do.
 fn gateway_probe(euid: u32) -> Result<String, String> {
     use crate::native::gateway;
@@ -310,7 +310,7 @@ fn gateway_probe(euid: u32) -> Result<String, String> {
         let got = gateway::recv(&runner, &[port], Duration::from_secs(5))
             .map_err(|e| format!("receiving the listener: {e}"))?;
         let (_, listener) = got.first().ok_or("no listener received")?;
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", port))
+        let mut c = std::net::TcpStream::connect((crate::spec::GATEWAY_HOST, port))
             .map_err(|e| format!("connect to the handed-over listener: {e}"))?;
         c.write_all(b"g").map_err(|e| e.to_string())?;
         listener.set_nonblocking(false).map_err(|e| e.to_string())?;

@@ -74,7 +74,7 @@ pub enum Network {
     None,
     /// The runner's gateway and nothing else (SPEC §5, §9): the same private network namespace
     /// with only loopback as [`Network::None`], where AF_INET/AF_INET6 sockets are allowed, plus
-    /// one listening TCP socket on `127.0.0.1:PORT` per requested port
+    /// one listening TCP socket on `127.0.0.2:PORT` per requested port
     /// ([`crate::spec::SandboxRequest::gateway_ports`]), created inside the namespace before the
     /// command starts and handed to the runner, which accepts on it from the host
     /// ([`crate::Running::take_gateway_listeners`]). No route leaves the namespace: what the

@@ -173,7 +173,7 @@ pub struct Enforcement {
 pub struct NetworkEnforced {
     /// The setting (`gateway`).
     pub network: Network,
-    /// The ports of `127.0.0.1` inside the run where the runner's gateway listened.
+    /// The ports of `127.0.0.2` inside the run where the runner's gateway listened.
     pub gateway_ports: Vec<u16>,
 }
 

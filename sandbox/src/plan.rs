@@ -313,7 +313,8 @@ pub(crate) fn gateway_detail(ports: &[u16], families: &[SocketFamily]) -> String
         "no gateway port requested".to_owned()
     } else {
         format!(
-            "the runner's gateway on 127.0.0.1 port(s) {} is the only route out",
+            "the runner's gateway on {} port(s) {} is the only route out",
+            crate::spec::GATEWAY_HOST,
             crate::spec::port_list(ports)
         )
     };

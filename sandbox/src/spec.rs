@@ -91,7 +91,8 @@ pub struct SandboxRequest {
     /// `UID:GID`; `None`: the default agent user, see [`crate::identity`]).
     #[serde(default)]
     pub agent_user: Option<String>,
-    /// The loopback ports the runner's gateway listens on inside the round (`127.0.0.1:PORT`),
+    /// The loopback ports the runner's gateway listens on inside the round
+    /// ([`GATEWAY_HOST`]`:PORT`),
     /// with [`Network::Gateway`] only: each becomes a TCP listener created in the round's network
     /// namespace and handed to the caller ([`crate::Running::take_gateway_listeners`]). At most
     /// [`MAX_GATEWAY_PORTS`], none 0, no duplicates; anything else is refused before a process
@@ -99,6 +100,12 @@ pub struct SandboxRequest {
     #[serde(default)]
     pub gateway_ports: Vec<u16>,
 }
+
+/// The address of the runner's gateway inside a round: a loopback address of the round's own
+/// namespace, but not `127.0.0.1`, so that clients can tell it apart from the runner host's
+/// loopback that an `--allow-host 127.0.0.1:PORT` names (a package mirror). `NO_PROXY` names
+/// this address; clients match it by host, not port (Python's requests, reqwest, npm, curl).
+pub const GATEWAY_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 2);
 
 /// Most gateway ports one request may ask for (all their descriptors travel in one message).
 pub const MAX_GATEWAY_PORTS: usize = 16;

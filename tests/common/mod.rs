@@ -17,6 +17,7 @@ pub mod fix_project;
 pub mod git_server;
 pub mod model_api;
 pub mod model_server;
+pub mod package_mirror;
 pub mod pg_cluster;
 pub mod promtool;
 pub mod server;

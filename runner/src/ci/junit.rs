@@ -1,7 +1,7 @@
 //! The JUnit XML report of a job: one `<testsuite>` named after the job, a `<testcase>` per round
 //! attempt (`round 2` or `round 2 (attempt 2)`) and per verify run (`verify after round 3`).
-//! A failed attempt or verify has a `<failure>` with its reason; a report is in
-//! `<system-out>`. The shape is the common subset Jenkins, GitLab, GitHub test reporters and
+//! A failed attempt or verify has a `<failure>` with its reason (a verify's: how it ended and
+//! its output's last lines); a report, or a verify's output tail, is in `<system-out>`. The shape is the common subset Jenkins, GitLab, GitHub test reporters and
 //! `junitparser` read.
 
 use crate::job::JobResult;
@@ -96,11 +96,23 @@ fn verify_case(v: &super::Verify) -> String {
         secs(v.duration_ms)
     );
     if !v.passed {
-        let message = format!("`{}` failed", v.command);
+        // The message: the verdict and the output's last line (what a test runner ends with:
+        // `1 failed, 3 passed`); the body: its last lines; system-out: the whole kept tail.
+        let (tail, _) = super::last_lines(&v.output_tail, super::VERIFY_TAIL_LINES);
+        let last = tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let mut message = format!("`{}` failed: {}", v.command, v.how());
+        if !last.is_empty() {
+            message.push_str(": ");
+            message.push_str(last);
+        }
         s.push_str(&format!(
             "      <failure type=\"verify_failed\" message=\"{}\">{}</failure>\n",
             xml(&bounded(&message)),
-            xml(&bounded(&v.output_tail))
+            xml(&bounded(tail))
         ));
     }
     if !v.output_tail.is_empty() {

@@ -1,15 +1,19 @@
 //! The Markdown summary of a job (for `$GITHUB_STEP_SUMMARY`, a merge request note): the
-//! outcome in one line, a table of rounds, the verify runs, the token totals, and the last
-//! report. Agent-written text is escaped (a cell cannot leave its table, a block its fence).
+//! outcome in one line, a table of rounds, the verify runs with the tail of each failed one's
+//! output, the token totals, and the last report. Agent-written text is escaped (a cell cannot
+//! leave its table, a block its fence); a command or a quoted name is a code span (shown as it
+//! is), never backslash-escaped text.
 
 use crate::job::JobResult;
 use crate::store::Event;
 
-use super::text::{markdown_block, markdown_inline};
+use super::text::{markdown_block, markdown_code, markdown_inline_code};
 
 /// How much of one cell or block the summary keeps.
 const CELL_CAP: usize = 300;
 const BLOCK_CAP: usize = 4096;
+/// The failed verify runs whose output is shown (the last ones; the JUnit report has all).
+const OUTPUT_BLOCKS: usize = 3;
 
 /// The summary of `result`, from its journal `events`.
 pub fn render(result: &JobResult, events: &[Event]) -> String {
@@ -19,7 +23,7 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         result.outcome.as_str(),
         result.rounds,
         result.max_rounds,
-        cell(&format!(
+        line(&format!(
             "{} ({}): {}",
             result.outcome.as_str(),
             result.reason.as_str(),
@@ -27,8 +31,8 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         ))
     );
     s.push_str(&format!(
-        "Job `{}`, {} s, verified: {}.\n\n",
-        cell(&result.job_id),
+        "Job {}, {} s, verified: {}.\n\n",
+        markdown_code(&bound(&result.job_id), false),
         result.duration_ms / 1000,
         match result.verified {
             Some(true) => "yes",
@@ -51,16 +55,32 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
         s.push('\n');
     }
     if !verifies.is_empty() {
-        s.push_str("| Verify after round | Command | Result |\n|---:|---|---|\n");
+        s.push_str("| Verify after round | Command | Result | Seconds |\n|---:|---|---|---:|\n");
         for v in &verifies {
             s.push_str(&format!(
-                "| {} | {} | {} |\n",
+                "| {} | {} | {} | {:.1} |\n",
                 v.round,
-                cell(&v.command),
-                if v.passed { "passed" } else { "failed" }
+                markdown_code(&bound(&v.command), true),
+                if v.passed {
+                    "passed".to_owned()
+                } else {
+                    cell(&format!("failed: {}", v.how()))
+                },
+                v.duration_ms as f64 / 1000.0
             ));
         }
         s.push('\n');
+        let failed: Vec<&super::Verify> = verifies.iter().filter(|v| !v.passed).collect();
+        let skip = failed.len().saturating_sub(OUTPUT_BLOCKS);
+        if skip > 0 {
+            s.push_str(&format!(
+                "The output of {skip} earlier failed verify run(s) is in the JUnit report and \
+                 the job's artifacts (`rounds/N/verify/output.log`).\n\n"
+            ));
+        }
+        for v in &failed[skip..] {
+            s.push_str(&output_block(v));
+        }
     }
     let u = &result.usage;
     s.push_str(&format!(
@@ -77,6 +97,136 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
     s
 }
 
+/// A failed verify's last lines, in a fence of their own.
+fn output_block(v: &super::Verify) -> String {
+    let (tail, before) = super::last_lines(&v.output_tail, super::VERIFY_TAIL_LINES);
+    let which = if before > 0 {
+        format!("its last {} lines", super::VERIFY_TAIL_LINES)
+    } else {
+        "its output".to_owned()
+    };
+    if tail.trim().is_empty() {
+        return format!(
+            "The verify after round {} ({}) printed nothing.\n\n",
+            v.round,
+            line(&v.how())
+        );
+    }
+    format!(
+        "The verify after round {} failed ({}); {which} (`rounds/{}/verify/output.log`):\n\n{}\n",
+        v.round,
+        line(&v.how()),
+        v.round,
+        markdown_block(&crate::util::text::bounded_tail(tail, BLOCK_CAP))
+    )
+}
+
+fn bound(text: &str) -> String {
+    crate::util::text::bounded(text, CELL_CAP)
+}
+
+/// A table cell: text escaped, its backtick-quoted parts as code spans.
 fn cell(text: &str) -> String {
-    markdown_inline(&crate::util::text::bounded(text, CELL_CAP))
+    markdown_inline_code(&bound(text), true)
+}
+
+/// A paragraph line: text escaped as in a cell, its code spans as they are (a paragraph of one
+/// line followed by a blank one is never a table).
+fn line(text: &str) -> String {
+    markdown_inline_code(&bound(text), false)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::job::{FinishReason, JobKind, JobResult, Outcome};
+    use crate::store::{Event, EventKind};
+    use crate::usage::UsageTotals;
+
+    fn result(message: &str) -> JobResult {
+        JobResult {
+            job_id: "j-1".into(),
+            kind: JobKind::Loop,
+            outcome: Outcome::Complete,
+            reason: FinishReason::Verified,
+            message: message.into(),
+            rounds: 2,
+            max_rounds: 2,
+            retries: 0,
+            verified: Some(true),
+            report: None,
+            resumed: false,
+            usage: UsageTotals::default(),
+            exit_code: None,
+            artifacts: PathBuf::from("/state/jobs/j-1"),
+            duration_ms: 1000,
+        }
+    }
+
+    fn verify(round: u32, passed: bool, tail: &str) -> Event {
+        Event {
+            job_id: "j-1".into(),
+            seq: u64::from(round),
+            at: "2026-01-01T00:00:00.000Z".into(),
+            kind: EventKind::VerifyFinished {
+                round,
+                passed,
+                command: "pytest -q tests | tee log".into(),
+                exit: Some(ralph_sandbox::Termination::Exited {
+                    code: i32::from(!passed),
+                }),
+                ended_by: Some(ralph_sandbox::EndedBy::Exit),
+                output_tail: tail.into(),
+                duration_ms: 2500,
+            },
+        }
+    }
+
+    #[test]
+    fn the_verify_command_is_a_code_span_and_a_failed_verify_shows_its_tail() {
+        let tail: String = (1..=30).map(|i| format!("line {i}\n")).collect();
+        let tail = format!("{tail}```\n# forged heading\nE   assert 1 == 2\n");
+        let md = super::render(
+            &result("worker reported completion; verified by `pytest -q tests | tee log`"),
+            &[verify(1, false, &tail), verify(2, true, "ok\n")],
+        );
+        // Issue 26: no backslash-escaped backticks; the command is code.
+        assert!(
+            md.contains("verified by `pytest -q tests | tee log`\n"),
+            "{md}"
+        );
+        assert!(!md.contains("\\`"), "{md}");
+        assert!(md.contains("Job `j-1`,"), "{md}");
+        assert!(
+            md.contains("| 1 | `pytest -q tests \\| tee log` | failed: exit status 1 | 2.5 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 2 | `pytest -q tests \\| tee log` | passed | 2.5 |"));
+        // The last 20 lines, in a fence longer than the backtick run inside.
+        assert!(
+            md.contains("The verify after round 1 failed (exit status 1); its last 20 lines"),
+            "{md}"
+        );
+        let start = md.find("````text\n").expect(&md);
+        let block = &md[start..];
+        let end = block.find("\n````\n").expect(&md);
+        let body = &block["````text\n".len()..end];
+        assert_eq!(body.lines().count(), 20, "{body}");
+        assert!(body.starts_with("line 14\n") && body.ends_with("E   assert 1 == 2"));
+        assert!(!md[..start].contains("# forged"), "{md}");
+    }
+
+    #[test]
+    fn only_the_last_failed_verifies_show_output() {
+        let events: Vec<Event> = (1..=5).map(|r| verify(r, false, "boom\n")).collect();
+        let md = super::render(&result("x"), &events);
+        assert_eq!(md.matches("```text\nboom\n```").count(), 3, "{md}");
+        assert!(
+            md.contains("The output of 2 earlier failed verify run(s)"),
+            "{md}"
+        );
+        assert!(!md.contains("after round 2 failed"), "{md}");
+        assert!(md.contains("after round 5 failed"), "{md}");
+    }
 }

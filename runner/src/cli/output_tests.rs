@@ -336,3 +336,65 @@ fn a_forged_journal_line_stays_inside_its_field() {
         "2026-11-30T00:00:00.000Z #7 finished: blocked (reported): done\\n2026-01-01T00:00:00.000Z #99 finished: complete (verified): forged\\n::error title=ralph::pwned"
     );
 }
+
+fn failed_verify(round: u32, code: i32, tail: &str) -> Event {
+    ev(EventKind::VerifyFinished {
+        round,
+        passed: false,
+        command: "pytest -q".into(),
+        exit: Some(ralph_sandbox::Termination::Exited { code }),
+        ended_by: Some(ralph_sandbox::EndedBy::Exit),
+        output_tail: tail.into(),
+        duration_ms: 74_500,
+    })
+}
+
+/// Issue 26: a failed verify's output is on the console, its last lines behind the runner's
+/// prefix and escaped; "the loop goes on" only while a round is left.
+#[test]
+fn a_failed_verify_shows_its_output_tail_and_what_follows() {
+    let mut v = view("x");
+    v.spec.max_rounds = 3;
+    let tail: String = (1..=25).map(|i| format!("line {i}\n")).collect();
+    let tail = format!("{tail}::error::forged\n\u{1b}]0;title\u{7}E   assert 1 == 2\n");
+    let p = Progress::kept();
+    p.on_event(&v, &failed_verify(2, 1, &tail));
+    let lines = p.lines();
+    assert_eq!(
+        lines[0],
+        "ralph: verify failed (74.5s): exit status 1; the loop goes on: round 3/3 is told the output"
+    );
+    assert_eq!(
+        lines[1],
+        "ralph: verify output (its last 20 lines; all of it: /artifacts/rounds/2/verify/output.log):"
+    );
+    assert_eq!(lines.len(), 22, "{lines:#?}");
+    assert_eq!(lines[2], "ralph: | line 8");
+    assert_eq!(lines[20], "ralph: | ::error::forged");
+    assert_eq!(lines[21], "ralph: | \\x1b]0;title\\x07E   assert 1 == 2");
+    for l in &lines {
+        assert!(l.starts_with("ralph: "), "{l:?}");
+        assert!(!l.chars().any(char::is_control), "{l:?}");
+    }
+    // The last round: no loop goes on.
+    let p = Progress::kept();
+    p.on_event(&v, &failed_verify(3, 1, "boom\n"));
+    assert_eq!(
+        p.lines(),
+        [
+            "ralph: verify failed (74.5s): exit status 1; no round is left (3/3): the job ends budget-limited",
+            "ralph: verify output (its output; all of it: /artifacts/rounds/3/verify/output.log):",
+            "ralph: | boom",
+        ]
+    );
+    // A command the sandbox cannot run ends the job.
+    let p = Progress::kept();
+    p.on_event(&v, &failed_verify(1, 127, "sh: 1: pytest: not found\n"));
+    assert!(
+        p.lines()[0].ends_with(
+            "exit status 127; the command cannot run in the sandbox: the job ends (configuration)"
+        ),
+        "{:?}",
+        p.lines()
+    );
+}

@@ -12,10 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
+use ralph_runner::ci::VERIFY_TAIL_LINES;
 use ralph_runner::report::Report;
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
-use ralph_runner::util::terminal;
+use ralph_runner::util::terminal::{self, Prefixed};
 use ralph_runner::util::text::bounded;
+
+/// The prefix of each line of verify output shown on a failed verify.
+const VERIFY_PREFIX: &str = "ralph: |";
 
 /// Where progress lines go.
 enum Out {
@@ -170,11 +174,74 @@ impl Progress {
         }
     }
 
+    /// The last lines of a failed verify's output, each behind the runner's prefix and escaped
+    /// ([`Prefixed`]): the agent's workspace decides what verify prints.
+    fn verify_tail(&self, round: u32, output_tail: &str) {
+        let (tail, before) = ralph_runner::ci::last_lines(output_tail, VERIFY_TAIL_LINES);
+        if tail.trim().is_empty() {
+            self.line("verify printed nothing");
+            return;
+        }
+        let log = self
+            .artifacts
+            .join("rounds")
+            .join(round.to_string())
+            .join("verify")
+            .join("output.log");
+        let which = if before > 0 {
+            format!("its last {VERIFY_TAIL_LINES} lines")
+        } else {
+            "its output".to_owned()
+        };
+        self.line(&format!(
+            "verify output ({which}; all of it: {}):",
+            log.display()
+        ));
+        let mut lines = Vec::new();
+        let mut p = Prefixed::new(VERIFY_PREFIX);
+        p.push(tail.as_bytes(), |l| lines.push(l));
+        p.finish(|l| lines.push(l));
+        for l in lines {
+            self.print(&l);
+        }
+    }
+
     /// Removes the live line (before the final summary).
     pub fn finish(&self) {
         if let Out::Live(pb) = &self.live {
             pb.finish_and_clear();
         }
+    }
+}
+
+/// What follows a failed verify, as the loop decides it (`engine/job_run.rs`): another round
+/// while one is left; otherwise the job ends, and how.
+fn after_failed_verify(
+    view: &JobView,
+    round: u32,
+    exit: Option<ralph_sandbox::Termination>,
+    ended_by: Option<ralph_sandbox::EndedBy>,
+) -> String {
+    use ralph_sandbox::{EndedBy, Termination};
+    let n = view.spec.max_rounds;
+    match (ended_by, exit) {
+        (Some(EndedBy::Cancel | EndedBy::RunnerGone), _) => "the job is cancelled".to_owned(),
+        (None, None) => "the job ends (the sandbox could not be set up)".to_owned(),
+        (_, Some(Termination::Exited { code: 126 | 127 })) => {
+            "the command cannot run in the sandbox: the job ends (configuration)".to_owned()
+        }
+        _ if view.spec.kind == ralph_runner::job::JobKind::Task => {
+            "the task job ends failed".to_owned()
+        }
+        _ if round >= n => format!("no round is left ({round}/{n}): the job ends budget-limited"),
+        (Some(EndedBy::Timeout), _) if view.spec.job_timeout.is_some() => format!(
+            "the loop goes on (round {}/{n} is told the output) unless the job timeout has passed",
+            round + 1
+        ),
+        _ => format!(
+            "the loop goes on: round {}/{n} is told the output",
+            round + 1
+        ),
     }
 }
 
@@ -368,8 +435,11 @@ impl Observer for Progress {
                 self.status(format!("verify `{}`", bounded(cmd, 80)), String::new());
             }
             EventKind::VerifyFinished {
+                round,
                 passed,
                 exit,
+                ended_by,
+                output_tail,
                 duration_ms,
                 ..
             } => {
@@ -377,8 +447,10 @@ impl Observer for Progress {
                 if *passed {
                     self.line(&format!("verify passed ({took})"));
                 } else {
-                    let how = exit.map_or_else(|| "did not finish".to_owned(), |e| e.to_string());
-                    self.line(&format!("verify failed ({took}): {how}; the loop goes on"));
+                    let how = ralph_runner::ci::verify_how(*exit, *ended_by);
+                    let next = after_failed_verify(view, *round, *exit, *ended_by);
+                    self.line(&format!("verify failed ({took}): {how}; {next}"));
+                    self.verify_tail(*round, output_tail);
                 }
             }
             EventKind::CancelRequested { by } => self.line(&format!(

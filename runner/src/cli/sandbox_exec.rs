@@ -179,7 +179,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     let proxy: Vec<(String, String)> = if allow.is_empty() {
         Vec::new()
     } else {
-        ralph_runner::gateway::proxy_env(super::sandbox_gateway::EGRESS_PORT)
+        ralph_runner::gateway::proxy_env(super::sandbox_gateway::EGRESS_PORT, &allow)
     };
     let env = env::build_with(&RunnerEnv::capture(), &home, &tmp, &args.env, &vars, &proxy)
         .map_err(|e| CliError::usage(e.to_string()))?;

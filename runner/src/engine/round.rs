@@ -742,7 +742,7 @@ impl JobRun<'_> {
 /// auto-detect email address"), then the host's own `/etc/gitconfig`. The lowest level git has:
 /// the repository's `user.*`, a `~/.gitconfig` the round writes and the GIT_AUTHOR_* /
 /// GIT_COMMITTER_* variables passed with `--env` all rank above it.
-const GIT_SYSTEM_CONFIG: &str = "# Written by ralph for this round (GIT_CONFIG_SYSTEM).\n[user]\n\tname = ralph agent\n\temail = ralph-agent@localhost\n[include]\n\tpath = /etc/gitconfig\n";
+const GIT_SYSTEM_CONFIG: &str = "# Written by ralph for this round (GIT_CONFIG_SYSTEM).\n[user]\n\tname = ralph agent\n\temail = ralph-agent@localhost\n[include]\n\tpath = /etc/gitconfig\n# The round is the boundary: git trusts the workspace and --read trees (other owners').\n[safe]\n\tdirectory = *\n";
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     std::fs::write(path, bytes).map_err(|e| EngineError::io("write", path, e))

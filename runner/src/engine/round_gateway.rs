@@ -141,8 +141,8 @@ impl GatewayPlan {
         if let Some(url) = self.gateway_url() {
             env.push(("RALPH_GATEWAY_URL".to_owned(), url));
         }
-        if self.egress.is_some() {
-            env.extend(proxy_env(EGRESS_PORT));
+        if let Some(e) = &self.egress {
+            env.extend(proxy_env(EGRESS_PORT, &e.allow));
         }
         env
     }

@@ -116,7 +116,8 @@ pub(super) fn label_pairs(labels: &Labels) -> Vec<LabelPair> {
 }
 
 /// Adds the counters and histograms of `old` to those of `new` (by name and labels); series
-/// only in `old` are kept; gauges and everything else take `new`'s values.
+/// and families only in `old` are kept, but for counters at zero; gauges and everything else
+/// take `new`'s values.
 pub fn merge(old: Vec<MetricFamily>, mut new: Vec<MetricFamily>) -> Vec<MetricFamily> {
     let mut old_by_name: BTreeMap<String, MetricFamily> =
         old.into_iter().map(|f| (f.name().to_owned(), f)).collect();
@@ -138,9 +139,30 @@ pub fn merge(old: Vec<MetricFamily>, mut new: Vec<MetricFamily>) -> Vec<MetricFa
                 add_into(m, &p, t);
             }
         }
+        // A zero counter this run does not have says nothing: an earlier version's
+        // pre-initialised series (`model="unknown"`) goes away instead of staying forever.
+        prev_series.retain(|_, m| t != MetricType::COUNTER || m.get_counter().get_value() != 0.0);
         fam.mut_metric().extend(prev_series.into_values());
         fam.mut_metric().sort_by_key(labels_of);
     }
+    // Counters and histograms this run did not touch at all (no usage: no `ralph_tokens_total`)
+    // keep what earlier runs counted.
+    for (_, mut prev) in old_by_name {
+        let t = prev.get_field_type();
+        if !matches!(t, MetricType::COUNTER | MetricType::HISTOGRAM) {
+            continue;
+        }
+        let kept: Vec<Metric> = prev
+            .take_metric()
+            .into_iter()
+            .filter(|m| t != MetricType::COUNTER || m.get_counter().get_value() != 0.0)
+            .collect();
+        if !kept.is_empty() {
+            prev.set_metric(kept);
+            new.push(prev);
+        }
+    }
+    new.sort_by(|a, b| a.name().cmp(b.name()));
     new
 }
 
@@ -218,6 +240,49 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| !n.contains(".tmp.")), "{names:?}");
+    }
+
+    /// Issue 26: no zero `model="unknown"` series beside the real model, also in a file an
+    /// earlier version wrote with one; a counted one stays.
+    #[test]
+    fn no_zero_unknown_model_series_is_written_or_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ralph.prom");
+        std::fs::write(
+            &path,
+            "# HELP ralph_tokens_total Tokens.\n# TYPE ralph_tokens_total counter\n\
+             ralph_tokens_total{kind=\"input\",model=\"unknown\"} 0\n\
+             ralph_tokens_total{kind=\"output\",model=\"old\"} 3\n",
+        )
+        .unwrap();
+        write(&path, one_run("gpt-x", 5)).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("model=\"unknown\""), "{text}");
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"),
+            "{text}"
+        );
+        // Pre-initialised series of this version stay, at zero.
+        assert!(
+            text.contains("ralph_rounds_total{outcome=\"blocked\"} 0"),
+            "{text}"
+        );
+        // A run without usage has no tokens family: the counted ones stay.
+        let m = crate::metrics::Metrics::new(false).unwrap();
+        write(&path, m.gather()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"input\",model=\"gpt-x\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ralph_tokens_total{kind=\"output\",model=\"old\"} 3"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!                                   └─ helper's end: inherited by the helper (its number in
 //!                                      HelperSpec::gateway_fd), close-on-exec again at once
 //! helper (supervisor) ── fork ──▶ init: new network namespace, lo up, then for each port
-//!                                   socket(AF_INET) + bind(127.0.0.1:PORT) + listen;
+//!                                   socket(AF_INET) + bind(127.0.0.2:PORT) + listen;
 //!                                   one sendmsg(SCM_RIGHTS) of every listener to the runner;
 //!                                   listeners and the helper's end closed ── fork ──▶ command
 //! ```
@@ -19,15 +19,17 @@
 //! Sockets are not tied to the user namespace of whoever holds them: an unprivileged runner (the
 //! helper in a user namespace of its own) receives and accepts on them the same way as root. An
 //! accepted connection belongs to the round's namespace, so the runner talks to the command over
-//! the round's loopback and the command never sees a host address.
+//! the round's loopback and the command never sees a host address. The address is
+//! [`GATEWAY_HOST`] (`127.0.0.2`), not `127.0.0.1`: `NO_PROXY` names it alone, so a client can
+//! reach an allowed mirror on the runner host's `127.0.0.1:PORT` through the egress proxy.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::step::{StepFailure, restriction};
-use crate::spec::MAX_GATEWAY_PORTS;
+use crate::spec::{GATEWAY_HOST, MAX_GATEWAY_PORTS};
 
 /// Backlog of each gateway listener (the namespace's `net.core.somaxconn` may lower it; its
 /// default is at least 128 on every supported kernel).
@@ -113,11 +115,11 @@ fn fail(step: &str, what: &str, err: &io::Error) -> StepFailure {
     StepFailure::io(restriction::GATEWAY, step, what, err)
 }
 
-/// One listener on `127.0.0.1:port` in the calling process's network namespace: close-on-exec,
+/// One listener on [`GATEWAY_HOST`]`:port` in the calling process's network namespace: close-on-exec,
 /// non-blocking, listening with [`BACKLOG`]. No `SO_REUSEADDR`/`SO_REUSEPORT`: nothing else in
 /// the namespace can bind the port while the runner holds it.
 pub fn listen(port: u16) -> Result<OwnedFd, StepFailure> {
-    let what = format!("listen on 127.0.0.1:{port} for the runner's gateway");
+    let what = format!("listen on {GATEWAY_HOST}:{port} for the runner's gateway");
     // SAFETY: socket() takes plain integers and returns a new descriptor or -1.
     let raw = unsafe {
         libc::socket(
@@ -135,7 +137,7 @@ pub fn listen(port: u16) -> Result<OwnedFd, StepFailure> {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: port.to_be(),
         sin_addr: libc::in_addr {
-            s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be(),
+            s_addr: u32::from(GATEWAY_HOST).to_be(),
         },
         sin_zero: [0; 8],
     };
@@ -274,7 +276,7 @@ fn wait_readable(fd: RawFd, deadline: Instant, limit: Duration) -> Result<(), Re
 }
 
 /// Receives the listeners for `ports` from the sandbox's init (blocking, at most `limit`): each
-/// checked to be a listening TCP socket on `127.0.0.1:PORT`, close-on-exec and non-blocking.
+/// checked to be a listening TCP socket on `127.0.0.2:PORT`, close-on-exec and non-blocking.
 pub fn recv(
     chan: &OwnedFd,
     ports: &[u16],
@@ -371,7 +373,7 @@ fn sockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     Ok(v)
 }
 
-/// `fd` is a listening TCP socket bound to `127.0.0.1:port`; made non-blocking.
+/// `fd` is a listening TCP socket bound to [`GATEWAY_HOST`]`:port`; made non-blocking.
 fn check_listener(port: u16, fd: OwnedFd) -> Result<TcpListener, RecvError> {
     let bad = |m: String| RecvError::Bad(format!("the listener for port {port}: {m}"));
     let raw = fd.as_raw_fd();
@@ -383,8 +385,8 @@ fn check_listener(port: u16, fd: OwnedFd) -> Result<TcpListener, RecvError> {
     }
     let listener = TcpListener::from(fd);
     let addr = listener.local_addr().map_err(|e| bad(e.to_string()))?;
-    if addr != SocketAddr::from((Ipv4Addr::LOCALHOST, port)) {
-        return Err(bad(format!("bound to {addr}, not 127.0.0.1:{port}")));
+    if addr != SocketAddr::from((GATEWAY_HOST, port)) {
+        return Err(bad(format!("bound to {addr}, not {GATEWAY_HOST}:{port}")));
     }
     listener
         .set_nonblocking(true)
@@ -396,8 +398,10 @@ fn check_listener(port: u16, fd: OwnedFd) -> Result<TcpListener, RecvError> {
 mod tests {
     use super::*;
 
+    /// A port free on the gateway's address of this (the host's) namespace, where the test
+    /// binds: one free on 127.0.0.1 may be held there (TIME_WAIT of an earlier run).
     fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
+        TcpListener::bind((GATEWAY_HOST, 0))
             .unwrap()
             .local_addr()
             .unwrap()
@@ -426,7 +430,7 @@ mod tests {
             };
             assert!(fdfl & libc::FD_CLOEXEC != 0);
             assert!(fl & libc::O_NONBLOCK != 0);
-            let mut c = std::net::TcpStream::connect(("127.0.0.1", *port)).unwrap();
+            let mut c = std::net::TcpStream::connect((GATEWAY_HOST, *port)).unwrap();
             std::io::Write::write_all(&mut c, b"hi").unwrap();
             l.set_nonblocking(false).unwrap();
             let (mut s, _) = l.accept().unwrap();

@@ -12,8 +12,8 @@
 //! ```
 //!
 //! With `--network gateway` and ports, `spawn` also hands the helper one end of a socketpair;
-//! the init, once loopback is up, makes a listener on `127.0.0.1:PORT` per port in the run's
-//! network namespace and sends them back on it before the command exists ([`gateway`]), and
+//! the init, once loopback is up, makes a listener on `127.0.0.2:PORT` (`spec::GATEWAY_HOST`)
+//! per port in the run's network namespace and sends them back on it before the command exists ([`gateway`]), and
 //! `spawn` returns only once they arrived ([`Running::take_gateway_listeners`]).
 
 pub mod caps;

@@ -43,6 +43,8 @@ pub use allow::AllowHost;
 pub use host::{HostAddresses, InterfaceAddresses};
 pub use resolve::{Resolve, SystemResolver};
 
+use ralph_sandbox::spec::GATEWAY_HOST;
+
 use super::GatewayError;
 use super::sink::GatewaySink;
 use proxy::{ProxyState, handle};
@@ -73,11 +75,29 @@ impl EgressConfig {
     }
 }
 
-/// The environment that sends a round's HTTP clients through the proxy on `127.0.0.1:port`
-/// (the model gateway, on loopback too, is excluded by `NO_PROXY`).
-pub fn proxy_env(port: u16) -> Vec<(String, String)> {
-    let url = format!("http://127.0.0.1:{port}");
-    let no = "127.0.0.1,localhost".to_owned();
+/// The round's own loopback names that `NO_PROXY` lists unless an `--allow-host` entry names
+/// them: nothing of the runner host is reachable there anyway (the round's loopback is its own),
+/// and a server the round starts itself (a test suite's) stays reachable for clients that honour
+/// the proxy variables.
+const ROUND_LOOPBACK: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
+
+/// The environment that sends a round's HTTP clients through the proxy on the gateway's address
+/// ([`GATEWAY_HOST`]`:port`). `NO_PROXY` covers the gateway's address (the model gateway
+/// there must not go through the proxy) and, of the round's own loopback names
+/// ([`ROUND_LOOPBACK`]), those no entry of `allow` names: an allowed loopback host (a package
+/// mirror on the runner host's `127.0.0.1:3141`) goes through the proxy, for every client.
+/// Clients match `NO_PROXY` by host and ignore its ports (Python's requests, reqwest, npm,
+/// curl), so the gateway has an address of its own rather than a port of `127.0.0.1`.
+pub fn proxy_env(port: u16, allow: &[AllowHost]) -> Vec<(String, String)> {
+    let url = format!("http://{GATEWAY_HOST}:{port}");
+    let mut no = vec![GATEWAY_HOST.to_string()];
+    no.extend(
+        ROUND_LOOPBACK
+            .iter()
+            .filter(|name| !allow.iter().any(|a| a.host == **name))
+            .map(|name| (*name).to_owned()),
+    );
+    let no = no.join(",");
     [
         ("HTTP_PROXY", url.clone()),
         ("HTTPS_PROXY", url.clone()),

@@ -456,13 +456,37 @@ async fn origin_form_requests_are_not_proxied() {
 }
 
 #[test]
-fn proxy_env_points_at_loopback_and_exempts_it() {
-    let env: HashMap<String, String> = proxy_env(3128).into_iter().collect();
+fn proxy_env_points_at_the_gateway_address_and_exempts_it() {
+    let env: HashMap<String, String> = proxy_env(3128, &[]).into_iter().collect();
     for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-        assert_eq!(env[k], "http://127.0.0.1:3128");
+        assert_eq!(env[k], "http://127.0.0.2:3128");
     }
-    assert_eq!(env["NO_PROXY"], "127.0.0.1,localhost");
-    assert_eq!(env["no_proxy"], "127.0.0.1,localhost");
+    assert_eq!(env["NO_PROXY"], "127.0.0.2,127.0.0.1,localhost,::1");
+    assert_eq!(env["no_proxy"], env["NO_PROXY"]);
+}
+
+/// Issue 26: an allowed loopback host (a mirror on the runner host's `127.0.0.1:3141`) is never
+/// in `NO_PROXY` — clients ignore its ports, so naming `127.0.0.1` there sent every request for
+/// the mirror to the round's own empty loopback. The gateway's own address stays exempt.
+#[test]
+fn no_proxy_never_names_an_allowed_loopback_host() {
+    let allow =
+        |hosts: &[&str]| -> Vec<AllowHost> { hosts.iter().map(|h| h.parse().unwrap()).collect() };
+    let no = |hosts: &[&str]| -> String {
+        proxy_env(41411, &allow(hosts))
+            .into_iter()
+            .find(|(k, _)| k == "NO_PROXY")
+            .unwrap()
+            .1
+    };
+    assert_eq!(no(&["127.0.0.1:3141"]), "127.0.0.2,localhost,::1");
+    assert_eq!(
+        no(&["localhost:4873", "mirror.example"]),
+        "127.0.0.2,127.0.0.1,::1"
+    );
+    assert_eq!(no(&["[::1]:8080", "127.0.0.1:1"]), "127.0.0.2,localhost");
+    // Names are matched as the entries normalise them.
+    assert_eq!(no(&["LocalHost.:1"]), "127.0.0.2,127.0.0.1,::1");
 }
 
 #[tokio::test]

@@ -114,7 +114,7 @@ async fn run(
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = cfg.agent_base_url(listener.local_addr().unwrap().port());
+    let base = cfg.base_url_at(listener.local_addr().unwrap());
     let sink = Arc::new(RecordingSink::default());
     let stop = CancellationToken::new();
     let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();

@@ -201,11 +201,21 @@ impl ModelGatewayConfig {
         (url.path() == path && url.query() == query).then_some(url)
     }
 
-    /// The base URL to give the agent when the gateway listens on `127.0.0.1:port`:
-    /// `http://127.0.0.1:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
+    /// The base URL to give the agent when the gateway listens on port `port` of the round's
+    /// gateway address (`127.0.0.2`, [`ralph_sandbox::spec::GATEWAY_HOST`]):
+    /// `http://127.0.0.2:PORT` followed by the upstream URL's path (`…/v1` for OpenAI, nothing
     /// for Anthropic).
     pub fn agent_base_url(&self, port: u16) -> String {
-        format!("http://127.0.0.1:{port}{}", self.prefix)
+        self.base_url_at(std::net::SocketAddr::from((
+            ralph_sandbox::spec::GATEWAY_HOST,
+            port,
+        )))
+    }
+
+    /// The base URL of the gateway served on `addr` (a listener of the host's, in tests and
+    /// checks): `http://ADDR` followed by the upstream URL's path.
+    pub fn base_url_at(&self, addr: std::net::SocketAddr) -> String {
+        format!("http://{addr}{}", self.prefix)
     }
 
     /// The upstream.
@@ -248,7 +258,7 @@ mod tests {
     #[test]
     fn base_url_keeps_the_upstream_path_and_routes_only_under_it() {
         let c = cfg("https://api.openai.com/v1/").unwrap();
-        assert_eq!(c.agent_base_url(4000), "http://127.0.0.1:4000/v1");
+        assert_eq!(c.agent_base_url(4000), "http://127.0.0.2:4000/v1");
         assert_eq!(c.origin_url.as_str(), "https://api.openai.com/");
         assert_eq!(c.prefix(), "/v1");
         assert_eq!(
@@ -271,7 +281,7 @@ mod tests {
             assert!(c.upstream_url(p, None).is_none(), "{p}");
         }
         let a = cfg("https://api.anthropic.com").unwrap();
-        assert_eq!(a.agent_base_url(1), "http://127.0.0.1:1");
+        assert_eq!(a.agent_base_url(1), "http://127.0.0.2:1");
         assert_eq!(a.prefix(), "");
         assert!(!format!("{:?}", a).contains("sk-real"));
     }

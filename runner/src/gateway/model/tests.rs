@@ -112,8 +112,7 @@ async fn gateway_with(url: String, api: ApiFamily, limits: ModelLimits, budget: 
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let base = cfg.agent_base_url(port);
+    let base = cfg.base_url_at(listener.local_addr().unwrap());
     let sink = Arc::new(RecordingSink::default());
     let stop = CancellationToken::new();
     let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();
@@ -635,7 +634,7 @@ async fn stop_cuts_an_open_stream_reports_it_and_ends_the_server() {
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = cfg.agent_base_url(listener.local_addr().unwrap().port());
+    let base = cfg.base_url_at(listener.local_addr().unwrap());
     let sink = Arc::new(RecordingSink::default());
     let stop = CancellationToken::new();
     let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();
@@ -746,7 +745,7 @@ async fn a_client_that_hangs_up_mid_stream_is_still_metered() {
     )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = cfg.agent_base_url(listener.local_addr().unwrap().port());
+    let base = cfg.base_url_at(listener.local_addr().unwrap());
     let sink = Arc::new(RecordingSink::default());
     let stop = CancellationToken::new();
     let sink_dyn: Arc<dyn crate::gateway::GatewaySink> = sink.clone();
