@@ -38,6 +38,7 @@ mod sanitized;
 pub mod scratch_sweep;
 mod spawn;
 pub mod stdout_report;
+mod toolchains;
 mod undrained;
 pub mod upstream;
 mod verify;
