@@ -79,7 +79,7 @@ pub struct JobArgs {
     /// auto (default): the per-user toolchains on the runner's PATH (rustup, pyenv, a
     /// virtualenv, nvm, Go, asdf/mise) are shown read-only with their variables; none: nothing
     /// (docs/toolchains.md).
-    #[arg(long, value_enum, value_name = "MODE")]
+    #[arg(long, value_enum, value_name = "MODE", overrides_with = "toolchain")]
     pub toolchain: Option<ralph_runner::toolchain::ToolchainMode>,
     /// The model API's base URL, reached through the runner's model gateway (default: the
     /// preset's, e.g. https://api.openai.com/v1 for codex); with `ralph submit`, the name of an

@@ -99,17 +99,19 @@ impl<'a> View<'a> {
             .filter(|p| !self.visible(p))
             .cloned()
             .collect();
+        let program_hidden = !needed.is_empty();
+        // A script runs only if its interpreter (and where that leads) is there too: one fix
+        // for both, so that applying it is enough.
         let mut interp = None;
-        if needed.is_empty() {
-            // A script runs only if its interpreter (and where that leads) is there too.
-            if let Some(i) = interpreter(&RealFs, &first_real, self.path()) {
-                let real = std::fs::canonicalize(&i).unwrap_or_else(|_| i.clone());
-                needed.extend(
-                    [&i, &real]
-                        .into_iter()
-                        .filter(|p| !self.visible(p))
-                        .cloned(),
-                );
+        if let Some(i) = interpreter(&RealFs, &first_real, self.path()) {
+            let real = std::fs::canonicalize(&i).unwrap_or_else(|_| i.clone());
+            let more: Vec<PathBuf> = [&i, &real]
+                .into_iter()
+                .filter(|p| !self.visible(p))
+                .cloned()
+                .collect();
+            if !more.is_empty() {
+                needed.extend(more);
                 interp = Some(i);
             }
         }
@@ -122,10 +124,11 @@ impl<'a> View<'a> {
             first_real,
             fix,
         };
-        Err(match (interp, inside) {
-            (Some(i), _) => Problem::Interpreter(at, i),
-            (None, Some(other)) => Problem::Swapped(at, other),
-            (None, None) => Problem::Hidden(at),
+        Err(match (program_hidden, inside, interp) {
+            (true, Some(other), _) => Problem::Swapped(at, other),
+            (true, None, _) => Problem::Hidden(at),
+            (false, _, Some(i)) => Problem::Interpreter(at, i),
+            (false, _, None) => Problem::Hidden(at),
         })
     }
 

@@ -50,6 +50,7 @@ use std::sync::Arc;
 pub use artifacts::{AttemptDirs, job_dir};
 pub use backends::{Backends, Run};
 pub use cancel::Cancel;
+pub use command_check::command_visible;
 pub use env::RunnerEnv;
 pub use job_run::backoff;
 pub use workspace_lock::{Holder, WorkspaceLock, WorkspaceLockError};

@@ -21,6 +21,16 @@ pub(super) fn rustup(ctx: &Ctx<'_>, dir: &Path, refused: &mut Vec<Refused>) -> O
         return None;
     }
     let mut read = ctx.with_real(dir);
+    // The proxies may be links to a `rustup` elsewhere: its directory must be there too.
+    if let Some(real) = ctx
+        .fs
+        .canonicalize(&dir.join("rustup"))
+        .and_then(|r| r.parent().map(Path::to_path_buf))
+    {
+        if !read.contains(&real) {
+            read.push(real);
+        }
+    }
     let mut vars = vec![("CARGO_HOME".to_owned(), Value::InHome(CARGO_HOME_IN_HOME))];
     let mut detail = String::new();
     match ctx.dir_of("RUSTUP_HOME", ".rustup") {
