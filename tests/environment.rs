@@ -97,7 +97,13 @@ fn toolchain_variables_are_exactly_the_journalled_grants() {
     let out = f
         .run_cmd(&cmd)
         .env("AWS_SECRET_ACCESS_KEY", "AKIA-super-secret")
-        .env("PATH", &format!("{}:/usr/local/bin:/usr/bin:/bin", tc.join("cargo/bin").display()))
+        .env(
+            "PATH",
+            &format!(
+                "{}:/usr/local/bin:/usr/bin:/bin",
+                tc.join("cargo/bin").display()
+            ),
+        )
         .env("RUSTUP_HOME", tc.join("rustup").to_str().unwrap())
         .env("CARGO_HOME", tc.join("cargo").to_str().unwrap())
         // Set by cargo's rustup proxy for this test; empty is unset for the grant.

@@ -553,7 +553,7 @@ fn on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why() {
     assert_eq!(j["rounds"], 0);
     let msg = j["message"].as_str().unwrap();
     assert!(
-        msg.contains("lie under `/root`") && msg.contains("uid 1000"),
+        msg.contains("lie under `/root`") && msg.contains("uid 1000") && msg.contains("python3"),
         "{msg}"
     );
 }

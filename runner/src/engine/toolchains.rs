@@ -1,12 +1,14 @@
 //! The job's toolchain grant (SPEC §12, [`crate::toolchain`]): detected once per run of the job
 //! before round 1, journalled (`toolchain_granted`), then applied to every round and verify
 //! ([`JobRun::sandbox_request`], the round's environment). A docker round that could not reach
-//! the granted trees is refused here, naming why, rather than run without them.
+//! a granted tree goes without it; if a command's program is in it, the job is refused here,
+//! naming why, rather than run with another program.
 
 use std::path::PathBuf;
 
 use ralph_sandbox::{BackendKind, Mode};
 
+use super::env::DEFAULT_PATH;
 use super::job_run::JobRun;
 use crate::job::FinishReason;
 use crate::store::EventKind;
@@ -32,7 +34,7 @@ impl JobRun<'_> {
             .get(mode)
             .map(|p| p.filesystem.read.clone())
             .unwrap_or_default();
-        let grant = toolchain::for_job(
+        let mut grant = toolchain::for_job(
             &self.spec,
             &self.engine.env,
             &shown,
@@ -42,9 +44,19 @@ impl JobRun<'_> {
             // A container round runs as the workspace's owner.
             use std::os::unix::fs::MetadataExt;
             let uid = std::fs::metadata(&self.spec.workspace).map_or(0, |m| m.uid());
-            if let Some(why) = toolchain::docker_refusal(&grant, uid) {
-                return Err((FinishReason::Configuration, why));
-            }
+            let path = self.engine.env.get("PATH").unwrap_or(DEFAULT_PATH);
+            let programs: Vec<PathBuf> = toolchain::job_commands(&self.spec)
+                .into_iter()
+                .filter_map(toolchain::first_program)
+                .filter_map(|p| {
+                    toolchain::program::candidates(&toolchain::RealFs, p, path)
+                        .into_iter()
+                        .next()
+                        .map(|(c, _)| c)
+                })
+                .collect();
+            grant = toolchain::for_docker(grant, uid, &programs)
+                .map_err(|why| (FinishReason::Configuration, why))?;
         }
         self.journal
             .record(EventKind::ToolchainGranted {

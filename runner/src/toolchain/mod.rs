@@ -103,24 +103,48 @@ pub fn for_job(
     )
 }
 
-/// Why a docker round cannot use `grant`, if it cannot: the image keeps `/root` mode 0700, so a
-/// round that does not run as uid 0 (it runs as the workspace's owner, `round_uid`) cannot
-/// reach a toolchain under it. Natively the round's own root has no such directory.
-pub fn docker_refusal(grant: &ToolchainGrant, round_uid: u32) -> Option<String> {
+/// The grant of a docker round that runs as `round_uid` (the workspace's owner). The image
+/// keeps `/root` mode 0700, so a round that is not uid 0 cannot reach a toolchain tree under it
+/// (natively the round's own root has no such directory). Such a toolchain is left out (said in
+/// [`ToolchainGrant::refused`]); when one of `programs` (what the job's commands start, as
+/// found on the runner) lives in it, the job cannot run as asked: the error names why.
+pub fn for_docker(
+    mut grant: ToolchainGrant,
+    round_uid: u32,
+    programs: &[PathBuf],
+) -> Result<ToolchainGrant, String> {
     if round_uid == 0 {
-        return None;
+        return Ok(grant);
     }
-    let under_root: Vec<String> = grant
-        .read_paths()
-        .into_iter()
-        .filter(|p| p.starts_with("/root"))
-        .map(|p| format!("`{}`", p.display()))
-        .collect();
-    if under_root.is_empty() {
-        return None;
+    let unreachable = |t: &Toolchain| t.read.iter().any(|p| p.starts_with("/root"));
+    for t in grant.toolchains.iter().filter(|t| unreachable(t)) {
+        let needed = programs.iter().find(|p| {
+            p.parent() == Some(t.found_at.as_path()) || t.read.iter().any(|r| p.starts_with(r))
+        });
+        if let Some(p) = needed {
+            let trees: Vec<String> = t
+                .read
+                .iter()
+                .filter(|r| r.starts_with("/root"))
+                .map(|r| format!("`{}`", r.display()))
+                .collect();
+            return Err(format!(
+                "`{}` is in the toolchain {}, whose tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid} (the workspace's owner): install the toolchain outside `/root` (e.g. under /opt), or use the native backend",
+                p.display(),
+                t.label(),
+                trees.join(", ")
+            ));
+        }
     }
-    Some(format!(
-        "the toolchain tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid} (the workspace's owner): install the toolchain outside `/root` (e.g. under /opt), use the native backend, or pass --toolchain none",
-        under_root.join(", ")
-    ))
+    let (kept, left): (Vec<Toolchain>, Vec<Toolchain>) =
+        grant.toolchains.into_iter().partition(|t| !unreachable(t));
+    grant.toolchains = kept;
+    grant.refused.extend(left.into_iter().map(|t| Refused {
+        why: format!(
+            "under `/root`, which a container round as uid {round_uid} cannot reach ({})",
+            t.label()
+        ),
+        path: t.found_at,
+    }));
+    Ok(grant)
 }

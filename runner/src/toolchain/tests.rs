@@ -420,7 +420,7 @@ fn a_plain_path_has_no_toolchain_and_none_grants_nothing() {
 }
 
 #[test]
-fn docker_refuses_a_toolchain_under_root_for_a_round_that_is_not_root() {
+fn docker_leaves_out_a_toolchain_under_root_for_a_round_that_is_not_root() {
     let g = ToolchainGrant {
         toolchains: vec![Toolchain {
             kind: Kind::Rustup,
@@ -434,8 +434,13 @@ fn docker_refuses_a_toolchain_under_root_for_a_round_that_is_not_root() {
         }],
         refused: Vec::new(),
     };
-    assert_eq!(docker_refusal(&g, 0), None);
-    let why = docker_refusal(&g, 1000).unwrap();
+    assert_eq!(for_docker(g.clone(), 0, &[]).unwrap(), g);
+    // Not needed by the job's commands: left out, said.
+    let left = for_docker(g.clone(), 1000, &[PathBuf::from("/usr/bin/python3")]).unwrap();
+    assert!(left.toolchains.is_empty());
+    assert!(left.refused[0].why.contains("uid 1000"), "{left:?}");
+    // Needed: refused, naming why.
+    let why = for_docker(g, 1000, &[PathBuf::from("/root/.cargo/bin/cargo")]).unwrap_err();
     assert!(
         why.contains("`/root/.rustup`") && why.contains("uid 1000"),
         "{why}"
