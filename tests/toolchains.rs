@@ -42,7 +42,9 @@ fn venv() -> &'static Path {
         let ready = dir.join(".ralph-ready");
         let lock = std::fs::File::create(dir.with_extension("lock")).unwrap();
         use std::os::fd::AsRawFd;
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        // SAFETY: flock on a descriptor this function owns for its whole scope.
+        let locked = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(locked, 0);
         if !ready.exists() {
             let _ = std::fs::remove_dir_all(&dir);
             let (_, python) = pyenv_python();
@@ -555,5 +557,57 @@ fn on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why() {
     assert!(
         msg.contains("lie under `/root`") && msg.contains("uid 1000") && msg.contains("python3"),
         "{msg}"
+    );
+}
+
+/// `ralph doctor --workspace DIR` prints what a job there would be granted and the pre-round
+/// check of its commands: ok with the defaults, the working fix (exit 64) with toolchains off.
+#[test]
+fn doctor_shows_the_grant_and_the_check_of_a_workspace() {
+    let w = CargoWorld::new();
+    let f = Fixture::new();
+    let doctor = |extra: &[&str]| {
+        w.run(
+            Ralph::new()
+                .args(["doctor", "--json", "--workspace"])
+                .arg(&f.ws)
+                .args(["--verify", "cargo test"])
+                .args(extra),
+        )
+        .output()
+    };
+    let out = doctor(&[]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let t = &v["toolchains"];
+    assert_eq!(t["toolchain"], "auto", "{v}");
+    assert_eq!(
+        t["granted"]["variables"]["CARGO_HOME"], "$HOME/.cargo",
+        "{t}"
+    );
+    let read = t["granted"]["read"].to_string();
+    assert!(
+        read.contains(&w.cargo_home.join("bin").display().to_string()),
+        "{t}"
+    );
+    assert_eq!(t["commands"][0]["ok"], true, "{t}");
+    let out = doctor(&["--toolchain", "none"]);
+    out.expect_code(64);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let msg = v["toolchains"]["commands"][0]["message"].as_str().unwrap();
+    assert_eq!(suggested_fix(msg), ["--toolchain", "auto"], "{msg}");
+    // The text form says the same.
+    let out = w
+        .run(
+            Ralph::new()
+                .args(["doctor", "--workspace"])
+                .arg(&f.ws)
+                .args(["--verify", "cargo test", "--toolchain", "none"]),
+        )
+        .output();
+    out.expect_code(64);
+    assert!(
+        out.stdout.contains("add --toolchain auto"),
+        "{}",
+        out.stdout
     );
 }

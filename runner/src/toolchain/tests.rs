@@ -95,7 +95,7 @@ impl Tree {
     }
 }
 
-fn var<'g>(g: &'g ToolchainGrant, name: &str) -> Option<String> {
+fn var(g: &ToolchainGrant, name: &str) -> Option<String> {
     g.env(Path::new("/round/home"))
         .into_iter()
         .find(|(k, _)| k == name)
