@@ -49,7 +49,8 @@ fn complete_at_round_k_with_verify() {
     );
     let events = f.event_types(&out.job_id());
     let round = ["round_started", "round_spawned", "round_finished"];
-    let mut expected = vec!["job_submitted", "job_started"];
+    // `toolchain_granted`: what the runner's toolchains grant the job (SPEC §12), once per run.
+    let mut expected = vec!["job_submitted", "job_started", "toolchain_granted"];
     for _ in 0..3 {
         expected.extend(round);
     }
@@ -165,6 +166,7 @@ fn round_failed_in_round_one_has_no_report() {
         [
             "job_submitted",
             "job_started",
+            "toolchain_granted",
             "round_started",
             "round_spawned",
             "round_finished",

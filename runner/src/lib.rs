@@ -11,6 +11,7 @@
 //! - [`gateway`]: the per-job model gateway and egress proxy (SPEC §9).
 //! - [`ci`]: JUnit and Markdown reports of a finished job for CI systems.
 //! - [`provision`]: workspaces the runner provisions (safe unpacking of uploads, SPEC §11).
+//! - [`toolchain`]: the runner's per-user toolchains granted to a round (SPEC §12).
 //!
 //! # Test strategy
 //!
@@ -31,5 +32,6 @@ pub mod provision;
 pub mod report;
 pub mod service;
 pub mod store;
+pub mod toolchain;
 pub mod usage;
 pub mod util;

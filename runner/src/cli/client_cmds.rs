@@ -584,6 +584,9 @@ fn event_text(ev: &Event) -> String {
                     .map_or_else(String::new, |l| format!(", {l}"))
             )
         }
+        EventKind::ToolchainGranted { grant } => {
+            format!("toolchains granted: {}", grant.lines().join("; "))
+        }
         EventKind::ResultWritten {
             bytes,
             files,

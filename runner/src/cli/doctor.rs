@@ -1,7 +1,11 @@
-//! `ralph doctor [--json] [--backend B] [--image IMG] [--reap]`: what this host supports, each
-//! check with "ok" or the reason, and the docker backend's engine, image and leftover containers.
-//! Exit 0 when the default mode (workspace-write) can run on the chosen backend (native by
-//! default), 69 otherwise (for docker: the engine is unreachable or the image is missing).
+//! `ralph doctor [--json] [--backend B] [--image IMG] [--reap] [--workspace DIR [--mode M]
+//! [--toolchain MODE] [--agent-cmd CMD] [--verify CMD]]`: what this host supports, each check
+//! with "ok" or the reason, and the docker backend's engine, image and leftover containers; with
+//! `--workspace`, what a job there would be granted of the runner's toolchains (SPEC §12) and
+//! whether the commands' programs run in its sandbox as on the runner (the pre-round check, with
+//! its fix). Exit 0 when the default mode (workspace-write) can run on the chosen backend
+//! (native by default), 69 otherwise (for docker: the engine is unreachable or the image is
+//! missing); with `--workspace`, 64 when a command's program would not run.
 
 use super::stdout::outln;
 use clap::Args;
@@ -27,9 +31,29 @@ pub struct DoctorArgs {
     /// Remove this host's leftover ralph containers whose runner is gone.
     #[arg(long)]
     pub reap: bool,
+    /// Show what a job in this workspace would be granted of the runner's toolchains.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<std::path::PathBuf>,
+    /// With --workspace: the job's mode (default workspace-write).
+    #[arg(long, value_parser = parse_mode, requires = "workspace")]
+    pub mode: Option<ralph_sandbox::Mode>,
+    /// With --workspace: auto (default) or none.
+    #[arg(long, value_enum, value_name = "MODE", requires = "workspace")]
+    pub toolchain: Option<ralph_runner::toolchain::ToolchainMode>,
+    /// With --workspace: check this agent command's program as the pre-round check would.
+    #[arg(long, value_name = "CMD", requires = "workspace")]
+    pub agent_cmd: Option<String>,
+    /// With --workspace: check this verify command's program as the pre-round check would.
+    #[arg(long, value_name = "CMD", requires = "workspace")]
+    pub verify: Option<String>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    s.parse()
+        .map_err(|e: ralph_sandbox::mode::UnknownWord| e.to_string())
+}
+
+fn parse_mode(s: &str) -> Result<ralph_sandbox::Mode, String> {
     s.parse()
         .map_err(|e: ralph_sandbox::mode::UnknownWord| e.to_string())
 }
@@ -69,9 +93,14 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
         BackendKind::Native => report.default_mode_ok(),
         BackendKind::Docker => docker.ok(),
     };
+    let toolchains = match &args.workspace {
+        Some(ws) => Some(toolchains(&args, ws)?),
+        None => None,
+    };
     if args.json {
         let v = serde_json::json!({
             "ok": ok,
+            "toolchains": toolchains.as_ref().map(Toolchains::json),
             "docker": docker_json(&docker),
             "euid": host.euid,
             "checks": report.checks,
@@ -151,10 +180,134 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
             }
             Err(e) => outln!("  {what:width$}{e}"),
         }
+        if let Some(t) = &toolchains {
+            t.print();
+        }
+    }
+    if toolchains.as_ref().is_some_and(|t| !t.commands_ok()) {
+        return Ok(Exit::Usage);
     }
     Ok(if ok {
         Exit::Complete
     } else {
         Exit::SandboxUnavailable
     })
+}
+
+/// What `--workspace` asks: a job's toolchain grant there and its commands' checks.
+struct Toolchains {
+    workspace: std::path::PathBuf,
+    spec: ralph_runner::job::JobSpec,
+    grant: ralph_runner::toolchain::GrantRecord,
+    /// (what, command, the check's answer).
+    commands: Vec<(&'static str, String, Result<(), String>)>,
+}
+
+/// The grant and checks of a job in `workspace` with the given flags.
+fn toolchains(args: &DoctorArgs, workspace: &std::path::Path) -> Result<Toolchains, CliError> {
+    use ralph_runner::job::{AgentSpec, JobSpec};
+    let ws = std::fs::canonicalize(workspace).map_err(|e| {
+        CliError::usage(format!(
+            "`--workspace {}`: failed to resolve it: {e}",
+            workspace.display()
+        ))
+    })?;
+    if !ws.is_dir() {
+        return Err(CliError::usage(format!(
+            "`--workspace {}`: not a directory",
+            workspace.display()
+        )));
+    }
+    let agent = args.agent_cmd.clone().unwrap_or_else(|| "true".to_owned());
+    let mut spec = JobSpec::new("doctor", &ws, AgentSpec::Command { command: agent });
+    spec.verify = args.verify.clone();
+    spec.toolchain = args.toolchain.unwrap_or_default();
+    spec.sandbox.mode = args.mode.unwrap_or(ralph_sandbox::Mode::WorkspaceWrite);
+    spec.sandbox.backend = args.backend.unwrap_or_default();
+    let env = ralph_runner::engine::RunnerEnv::capture();
+    let policy_mode = match spec.sandbox.mode {
+        ralph_sandbox::Mode::FullAccess => ralph_sandbox::Mode::WorkspaceWrite,
+        m => m,
+    };
+    let backends = ralph_runner::engine::Backends::new(
+        "/proc/self/exe",
+        super::sandbox_args::load_policies()?,
+    );
+    let shown = backends
+        .native()
+        .policies()
+        .get(policy_mode)
+        .map(|p| p.filesystem.read.clone())
+        .unwrap_or_default();
+    let grant = ralph_runner::toolchain::for_job(&spec, &env, &shown, &[]);
+    let mut commands = Vec::new();
+    let native = spec.sandbox.backend == BackendKind::Native;
+    for (what, command) in [
+        ("the agent command", args.agent_cmd.as_ref()),
+        ("the verify command", args.verify.as_ref()),
+    ] {
+        let Some(command) = command else { continue };
+        let answer = if native {
+            ralph_runner::engine::command_visible(what, command, &spec, &env, &backends)
+        } else {
+            Ok(())
+        };
+        commands.push((what, command.clone(), answer));
+    }
+    Ok(Toolchains {
+        workspace: ws,
+        grant: grant.record(),
+        spec,
+        commands,
+    })
+}
+
+impl Toolchains {
+    fn commands_ok(&self) -> bool {
+        self.commands.iter().all(|(_, _, r)| r.is_ok())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workspace": self.workspace,
+            "toolchain": self.spec.toolchain.as_str(),
+            "mode": self.spec.sandbox.mode.as_str(),
+            "granted": self.grant,
+            "commands": self.commands.iter().map(|(what, command, r)| serde_json::json!({
+                "what": what,
+                "command": command,
+                "ok": r.is_ok(),
+                "message": r.as_ref().err(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Printed through [`terminal::line`]: paths come from the workspace (a `pyvenv.cfg`).
+    fn print(&self) {
+        use ralph_runner::util::terminal;
+        outln!(
+            "{}",
+            terminal::line(&format!(
+                "toolchains for a job in {} (--toolchain {}, --mode {}, {}):",
+                self.workspace.display(),
+                self.spec.toolchain.as_str(),
+                self.spec.sandbox.mode.as_str(),
+                self.spec.sandbox.backend.as_str()
+            ))
+        );
+        if self.spec.toolchain == ralph_runner::toolchain::ToolchainMode::None {
+            outln!("  none granted (--toolchain none)");
+        } else {
+            for l in self.grant.lines() {
+                outln!("  {}", terminal::line(&l));
+            }
+        }
+        for (what, command, r) in &self.commands {
+            let answer = match r {
+                Ok(()) => format!("{what} `{command}`: ok"),
+                Err(m) => m.clone(),
+            };
+            outln!("{}", terminal::line(&answer));
+        }
+    }
 }

@@ -76,6 +76,11 @@ pub struct JobArgs {
     /// Pass this variable of the runner's environment to the agent; repeatable.
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
+    /// auto (default): the per-user toolchains on the runner's PATH (rustup, pyenv, a
+    /// virtualenv, nvm, Go, asdf/mise) are shown read-only with their variables; none: nothing
+    /// (docs/toolchains.md).
+    #[arg(long, value_enum, value_name = "MODE", overrides_with = "toolchain")]
+    pub toolchain: Option<ralph_runner::toolchain::ToolchainMode>,
     /// The model API's base URL, reached through the runner's model gateway (default: the
     /// preset's, e.g. https://api.openai.com/v1 for codex); with `ralph submit`, the name of an
     /// upstream in the server's configuration.
@@ -145,6 +150,7 @@ impl JobArgs {
             image: s.image.clone(),
             output_cap: self.output_cap,
             env: self.env.clone(),
+            toolchain: self.toolchain,
             priority: None,
             upstream: self.upstream.clone(),
             api_key_env: self.api_key_env.clone(),

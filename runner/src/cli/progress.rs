@@ -473,6 +473,7 @@ impl Observer for Progress {
                 None => self.line(&format!("result.patch: {files} file(s) changed")),
             },
             EventKind::JobSubmitted { .. }
+            | EventKind::ToolchainGranted { .. }
             | EventKind::RoundSpawned { .. }
             | EventKind::ModelRequest { .. }
             | EventKind::ModelRefusals { .. }

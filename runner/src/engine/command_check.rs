@@ -1,12 +1,18 @@
-//! Before round 1: can the sandbox run the program an `--agent-cmd` or `--verify` command starts
-//! with (SPEC §6)? A script in `/tmp` or a tool in `~/.cargo/bin` is there on the runner but not
-//! inside the sandbox; without this check the job finds out in round 1 (`not found`, exit 127)
-//! after a round is spent. The answer names the `--read` that fixes it.
+//! Before round 1: can the sandbox run the program an `--agent-cmd` or `--verify` command (or a
+//! preset's CLI, [`super::preset_check`]) starts with, and is it the same program the runner's
+//! shell would run (SPEC §6, §12)? A script in `/tmp` or a tool under a home directory is there on
+//! the runner but not inside the sandbox; a `python3` from a virtualenv the sandbox cannot see
+//! is silently `/usr/bin/python3` inside, without the project's packages. Without this check the
+//! job finds out in round 1 (`not found`, exit 127, or `No module named pytest`) after a round is
+//! spent, and every later round fails the same way.
 //!
-//! Only what can be judged without running the shell is judged: the first word of the command
-//! (after `VAR=value` assignments and an `exec`), when it is a plain path or name. A word with
-//! shell syntax in it (`$HOME/x`, quotes, globs, `~`), a shell builtin or keyword, or a relative
-//! path (the round runs in the workspace, which may create it) is left to the shell.
+//! What the round will see is the policy's trees, the workspace, the job's `--read`/`--write`
+//! paths and its toolchain grant ([`crate::toolchain`]); a program in a toolchain the grant
+//! covers needs no hint. Otherwise the answer is a fix that works: `--toolchain auto` where the
+//! job turned toolchains off and a toolchain rule covers the program, else the `--read` paths of
+//! the program, what its links lead to and its script's interpreter (a file rather than a
+//! directory that would show credentials). Which programs can be judged without running the
+//! shell: [`crate::toolchain::program::first_program`].
 
 use std::path::{Path, PathBuf};
 
@@ -16,48 +22,225 @@ use super::backends::Backends;
 use super::env::{DEFAULT_PATH, RunnerEnv};
 use super::preset_check::grant_for;
 use crate::job::JobSpec;
+use crate::toolchain::program::{candidates, interpreter};
+use crate::toolchain::{RealFs, ToolchainGrant, ToolchainMode};
 
-/// Words the shell runs itself (builtins and keywords of `dash` and POSIX `sh`).
-const SHELL_WORDS: &[&str] = &[
-    "!", ".", ":", "[", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done",
-    "echo", "elif", "else", "esac", "eval", "exit", "export", "false", "fc", "fg", "fi", "for",
-    "getopts", "hash", "if", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",
-    "return", "set", "shift", "test", "then", "times", "trap", "true", "type", "ulimit", "umask",
-    "unalias", "unset", "until", "wait", "while", "{", "}",
-];
+pub use crate::toolchain::program::first_program;
 
-/// Characters that make a word the shell's to interpret.
-const SHELL_SYNTAX: &[char] = &[
-    '$', '`', '"', '\'', '\\', '*', '?', '[', ']', '{', '}', '(', ')', '<', '>', '|', '&', ';',
-    '~', '#',
-];
-
-/// The program `command` starts with, when it can be judged (module doc).
-pub fn first_program(command: &str) -> Option<&str> {
-    let mut words = command.split_whitespace().skip_while(|w| is_assignment(w));
-    let mut word = words.next()?;
-    if word == "exec" {
-        word = words.next()?;
-    }
-    if word.contains(SHELL_SYNTAX) || SHELL_WORDS.contains(&word) {
-        return None;
-    }
-    if word.contains('/') && !word.starts_with('/') {
-        return None;
-    }
-    Some(word)
+/// What the sandbox of a job shows of the runner's filesystem.
+pub(super) struct View<'a> {
+    spec: &'a JobSpec,
+    env: &'a RunnerEnv,
+    /// The policy's read trees.
+    read: Vec<PathBuf>,
+    /// The policy's hidden paths.
+    hidden: Vec<PathBuf>,
+    /// The job's toolchain grant.
+    grant: ToolchainGrant,
 }
 
-fn is_assignment(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty()
-            && name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
-            && !name.starts_with(|c: char| c.is_ascii_digit())
-    })
+impl<'a> View<'a> {
+    /// The view of `spec`'s sandbox (its mode's policy); `None` in `full-access` (everything is
+    /// seen).
+    pub(super) fn of(
+        spec: &'a JobSpec,
+        env: &'a RunnerEnv,
+        backends: &Backends,
+    ) -> Result<Option<Self>, String> {
+        if spec.sandbox.mode == Mode::FullAccess {
+            return Ok(None);
+        }
+        let policy = backends
+            .native()
+            .policies()
+            .get(spec.sandbox.mode)
+            .map_err(|e| e.to_string())?;
+        let fs = &policy.filesystem;
+        let grant = crate::toolchain::for_job(spec, env, &fs.read, &[]);
+        Ok(Some(Self {
+            spec,
+            env,
+            read: fs.read.clone(),
+            hidden: fs.hidden.clone(),
+            grant,
+        }))
+    }
+
+    /// Whether the round can see `p`.
+    fn visible(&self, p: &Path) -> bool {
+        let s = &self.spec.sandbox;
+        let granted = self
+            .read
+            .iter()
+            .chain(std::iter::once(&self.spec.workspace))
+            .chain(&s.read)
+            .chain(&s.write)
+            .any(|root| p.starts_with(root))
+            || self.grant.shows(p);
+        granted && !self.hidden.iter().any(|h| p.starts_with(h))
+    }
+
+    fn path(&self) -> &str {
+        self.env.get("PATH").unwrap_or(DEFAULT_PATH)
+    }
+
+    /// Judges `program` as the round's shell would run it: `Ok` when the first one the runner
+    /// finds is the one the round runs and everything it needs is visible; else why not, as a
+    /// [`Problem`] whose fix works.
+    pub(super) fn judge(&self, program: &str) -> Result<(), Problem> {
+        let found = candidates(&RealFs, program, self.path());
+        let Some((first, first_real)) = found.first().cloned() else {
+            return Err(Problem::Missing);
+        };
+        let runs = |(c, real): &(PathBuf, PathBuf)| self.visible(c) && self.visible(real);
+        let inside = found.iter().find(|c| runs(c)).map(|(c, _)| c.clone());
+        let mut needed: Vec<PathBuf> = [&first, &first_real]
+            .into_iter()
+            .filter(|p| !self.visible(p))
+            .cloned()
+            .collect();
+        let program_hidden = !needed.is_empty();
+        // A script runs only if its interpreter (and where that leads) is there too: one fix
+        // for both, so that applying it is enough.
+        let mut interp = None;
+        if let Some(i) = interpreter(&RealFs, &first_real, self.path()) {
+            let real = std::fs::canonicalize(&i).unwrap_or_else(|_| i.clone());
+            let more: Vec<PathBuf> = [&i, &real]
+                .into_iter()
+                .filter(|p| !self.visible(p))
+                .cloned()
+                .collect();
+            if !more.is_empty() {
+                needed.extend(more);
+                interp = Some(i);
+            }
+        }
+        if needed.is_empty() {
+            return Ok(());
+        }
+        let fix = self.fix(&needed);
+        let at = Found {
+            first,
+            first_real,
+            fix,
+        };
+        Err(match (program_hidden, inside, interp) {
+            (true, Some(other), _) => Problem::Swapped(at, other),
+            (true, None, _) => Problem::Hidden(at),
+            (false, _, Some(i)) => Problem::Interpreter(at, i),
+            (false, _, None) => Problem::Hidden(at),
+        })
+    }
+
+    /// The flags that make `needed` visible: `--toolchain auto` where toolchains are off and
+    /// a toolchain rule would show the path, else a `--read` of its tree (of the file itself
+    /// when its directory would show a home or its credentials).
+    fn fix(&self, needed: &[PathBuf]) -> Vec<String> {
+        let auto = (self.spec.toolchain == ToolchainMode::None).then(|| {
+            let mut spec = self.spec.clone();
+            spec.toolchain = ToolchainMode::Auto;
+            crate::toolchain::for_job(&spec, self.env, &self.read, &[])
+        });
+        let home = self.env.get("HOME").map(Path::new);
+        let cargo_home = self
+            .env
+            .get("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.map(|h| h.join(".cargo")));
+        let mut flags: Vec<String> = Vec::new();
+        for p in needed {
+            let flag = if auto.as_ref().is_some_and(|g| g.shows(p)) {
+                "--toolchain auto".to_owned()
+            } else {
+                let dir = grant_for(p);
+                let tree = match crate::toolchain::secrets::refusal(
+                    &dir,
+                    home,
+                    cargo_home.as_deref(),
+                    &[],
+                ) {
+                    None => dir,
+                    Some(_) => p.clone(),
+                };
+                format!("--read {}", tree.display())
+            };
+            if !flags.contains(&flag) {
+                flags.push(flag);
+            }
+        }
+        flags
+    }
 }
 
-/// Checks that the program `command` starts with exists and that the sandbox of `spec` can see
-/// it; `what` names the command in the message ("the agent command", "the verify command").
+/// Where a program was found on the runner and the flags that let the round run it.
+#[derive(Debug)]
+pub(super) struct Found {
+    /// As found on the PATH (or given).
+    pub first: PathBuf,
+    /// Where its links lead.
+    pub first_real: PathBuf,
+    /// The fix.
+    pub fix: Vec<String>,
+}
+
+impl Found {
+    /// `` `first` `` or `` `first` (→ `real`) ``.
+    pub fn shown(&self) -> String {
+        if self.first == self.first_real {
+            format!("`{}`", self.first.display())
+        } else {
+            format!(
+                "`{}` (→ `{}`)",
+                self.first.display(),
+                self.first_real.display()
+            )
+        }
+    }
+}
+
+/// Why the round cannot run a program as the runner would.
+#[derive(Debug)]
+pub(super) enum Problem {
+    /// Not on the runner at all.
+    Missing,
+    /// On the runner, not visible inside (nor any other of that name).
+    Hidden(Found),
+    /// On the runner, not visible inside, where another one of that name would run instead.
+    Swapped(Found, PathBuf),
+    /// Visible, but the interpreter of the script is not.
+    Interpreter(Found, PathBuf),
+}
+
+impl Problem {
+    /// The message: `subject` names what runs it (`the verify command `x` runs`), `found` the
+    /// program as found.
+    pub(super) fn message(&self, subject: &str, missing: String) -> String {
+        match self {
+            Problem::Missing => missing,
+            Problem::Hidden(f) => format!(
+                "{subject} {}, which the sandbox cannot see: add {}",
+                f.shown(),
+                f.fix.join(" ")
+            ),
+            Problem::Swapped(f, other) => format!(
+                "{subject} {} on the runner, which the sandbox cannot see: inside, the shell would run `{}` instead, a different program: add {}",
+                f.shown(),
+                other.display(),
+                f.fix.join(" ")
+            ),
+            Problem::Interpreter(f, i) => format!(
+                "{subject} {}, whose interpreter `{}` the sandbox cannot see: add {}",
+                f.shown(),
+                i.display(),
+                f.fix.join(" ")
+            ),
+        }
+    }
+}
+
+/// Checks that the program `command` starts with exists and that the sandbox of `spec` runs
+/// it as the runner would; `what` names the command in the message ("the agent command", "the
+/// verify command").
 pub fn command_visible(
     what: &str,
     command: &str,
@@ -69,22 +252,8 @@ pub fn command_visible(
         return Ok(());
     };
     let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
-    // Where the shell would look on the runner: the path itself, or each PATH entry in turn.
-    let candidates: Vec<PathBuf> = if program.starts_with('/') {
-        vec![PathBuf::from(program)]
-    } else {
-        path.split(':')
-            .filter(|d| d.starts_with('/'))
-            .map(|d| Path::new(d).join(program))
-            .collect()
-    };
-    let found: Vec<(PathBuf, PathBuf)> = candidates
-        .into_iter()
-        .filter(|c| is_executable_file(c))
-        .filter_map(|c| std::fs::canonicalize(&c).ok().map(|real| (c, real)))
-        .collect();
-    let Some((first, first_real)) = found.first().cloned() else {
-        return Err(if program.starts_with('/') {
+    let missing = || {
+        if program.starts_with('/') {
             format!(
                 "{what} `{command}` runs `{program}`, which does not exist on the runner (or is not an executable file): fix the path"
             )
@@ -92,88 +261,16 @@ pub fn command_visible(
             format!(
                 "{what} `{command}` runs `{program}`, which is not on the PATH ({path}): install it, put its directory on the runner's PATH, or give its full path"
             )
-        });
-    };
-    if spec.sandbox.mode == Mode::FullAccess {
-        return Ok(());
-    }
-    let policy = backends
-        .native()
-        .policies()
-        .get(spec.sandbox.mode)
-        .map_err(|e| e.to_string())?;
-    let fs = &policy.filesystem;
-    let visible = |p: &Path| {
-        let granted = fs
-            .read
-            .iter()
-            .chain(std::iter::once(&spec.workspace))
-            .chain(&spec.sandbox.read)
-            .chain(&spec.sandbox.write)
-            .any(|root| p.starts_with(root));
-        granted && !fs.hidden.iter().any(|h| p.starts_with(h))
-    };
-    // Inside, the shell takes the first one it can see: both the path it looks up and the file
-    // that leads to must be reachable.
-    if found.iter().any(|(c, real)| visible(c) && visible(real)) {
-        return Ok(());
-    }
-    let mut grants: Vec<PathBuf> = Vec::new();
-    for p in [&first_real, &first] {
-        let g = grant_for(p);
-        if !visible(p) && !grants.contains(&g) {
-            grants.push(g);
         }
-    }
-    let fix: Vec<String> = grants
-        .iter()
-        .map(|g| format!("--read {}", g.display()))
-        .collect();
-    Err(format!(
-        "{what} `{command}` runs `{}`{}, which the sandbox cannot see: add {}",
-        first.display(),
-        if first == first_real {
-            String::new()
+    };
+    let Some(view) = View::of(spec, env, backends)? else {
+        // Full access sees everything; the program must still exist.
+        return if candidates(&RealFs, program, path).is_empty() {
+            Err(missing())
         } else {
-            format!(" (→ `{}`)", first_real.display())
-        },
-        fix.join(" ")
-    ))
-}
-
-fn is_executable_file(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_program_is_judged_only_when_it_is_plain() {
-        assert_eq!(
-            first_program("/tmp/x/agent.sh --fast"),
-            Some("/tmp/x/agent.sh")
-        );
-        assert_eq!(first_program("A=1 B_2=x mytool run"), Some("mytool"));
-        assert_eq!(first_program("exec /opt/a"), Some("/opt/a"));
-        assert_eq!(first_program("  pytest -q"), Some("pytest"));
-        for shell in [
-            "$HOME/bin/agent",
-            "\"/tmp/with space/a\"",
-            "~/bin/a",
-            "./run.sh",
-            "scripts/run.sh",
-            "cd sub && make",
-            "if true; then x; fi",
-            "echo hi",
-            "(cd x; y)",
-            "a*b",
-            "",
-            "X=1",
-        ] {
-            assert_eq!(first_program(shell), None, "{shell}");
-        }
-    }
+            Ok(())
+        };
+    };
+    view.judge(program)
+        .map_err(|p| p.message(&format!("{what} `{command}` runs"), missing()))
 }

@@ -1,5 +1,7 @@
-//! The agent's environment (SPEC §4): the round variables, a minimal allowlist, and the
-//! variables named with `--env`. Nothing else of the runner's environment passes.
+//! The agent's environment (SPEC §4, §12): a minimal allowlist, the job's toolchain variables
+//! ([`crate::toolchain::ToolchainGrant::env`]: roots and versions of the runner's toolchains,
+//! their writable parts redirected into the private HOME), the variables named with `--env`,
+//! then the round variables. Nothing else of the runner's environment passes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -65,6 +67,24 @@ pub fn build_with(
     ralph_vars: &[(&str, String)],
     extra: &[(String, String)],
 ) -> Result<Vec<(String, String)>, MissingEnv> {
+    build_round(runner, home, tmp, &[], passthrough, ralph_vars, extra)
+}
+
+/// Variables a toolchain grant never sets (the round's own).
+const NOT_FROM_TOOLCHAINS: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
+
+/// Like [`build_with`], with the job's `toolchain` variables after the allowlist: a variable
+/// named with `--env` is the runner's own value (the job asked for it), and the round's and the
+/// gateway's come last.
+pub fn build_round(
+    runner: &RunnerEnv,
+    home: &Path,
+    tmp: &Path,
+    toolchain: &[(String, String)],
+    passthrough: &[String],
+    ralph_vars: &[(&str, String)],
+    extra: &[(String, String)],
+) -> Result<Vec<(String, String)>, MissingEnv> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     env.insert(
         "PATH".into(),
@@ -80,6 +100,11 @@ pub fn build_with(
         "TERM".into(),
         runner.get("TERM").unwrap_or("dumb").to_owned(),
     );
+    for (k, v) in toolchain {
+        if !NOT_FROM_TOOLCHAINS.contains(&k.as_str()) {
+            env.insert(k.clone(), v.clone());
+        }
+    }
     for name in passthrough {
         let value = runner
             .get(name)
@@ -130,6 +155,47 @@ mod tests {
                 "TERM",
                 "TMPDIR"
             ]
+        );
+    }
+
+    #[test]
+    fn toolchain_variables_sit_between_the_allowlist_and_the_named_ones() {
+        let runner = RunnerEnv::from_pairs([
+            ("PATH".into(), "/h/.cargo/bin:/bin".into()),
+            ("CARGO_HOME".into(), "/h/.cargo".into()),
+        ]);
+        let toolchain = vec![
+            ("RUSTUP_HOME".to_owned(), "/h/.rustup".to_owned()),
+            ("CARGO_HOME".to_owned(), "/r/home/.cargo".to_owned()),
+            ("PATH".to_owned(), "/evil".to_owned()),
+            ("HOME".to_owned(), "/h".to_owned()),
+        ];
+        let map = |passthrough: &[String]| -> BTreeMap<String, String> {
+            build_round(
+                &runner,
+                Path::new("/r/home"),
+                Path::new("/r/tmp"),
+                &toolchain,
+                passthrough,
+                &[],
+                &[("RUSTUP_HOME".into(), "/gateway-wins".into())],
+            )
+            .unwrap()
+            .into_iter()
+            .collect()
+        };
+        let m = map(&[]);
+        assert_eq!(m["CARGO_HOME"], "/r/home/.cargo");
+        assert_eq!(
+            m["PATH"], "/h/.cargo/bin:/bin",
+            "the runner's PATH, in its order"
+        );
+        assert_eq!(m["HOME"], "/r/home");
+        assert_eq!(m["RUSTUP_HOME"], "/gateway-wins");
+        let m = map(&["CARGO_HOME".into()]);
+        assert_eq!(
+            m["CARGO_HOME"], "/h/.cargo",
+            "--env CARGO_HOME is the job's choice"
         );
     }
 

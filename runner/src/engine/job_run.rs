@@ -34,6 +34,8 @@ pub(super) struct JobRun<'e> {
     pub(super) carry: crate::agent::output::Carry,
     /// The job's model upstream with its key, resolved before round 1 (SPEC §9).
     pub(super) upstream: Option<super::upstream::ResolvedUpstream>,
+    /// What its rounds and verify are granted of the runner's toolchains (SPEC §12).
+    pub(super) toolchain: crate::toolchain::ToolchainGrant,
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -65,6 +67,7 @@ impl<'e> JobRun<'e> {
             started,
             carry: Default::default(),
             upstream: None,
+            toolchain: Default::default(),
         }
     }
 
@@ -271,6 +274,7 @@ impl<'e> JobRun<'e> {
     /// enter the sandbox. Each is a configuration error (exit 64) whose message says the fix.
     fn preflight_agent(&mut self) -> Result<(), (FinishReason, String)> {
         let config = |m: String| (FinishReason::Configuration, m);
+        self.grant_toolchains()?;
         if let Some(p) = self.agent.preset() {
             p.check(&self.spec).map_err(config)?;
             if self.spec.sandbox.backend == ralph_sandbox::BackendKind::Native {

@@ -1,16 +1,19 @@
 //! Before round 1: is a preset's CLI visible inside the sandbox (SPEC §6)? A CLI installed
 //! under a home directory or a project's `node_modules` is on the runner's `PATH` but hidden
 //! from the round; without this check the job would find out in round 1 and retry for nothing.
-//! The answer names the `--read` that fixes it.
+//! The answer is a fix that works (judged as for commands, [`super::command_check`]). After the
+//! fact, [`cannot_run_message`] says what a shell's "not found" (exit 126/127) means.
 
 use std::path::{Path, PathBuf};
 
 use ralph_sandbox::Mode;
 
 use super::backends::Backends;
+use super::command_check::View;
 use super::env::{DEFAULT_PATH, RunnerEnv};
 use crate::agent::Preset;
 use crate::job::JobSpec;
+use crate::toolchain::ToolchainMode;
 
 /// The first executable `name` on `path` (a `PATH` value), as found and as resolved.
 fn find_on_path(name: &str, path: &str) -> Option<(PathBuf, PathBuf)> {
@@ -38,8 +41,9 @@ pub(super) fn grant_for(real: &Path) -> PathBuf {
     best.unwrap_or_else(|| real.parent().unwrap_or(real).to_path_buf())
 }
 
-/// Checks that `preset`'s program is on the round's `PATH` and inside a tree the sandbox lets
-/// the round read. The message says what to do otherwise.
+/// Checks that `preset`'s program is on the round's `PATH`, that the sandbox runs the same one
+/// the runner would, and that what it needs (its links, its script's interpreter, e.g. `node`
+/// from nvm) is visible ([`super::command_check::View`]). The message says what to do otherwise.
 pub fn program_visible(
     preset: &dyn Preset,
     spec: &JobSpec,
@@ -52,57 +56,22 @@ pub fn program_visible(
     }
     let name = preset.program();
     let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
-    let Some((found, real)) = find_on_path(name, path) else {
-        return Err(format!(
-            "the `{}` preset runs `{name}`, which is not on the PATH ({path}): install it, or put its directory on the runner's PATH",
-            preset.name()
-        ));
-    };
-    if spec.sandbox.mode == Mode::FullAccess {
+    let missing = format!(
+        "the `{}` preset runs `{name}`, which is not on the PATH ({path}): install it, or put its directory on the runner's PATH",
+        preset.name()
+    );
+    if find_on_path(name, path).is_none() {
+        return Err(missing);
+    }
+    let Some(view) = View::of(spec, env, backends)? else {
         return Ok(());
-    }
-    let policy = backends
-        .native()
-        .policies()
-        .get(spec.sandbox.mode)
-        .map_err(|e| e.to_string())?;
-    let fs = &policy.filesystem;
-    let visible = |p: &Path| {
-        let granted = fs
-            .read
-            .iter()
-            .chain(std::iter::once(&spec.workspace))
-            .chain(&spec.sandbox.read)
-            .chain(&spec.sandbox.write)
-            .any(|root| p.starts_with(root));
-        granted && !fs.hidden.iter().any(|h| p.starts_with(h))
     };
-    // Both the name on PATH and the file it leads to must be reachable inside.
-    let mut grants: Vec<PathBuf> = Vec::new();
-    for p in [&real, &found] {
-        let g = grant_for(p);
-        if !visible(p) && !grants.contains(&g) {
-            grants.push(g);
-        }
-    }
-    if grants.is_empty() {
-        return Ok(());
-    }
-    let fix: Vec<String> = grants
-        .iter()
-        .map(|g| format!("--read {}", g.display()))
-        .collect();
-    Err(format!(
-        "the `{}` preset runs `{name}`, found at `{}`{}, which the sandbox cannot see: add {}",
-        preset.name(),
-        found.display(),
-        if found == real {
-            String::new()
-        } else {
-            format!(" (→ `{}`)", real.display())
-        },
-        fix.join(" ")
-    ))
+    view.judge(name).map_err(|p| {
+        p.message(
+            &format!("the `{}` preset runs `{name}`, found at", preset.name()),
+            missing,
+        )
+    })
 }
 
 /// Shows the round this executable (`exe`, its real path), read-only, for a preset that runs
@@ -142,11 +111,27 @@ pub fn cannot_run_message(
         .unwrap_or("");
     let path = env.get("PATH").unwrap_or(DEFAULT_PATH);
     let fix = match find_on_path(program, path) {
-        Some((_, real)) if spec.sandbox.mode != Mode::FullAccess => format!(
-            "`{program}` is at `{}` on the runner, outside what the sandbox shows: add --read {}",
-            real.display(),
-            grant_for(&real).display()
-        ),
+        Some((_, real)) if spec.sandbox.mode != Mode::FullAccess => {
+            // Where toolchains are off and a toolchain rule covers the program, that is the fix
+            // (a bare `--read` of a shim or proxy would not make it work).
+            let auto = (spec.toolchain == ToolchainMode::None).then(|| {
+                let mut s = spec.clone();
+                s.toolchain = ToolchainMode::Auto;
+                crate::toolchain::for_job(&s, env, &[], &[])
+            });
+            match auto.filter(|g| g.shows(&real)) {
+                Some(g) => format!(
+                    "`{program}` is at `{}` on the runner, in a toolchain the job's `--toolchain none` leaves out ({}): add --toolchain auto",
+                    real.display(),
+                    g.owner_of(&real).map_or_else(String::new, |t| t.label())
+                ),
+                None => format!(
+                    "`{program}` is at `{}` on the runner, outside what the sandbox shows: add --read {}",
+                    real.display(),
+                    grant_for(&real).display()
+                ),
+            }
+        }
         _ => format!(
             "install `{program}` where the sandbox can see it (system directories, the workspace or a --read path), or fix the command"
         ),

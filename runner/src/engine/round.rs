@@ -177,10 +177,11 @@ impl JobRun<'_> {
         if let Some(p) = preset {
             owned_vars.extend(p.env(&options));
         }
-        let env = env::build_with(
+        let env = env::build_round(
             &self.engine.env,
             &dirs.home,
             &dirs.tmp,
+            &self.toolchain.env(&dirs.home),
             &self.spec.env,
             &ralph_vars,
             &owned_vars,
@@ -606,7 +607,7 @@ impl JobRun<'_> {
             Network::Gateway => Network::None,
             n => n,
         };
-        SandboxRequest {
+        let mut req = SandboxRequest {
             mode: s.mode,
             network: Some(network),
             gateway_ports: Vec::new(),
@@ -640,7 +641,10 @@ impl JobRun<'_> {
             // The journal and other jobs' artifacts stay out of the agent's reach.
             forbidden: vec![self.engine.state_dir.clone()],
             agent_user: self.engine.agent_user.clone(),
-        }
+        };
+        // The runner's toolchains, read-only (SPEC §12).
+        self.toolchain.apply(&mut req);
+        req
     }
 
     /// Reads what the agent left and decides how the attempt ended ([`super::judge::judge`]).

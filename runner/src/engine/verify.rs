@@ -50,12 +50,14 @@ impl JobRun<'_> {
             ("RALPH_ROUND", round.to_string()),
             ("RALPH_WORKSPACE", self.spec.workspace.display().to_string()),
         ];
-        let env = env::build(
+        let env = env::build_round(
             &self.engine.env,
             &dirs.home,
             &dirs.tmp,
+            &self.toolchain.env(&dirs.home),
             &self.spec.env,
             &vars,
+            &[],
         )
         .map_err(|e| EngineError::Config {
             message: e.to_string(),

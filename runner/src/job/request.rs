@@ -92,6 +92,8 @@ pub struct JobRequest {
     /// Environment variables to pass.
     #[serde(default)]
     pub env: Vec<String>,
+    /// `auto` (default) or `none`: whether the runner's per-user toolchains are granted.
+    pub toolchain: Option<crate::toolchain::ToolchainMode>,
     /// Queue priority (higher first; default 0). Service only.
     pub priority: Option<i32>,
     /// The model API's base URL (`ralph run`) or a configured upstream's name (service).
@@ -438,6 +440,7 @@ impl JobRequest {
             output_cap: self.output_cap.unwrap_or(defaults.output_cap),
         };
         d.env = self.env;
+        d.toolchain = self.toolchain.unwrap_or_default();
         d.model_access = ModelAccess {
             upstream: self.upstream,
             api_key_env: self.api_key_env,

@@ -152,6 +152,13 @@ pub struct JobSpec {
     pub sandbox: SandboxSettings,
     /// Names of runner environment variables passed to the agent.
     pub env: Vec<String>,
+    /// Whether the runner's per-user toolchains are granted (SPEC §12; `auto` is left out of
+    /// the journalled spec, so older journals read as `auto`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::toolchain::ToolchainMode::is_default"
+    )]
+    pub toolchain: crate::toolchain::ToolchainMode,
     /// The model gateway and egress settings (SPEC §9).
     #[serde(default, skip_serializing_if = "ModelAccess::is_empty")]
     pub model_access: ModelAccess,
@@ -194,6 +201,7 @@ impl JobSpec {
             verify: None,
             sandbox: SandboxSettings::default(),
             env: Vec::new(),
+            toolchain: crate::toolchain::ToolchainMode::default(),
             model_access: ModelAccess::default(),
             name: None,
             labels: BTreeMap::new(),

@@ -172,6 +172,7 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         | EventKind::Interrupted { .. }
         | EventKind::Resumed { .. }
         | EventKind::WorkspaceProvisioned { .. }
+        | EventKind::ToolchainGranted { .. }
         | EventKind::ResultWritten { .. } => Vec::new(),
     }
 }

@@ -345,6 +345,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         layout: Option<String>,
     },
+    /// What the job's rounds and verify are granted of the runner's toolchains (SPEC §12),
+    /// journalled once per run of the job before its first round (`--toolchain auto`).
+    ToolchainGranted {
+        /// The toolchains, read-only trees and variables (bounded; no secret values).
+        #[serde(flatten)]
+        grant: crate::toolchain::GrantRecord,
+    },
     /// The job's result was written as `result.patch` (and pushed, if asked and allowed), in
     /// part (paths skipped), or could not be (SPEC §11).
     ResultWritten {
@@ -423,6 +430,7 @@ impl EventKind {
             | EventKind::RoundSpawned { .. }
             | EventKind::RoundFinished { .. }
             | EventKind::WorkspaceSanitized { .. }
+            | EventKind::ToolchainGranted { .. }
             | EventKind::UsageSkipped { .. }
             | EventKind::ModelRequest { .. }
             | EventKind::ModelRefusals { .. }
@@ -455,6 +463,7 @@ impl EventKind {
             EventKind::Interrupted { .. } => "interrupted",
             EventKind::Resumed { .. } => "resumed",
             EventKind::WorkspaceProvisioned { .. } => "workspace_provisioned",
+            EventKind::ToolchainGranted { .. } => "toolchain_granted",
             EventKind::ResultWritten { .. } => "result_written",
             EventKind::JobFinished { .. } => "job_finished",
         }

@@ -396,7 +396,7 @@ impl JobView {
                 self.cancel_requested = true;
                 self.cancelled_by = Some(by.clone());
             }
-            EventKind::Interrupted { .. } => {}
+            EventKind::Interrupted { .. } | EventKind::ToolchainGranted { .. } => {}
             EventKind::WorkspaceProvisioned { commit, .. } => {
                 if self.state != JobState::Running {
                     return Err(problem(
