@@ -346,6 +346,7 @@ mod tests {
                 tmp: PathBuf::from("/t"),
                 readable: Vec::new(),
                 writable: Vec::new(),
+                report: None,
             },
             limits: ralph_sandbox::Limits::default(),
             image: None,
