@@ -446,9 +446,11 @@ fn names_labels_and_prefixes_through_a_server() {
     out.expect_code(0);
     let b = out.stdout.trim().to_owned();
 
-    // wait --timeout on a job that is still running: 124, and it goes on.
+    // wait --timeout on a job that is still running: 124, and it goes on. (By a prefix unique
+    // to `a`: ids are time-ordered, so two submissions can share their first 12 characters.)
+    let unique_a = &a[..common_prefix(&a, &b).len().max(11) + 1];
     let started = Instant::now();
-    let out = s.ralph(&["wait", &a[..12], "--timeout", "1s"]);
+    let out = s.ralph(&["wait", unique_a, "--timeout", "1s"]);
     out.expect_code(124);
     assert!(started.elapsed() < Duration::from_secs(30));
     assert!(

@@ -52,7 +52,7 @@ echo '{"status":"complete","summary":"asked","evidence":["answer.json"],"nextSte
     assert!(answer.contains("hello"), "{answer}");
     let env = std::fs::read_to_string(ws.join("env.txt")).unwrap();
     assert!(!env.contains(KEY), "{env}");
-    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.1:"), "{env}");
+    assert!(env.contains("RALPH_GATEWAY_URL=http://127.0.0.2:"), "{env}");
     let reqs = model.requests();
     assert_eq!(reqs.len(), 1, "{}", model.summary());
     assert_eq!(
