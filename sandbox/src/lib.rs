@@ -25,6 +25,7 @@ pub mod capture;
 pub mod docker;
 pub mod doctor;
 pub mod error;
+pub mod fd_pass;
 pub mod gitguard;
 pub mod host;
 pub mod identity;

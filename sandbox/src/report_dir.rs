@@ -22,7 +22,7 @@
 //! the run instead ([`check_host`]; full-access trusts the command anyway).
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -55,150 +55,26 @@ pub fn describe(dir: &ReportDir) -> String {
     )
 }
 
-fn cmsg_space_one() -> usize {
-    let bytes = u32::try_from(std::mem::size_of::<RawFd>()).unwrap_or(4);
-    // SAFETY: CMSG_SPACE is arithmetic.
-    unsafe { libc::CMSG_SPACE(bytes) as usize }
-}
-
 /// Sends `fd` with the payload `tag` in one message on the unix socket `chan`.
 pub fn send_fd(chan: BorrowedFd<'_>, fd: BorrowedFd<'_>, tag: &[u8]) -> io::Result<()> {
-    let mut data = tag.to_vec();
-    let raw = fd.as_raw_fd();
-    let space = cmsg_space_one();
-    // u64 elements: the control buffer must be aligned for cmsghdr.
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain old data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer holds CMSG_SPACE(one descriptor) aligned bytes, so the first
-    // header and its data fit; every pointer stays valid until sendmsg returns.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(io::Error::other(
-                "no room for the descriptor in the message",
-            ));
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::copy_nonoverlapping(
-            std::ptr::from_ref(&raw).cast::<u8>(),
-            libc::CMSG_DATA(cmsg),
-            std::mem::size_of::<RawFd>(),
-        );
-    }
-    // SAFETY: `msg` and everything it points to live until the call returns.
-    let sent = unsafe { libc::sendmsg(chan.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if usize::try_from(sent).ok() != Some(data.len()) {
-        return Err(io::Error::other(format!(
-            "sent {sent} of {} bytes",
-            data.len()
-        )));
-    }
-    Ok(())
+    crate::fd_pass::send(chan, tag, &[fd])
 }
 
 /// One `recvmsg` on `chan` into `buf`: the bytes read (0 at end-of-file) and the descriptors
-/// that came with them (close-on-exec). `flags` are `recvmsg`'s (`MSG_DONTWAIT`).
+/// that came with them (close-on-exec; room for a few, any beyond the first closed by the
+/// caller). `flags` are `recvmsg`'s (`MSG_DONTWAIT`).
 pub fn recv_with_fds(
     chan: BorrowedFd<'_>,
     buf: &mut [u8],
     flags: i32,
 ) -> io::Result<(usize, Vec<OwnedFd>)> {
-    // Room for a few descriptors: any beyond the first are closed by the caller.
-    let bytes = u32::try_from(4 * std::mem::size_of::<RawFd>()).unwrap_or(16);
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(bytes) as usize };
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain old data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at buffers we own, of the sizes given, alive for the call.
-    let n = unsafe { libc::recvmsg(chan.as_raw_fd(), &mut msg, flags | libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut fds = Vec::new();
-    // SAFETY: the kernel filled `msg.msg_control` up to `msg_controllen`; the CMSG macros walk
-    // it within those bounds, and each SCM_RIGHTS payload holds whole descriptors it installed
-    // in this process, now ours.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg);
-                let len = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..len {
-                    let mut raw: RawFd = -1;
-                    std::ptr::copy_nonoverlapping(
-                        data.add(i * std::mem::size_of::<RawFd>()),
-                        std::ptr::from_mut(&mut raw).cast::<u8>(),
-                        std::mem::size_of::<RawFd>(),
-                    );
-                    if raw >= 0 {
-                        fds.push(OwnedFd::from_raw_fd(raw));
-                    }
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok((usize::try_from(n).unwrap_or(0), fds))
+    let got = crate::fd_pass::recv(chan, buf, 4, flags)?;
+    Ok((got.len, got.fds))
 }
 
-/// The native hand-over: a socketpair (`SOCK_SEQPACKET`, both ends close-on-exec and above the
-/// standard streams) whose one end the sandbox's init sends the tmpfs on.
-pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: socketpair writes two descriptors into the array we own.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    Ok((above_stdio(a)?, above_stdio(b)?))
-}
-
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor (>= 3) or -1; `fd` stays ours.
-    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just created and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
+/// The native hand-over: a socketpair whose one end the sandbox's init sends the tmpfs on
+/// ([`crate::fd_pass::channel`]).
+pub use crate::fd_pass::channel;
 
 /// The tmpfs the init sent on `chan` (read without waiting, once the run is over): `None` when
 /// no such message came.

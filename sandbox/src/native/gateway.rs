@@ -25,7 +25,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::step::{StepFailure, restriction};
@@ -36,40 +36,8 @@ use crate::spec::{GATEWAY_HOST, MAX_GATEWAY_PORTS};
 pub const BACKLOG: i32 = 1024;
 
 /// A socketpair for the hand-over: (the runner's end, the helper's end), both close-on-exec and
-/// numbered above the standard streams (a runner started with one of them closed would otherwise
-/// get it, and the helper's stdio set-up would overwrite it).
-pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: socketpair writes two descriptors into the array we own.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    Ok((above_stdio(a)?, above_stdio(b)?))
-}
-
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor (>= 3) or -1; `fd` stays ours and is
-    // closed when dropped.
-    let raw = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` was just created and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
+/// numbered above the standard streams ([`crate::fd_pass::channel`]).
+pub use crate::fd_pass::channel;
 
 /// Makes `fd` survive `execve` (called in the runner's forked child, before the helper is
 /// executed: async-signal-safe).
@@ -164,62 +132,16 @@ fn payload(ports: &[u16]) -> Vec<u8> {
     ports.iter().flat_map(|p| p.to_be_bytes()).collect()
 }
 
-fn cmsg_space(n: usize) -> usize {
-    let bytes = u32::try_from(n * std::mem::size_of::<RawFd>()).unwrap_or(u32::MAX);
-    // SAFETY: CMSG_SPACE is arithmetic.
-    unsafe { libc::CMSG_SPACE(bytes) as usize }
-}
-
 /// Sends `listeners` (one per port of `ports`, same order) to the runner in one message.
 pub fn send(chan: &OwnedFd, ports: &[u16], listeners: &[OwnedFd]) -> Result<(), StepFailure> {
-    let mut data = payload(ports);
-    let fds: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
-    let fd_bytes = std::mem::size_of_val(fds.as_slice());
-    // u64 elements: the control buffer must be aligned for cmsghdr.
-    let mut control = vec![0u64; cmsg_space(fds.len()).div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain old data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = cmsg_space(fds.len()) as _;
-    // SAFETY: the control buffer holds CMSG_SPACE(fd_bytes) aligned bytes, so the first header
-    // and its data fit; every pointer stays valid until sendmsg returns.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(StepFailure::new(
-                restriction::GATEWAY,
-                "sendmsg",
-                "no room for the descriptors in the message",
-            ));
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
-    }
-    // SAFETY: `msg` and everything it points to live until the call returns.
-    let sent = unsafe { libc::sendmsg(chan.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        return Err(fail(
+    let fds: Vec<BorrowedFd<'_>> = listeners.iter().map(AsFd::as_fd).collect();
+    crate::fd_pass::send(chan.as_fd(), &payload(ports), &fds).map_err(|e| {
+        fail(
             "sendmsg(SCM_RIGHTS)",
             "hand the gateway listeners to the runner",
-            &io::Error::last_os_error(),
-        ));
-    }
-    if usize::try_from(sent).ok() != Some(data.len()) {
-        return Err(StepFailure::new(
-            restriction::GATEWAY,
-            "sendmsg(SCM_RIGHTS)",
-            format!("sent {sent} of {} bytes", data.len()),
-        ));
-    }
-    Ok(())
+            &e,
+        )
+    })
 }
 
 /// Why the runner did not get its listeners.
@@ -287,61 +209,19 @@ pub fn recv(
         return Err(RecvError::Bad(format!("{n} gateway ports asked for")));
     }
     wait_readable(chan.as_raw_fd(), Instant::now() + limit, limit)?;
-    // One byte more than expected, to see a longer payload as truncated.
+    // One byte more than expected, to see a longer payload as truncated. Every descriptor that
+    // arrived is owned by `got`, so that any refusal below closes them.
     let mut data = vec![0u8; 2 * n + 1];
-    let space = cmsg_space(n);
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // SAFETY: msghdr is plain old data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at buffers we own for the duration of the call. MSG_CMSG_CLOEXEC: the
-    // descriptors arrive close-on-exec (the runner may be starting other processes right now).
-    let got = unsafe {
-        libc::recvmsg(
-            chan.as_raw_fd(),
-            &mut msg,
-            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-        )
-    };
-    if got < 0 {
-        return Err(RecvError::Bad(format!(
-            "recvmsg on the hand-over failed: {}",
-            io::Error::last_os_error()
-        )));
-    }
-    // Own every descriptor that arrived first, so that any refusal below closes them.
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    // SAFETY: the kernel filled `control` with `msg_controllen` bytes of well-formed headers;
-    // CMSG_FIRSTHDR/CMSG_NXTHDR stay within them, and SCM_RIGHTS data is an array of descriptors
-    // now owned by this process.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let count = len / std::mem::size_of::<RawFd>();
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    if got == 0 && fds.is_empty() {
+    let got = crate::fd_pass::recv(chan.as_fd(), &mut data, n, libc::MSG_DONTWAIT)
+        .map_err(|e| RecvError::Bad(format!("recvmsg on the hand-over failed: {e}")))?;
+    let fds = got.fds;
+    if got.len == 0 && fds.is_empty() {
         return Err(RecvError::Closed);
     }
-    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
+    if got.truncated {
         return Err(RecvError::Bad("the hand-over message was truncated".into()));
     }
-    let got = usize::try_from(got).unwrap_or(0);
+    let got = got.len;
     if data[..got] != payload(ports)[..] {
         return Err(RecvError::Bad(format!(
             "the hand-over names other ports than asked for ({} bytes)",
