@@ -234,6 +234,61 @@ mod tests {
         assert!(!md[..start].contains("# forged"), "{md}");
     }
 
+    /// Issue 26: a failed set-up is in the summary (the command as code, how it ended, its
+    /// output's tail in a fence) and in the JUnit report (a `set-up` testcase whose failure
+    /// message ends with the output's last line).
+    #[test]
+    fn a_failed_setup_shows_in_the_summary_and_the_junit_report() {
+        let at = |seq, kind| Event {
+            job_id: "j-1".into(),
+            seq,
+            at: "2026-01-01T00:00:00.000Z".into(),
+            kind,
+        };
+        let events = [
+            at(
+                1,
+                EventKind::SetupStarted {
+                    command: "npm ci | tee log".into(),
+                },
+            ),
+            at(
+                2,
+                EventKind::SetupFinished {
+                    passed: false,
+                    exit: Some(ralph_sandbox::Termination::Exited { code: 1 }),
+                    ended_by: Some(ralph_sandbox::EndedBy::Exit),
+                    output_tail: "npm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n".into(),
+                    duration_ms: 2500,
+                },
+            ),
+        ];
+        let mut r = result("the set-up command failed");
+        r.outcome = Outcome::Error;
+        r.reason = FinishReason::SetupFailed;
+        r.rounds = 0;
+        let md = super::render(&r, &events);
+        assert!(
+            md.contains("Set-up `npm ci | tee log`: failed: exit status 1 (2.5 s)."),
+            "{md}"
+        );
+        assert!(
+            md.contains("The set-up failed (exit status 1); its output (`rounds/0/setup/output.log`)"),
+            "{md}"
+        );
+        assert!(md.contains("```text\nnpm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n```"), "{md}");
+        let xml = crate::ci::junit::render(&r, &events);
+        assert!(
+            xml.contains("<testcase classname=\"ralph.setup\" name=\"set-up\" time=\"2.500\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<failure type=\"setup_failed\" message=\"`npm ci | tee log` failed: exit status 1: npm ERR! 404 Not Found - pkg\">"),
+            "{xml}"
+        );
+        assert!(xml.contains("tests=\"1\" failures=\"1\""), "{xml}");
+    }
+
     #[test]
     fn only_the_last_failed_verifies_show_output() {
         let events: Vec<Event> = (1..=5).map(|r| verify(r, false, "boom\n")).collect();

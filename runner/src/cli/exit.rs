@@ -137,5 +137,10 @@ mod tests {
         for (e, c) in table {
             assert_eq!(e.code(), c, "{e:?}");
         }
+        // SPEC §3: a failed set-up is exit 5.
+        assert_eq!(
+            Exit::for_outcome(Outcome::Error, FinishReason::SetupFailed),
+            Exit::SetupFailed
+        );
     }
 }
