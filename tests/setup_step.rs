@@ -68,9 +68,16 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
         out.stderr
     );
     let job = out.job_id();
-    let log = f.state.join("jobs").join(&job).join("rounds/0/setup/output.log");
+    let log = f
+        .state
+        .join("jobs")
+        .join(&job)
+        .join("rounds/0/setup/output.log");
     let log = std::fs::read_to_string(&log).unwrap();
-    assert!(log.contains("Successfully installed ralph-mirror-probe"), "{log}");
+    assert!(
+        log.contains("Successfully installed ralph-mirror-probe"),
+        "{log}"
+    );
     // Both steps reached the host's mirror, through the proxy, which journalled each request.
     let wheel = "/files/ralph_mirror_probe-1.0-py3-none-any.whl";
     let fetched = mirror
@@ -93,7 +100,10 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     assert!(egress_of(&f, &job, Some("setup"))[0]["round"] == 0);
     // Verify's output: git's system config trusts every tree, the proxy is set.
     let verify_log = std::fs::read_to_string(
-        f.state.join("jobs").join(&job).join("rounds/1/verify/output.log"),
+        f.state
+            .join("jobs")
+            .join(&job)
+            .join("rounds/1/verify/output.log"),
     )
     .unwrap();
     assert!(verify_log.lines().any(|l| l == "*"), "{verify_log}");
@@ -143,9 +153,10 @@ fn a_failed_setup_ends_the_job_with_exit_5_before_any_round() {
     assert_eq!(types.iter().filter(|t| *t == "setup_finished").count(), 1);
     // The console: the verdict, what follows, the tail behind the prefix, escaped.
     assert!(
-        out.stderr.contains("ralph: set-up failed (") && out
-            .stderr
-            .contains("exit status 3; no round is started: the job ends (error, setup_failed)"),
+        out.stderr.contains("ralph: set-up failed (")
+            && out
+                .stderr
+                .contains("exit status 3; no round is started: the job ends (error, setup_failed)"),
         "{}",
         out.stderr
     );
@@ -210,7 +221,11 @@ fn a_setup_whose_program_is_missing_is_refused_before_it_runs() {
             .contains("the set-up command `no-such-installer-7d1e --all` runs `no-such-installer-7d1e`, which is not on the PATH"),
         "{j}"
     );
-    assert!(!f.event_types(&out.job_id()).iter().any(|t| t == "setup_started"));
+    assert!(
+        !f.event_types(&out.job_id())
+            .iter()
+            .any(|t| t == "setup_started")
+    );
 }
 
 /// Issue 26: `--setup-env SECRET_TOKEN` reaches the set-up (it authenticates to the mirror with
@@ -256,7 +271,12 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
         "{:#?}",
         mirror.requests()
     );
-    for file in ["round-env.txt", "round-environ.txt", "verify-env.txt", "verify-environ.txt"] {
+    for file in [
+        "round-env.txt",
+        "round-environ.txt",
+        "verify-env.txt",
+        "verify-environ.txt",
+    ] {
         let text = f.read_ws(file);
         assert!(text.contains("PATH="), "{file}: {text}");
         assert!(!text.contains(SECRET), "{file}: {text}");
@@ -418,7 +438,10 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
         .args(["-c", &format!("printf %s '{TOKEN}' | sha256sum")])
         .output()
         .unwrap();
-    assert_eq!(read("setup-saw.txt"), String::from_utf8_lossy(&digest.stdout));
+    assert_eq!(
+        read("setup-saw.txt"),
+        String::from_utf8_lossy(&digest.stdout)
+    );
     for r in ["round-1-env.txt", "round-2-env.txt"] {
         assert!(read(r).contains("PATH="), "{r}");
         assert!(!read(r).contains(TOKEN), "{r}");
@@ -491,7 +514,12 @@ fn docker_runs_a_setup_and_refuses_the_egress_it_cannot_enforce() {
     );
 
     let out = docker(&f)
-        .args(["--setup", "echo never > never.txt", "--allow-host", "127.0.0.1:9"])
+        .args([
+            "--setup",
+            "echo never > never.txt",
+            "--allow-host",
+            "127.0.0.1:9",
+        ])
         .output();
     out.expect_code(69);
     let j = out.json();
@@ -503,5 +531,9 @@ fn docker_runs_a_setup_and_refuses_the_egress_it_cannot_enforce() {
         "{j}"
     );
     assert!(!f.ws.join("never.txt").exists());
-    assert!(!f.event_types(&out.job_id()).iter().any(|t| t == "setup_started"));
+    assert!(
+        !f.event_types(&out.job_id())
+            .iter()
+            .any(|t| t == "setup_started")
+    );
 }

@@ -121,7 +121,10 @@ fn output_block(v: &super::Verify) -> String {
         "its output".to_owned()
     };
     let (what, log) = if v.round == 0 {
-        ("The set-up".to_owned(), "rounds/0/setup/output.log".to_owned())
+        (
+            "The set-up".to_owned(),
+            "rounds/0/setup/output.log".to_owned(),
+        )
     } else {
         (
             format!("The verify after round {}", v.round),
@@ -273,10 +276,15 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("The set-up failed (exit status 1); its output (`rounds/0/setup/output.log`)"),
+            md.contains(
+                "The set-up failed (exit status 1); its output (`rounds/0/setup/output.log`)"
+            ),
             "{md}"
         );
-        assert!(md.contains("```text\nnpm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n```"), "{md}");
+        assert!(
+            md.contains("```text\nnpm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n```"),
+            "{md}"
+        );
         let xml = crate::ci::junit::render(&r, &events);
         assert!(
             xml.contains("<testcase classname=\"ralph.setup\" name=\"set-up\" time=\"2.500\">"),

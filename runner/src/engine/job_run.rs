@@ -322,7 +322,8 @@ impl<'e> JobRun<'e> {
                 .resolve(&self.spec, &self.agent, &self.engine.env)
                 .map_err(|e| config(e.message))?;
             if let Some(u) = upstream.as_ref().filter(|u| !u.key.is_empty()) {
-                let holds_key = |n: &&String| self.engine.env.get(n).is_some_and(|v| v.trim() == u.key);
+                let holds_key =
+                    |n: &&String| self.engine.env.get(n).is_some_and(|v| v.trim() == u.key);
                 if let Some(name) = self.spec.env.iter().find(holds_key) {
                     return Err(config(format!(
                         "`--env {name}` would put the model API's key into the sandbox; the gateway adds it on the way out: drop `--env {name}`"
@@ -654,7 +655,10 @@ impl<'e> JobRun<'e> {
         self.finish(Outcome::BudgetLimited, FinishReason::MaxTokens, &msg, None)
     }
 
-    pub(super) fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {
+    pub(super) fn finish_sandbox_error(
+        &mut self,
+        e: &ralph_sandbox::SandboxError,
+    ) -> Result<(), EngineError> {
         // A helper that could not write its result on a full disk: the disk is why.
         if let Some(why) = self.state_disk_full() {
             return self.finish_disk_full(&format!("{why} ({e})"));

@@ -308,9 +308,8 @@ impl JobRun<'_> {
                                     attempt,
                                     step: None,
                                 };
-                                let (outcome, usage, full) = self
-                                    .wait_with_gateway(run, gw, &round_stop, site)
-                                    .await?;
+                                let (outcome, usage, full) =
+                                    self.wait_with_gateway(run, gw, &round_stop, site).await?;
                                 gateway_usage = Some(usage);
                                 disk_stop = full;
                                 outcome

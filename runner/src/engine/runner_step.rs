@@ -141,13 +141,7 @@ impl JobRun<'_> {
         if step.kind == RunnerStep::Verify {
             vars.push(("RALPH_ROUND", step.round.to_string()));
         }
-        let passthrough: Vec<String> = self
-            .spec
-            .env
-            .iter()
-            .chain(step.own_env)
-            .cloned()
-            .collect();
+        let passthrough: Vec<String> = self.spec.env.iter().chain(step.own_env).cloned().collect();
         let env = env::build_round(
             &self.engine.env,
             &dirs.home,

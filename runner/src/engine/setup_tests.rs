@@ -47,10 +47,23 @@ async fn a_failed_setup_ends_the_job_setup_failed_and_starts_no_round() {
         "{r:?}"
     );
     assert_eq!(r.rounds, 0);
-    assert!(r.message.contains("`pip install pkg` failed (exit status 1)"), "{}", r.message);
-    assert!(r.message.contains("No matching distribution"), "{}", r.message);
+    assert!(
+        r.message
+            .contains("`pip install pkg` failed (exit status 1)"),
+        "{}",
+        r.message
+    );
+    assert!(
+        r.message.contains("No matching distribution"),
+        "{}",
+        r.message
+    );
     assert!(r.message.contains("no round was started"), "{}", r.message);
-    assert_eq!(h.fake.kinds(), vec![CallKind::Setup], "nothing ran after it");
+    assert_eq!(
+        h.fake.kinds(),
+        vec![CallKind::Setup],
+        "nothing ran after it"
+    );
     assert_eq!(h.count(&id, "round_started"), 0);
     let finished: Vec<_> = h
         .events(&id)
@@ -84,8 +97,9 @@ async fn a_setup_the_shell_cannot_run_is_a_configuration_error() {
         (Outcome::Error, FinishReason::Configuration)
     );
     assert!(
-        r.message
-            .starts_with("the set-up command `no-such-installer --all` cannot run in the sandbox (exit 127"),
+        r.message.starts_with(
+            "the set-up command `no-such-installer --all` cannot run in the sandbox (exit 127"
+        ),
         "{}",
         r.message
     );
@@ -229,10 +243,17 @@ async fn a_setup_env_value_reaches_the_setup_only() {
     );
     assert_eq!(env_of(&calls[0], "REGISTRY_TOKEN").as_deref(), Some(SECRET));
     for c in &calls {
-        assert_eq!(env_of(c, "VISIBLE").as_deref(), Some("to-all"), "{:?}", c.kind);
+        assert_eq!(
+            env_of(c, "VISIBLE").as_deref(),
+            Some("to-all"),
+            "{:?}",
+            c.kind
+        );
         if c.kind != CallKind::Setup {
             assert!(
-                c.env.iter().all(|(k, v)| k != "REGISTRY_TOKEN" && !v.contains(SECRET)),
+                c.env
+                    .iter()
+                    .all(|(k, v)| k != "REGISTRY_TOKEN" && !v.contains(SECRET)),
                 "{:?}: {:?}",
                 c.kind,
                 c.env
@@ -242,7 +263,10 @@ async fn a_setup_env_value_reaches_the_setup_only() {
     }
     let journal = serde_json::to_string(&h.events(&id)).unwrap();
     assert!(!journal.contains(SECRET), "{journal}");
-    assert!(journal.contains("REGISTRY_TOKEN"), "the name is in the spec");
+    assert!(
+        journal.contains("REGISTRY_TOKEN"),
+        "the name is in the spec"
+    );
 }
 
 /// Issue 26 (a user's report: `npm ci` in verify failed with `EAI_AGAIN`): with
@@ -263,10 +287,20 @@ async fn setup_and_verify_get_the_rounds_egress_proxy_and_nothing_more() {
     let (_, r) = h.run().await;
     assert_eq!(r.outcome, Outcome::Complete, "{r:?}");
     for c in h.fake.calls() {
-        assert_eq!(c.network, Some(ralph_sandbox::Network::Gateway), "{:?}", c.kind);
+        assert_eq!(
+            c.network,
+            Some(ralph_sandbox::Network::Gateway),
+            "{:?}",
+            c.kind
+        );
         assert_eq!(c.gateway_ports, vec![EGRESS_PORT], "{:?}", c.kind);
         let proxy = env_of(&c, "HTTPS_PROXY").unwrap_or_default();
-        assert_eq!(proxy, format!("http://127.0.0.2:{EGRESS_PORT}"), "{:?}", c.kind);
+        assert_eq!(
+            proxy,
+            format!("http://127.0.0.2:{EGRESS_PORT}"),
+            "{:?}",
+            c.kind
+        );
         assert_eq!(
             env_of(&c, "NO_PROXY").as_deref(),
             Some("127.0.0.2,localhost,::1")
@@ -289,7 +323,12 @@ async fn setup_and_verify_get_the_rounds_egress_proxy_and_nothing_more() {
     let (_, r) = h.run().await;
     assert_eq!(r.outcome, Outcome::Complete, "{r:?}");
     for c in h.fake.calls() {
-        assert_eq!(c.network, Some(ralph_sandbox::Network::None), "{:?}", c.kind);
+        assert_eq!(
+            c.network,
+            Some(ralph_sandbox::Network::None),
+            "{:?}",
+            c.kind
+        );
         assert!(c.gateway_ports.is_empty());
         assert!(env_of(&c, "HTTPS_PROXY").is_none());
     }
@@ -298,7 +337,12 @@ async fn setup_and_verify_get_the_rounds_egress_proxy_and_nothing_more() {
 /// A task job's set-up runs before its one run, as a loop job's before round 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_jobs_setup_runs_before_its_command() {
-    let mut h = Harness::with(vec![Script::exit(0)], vec![], vec![Script::exit(0)], Vec::new());
+    let mut h = Harness::with(
+        vec![Script::exit(0)],
+        vec![],
+        vec![Script::exit(0)],
+        Vec::new(),
+    );
     h.spec.kind = JobKind::Task;
     with_setup(&mut h, "pip install -r requirements.txt -t deps");
     let (_, r) = h.run().await;

@@ -434,8 +434,7 @@ impl JobRequest {
             (Some(command), _, timeout) => Some(super::spec::SetupSpec {
                 command,
                 env: self.setup_env,
-                timeout: timeout
-                    .unwrap_or(HumanDuration(super::spec::DEFAULT_SETUP_TIMEOUT)),
+                timeout: timeout.unwrap_or(HumanDuration(super::spec::DEFAULT_SETUP_TIMEOUT)),
             }),
             (None, false, _) => return Err(err("setup_env", "`setup_env` needs `setup`")),
             (None, true, Some(_)) => {

@@ -95,7 +95,10 @@ fn a_setup_that_passed_never_runs_again_and_none_runs_after_a_round() {
     next(&mut v, setup_finished(true)).unwrap();
     let e = next(&mut v, setup_started()).unwrap_err();
     assert!(e.problem.contains("already passed"), "{e}");
-    assert!(next(&mut v, setup_finished(true)).is_err(), "none is running");
+    assert!(
+        next(&mut v, setup_finished(true)).is_err(),
+        "none is running"
+    );
     next(&mut v, round_started()).unwrap();
 }
 
