@@ -379,7 +379,7 @@ fn a_service_job_setup_honours_allowed_setup_env_and_is_not_rerun_on_resume() {
     let ws = s.workspace("w1");
     std::fs::write(
         ws.join("setup.sh"),
-        "echo setup >> runs; printf %s \"$REGISTRY_TOKEN\" | sha256sum > setup-saw.txt\n",
+        "echo setup >> runs; echo installing the deps; printf %s \"$REGISTRY_TOKEN\" | sha256sum > setup-saw.txt\n",
     )
     .unwrap();
     let agent = s.agent(
@@ -426,6 +426,19 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
         .to_owned();
     let j = s.wait_finished(&id, Duration::from_secs(60));
     assert_eq!(j["outcome"], "round-failed", "{j}");
+    // The set-up's output through the API, behind its label (followed: it has ended).
+    for follow in [false, true] {
+        let mut args = vec!["logs", id.as_str(), "--stream", "setup"];
+        if follow {
+            args.push("--follow");
+        }
+        let out = s.ralph(&args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(
+            out.stdout, "[setup] installing the deps\n",
+            "follow {follow}"
+        );
+    }
     let out = s.ralph(&["resume", &id]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let j = s.wait_finished(&id, Duration::from_secs(60));

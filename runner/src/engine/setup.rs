@@ -53,6 +53,11 @@ impl JobRun<'_> {
             return Ok(AfterSetup::Finished);
         }
         let (timeout, deadline_bound) = self.setup_timeout(setup.timeout.0);
+        if deadline_bound && timeout.is_zero() {
+            // No time left to run it in: the job ends as the deadline says, nothing started.
+            self.finish_setup_deadline()?;
+            return Ok(AfterSetup::Finished);
+        }
         let dirs = AttemptDirs::setup(&self.job_dir);
         let step = Step {
             kind: RunnerStep::Setup,
@@ -89,6 +94,21 @@ impl JobRun<'_> {
         }
     }
 
+    /// Ends the job whose deadline passed before or during its set-up.
+    fn finish_setup_deadline(&mut self) -> Result<(), EngineError> {
+        let t = self
+            .spec
+            .job_timeout
+            .map_or_else(String::new, |t| format!(" of {t}"));
+        let msg = format!("the job timeout{t} passed before its set-up could finish");
+        // A task ends by its command's status, never budget-limited by time (SPEC §3).
+        let outcome = match self.spec.kind {
+            JobKind::Loop => Outcome::BudgetLimited,
+            JobKind::Task => Outcome::Failed,
+        };
+        self.finish(outcome, FinishReason::JobTimeout, &msg, None)
+    }
+
     /// Ends the job as the set-up's end says, or lets the loop start.
     fn after_setup(
         &mut self,
@@ -122,22 +142,7 @@ impl JobRun<'_> {
                 self.finish(Outcome::Error, FinishReason::Configuration, &msg, None)?;
             }
             StepEnd::Cancelled => self.finish_cancelled()?,
-            StepEnd::Deadline => {
-                let t = self
-                    .spec
-                    .job_timeout
-                    .map_or_else(String::new, |t| format!(" of {t}"));
-                let msg = format!("the job timeout{t} passed during the set-up");
-                // A task ends by its command's status, never budget-limited by time (SPEC §3).
-                match self.spec.kind {
-                    JobKind::Loop => {
-                        self.finish(Outcome::BudgetLimited, FinishReason::JobTimeout, &msg, None)?
-                    }
-                    JobKind::Task => {
-                        self.finish(Outcome::Failed, FinishReason::JobTimeout, &msg, None)?
-                    }
-                }
-            }
+            StepEnd::Deadline => self.finish_setup_deadline()?,
             StepEnd::SandboxFailed(e) => self.finish_sandbox_error(&e)?,
             StepEnd::DiskFull(why) => self.finish_disk_full(&why)?,
         }

@@ -349,3 +349,37 @@ async fn a_task_jobs_setup_runs_before_its_command() {
     assert_eq!(r.outcome, Outcome::Complete, "{r:?}");
     assert_eq!(h.fake.kinds(), vec![CallKind::Setup, CallKind::Agent]);
 }
+
+/// The job deadline bounds the set-up: one that runs past it ends the job budget-limited
+/// (`job_timeout`), a task job failed; no round starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_deadline_stops_a_setup() {
+    for kind in [JobKind::Loop, JobKind::Task] {
+        let mut h = Harness::with(
+            vec![Script::report(complete())],
+            vec![],
+            vec![Script::exit(0).taking(Duration::from_secs(600))],
+            Vec::new(),
+        );
+        h.spec.kind = kind;
+        with_setup(&mut h, "npm ci");
+        h.spec.job_timeout = Some(HumanDuration(Duration::from_millis(300)));
+        let (id, r) = h.run().await;
+        let want = match kind {
+            JobKind::Loop => Outcome::BudgetLimited,
+            JobKind::Task => Outcome::Failed,
+        };
+        assert_eq!(
+            (r.outcome, r.reason),
+            (want, FinishReason::JobTimeout),
+            "{r:?}"
+        );
+        assert!(
+            r.message.contains("before its set-up could finish"),
+            "{}",
+            r.message
+        );
+        assert_eq!(h.count(&id, "round_started"), 0);
+        assert!(h.fake.calls()[0].timeout.unwrap() <= Duration::from_millis(300));
+    }
+}
