@@ -1,6 +1,6 @@
 //! A package mirror on the host's loopback (`tests/fixtures/package_mirror.py`): one package
 //! served as a PyPI simple index, an npm registry and a cargo sparse registry, plus `/ping`;
-//! every request logged with its user agent. Stopped (its process killed) when dropped.
+//! every request logged with its user agent (and its `Authorization` header, if any). Stopped (its process killed) when dropped.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -43,7 +43,7 @@ impl PackageMirror {
         self.port
     }
 
-    /// The requests it served, as `GET PATH USER-AGENT` lines.
+    /// The requests it served, as `GET PATH USER-AGENT[ auth=VALUE]` lines.
     pub fn requests(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()

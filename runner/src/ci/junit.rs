@@ -1,7 +1,7 @@
-//! The JUnit XML report of a job: one `<testsuite>` named after the job, a `<testcase>` per round
-//! attempt (`round 2` or `round 2 (attempt 2)`) and per verify run (`verify after round 3`).
-//! A failed attempt or verify has a `<failure>` with its reason (a verify's: how it ended and
-//! its output's last lines); a report, or a verify's output tail, is in `<system-out>`. The shape is the common subset Jenkins, GitLab, GitHub test reporters and
+//! The JUnit XML report of a job: one `<testsuite>` named after the job, a `<testcase>` per
+//! set-up run (`set-up`, first), per round attempt (`round 2` or `round 2 (attempt 2)`) and per
+//! verify run (`verify after round 3`). A failed attempt, set-up or verify has a `<failure>`
+//! with its reason (a set-up's or verify's: how it ended and its output's last lines); a report, or a verify's output tail, is in `<system-out>`. The shape is the common subset Jenkins, GitLab, GitHub test reporters and
 //! `junitparser` read.
 
 use crate::job::JobResult;
@@ -18,6 +18,12 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
     let mut cases = String::new();
     let mut failures = 0usize;
     let mut tests = 0usize;
+    // The set-up runs before round 1.
+    for setup in super::setups(events) {
+        tests += 1;
+        failures += usize::from(!setup.passed);
+        cases.push_str(&step_case(&setup, "ralph.setup", "set-up", "setup_failed"));
+    }
     // Attempts and verifies in journal order: a verify follows the round it checked.
     let mut v = verifies.iter().peekable();
     for a in &attempts {
@@ -90,9 +96,15 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
 }
 
 fn verify_case(v: &super::Verify) -> String {
+    let name = format!("verify after round {}", v.round);
+    step_case(v, "ralph.verify", &name, "verify_failed")
+}
+
+/// The testcase of a runner step (verify, set-up): `kind` is its failure's type.
+fn step_case(v: &super::Verify, classname: &str, name: &str, kind: &str) -> String {
     let mut s = format!(
-        "    <testcase classname=\"ralph.verify\" name=\"verify after round {}\" time=\"{}\">\n",
-        v.round,
+        "    <testcase classname=\"{classname}\" name=\"{}\" time=\"{}\">\n",
+        xml(name),
         secs(v.duration_ms)
     );
     if !v.passed {
@@ -110,7 +122,7 @@ fn verify_case(v: &super::Verify) -> String {
             message.push_str(last);
         }
         s.push_str(&format!(
-            "      <failure type=\"verify_failed\" message=\"{}\">{}</failure>\n",
+            "      <failure type=\"{kind}\" message=\"{}\">{}</failure>\n",
             xml(&bounded(&message)),
             xml(&bounded(tail))
         ));

@@ -1,5 +1,5 @@
 //! Reports for CI systems, built from a finished job's result and journal: a JUnit XML file
-//! ([`junit`]: a testcase per round attempt and per verify, for test views) and a Markdown
+//! ([`junit`]: a testcase for the set-up, per round attempt and per verify, for test views) and a Markdown
 //! summary ([`summary`]: for `$GITHUB_STEP_SUMMARY` and merge-request notes). Everything in them
 //! that came from the agent or the workspace (reports, failure messages, verify output) is
 //! escaped for its format and bounded: it can neither forge a testcase nor break the page; its
@@ -30,10 +30,10 @@ pub struct Attempt {
     pub duration_ms: u64,
 }
 
-/// One verify run.
+/// One verify run, or a set-up run (SPEC §12; [`setups`]: round 0, the command the job's).
 #[derive(Clone, Debug)]
 pub struct Verify {
-    /// The round whose report it checked.
+    /// The round whose report it checked (0 for a set-up).
     pub round: u32,
     /// Whether it exited 0.
     pub passed: bool,
@@ -124,6 +124,35 @@ pub fn steps(events: &[Event]) -> (Vec<Attempt>, Vec<Verify>) {
         }
     }
     (attempts, verifies)
+}
+
+/// The set-up runs of a journal, in order (a job resumed after a failed set-up has several),
+/// each with the command of the `setup_started` before it.
+pub fn setups(events: &[Event]) -> Vec<Verify> {
+    let mut out = Vec::new();
+    let mut command = String::new();
+    for e in events {
+        match &e.kind {
+            EventKind::SetupStarted { command: c } => command.clone_from(c),
+            EventKind::SetupFinished {
+                passed,
+                exit,
+                ended_by,
+                output_tail,
+                duration_ms,
+            } => out.push(Verify {
+                round: 0,
+                passed: *passed,
+                command: command.clone(),
+                exit: *exit,
+                ended_by: *ended_by,
+                output_tail: output_tail.clone(),
+                duration_ms: *duration_ms,
+            }),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// What an attempt's result says, in a few words, and whether it counts as a failure.

@@ -1,5 +1,5 @@
 //! The Markdown summary of a job (for `$GITHUB_STEP_SUMMARY`, a merge request note): the
-//! outcome in one line, a table of rounds, the verify runs with the tail of each failed one's
+//! outcome in one line, the set-up (with a failed one's output tail), a table of rounds, the verify runs with the tail of each failed one's
 //! output, the token totals, and the last report. Agent-written text is escaped (a cell cannot
 //! leave its table, a block its fence); a command or a quoted name is a code span (shown as it
 //! is), never backslash-escaped text.
@@ -40,6 +40,21 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
             None => "not verified",
         }
     ));
+    for setup in super::setups(events) {
+        s.push_str(&format!(
+            "Set-up {}: {} ({:.1} s).\n\n",
+            markdown_code(&bound(&setup.command), false),
+            if setup.passed {
+                "passed".to_owned()
+            } else {
+                line(&format!("failed: {}", setup.how()))
+            },
+            setup.duration_ms as f64 / 1000.0
+        ));
+        if !setup.passed {
+            s.push_str(&output_block(&setup));
+        }
+    }
     if !attempts.is_empty() {
         s.push_str("| Round | Attempt | Result | Seconds |\n|---:|---:|---|---:|\n");
         for a in &attempts {
@@ -97,7 +112,7 @@ pub fn render(result: &JobResult, events: &[Event]) -> String {
     s
 }
 
-/// A failed verify's last lines, in a fence of their own.
+/// A failed verify's (or set-up's: round 0) last lines, in a fence of their own.
 fn output_block(v: &super::Verify) -> String {
     let (tail, before) = super::last_lines(&v.output_tail, super::VERIFY_TAIL_LINES);
     let which = if before > 0 {
@@ -105,18 +120,23 @@ fn output_block(v: &super::Verify) -> String {
     } else {
         "its output".to_owned()
     };
+    let (what, log) = if v.round == 0 {
+        (
+            "The set-up".to_owned(),
+            "rounds/0/setup/output.log".to_owned(),
+        )
+    } else {
+        (
+            format!("The verify after round {}", v.round),
+            format!("rounds/{}/verify/output.log", v.round),
+        )
+    };
     if tail.trim().is_empty() {
-        return format!(
-            "The verify after round {} ({}) printed nothing.\n\n",
-            v.round,
-            line(&v.how())
-        );
+        return format!("{what} ({}) printed nothing.\n\n", line(&v.how()));
     }
     format!(
-        "The verify after round {} failed ({}); {which} (`rounds/{}/verify/output.log`):\n\n{}\n",
-        v.round,
+        "{what} failed ({}); {which} (`{log}`):\n\n{}\n",
         line(&v.how()),
-        v.round,
         markdown_block(&crate::util::text::bounded_tail(tail, BLOCK_CAP))
     )
 }
@@ -215,6 +235,66 @@ mod tests {
         assert_eq!(body.lines().count(), 20, "{body}");
         assert!(body.starts_with("line 14\n") && body.ends_with("E   assert 1 == 2"));
         assert!(!md[..start].contains("# forged"), "{md}");
+    }
+
+    /// Issue 26: a failed set-up is in the summary (the command as code, how it ended, its
+    /// output's tail in a fence) and in the JUnit report (a `set-up` testcase whose failure
+    /// message ends with the output's last line).
+    #[test]
+    fn a_failed_setup_shows_in_the_summary_and_the_junit_report() {
+        let at = |seq, kind| Event {
+            job_id: "j-1".into(),
+            seq,
+            at: "2026-01-01T00:00:00.000Z".into(),
+            kind,
+        };
+        let events = [
+            at(
+                1,
+                EventKind::SetupStarted {
+                    command: "npm ci | tee log".into(),
+                },
+            ),
+            at(
+                2,
+                EventKind::SetupFinished {
+                    passed: false,
+                    exit: Some(ralph_sandbox::Termination::Exited { code: 1 }),
+                    ended_by: Some(ralph_sandbox::EndedBy::Exit),
+                    output_tail: "npm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n".into(),
+                    duration_ms: 2500,
+                },
+            ),
+        ];
+        let mut r = result("the set-up command failed");
+        r.outcome = Outcome::Error;
+        r.reason = FinishReason::SetupFailed;
+        r.rounds = 0;
+        let md = super::render(&r, &events);
+        assert!(
+            md.contains("Set-up `npm ci | tee log`: failed: exit status 1 (2.5 s)."),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "The set-up failed (exit status 1); its output (`rounds/0/setup/output.log`)"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("```text\nnpm ERR! code E404\nnpm ERR! 404 Not Found - pkg\n```"),
+            "{md}"
+        );
+        let xml = crate::ci::junit::render(&r, &events);
+        assert!(
+            xml.contains("<testcase classname=\"ralph.setup\" name=\"set-up\" time=\"2.500\">"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<failure type=\"setup_failed\" message=\"`npm ci | tee log` failed: exit status 1: npm ERR! 404 Not Found - pkg\">"),
+            "{xml}"
+        );
+        assert!(xml.contains("tests=\"1\" failures=\"1\""), "{xml}");
     }
 
     #[test]

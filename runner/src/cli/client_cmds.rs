@@ -409,6 +409,18 @@ pub fn show(args: ShowArgs) -> Result<Exit, CliError> {
     Ok(Exit::Complete)
 }
 
+/// The runner step a round-0 or attempt-less event belongs to: `set-up` (round 0) or `verify
+/// after round R`.
+fn step_name(round: u32, step: Option<ralph_runner::store::event::RunnerStep>) -> String {
+    use ralph_runner::store::event::RunnerStep;
+    match step {
+        Some(RunnerStep::Setup) => "set-up".to_owned(),
+        Some(RunnerStep::Verify) => format!("verify after round {round}"),
+        None if round == 0 => "set-up".to_owned(),
+        None => format!("verify after round {round}"),
+    }
+}
+
 /// One journal event as a line of text, made safe by [`terminal::line`].
 pub fn describe_event(ev: &Event) -> String {
     terminal::line(&event_text(ev))
@@ -468,10 +480,10 @@ fn event_text(ev: &Event) -> String {
             counts,
             unchecked,
         } => {
-            let after = attempt.map_or_else(
-                || format!("verify after round {round}"),
-                |a| format!("round {round} attempt {a}"),
-            );
+            let after = match attempt {
+                Some(a) => format!("round {round} attempt {a}"),
+                None => step_name(*round, None),
+            };
             let paths: Vec<String> = repositories
                 .iter()
                 .map(|s| format!("\"{}\" ({})", s.path(), s.change))
@@ -515,6 +527,7 @@ fn event_text(ev: &Event) -> String {
         }
         EventKind::Egress {
             round,
+            step,
             host,
             port,
             method,
@@ -522,7 +535,11 @@ fn event_text(ev: &Event) -> String {
             reason,
             ..
         } => format!(
-            "round {round}: egress {} {method} {host}:{port}{}",
+            "{}: egress {} {method} {host}:{port}{}",
+            match step {
+                Some(_) => step_name(*round, *step),
+                None => format!("round {round}"),
+            },
             if *allowed { "allowed" } else { "refused" },
             reason
                 .as_deref()
@@ -545,6 +562,24 @@ fn event_text(ev: &Event) -> String {
             backoff_ms,
             ..
         } => format!("round {round} retried after {reason} (backoff {backoff_ms} ms)"),
+        EventKind::SetupStarted { command } => format!("set-up started: `{command}`"),
+        EventKind::SetupFinished {
+            passed,
+            exit,
+            ended_by,
+            duration_ms,
+            ..
+        } => {
+            let took = *duration_ms as f64 / 1000.0;
+            if *passed {
+                format!("set-up passed ({took:.1}s)")
+            } else {
+                format!(
+                    "set-up failed ({took:.1}s): {}",
+                    ralph_runner::ci::verify_how(*exit, *ended_by)
+                )
+            }
+        }
         EventKind::VerifyStarted { round } => format!("verify after round {round}"),
         EventKind::VerifyFinished { passed, exit, .. } => {
             if *passed {
@@ -634,13 +669,15 @@ pub struct LogsArgs {
     /// written until that attempt ends (waiting for it to start).
     #[arg(long, short)]
     pub follow: bool,
-    /// Print this round's captured output instead of the journal.
+    /// Print this round's captured output instead of the journal (`--stream setup`: the
+    /// set-up's, round 0, implied).
     #[arg(long, value_name = "K")]
     pub round: Option<u32>,
     /// The round's attempt.
     #[arg(long, default_value_t = 1)]
     pub attempt: u32,
-    /// stdout, stderr, or verify (the verify command's output after that round).
+    /// stdout, stderr, verify (the verify command's output after that round) or setup (the
+    /// job's set-up command's output, before round 1).
     #[arg(long, default_value = "stdout")]
     pub stream: String,
     /// With --round: print the captured bytes as they are, for a file or a program (`> out.log`).
@@ -655,7 +692,11 @@ pub struct LogsArgs {
 /// Runs `ralph logs`.
 pub fn logs(args: LogsArgs) -> Result<Exit, CliError> {
     let source = args.source.open()?;
-    if let Some(round) = args.round {
+    let round = match (args.round, args.stream.as_str()) {
+        (None, "setup") => Some(0),
+        (round, _) => round,
+    };
+    if let Some(round) = round {
         let mut view = RoundView::new(args.raw, round, args.attempt, &args.stream);
         if args.follow {
             source.follow_round_log(&args.id, round, args.attempt, &args.stream, &mut |c| {
@@ -733,6 +774,7 @@ pub fn wait(args: WaitArgs) -> Result<Exit, CliError> {
             && matches!(
                 ev.kind,
                 EventKind::RoundFinished { .. }
+                    | EventKind::SetupFinished { .. }
                     | EventKind::VerifyFinished { .. }
                     | EventKind::JobFinished { .. }
             )

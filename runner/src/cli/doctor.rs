@@ -1,5 +1,5 @@
 //! `ralph doctor [--json] [--backend B] [--image IMG] [--reap] [--workspace DIR [--mode M]
-//! [--toolchain MODE] [--agent-cmd CMD] [--verify CMD]]`: what this host supports, each check
+//! [--toolchain MODE] [--agent-cmd CMD] [--verify CMD] [--setup CMD]]`: what this host supports, each check
 //! with "ok" or the reason, and the docker backend's engine, image and leftover containers; with
 //! `--workspace`, what a job there would be granted of the runner's toolchains (SPEC §12) and
 //! whether the commands' programs run in its sandbox as on the runner (the pre-round check, with
@@ -46,6 +46,9 @@ pub struct DoctorArgs {
     /// With --workspace: check this verify command's program as the pre-round check would.
     #[arg(long, value_name = "CMD", requires = "workspace")]
     pub verify: Option<String>,
+    /// With --workspace: check this set-up command's program as the pre-round check would.
+    #[arg(long, value_name = "CMD", requires = "workspace")]
+    pub setup: Option<String>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {
@@ -221,6 +224,7 @@ fn toolchains(args: &DoctorArgs, workspace: &std::path::Path) -> Result<Toolchai
     let agent = args.agent_cmd.clone().unwrap_or_else(|| "true".to_owned());
     let mut spec = JobSpec::new("doctor", &ws, AgentSpec::Command { command: agent });
     spec.verify = args.verify.clone();
+    spec.setup = args.setup.clone().map(ralph_runner::job::SetupSpec::new);
     spec.toolchain = args.toolchain.unwrap_or_default();
     spec.sandbox.mode = args.mode.unwrap_or(ralph_sandbox::Mode::WorkspaceWrite);
     spec.sandbox.backend = args.backend.unwrap_or_default();
@@ -245,6 +249,7 @@ fn toolchains(args: &DoctorArgs, workspace: &std::path::Path) -> Result<Toolchai
     for (what, command) in [
         ("the agent command", args.agent_cmd.as_ref()),
         ("the verify command", args.verify.as_ref()),
+        ("the set-up command", args.setup.as_ref()),
     ] {
         let Some(command) = command else { continue };
         let answer = if native {

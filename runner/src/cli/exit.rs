@@ -16,6 +16,8 @@ pub enum Exit {
     RoundFailed,
     /// 4: a task job's command failed.
     TaskFailed,
+    /// 5: the job's set-up command failed (no round was started).
+    SetupFailed,
     /// 64: usage or configuration error.
     Usage,
     /// 69: the requested isolation cannot be enforced on this host.
@@ -41,6 +43,7 @@ impl Exit {
             Exit::BudgetLimited => 2,
             Exit::RoundFailed => 3,
             Exit::TaskFailed => 4,
+            Exit::SetupFailed => 5,
             Exit::Usage => 64,
             Exit::SandboxUnavailable => 69,
             Exit::Internal => 70,
@@ -59,6 +62,7 @@ impl Exit {
             Exit::BudgetLimited => "budget_limited",
             Exit::RoundFailed => "round_failed",
             Exit::TaskFailed => "task_failed",
+            Exit::SetupFailed => "setup_failed",
             Exit::Usage => "usage",
             Exit::SandboxUnavailable => "sandbox_unavailable",
             Exit::Internal => "internal",
@@ -86,6 +90,7 @@ impl Exit {
             Outcome::Interrupted => Exit::Interrupted,
             Outcome::Error => match reason {
                 FinishReason::SandboxUnavailable => Exit::SandboxUnavailable,
+                FinishReason::SetupFailed => Exit::SetupFailed,
                 FinishReason::Configuration | FinishReason::ProvisionFailed => Exit::Usage,
                 FinishReason::Reported
                 | FinishReason::Verified
@@ -121,6 +126,7 @@ mod tests {
             (Exit::BudgetLimited, 2),
             (Exit::RoundFailed, 3),
             (Exit::TaskFailed, 4),
+            (Exit::SetupFailed, 5),
             (Exit::Usage, 64),
             (Exit::SandboxUnavailable, 69),
             (Exit::Internal, 70),
@@ -131,5 +137,10 @@ mod tests {
         for (e, c) in table {
             assert_eq!(e.code(), c, "{e:?}");
         }
+        // SPEC §3: a failed set-up is exit 5.
+        assert_eq!(
+            Exit::for_outcome(Outcome::Error, FinishReason::SetupFailed),
+            Exit::SetupFailed
+        );
     }
 }

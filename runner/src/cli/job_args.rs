@@ -68,6 +68,19 @@ pub struct JobArgs {
     /// Command the runner runs after a `complete` report; only its success completes the job.
     #[arg(long, value_name = "CMD")]
     pub verify: Option<String>,
+    /// A command the runner runs once before round 1, in the job's sandbox on the workspace,
+    /// with the job's egress (--allow-host) and the --setup-env variables (e.g. `npm ci`,
+    /// `pip install -r requirements.txt -t deps`); its failure ends the job (exit 5). A resumed
+    /// job does not run it again.
+    #[arg(long, value_name = "CMD")]
+    pub setup: Option<String>,
+    /// Pass this variable of the runner's environment to the set-up only (a registry's token):
+    /// never to a round or verify; repeatable.
+    #[arg(long = "setup-env", value_name = "NAME", requires = "setup")]
+    pub setup_env: Vec<String>,
+    /// Wall-clock limit of the set-up (default 30m).
+    #[arg(long, value_name = "DUR", requires = "setup")]
+    pub setup_timeout: Option<HumanDuration>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     /// Per-stream output cap of a round (default 8M).
@@ -136,6 +149,9 @@ impl JobArgs {
             kill_grace: self.kill_grace,
             max_tokens: self.max_tokens,
             verify: self.verify.clone(),
+            setup: self.setup.clone(),
+            setup_env: self.setup_env.clone(),
+            setup_timeout: self.setup_timeout,
             backend: s.backend,
             mode: s.mode,
             protect: s.protect.clone(),

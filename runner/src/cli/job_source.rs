@@ -234,6 +234,7 @@ impl JobSource {
                 let id = store.resolve_id(id).map_err(store_error)?;
                 let path = local_log(&job_dir(state_dir, &id), round, attempt, stream)?;
                 let verify = stream == "verify";
+                let setup = stream == "setup";
                 let mut offset = 0u64;
                 loop {
                     // The journal first: once the attempt has ended, its log is complete.
@@ -243,8 +244,9 @@ impl JobSource {
                             round: r,
                             attempt: a,
                             ..
-                        } => !verify && *r == round && *a == attempt,
+                        } => !verify && !setup && *r == round && *a == attempt,
                         EventKind::VerifyFinished { round: r, .. } => verify && *r == round,
+                        EventKind::SetupFinished { .. } => setup,
                         _ => false,
                     });
                     let done = finished(&events);
@@ -253,10 +255,14 @@ impl JobSource {
                         return Ok(());
                     }
                     if done {
-                        return Err(CliError::usage(format!(
-                            "job `{id}` ended without {} round {round} (attempt {attempt})",
-                            if verify { "verifying" } else { "starting" }
-                        )));
+                        return Err(CliError::usage(if setup {
+                            format!("job `{id}` ended without running its set-up")
+                        } else {
+                            format!(
+                                "job `{id}` ended without {} round {round} (attempt {attempt})",
+                                if verify { "verifying" } else { "starting" }
+                            )
+                        }));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
@@ -315,10 +321,11 @@ fn local_log(job_dir: &Path, round: u32, attempt: u32, stream: &str) -> Result<P
     let dirs = AttemptDirs::new(job_dir, round, attempt);
     match stream {
         "verify" => Ok(AttemptDirs::verify(job_dir, round).output_log()),
+        "setup" => Ok(AttemptDirs::setup(job_dir).output_log()),
         "stdout" => Ok(dirs.stdout_log()),
         "stderr" => Ok(dirs.stderr_log()),
         other => Err(CliError::usage(format!(
-            "--stream: `{other}` is not stdout, stderr or verify"
+            "--stream: `{other}` is not stdout, stderr, verify or setup"
         ))),
     }
 }

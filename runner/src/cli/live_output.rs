@@ -3,7 +3,9 @@
 //! An observer of the journal: `round_started` starts a thread that tails the attempt's
 //! `stdout.log` and `stderr.log` (the capped artifact files; the sandbox's pipes are not
 //! touched), `round_finished` drains what is left and stops it — before the progress observer
-//! prints the round's summary, as it comes first in the observer list. Lines are prefixed
+//! prints the round's summary, as it comes first in the observer list. The set-up (SPEC §12)
+//! is followed the same way, from `setup_started` to `setup_finished`, its merged output
+//! (`rounds/0/setup/output.log`) behind `[setup]`. Lines are prefixed
 //! `[round K]` (`[round K attempt A]` on a retry, `[round K stderr]` for stderr) and escaped
 //! ([`Prefixed`]): no escape sequence of the agent reaches the terminal, and no line of the
 //! agent starts a line of the CI log.
@@ -27,6 +29,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// Prints round output live through the progress view.
 pub struct LiveOutput {
     progress: Arc<Progress>,
+    /// The job's artifact directory.
+    job_dir: PathBuf,
     current: Mutex<Option<Tail>>,
 }
 
@@ -51,10 +55,11 @@ impl Tail {
 }
 
 impl LiveOutput {
-    /// Prints through `progress`.
-    pub fn new(progress: Arc<Progress>) -> Self {
+    /// Prints through `progress` what the runs of the job in `job_dir` write.
+    pub fn new(progress: Arc<Progress>, job_dir: PathBuf) -> Self {
         Self {
             progress,
+            job_dir,
             current: Mutex::new(None),
         }
     }
@@ -66,12 +71,8 @@ impl LiveOutput {
         }
     }
 
-    fn start(&self, label: String, dir: &std::path::Path) {
+    fn start(&self, readers: Vec<Reader>) {
         self.stop_current();
-        let readers = vec![
-            Reader::new(dir.join("stdout.log"), &format!("[{label}]")),
-            Reader::new(dir.join("stderr.log"), &format!("[{label} stderr]")),
-        ];
         let stop = Arc::new(AtomicBool::new(false));
         let progress = self.progress.clone();
         let flag = stop.clone();
@@ -107,9 +108,17 @@ impl Observer for LiveOutput {
                 if *attempt > 1 {
                     label.push_str(&format!(" attempt {attempt}"));
                 }
-                self.start(label, dir);
+                self.start(vec![
+                    Reader::new(dir.join("stdout.log"), &format!("[{label}]")),
+                    Reader::new(dir.join("stderr.log"), &format!("[{label} stderr]")),
+                ]);
+            }
+            EventKind::SetupStarted { .. } => {
+                let log = ralph_runner::engine::AttemptDirs::setup(&self.job_dir).output_log();
+                self.start(vec![Reader::new(log, "[setup]")]);
             }
             EventKind::RoundFinished { .. }
+            | EventKind::SetupFinished { .. }
             | EventKind::Interrupted { .. }
             | EventKind::JobFinished { .. } => self.stop_current(),
             _ => {}

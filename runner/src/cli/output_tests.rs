@@ -140,11 +140,32 @@ fn hostile_events(t: &str) -> Vec<Event> {
         ev(EventKind::Egress {
             round: 1,
             attempt: 1,
+            step: None,
             host: t.to_owned(),
             port: 443,
             method: t.to_owned(),
             allowed: false,
             reason: Some(t.to_owned()),
+        }),
+        ev(EventKind::Egress {
+            round: 0,
+            attempt: 0,
+            step: Some(ralph_runner::store::event::RunnerStep::Setup),
+            host: t.to_owned(),
+            port: 443,
+            method: t.to_owned(),
+            allowed: false,
+            reason: Some(t.to_owned()),
+        }),
+        ev(EventKind::SetupStarted {
+            command: t.to_owned(),
+        }),
+        ev(EventKind::SetupFinished {
+            passed: false,
+            exit: Some(ralph_sandbox::Termination::Exited { code: 1 }),
+            ended_by: Some(ralph_sandbox::EndedBy::Exit),
+            output_tail: t.to_owned(),
+            duration_ms: 3,
         }),
         ev(EventKind::VerifyFinished {
             round: 1,
@@ -396,5 +417,32 @@ fn a_failed_verify_shows_its_output_tail_and_what_follows() {
         ),
         "{:?}",
         p.lines()
+    );
+}
+
+/// Issue 26: a failed set-up's output tail is shown on the console behind the runner's prefix,
+/// escaped, with what follows (no round), and its log's path.
+#[test]
+fn a_failed_setup_shows_its_output_tail_and_that_no_round_starts() {
+    let v = view("x");
+    let p = Progress::kept();
+    p.on_event(
+        &v,
+        &ev(EventKind::SetupFinished {
+            passed: false,
+            exit: Some(ralph_sandbox::Termination::Exited { code: 1 }),
+            ended_by: Some(ralph_sandbox::EndedBy::Exit),
+            output_tail: "npm ERR! 404 Not Found\n::error::forged\n".into(),
+            duration_ms: 1500,
+        }),
+    );
+    assert_eq!(
+        p.lines(),
+        [
+            "ralph: set-up failed (1.5s): exit status 1; no round is started: the job ends (error, setup_failed)",
+            "ralph: set-up output (its output; all of it: /artifacts/rounds/0/setup/output.log):",
+            "ralph: | npm ERR! 404 Not Found",
+            "ralph: | ::error::forged",
+        ]
     );
 }

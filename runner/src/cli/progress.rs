@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use ralph_runner::ci::VERIFY_TAIL_LINES;
 use ralph_runner::report::Report;
+use ralph_runner::store::event::RunnerStep;
 use ralph_runner::store::{AttemptResult, Event, EventKind, JobView, Observer};
 use ralph_runner::util::terminal::{self, Prefixed};
 use ralph_runner::util::text::bounded;
 
-/// The prefix of each line of verify output shown on a failed verify.
+/// The prefix of each line of a runner step's output shown when it failed (verify, set-up).
 const VERIFY_PREFIX: &str = "ralph: |";
 
 /// Where progress lines go.
@@ -174,19 +175,18 @@ impl Progress {
         }
     }
 
-    /// The last lines of a failed verify's output, each behind the runner's prefix and escaped
-    /// ([`Prefixed`]): the agent's workspace decides what verify prints.
-    fn verify_tail(&self, round: u32, output_tail: &str) {
+    /// The last lines of a failed runner step's output (`what`: `verify`, `set-up`; `step`: its
+    /// directory under `rounds/`), each behind the runner's prefix and escaped ([`Prefixed`]):
+    /// the agent's workspace decides what verify (and a set-up's `npm ci`) prints.
+    fn step_tail(&self, what: &str, step: &[&str], output_tail: &str) {
         let (tail, before) = ralph_runner::ci::last_lines(output_tail, VERIFY_TAIL_LINES);
         if tail.trim().is_empty() {
-            self.line("verify printed nothing");
+            self.line(&format!("{what} printed nothing"));
             return;
         }
-        let log = self
-            .artifacts
-            .join("rounds")
-            .join(round.to_string())
-            .join("verify")
+        let log = step
+            .iter()
+            .fold(self.artifacts.join("rounds"), |p, s| p.join(s))
             .join("output.log");
         let which = if before > 0 {
             format!("its last {VERIFY_TAIL_LINES} lines")
@@ -194,7 +194,7 @@ impl Progress {
             "its output".to_owned()
         };
         self.line(&format!(
-            "verify output ({which}; all of it: {}):",
+            "{what} output ({which}; all of it: {}):",
             log.display()
         ));
         let mut lines = Vec::new();
@@ -242,6 +242,34 @@ fn after_failed_verify(
             "the loop goes on: round {}/{n} is told the output",
             round + 1
         ),
+    }
+}
+
+/// What follows a failed set-up (`engine/setup.rs`): the job ends, and how.
+fn after_failed_setup(
+    exit: Option<ralph_sandbox::Termination>,
+    ended_by: Option<ralph_sandbox::EndedBy>,
+) -> &'static str {
+    use ralph_sandbox::{EndedBy, Termination};
+    match (ended_by, exit) {
+        (Some(EndedBy::Cancel | EndedBy::RunnerGone), _) => "the job is cancelled",
+        (None, None) => "the job ends (the sandbox could not be set up)",
+        (_, Some(Termination::Exited { code: 126 | 127 })) => {
+            "the command cannot run in the sandbox: the job ends (configuration)"
+        }
+        _ => "no round is started: the job ends (error, setup_failed)",
+    }
+}
+
+/// Who an egress decision or a git check after a run was for: a round, the set-up (round 0) or
+/// verify.
+fn run_label(round: u32, attempt: Option<u32>, step: Option<RunnerStep>) -> String {
+    match (step, attempt) {
+        (Some(RunnerStep::Setup), _) => "set-up".to_owned(),
+        (Some(RunnerStep::Verify), _) => format!("verify after round {round}"),
+        (None, Some(_)) => format!("round {round}"),
+        (None, None) if round == 0 => "set-up".to_owned(),
+        (None, None) => format!("verify after round {round}"),
     }
 }
 
@@ -356,10 +384,7 @@ impl Observer for Progress {
                 counts,
                 unchecked,
             } => {
-                let after = match attempt {
-                    Some(_) => format!("round {round}"),
-                    None => format!("verify after round {round}"),
-                };
+                let after = run_label(*round, *attempt, None);
                 for s in repositories {
                     self.line(&format!(
                         "warning: {after}: git repository made safe for the host's git: {}",
@@ -390,6 +415,7 @@ impl Observer for Progress {
             }
             EventKind::Egress {
                 round,
+                step,
                 host,
                 port,
                 method,
@@ -398,7 +424,8 @@ impl Observer for Progress {
                 ..
             } => {
                 self.line(&format!(
-                    "warning: round {round}: egress refused: {method} {host}:{port}{}",
+                    "warning: {}: egress refused: {method} {host}:{port}{}",
+                    run_label(*round, Some(0), *step),
                     reason
                         .as_deref()
                         .map(|r| format!(" ({r})"))
@@ -427,6 +454,29 @@ impl Observer for Progress {
                     gateway.budget_tokens()
                 ));
             }
+            EventKind::SetupStarted { command } => {
+                if !self.is_live() {
+                    self.line(&format!("set-up: running `{command}`"));
+                }
+                self.status(format!("set-up `{}`", bounded(command, 80)), String::new());
+            }
+            EventKind::SetupFinished {
+                passed,
+                exit,
+                ended_by,
+                output_tail,
+                duration_ms,
+            } => {
+                let took = secs(Duration::from_millis(*duration_ms));
+                if *passed {
+                    self.line(&format!("set-up passed ({took})"));
+                } else {
+                    let how = ralph_runner::ci::verify_how(*exit, *ended_by);
+                    let next = after_failed_setup(*exit, *ended_by);
+                    self.line(&format!("set-up failed ({took}): {how}; {next}"));
+                    self.step_tail("set-up", &["0", "setup"], output_tail);
+                }
+            }
             EventKind::VerifyStarted { .. } => {
                 let cmd = view.spec.verify.as_deref().unwrap_or("");
                 if !self.is_live() {
@@ -450,7 +500,8 @@ impl Observer for Progress {
                     let how = ralph_runner::ci::verify_how(*exit, *ended_by);
                     let next = after_failed_verify(view, *round, *exit, *ended_by);
                     self.line(&format!("verify failed ({took}): {how}; {next}"));
-                    self.verify_tail(*round, output_tail);
+                    let round = round.to_string();
+                    self.step_tail("verify", &[&round, "verify"], output_tail);
                 }
             }
             EventKind::CancelRequested { by } => self.line(&format!(

@@ -1,6 +1,6 @@
 //! How `ralph logs JOB --round K` prints a round's captured output: by default each line behind
 //! the round's label (`[round 3] `, `[round 3 stderr] `, `[round 3 attempt 2] `,
-//! `[round 3 verify] `) and escaped ([`terminal::Prefixed`]): no line of the agent starts a line,
+//! `[round 3 verify] `; the set-up's `[setup] `) and escaped ([`terminal::Prefixed`]): no line of the agent starts a line,
 //! no escape sequence reaches the terminal or the CI log. `--raw` prints the bytes as captured,
 //! for a file or a program (unsafe on a terminal or in a CI log).
 
@@ -15,8 +15,12 @@ pub enum RoundView {
     Shown(Prefixed),
 }
 
-/// The label of a round's stream: `round 3`, `round 3 attempt 2`, then ` stderr` or ` verify`.
+/// The label of a round's stream: `round 3`, `round 3 attempt 2`, then ` stderr` or ` verify`;
+/// the set-up's is `setup` (as `ralph run --follow` prints it).
 pub fn label(round: u32, attempt: u32, stream: &str) -> String {
+    if stream == "setup" {
+        return "[setup]".to_owned();
+    }
     let mut l = format!("[round {round}");
     if attempt > 1 && stream != "verify" {
         l.push_str(&format!(" attempt {attempt}"));
@@ -73,5 +77,6 @@ mod tests {
         assert_eq!(label(3, 1, "stdout"), "[round 3]");
         assert_eq!(label(3, 2, "stderr"), "[round 3 attempt 2 stderr]");
         assert_eq!(label(1, 2, "verify"), "[round 1 verify]");
+        assert_eq!(label(0, 1, "setup"), "[setup]");
     }
 }

@@ -39,8 +39,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Print each round's output on stderr while it is written, its lines prefixed
-    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry); the
-    /// agent's escape sequences and control characters are shown escaped (`\x1b`), never sent.
+    /// `[round K]` (`[round K stderr]` for stderr, `[round K attempt A]` on a retry; the
+    /// set-up's `[setup]`); the agent's escape sequences and control characters are shown
+    /// escaped (`\x1b`), never sent.
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// Write the job's metrics to PATH (node exporter textfile format, atomically; counters add
@@ -205,7 +206,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
     if args.follow {
         // Before the progress: a round's output is drained before its summary line.
-        observers.push(Arc::new(LiveOutput::new(progress.clone())));
+        observers.push(Arc::new(LiveOutput::new(
+            progress.clone(),
+            engine.job_dir(&job_id),
+        )));
     }
     observers.extend([
         progress.clone() as Arc<dyn Observer>,

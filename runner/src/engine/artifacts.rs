@@ -11,7 +11,9 @@
 //!     stdout.log  stderr.log               capped output (runner only)
 //!     sandbox-result.json                  the sandbox helper's account (runner only)
 //! <state-dir>/jobs/<job-id>/rounds/<round>/verify/
-//!     output.log  sandbox-result.json  home/  tmp/
+//!     output.log  sandbox-result.json  home/  tmp/  in/gitconfig
+//! <state-dir>/jobs/<job-id>/rounds/0/setup/      the set-up, before round 1 (SPEC §12)
+//!     output.log  sandbox-result.json  home/  tmp/  in/gitconfig
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -93,6 +95,12 @@ impl AttemptDirs {
         )
     }
 
+    /// The directories of the job's set-up run (`rounds/0/setup`: rounds are 1-based, so it
+    /// sorts first and is pruned and swept like the rounds).
+    pub fn setup(job_dir: &Path) -> Self {
+        Self::at(job_dir.join("rounds").join("0").join("setup"))
+    }
+
     fn at(root: PathBuf) -> Self {
         Self {
             input: root.join("in"),
@@ -170,7 +178,7 @@ impl AttemptDirs {
         self.root.join("stderr.log")
     }
 
-    /// Merged output of a verify run.
+    /// Merged output of a verify or set-up run.
     pub fn output_log(&self) -> PathBuf {
         self.root.join("output.log")
     }

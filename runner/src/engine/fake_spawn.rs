@@ -1,4 +1,4 @@
-//! A recording fake [`Spawner`] for the loop's unit tests: each agent attempt and each verify
+//! A recording fake [`Spawner`] for the loop's unit tests: each agent attempt, set-up and verify
 //! run plays a scripted outcome (report file, stdout, exit code, usage, time taken) and every
 //! call is recorded with its timeout and stdin. Waiting honours the timeout the loop gave and
 //! the cancel token, so deadline and cancel orderings are the loop's own.
@@ -101,6 +101,8 @@ pub(crate) enum CallKind {
     Agent,
     /// The verify command.
     Verify,
+    /// The set-up command.
+    Setup,
 }
 
 /// One recorded spawn.
@@ -116,6 +118,12 @@ pub(crate) struct Call {
     pub timeout: Option<Duration>,
     /// What the process got on stdin (the prompt, for an agent).
     pub stdin: String,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+    /// Its network.
+    pub network: Option<ralph_sandbox::Network>,
+    /// The gateway ports opened for it.
+    pub gateway_ports: Vec<u16>,
 }
 
 /// The fake: scripted agent attempts and verify runs, in order.
@@ -123,6 +131,7 @@ pub(crate) struct Call {
 pub(crate) struct FakeSpawner {
     agent: Mutex<VecDeque<Script>>,
     verify: Mutex<VecDeque<Script>>,
+    setup: Mutex<VecDeque<Script>>,
     calls: Mutex<Vec<Call>>,
 }
 
@@ -133,8 +142,15 @@ impl FakeSpawner {
         Self {
             agent: Mutex::new(agent.into()),
             verify: Mutex::new(verify.into()),
+            setup: Mutex::default(),
             calls: Mutex::default(),
         }
+    }
+
+    /// The set-up runs play `setup`, in order (past its end a set-up exits 1).
+    pub fn with_setup(self, setup: Vec<Script>) -> Self {
+        *self.setup.lock().unwrap() = setup.into();
+        self
     }
 
     /// Every spawn so far.
@@ -178,14 +194,15 @@ impl Spawner for FakeSpawner {
         io: ExecIo,
     ) -> BoxFuture<'a, Result<Box<dyn Spawned>, SandboxError>> {
         let report_file = var(spec, "RALPH_REPORT_FILE").map(PathBuf::from);
-        let kind = if report_file.is_some() {
-            CallKind::Agent
-        } else {
-            CallKind::Verify
+        let kind = match (&report_file, var(spec, "RALPH_STEP")) {
+            (Some(_), _) => CallKind::Agent,
+            (None, Some("setup")) => CallKind::Setup,
+            (None, _) => CallKind::Verify,
         };
         let script = match kind {
             CallKind::Agent => self.agent.lock().unwrap().pop_front(),
             CallKind::Verify => self.verify.lock().unwrap().pop_front(),
+            CallKind::Setup => self.setup.lock().unwrap().pop_front(),
         }
         .unwrap_or_else(|| Script::exit(1));
         self.calls.lock().unwrap().push(Call {
@@ -194,6 +211,9 @@ impl Spawner for FakeSpawner {
             attempt: var(spec, "RALPH_ATTEMPT").and_then(|v| v.parse().ok()),
             timeout: spec.timeout,
             stdin: String::from_utf8_lossy(io.stdin.as_deref().unwrap_or_default()).into_owned(),
+            env: spec.env.clone(),
+            network: spec.sandbox.network,
+            gateway_ports: spec.sandbox.gateway_ports.clone(),
         });
         if let (Some(path), Some(report)) = (&report_file, &script.report) {
             std::fs::write(path, report).unwrap();
@@ -201,12 +221,20 @@ impl Spawner for FakeSpawner {
         if let (Some(path), Some(usage)) = (var(spec, "RALPH_USAGE_FILE"), &script.usage) {
             std::fs::write(path, usage).unwrap();
         }
+        // The gateway's listeners, as the sandbox hands them over (here on the host's loopback).
+        let listeners = spec
+            .sandbox
+            .gateway_ports
+            .iter()
+            .map(|p| (*p, TcpListener::bind("127.0.0.1:0").unwrap()))
+            .collect();
         let run = FakeRun {
             script,
             io,
             timeout: spec.timeout,
             mode: spec.sandbox.mode,
             report_dir: spec.sandbox.private.report.clone(),
+            listeners,
         };
         Box::pin(async move { Ok(Box::new(run) as Box<dyn Spawned>) })
     }
@@ -218,6 +246,7 @@ struct FakeRun {
     timeout: Option<Duration>,
     mode: ralph_sandbox::Mode,
     report_dir: Option<ralph_sandbox::ReportDir>,
+    listeners: Vec<(u16, TcpListener)>,
 }
 
 impl Spawned for FakeRun {
@@ -226,7 +255,7 @@ impl Spawned for FakeRun {
     }
 
     fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)> {
-        Vec::new()
+        std::mem::take(&mut self.listeners)
     }
 
     fn wait(
@@ -240,6 +269,7 @@ impl Spawned for FakeRun {
                 timeout,
                 mode,
                 report_dir,
+                listeners: _,
             } = *self;
             io.stdout.write(script.stdout.as_bytes()).unwrap();
             let started = std::time::Instant::now();

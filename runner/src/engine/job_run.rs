@@ -135,9 +135,14 @@ impl<'e> JobRun<'e> {
             Err(e) => Err(e),
         };
         let ran = match checked {
-            Ok(()) => match self.spec.kind {
-                JobKind::Loop => self.run_loop().await,
-                JobKind::Task => self.run_task().await,
+            // The set-up (SPEC §12) before anything else runs; no round if it did not pass.
+            Ok(()) => match self.setup().await {
+                Ok(super::setup::AfterSetup::Go) => match self.spec.kind {
+                    JobKind::Loop => self.run_loop().await,
+                    JobKind::Task => self.run_task().await,
+                },
+                Ok(super::setup::AfterSetup::Finished) => Ok(()),
+                Err(e) => Err(e),
             },
             Err((reason, message)) => self.finish(Outcome::Error, reason, &message, None),
         };
@@ -269,7 +274,7 @@ impl<'e> JobRun<'e> {
     }
 
     /// Fails closed before any round when the agent cannot work (SPEC §6, §9): the preset's
-    /// CLI, or the program the agent or verify command starts with, is not visible in the
+    /// CLI, or the program the agent, set-up or verify command starts with, is not visible in the
     /// sandbox, the model upstream's key is missing, or the key would
     /// enter the sandbox. Each is a configuration error (exit 64) whose message says the fix.
     fn preflight_agent(&mut self) -> Result<(), (FinishReason, String)> {
@@ -297,6 +302,10 @@ impl<'e> JobRun<'e> {
                     }
                     crate::job::AgentSpec::Preset { .. } => None,
                 },
+                self.spec
+                    .setup
+                    .as_ref()
+                    .map(|s| ("the set-up command", &s.command)),
                 self.spec.verify.as_ref().map(|v| ("the verify command", v)),
             ];
             for (what, command) in commands.into_iter().flatten() {
@@ -313,14 +322,17 @@ impl<'e> JobRun<'e> {
                 .resolve(&self.spec, &self.agent, &self.engine.env)
                 .map_err(|e| config(e.message))?;
             if let Some(u) = upstream.as_ref().filter(|u| !u.key.is_empty()) {
-                if let Some(name) = self
-                    .spec
-                    .env
-                    .iter()
-                    .find(|n| self.engine.env.get(n).is_some_and(|v| v.trim() == u.key))
-                {
+                let holds_key =
+                    |n: &&String| self.engine.env.get(n).is_some_and(|v| v.trim() == u.key);
+                if let Some(name) = self.spec.env.iter().find(holds_key) {
                     return Err(config(format!(
                         "`--env {name}` would put the model API's key into the sandbox; the gateway adds it on the way out: drop `--env {name}`"
+                    )));
+                }
+                // No step holds the model key, the set-up included.
+                if let Some(name) = self.spec.setup.iter().flat_map(|s| &s.env).find(holds_key) {
+                    return Err(config(format!(
+                        "`--setup-env {name}` would put the model API's key into the set-up's sandbox; no step holds it: drop `--setup-env {name}`"
                     )));
                 }
             }
@@ -487,6 +499,7 @@ impl<'e> JobRun<'e> {
                         }
                         VerifyEnd::Deadline => return self.finish_deadline(),
                         VerifyEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
+                        VerifyEnd::DiskFull(why) => return self.finish_disk_full(&why),
                         VerifyEnd::CannotRun(msg) => {
                             return self.finish(
                                 Outcome::Error,
@@ -582,6 +595,7 @@ impl<'e> JobRun<'e> {
                         code,
                     ),
                     VerifyEnd::SandboxFailed(e) => self.finish_sandbox_error(&e),
+                    VerifyEnd::DiskFull(why) => self.finish_disk_full(&why),
                     VerifyEnd::CannotRun(msg) => {
                         self.finish(Outcome::Error, FinishReason::Configuration, &msg, code)
                     }
@@ -591,7 +605,7 @@ impl<'e> JobRun<'e> {
     }
 
     /// Ends the job as cancelled, saying whether it was stopped mid-round or between rounds.
-    fn finish_cancelled(&mut self) -> Result<(), EngineError> {
+    pub(super) fn finish_cancelled(&mut self) -> Result<(), EngineError> {
         self.note_cancel()?;
         let by = self.cancel.by();
         let msg = if self.cancel.is_cancelled() {
@@ -641,7 +655,10 @@ impl<'e> JobRun<'e> {
         self.finish(Outcome::BudgetLimited, FinishReason::MaxTokens, &msg, None)
     }
 
-    fn finish_sandbox_error(&mut self, e: &ralph_sandbox::SandboxError) -> Result<(), EngineError> {
+    pub(super) fn finish_sandbox_error(
+        &mut self,
+        e: &ralph_sandbox::SandboxError,
+    ) -> Result<(), EngineError> {
         // A helper that could not write its result on a full disk: the disk is why.
         if let Some(why) = self.state_disk_full() {
             return self.finish_disk_full(&format!("{why} ({e})"));

@@ -21,23 +21,33 @@ const LONG: Duration = Duration::from_secs(600);
 /// What "at once" means on a busy machine (far below [`LONG`]).
 const PROMPTLY: Duration = Duration::from_secs(60);
 
-struct Harness {
+pub(super) struct Harness {
     _dir: tempfile::TempDir,
-    engine: Engine,
-    fake: Arc<FakeSpawner>,
-    spec: JobSpec,
+    pub(super) engine: Engine,
+    pub(super) fake: Arc<FakeSpawner>,
+    pub(super) spec: JobSpec,
 }
 
-fn cont() -> serde_json::Value {
+pub(super) fn cont() -> serde_json::Value {
     json!({"status":"continue","summary":"did a thing","evidence":[],"nextSteps":["more"],"blocker":""})
 }
 
-fn complete() -> serde_json::Value {
+pub(super) fn complete() -> serde_json::Value {
     json!({"status":"complete","summary":"done","evidence":["tests pass"],"nextSteps":[],"blocker":""})
 }
 
 impl Harness {
-    fn new(agent: Vec<Script>, verify: Vec<Script>) -> Self {
+    pub(super) fn new(agent: Vec<Script>, verify: Vec<Script>) -> Self {
+        Self::with(agent, verify, Vec::new(), Vec::new())
+    }
+
+    /// A harness whose set-up runs play `setup` and whose runner environment also has `env`.
+    pub(super) fn with(
+        agent: Vec<Script>,
+        verify: Vec<Script>,
+        setup: Vec<Script>,
+        env: Vec<(String, String)>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         let state = dir.path().join("state");
@@ -46,8 +56,10 @@ impl Harness {
         let ws = ws.canonicalize().unwrap();
         let state = state.canonicalize().unwrap();
         let store = Arc::new(Store::open_sqlite(&state).unwrap());
-        let fake = Arc::new(FakeSpawner::new(agent, verify));
-        let env = RunnerEnv::from_pairs([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
+        let fake = Arc::new(FakeSpawner::new(agent, verify).with_setup(setup));
+        let env = RunnerEnv::from_pairs(
+            std::iter::once(("PATH".to_owned(), "/usr/bin:/bin".to_owned())).chain(env),
+        );
         let backends = Backends::new(
             "/proc/self/exe",
             ralph_sandbox::policy::PolicySet::lazy(None),
@@ -70,7 +82,7 @@ impl Harness {
         }
     }
 
-    async fn run_with(
+    pub(super) async fn run_with(
         &self,
         cancel: Cancel,
         observers: Vec<Arc<dyn Observer>>,
@@ -79,7 +91,7 @@ impl Harness {
         (id.clone(), self.resume_run(&id, cancel, observers).await)
     }
 
-    async fn resume_run(
+    pub(super) async fn resume_run(
         &self,
         id: &str,
         cancel: Cancel,
@@ -89,15 +101,15 @@ impl Harness {
         self.engine.run(id, lock, cancel, observers).await.unwrap()
     }
 
-    async fn run(&self) -> (String, JobResult) {
+    pub(super) async fn run(&self) -> (String, JobResult) {
         self.run_with(Cancel::new(), Vec::new()).await
     }
 
-    fn events(&self, id: &str) -> Vec<Event> {
+    pub(super) fn events(&self, id: &str) -> Vec<Event> {
         self.engine.store().events(id).unwrap()
     }
 
-    fn count(&self, id: &str, name: &str) -> usize {
+    pub(super) fn count(&self, id: &str, name: &str) -> usize {
         self.events(id)
             .iter()
             .filter(|e| e.kind.name() == name)

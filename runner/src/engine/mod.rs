@@ -12,6 +12,9 @@
 //!   ─▶ read out/usage.jsonl ─▶ [journal workspace_sanitized] ─▶ journal round_finished
 //!   ─▶ next round / retry / verify / finish
 //! ```
+//!
+//! Before round 1, once per job: the set-up command ([`setup`], SPEC §12); set-up and verify
+//! run as runner steps ([`runner_step`]) with the rounds' sandbox and egress, never more.
 
 mod artifacts;
 mod backends;
@@ -34,8 +37,12 @@ mod provisioned_upload;
 pub mod prune;
 mod round;
 pub mod round_gateway;
+mod runner_step;
 mod sanitized;
 pub mod scratch_sweep;
+mod setup;
+#[cfg(test)]
+mod setup_tests;
 mod spawn;
 pub mod stdout_report;
 mod toolchains;
@@ -323,6 +330,15 @@ impl Engine {
             if self.env.get(name).is_none() {
                 return Err(EngineError::Config {
                     message: env::MissingEnv { name: name.clone() }.to_string(),
+                });
+            }
+        }
+        for name in spec.setup.iter().flat_map(|s| &s.env) {
+            if self.env.get(name).is_none() {
+                return Err(EngineError::Config {
+                    message: format!(
+                        "`--setup-env {name}`: the variable `{name}` is not set in the runner's environment"
+                    ),
                 });
             }
         }

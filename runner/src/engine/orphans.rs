@@ -120,10 +120,16 @@ fn close(
         let dirs = AttemptDirs::new(&super::job_dir(state_dir, &id), round, attempt);
         let _ = dirs.remove_private();
     }
-    let at = view.open_attempt.map_or_else(
-        || "between rounds".to_owned(),
-        |(r, a)| format!("in round {r} (attempt {a})"),
-    );
+    let in_setup = view.setup == crate::store::projection::SetupState::Running;
+    if in_setup {
+        let _ = AttemptDirs::setup(&super::job_dir(state_dir, &id)).remove_private();
+    }
+    let at = match view.open_attempt {
+        Some((r, a)) => format!("in round {r} (attempt {a})"),
+        // Its set-up never finished: a resume runs it again.
+        None if in_setup => "during the set-up".to_owned(),
+        None => "between rounds".to_owned(),
+    };
     journal.record(EventKind::JobFinished {
         outcome: Outcome::Interrupted,
         reason: FinishReason::RunnerDied,

@@ -72,6 +72,18 @@ pub struct Attempt {
     pub exit: Option<Termination>,
 }
 
+/// Which run a gateway event belongs to: a round attempt, or a runner step (set-up: round 0;
+/// verify: its round; attempt 0 for both).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Site {
+    /// The round.
+    pub round: u32,
+    /// The attempt (0 for a runner step).
+    pub attempt: u32,
+    /// The runner step, if it is one.
+    pub step: Option<crate::store::event::RunnerStep>,
+}
+
 /// Unreadable agent output lines journalled per attempt (the rest are only counted out).
 const MAX_OUTPUT_PROBLEMS: usize = 5;
 
@@ -291,9 +303,13 @@ impl JobRun<'_> {
                         let listeners = run.take_gateway_listeners();
                         match plan.start(listeners, round_stop.clone(), budget_crossed.clone()) {
                             Ok(gw) => {
-                                let (outcome, usage, full) = self
-                                    .wait_with_gateway(run, gw, &round_stop, round, attempt)
-                                    .await?;
+                                let site = Site {
+                                    round,
+                                    attempt,
+                                    step: None,
+                                };
+                                let (outcome, usage, full) =
+                                    self.wait_with_gateway(run, gw, &round_stop, site).await?;
                                 gateway_usage = Some(usage);
                                 disk_stop = full;
                                 outcome
@@ -470,13 +486,12 @@ impl JobRun<'_> {
     /// gateway and returns the attempt's usage as the model API reported it. A journal write
     /// that finds the disk full (even after the reserve was freed) stops the round: the third
     /// value says why, and the rest of its gateway events are counted, not journalled.
-    async fn wait_with_gateway(
+    pub(super) async fn wait_with_gateway(
         &mut self,
         run: Box<dyn super::spawn::Spawned>,
         mut gw: RunningGateway,
         round_stop: &tokio_util::sync::CancellationToken,
-        round: u32,
-        attempt: u32,
+        site: Site,
     ) -> Result<(Result<ExecReport, SandboxError>, RoundUsage, Option<String>), EngineError> {
         let mut usage = RoundUsage::default();
         let mut full: Option<String> = None;
@@ -488,13 +503,13 @@ impl JobRun<'_> {
             tokio::select! {
                 r = &mut wait => break r,
                 ev = gw.next(), if open => match ev {
-                    Some(ev) => self.gateway_event_or_stop(ev, round, attempt, &mut usage, &mut full, round_stop)?,
+                    Some(ev) => self.gateway_event_or_stop(ev, site, &mut usage, &mut full, round_stop)?,
                     None => open = false,
                 },
             }
         };
         for ev in gw.stop().await {
-            self.gateway_event_or_stop(ev, round, attempt, &mut usage, &mut full, round_stop)?;
+            self.gateway_event_or_stop(ev, site, &mut usage, &mut full, round_stop)?;
         }
         Ok((outcome, usage, full))
     }
@@ -504,8 +519,7 @@ impl JobRun<'_> {
     fn gateway_event_or_stop(
         &mut self,
         ev: GatewayEvent,
-        round: u32,
-        attempt: u32,
+        site: Site,
         usage: &mut RoundUsage,
         full: &mut Option<String>,
         round_stop: &tokio_util::sync::CancellationToken,
@@ -520,7 +534,7 @@ impl JobRun<'_> {
             }
             return Ok(());
         }
-        match self.record_gateway_event(ev, round, attempt, usage) {
+        match self.record_gateway_event(ev, site, usage) {
             Err(e) if e.is_disk_full() => {
                 *full = Some(e.to_string());
                 round_stop.cancel();
@@ -535,10 +549,14 @@ impl JobRun<'_> {
     fn record_gateway_event(
         &mut self,
         ev: GatewayEvent,
-        round: u32,
-        attempt: u32,
+        site: Site,
         usage: &mut RoundUsage,
     ) -> Result<(), EngineError> {
+        let Site {
+            round,
+            attempt,
+            step,
+        } = site;
         match ev {
             GatewayEvent::Model(r) => {
                 let model = bounded(&r.model.escape_debug().to_string(), 128);
@@ -582,6 +600,7 @@ impl JobRun<'_> {
                 self.journal.record(EventKind::Egress {
                     round,
                     attempt,
+                    step,
                     host: bounded(&e.host.escape_debug().to_string(), 256),
                     port: e.port,
                     method: bounded(&e.method.escape_debug().to_string(), 32),
@@ -593,7 +612,7 @@ impl JobRun<'_> {
         Ok(())
     }
 
-    /// The sandbox request shared by rounds and verify.
+    /// The sandbox request shared by rounds and the runner's steps (set-up, verify).
     pub(super) fn sandbox_request(
         &self,
         dirs: &AttemptDirs,
@@ -601,8 +620,8 @@ impl JobRun<'_> {
         writable: Vec<std::path::PathBuf>,
     ) -> SandboxRequest {
         let s = &self.spec.sandbox;
-        // The gateway is an attempt's, not verify's: verify runs without network unless the
-        // job asked for the host's (see `run_attempt`, which sets the attempt's own).
+        // The gateway is set by whoever runs: an attempt its own (`attempt`), a runner step the
+        // egress proxy alone (`runner_step`); without it nothing is reachable.
         let network = match self.spec.network() {
             Network::Gateway => Network::None,
             n => n,
@@ -746,7 +765,7 @@ impl JobRun<'_> {
 /// auto-detect email address"), then the host's own `/etc/gitconfig`. The lowest level git has:
 /// the repository's `user.*`, a `~/.gitconfig` the round writes and the GIT_AUTHOR_* /
 /// GIT_COMMITTER_* variables passed with `--env` all rank above it.
-const GIT_SYSTEM_CONFIG: &str = "# Written by ralph for this round (GIT_CONFIG_SYSTEM).\n[user]\n\tname = ralph agent\n\temail = ralph-agent@localhost\n[include]\n\tpath = /etc/gitconfig\n# The round is the boundary: git trusts the workspace and --read trees (other owners').\n[safe]\n\tdirectory = *\n";
+pub(super) const GIT_SYSTEM_CONFIG: &str = "# Written by ralph for this round (GIT_CONFIG_SYSTEM).\n[user]\n\tname = ralph agent\n\temail = ralph-agent@localhost\n[include]\n\tpath = /etc/gitconfig\n# The round is the boundary: git trusts the workspace and --read trees (other owners').\n[safe]\n\tdirectory = *\n";
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     std::fs::write(path, bytes).map_err(|e| EngineError::io("write", path, e))

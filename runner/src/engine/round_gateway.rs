@@ -1,6 +1,8 @@
 //! One attempt's way out of its sandbox (SPEC §9): the model gateway and the egress proxy the
 //! runner serves, for this attempt only, on listeners the sandbox created inside the attempt's
-//! private network namespace. What they report comes back over a channel and is journalled by
+//! private network namespace. The runner's own steps (set-up, verify: [`super::runner_step`])
+//! get the egress proxy alone ([`GatewayPlan::egress_only`]): the rounds' allow list, never the
+//! model gateway, so no step but a round's agent ever reaches the model. What they report comes back over a channel and is journalled by
 //! the attempt (`model_request`, `egress`); refusals past the first ones are summed into
 //! `model_refusals` at a bounded rate (see [`RefusalLog`]), so a round pipelining refused
 //! requests cannot grow the journal; a token budget crossed at the wire stops the round.
@@ -70,6 +72,18 @@ fn setup_error(message: impl Into<String>) -> GatewaySetupError {
     }
 }
 
+/// The job's `--allow-host` list, parsed.
+fn allow_list(spec: &JobSpec) -> Result<Vec<AllowHost>, GatewaySetupError> {
+    spec.model_access
+        .allow_hosts
+        .iter()
+        .map(|h| {
+            h.parse::<AllowHost>()
+                .map_err(|e| setup_error(format!("`--allow-host {h}`: {e}")))
+        })
+        .collect()
+}
+
 impl GatewayPlan {
     /// The plan of an attempt of `spec`, whose job has used `used_before` tokens; its request
     /// bodies also take their bytes from `process_pool` (the bound of all the gateways of this
@@ -80,15 +94,7 @@ impl GatewayPlan {
         used_before: u64,
         process_pool: &Arc<BytePool>,
     ) -> Result<Option<Self>, GatewaySetupError> {
-        let allow: Vec<AllowHost> = spec
-            .model_access
-            .allow_hosts
-            .iter()
-            .map(|h| {
-                h.parse::<AllowHost>()
-                    .map_err(|e| setup_error(format!("`--allow-host {h}`: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
+        let allow = allow_list(spec)?;
         if upstream.is_none() && allow.is_empty() {
             return Ok(None);
         }
@@ -115,6 +121,22 @@ impl GatewayPlan {
             model,
             egress,
             budget,
+        }))
+    }
+
+    /// The plan of a runner step (set-up, verify) of `spec`: the egress proxy with the job's
+    /// `--allow-host` list, and no model gateway (SPEC §12: the rounds' network, never more;
+    /// a step needs no model, so it gets no way to one). `None` when the job allows no host.
+    pub fn egress_only(spec: &JobSpec) -> Result<Option<Self>, GatewaySetupError> {
+        let allow = allow_list(spec)?;
+        if allow.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            model: None,
+            egress: Some(Arc::new(EgressConfig::new(allow))),
+            // No model request can reach this plan: the budget is never consulted.
+            budget: Arc::new(TokenBudget::new(None, 0)),
         }))
     }
 

@@ -14,7 +14,7 @@ pub mod tree_mark;
 pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
 pub use source::WorkspaceSource;
-pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SpecError};
+pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SetupSpec, SpecError};
 
 /// A job's identifier (a UUIDv7: sortable by creation time).
 pub type JobId = String;

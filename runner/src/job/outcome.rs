@@ -157,6 +157,8 @@ pub enum FinishReason {
     Configuration,
     /// The runner could not provision the job's workspace (a clone or an upload failed).
     ProvisionFailed,
+    /// The job's set-up command failed (SPEC §3, §12): no round was started.
+    SetupFailed,
     /// Something broke in the runner or host.
     InternalError,
 }
@@ -178,6 +180,7 @@ impl FinishReason {
             FinishReason::SandboxUnavailable => "sandbox_unavailable",
             FinishReason::Configuration => "configuration",
             FinishReason::ProvisionFailed => "provision_failed",
+            FinishReason::SetupFailed => "setup_failed",
             FinishReason::InternalError => "internal_error",
         }
     }

@@ -58,6 +58,13 @@ pub struct JobRequest {
     pub max_tokens: Option<u64>,
     /// Verify command.
     pub verify: Option<String>,
+    /// Set-up command, run once before round 1 (SPEC §12).
+    pub setup: Option<String>,
+    /// Runner environment variables the set-up (only) gets.
+    #[serde(default)]
+    pub setup_env: Vec<String>,
+    /// Wall-clock limit of the set-up (default 30m).
+    pub setup_timeout: Option<HumanDuration>,
     /// Backend.
     pub backend: Option<BackendKind>,
     /// Mode.
@@ -423,6 +430,18 @@ impl JobRequest {
         }
         d.max_tokens = self.max_tokens;
         d.verify = self.verify;
+        d.setup = match (self.setup, self.setup_env.is_empty(), self.setup_timeout) {
+            (Some(command), _, timeout) => Some(super::spec::SetupSpec {
+                command,
+                env: self.setup_env,
+                timeout: timeout.unwrap_or(HumanDuration(super::spec::DEFAULT_SETUP_TIMEOUT)),
+            }),
+            (None, false, _) => return Err(err("setup_env", "`setup_env` needs `setup`")),
+            (None, true, Some(_)) => {
+                return Err(err("setup_timeout", "`setup_timeout` needs `setup`"));
+            }
+            (None, true, None) => None,
+        };
         let defaults = SandboxSettings::default();
         d.sandbox = SandboxSettings {
             backend: self.backend.unwrap_or(defaults.backend),

@@ -25,6 +25,9 @@ pub const MIN_HANDOFF_CAP: usize = 128;
 pub const MAX_OBJECTIVE_BYTES: usize = 64 * 1024;
 /// Default per-stream output cap of a round.
 pub const DEFAULT_OUTPUT_CAP: u64 = 8 << 20;
+/// Default time limit of the set-up command (SPEC §12; `--setup-timeout`): long enough for a
+/// cold `npm ci` or `cargo fetch` of a large project.
+pub const DEFAULT_SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// Loop or one-shot task (SPEC §1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -118,6 +121,32 @@ impl Default for SandboxSettings {
     }
 }
 
+/// The job's set-up step (SPEC §12): a runner-owned command run once per job, before round 1,
+/// in the job's sandbox on the workspace, with the job's egress and the runner's variables that
+/// `env` names (those reach the set-up only, never a round or verify).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupSpec {
+    /// The command line (`/bin/sh -c`, in the workspace).
+    pub command: String,
+    /// Names of runner environment variables the set-up (only) gets (`setup_env`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Wall-clock limit of the set-up (`setup_timeout`).
+    pub timeout: HumanDuration,
+}
+
+impl SetupSpec {
+    /// A set-up running `command` with the default timeout and no variables of its own.
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            env: Vec::new(),
+            timeout: HumanDuration(DEFAULT_SETUP_TIMEOUT),
+        }
+    }
+}
+
 /// The full, immutable job request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,6 +177,9 @@ pub struct JobSpec {
     pub max_tokens: Option<u64>,
     /// Verification command run by the runner after a `complete` report.
     pub verify: Option<String>,
+    /// The set-up step run once before round 1 (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupSpec>,
     /// Sandbox.
     pub sandbox: SandboxSettings,
     /// Names of runner environment variables passed to the agent.
@@ -199,6 +231,7 @@ impl JobSpec {
             kill_grace: HumanDuration(std::time::Duration::from_secs(5)),
             max_tokens: None,
             verify: None,
+            setup: None,
             sandbox: SandboxSettings::default(),
             env: Vec::new(),
             toolchain: crate::toolchain::ToolchainMode::default(),
@@ -249,6 +282,40 @@ fn err(field: &'static str, message: impl Into<String>) -> SpecError {
 
 /// Environment variables the runner sets itself; `--env` may not override them.
 pub const RESERVED_ENV: [&str; 5] = ["PATH", "HOME", "TMPDIR", "LANG", "TERM"];
+
+/// Variables the runner sets for its own steps (set-up, verify) besides [`RESERVED_ENV`] and
+/// `RALPH_*`: the proxy's (`--allow-host`) and git's system configuration. `--setup-env` may
+/// not name them (compared without case: `https_proxy` is read too).
+pub const STEP_ENV: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+];
+
+/// Why `name` cannot be a `--setup-env` variable, if it cannot.
+fn setup_env_refusal(name: &str, passed_to_rounds: &[String]) -> Option<String> {
+    if !valid_env_name(name) {
+        return Some(format!("`{name}` is not a valid variable name"));
+    }
+    let upper = name.to_ascii_uppercase();
+    if RESERVED_ENV.contains(&name)
+        || name.starts_with("RALPH_")
+        || STEP_ENV.contains(&upper.as_str())
+    {
+        return Some(format!(
+            "`{name}` is set by the runner and cannot be passed through"
+        ));
+    }
+    if passed_to_rounds.iter().any(|n| n == name) {
+        return Some(format!(
+            "`{name}` is also named by `env`, which passes it to every round: a set-up variable never reaches a round; drop it from one of them"
+        ));
+    }
+    None
+}
 
 pub(crate) fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -368,6 +435,24 @@ impl JobSpec {
         ] {
             if text.is_some_and(|t| t.contains('\0')) {
                 return Err(err(field, "must not contain a NUL byte"));
+            }
+        }
+        if let Some(setup) = &self.setup {
+            if setup.command.trim().is_empty() {
+                return Err(err("setup", "must not be empty"));
+            }
+            if setup.command.contains('\0') {
+                return Err(err("setup", "must not contain a NUL byte"));
+            }
+            if let Some(why) = setup
+                .env
+                .iter()
+                .find_map(|n| setup_env_refusal(n, &self.env))
+            {
+                return Err(err("setup_env", why));
+            }
+            if setup.timeout.0.is_zero() {
+                return Err(err("setup_timeout", "must be longer than 0s"));
             }
         }
         for name in &self.env {
@@ -500,6 +585,40 @@ mod tests {
             s.env = vec![name.into()];
             assert_eq!(s.validate(&Ceilings::default()).is_ok(), ok, "{name}");
         }
+    }
+
+    #[test]
+    fn setup_env_names_are_checked_and_never_shared_with_rounds() {
+        for (name, env, ok) in [
+            ("NPM_TOKEN", vec![], true),
+            ("PATH", vec![], false),
+            ("RALPH_ROUND", vec![], false),
+            ("https_proxy", vec![], false),
+            ("GIT_CONFIG_SYSTEM", vec![], false),
+            ("1X", vec![], false),
+            ("NPM_TOKEN", vec!["NPM_TOKEN".to_owned()], false),
+        ] {
+            let mut s = spec();
+            s.env = env;
+            let mut setup = SetupSpec::new("npm ci");
+            setup.env = vec![name.into()];
+            s.setup = Some(setup);
+            let r = s.validate(&Ceilings::default());
+            assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.field, "setup_env", "{e}");
+            }
+        }
+        let mut s = spec();
+        s.setup = Some(SetupSpec::new("  "));
+        assert_eq!(s.validate(&Ceilings::default()).unwrap_err().field, "setup");
+        let mut setup = SetupSpec::new("make deps");
+        setup.timeout = HumanDuration(std::time::Duration::ZERO);
+        s.setup = Some(setup);
+        assert_eq!(
+            s.validate(&Ceilings::default()).unwrap_err().field,
+            "setup_timeout"
+        );
     }
 
     #[test]

@@ -86,6 +86,10 @@ impl VerifyResult {
     }
 }
 
+/// How a job's set-up command ended (`ralph_setup_total{result}`): the same results as a
+/// verify command's.
+pub type SetupResult = VerifyResult;
+
 /// Something the metrics count.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetricEvent {
@@ -137,6 +141,11 @@ pub enum MetricEvent {
     Verify {
         /// How.
         result: VerifyResult,
+    },
+    /// A job's set-up command ended.
+    Setup {
+        /// How.
+        result: SetupResult,
     },
     /// Git repositories of the writable trees made safe after an attempt or verify run.
     WorkspaceSanitized {

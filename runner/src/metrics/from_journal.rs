@@ -26,6 +26,17 @@ fn parse_time(s: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339(s).ok()
 }
 
+/// How a runner step (verify, set-up) ended: `ran` when its process ran at all.
+fn step_result(passed: bool, ended_by: Option<EndedBy>, ran: bool) -> VerifyResult {
+    match (passed, ended_by, ran) {
+        (true, _, _) => VerifyResult::Passed,
+        (false, Some(EndedBy::Timeout), _) => VerifyResult::Timeout,
+        (false, Some(EndedBy::Cancel | EndedBy::RunnerGone), _) => VerifyResult::Cancelled,
+        (false, _, false) => VerifyResult::Error,
+        (false, _, true) => VerifyResult::Failed,
+    }
+}
+
 /// What `event` (already applied to `view`) counts as.
 pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
     let backend = view.spec.sandbox.backend;
@@ -115,16 +126,17 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
             exit,
             ended_by,
             ..
-        } => {
-            let result = match (passed, ended_by, exit) {
-                (true, _, _) => VerifyResult::Passed,
-                (false, Some(EndedBy::Timeout), _) => VerifyResult::Timeout,
-                (false, Some(EndedBy::Cancel | EndedBy::RunnerGone), _) => VerifyResult::Cancelled,
-                (false, _, None) => VerifyResult::Error,
-                (false, _, Some(_)) => VerifyResult::Failed,
-            };
-            vec![MetricEvent::Verify { result }]
-        }
+        } => vec![MetricEvent::Verify {
+            result: step_result(*passed, *ended_by, exit.is_some()),
+        }],
+        EventKind::SetupFinished {
+            passed,
+            exit,
+            ended_by,
+            ..
+        } => vec![MetricEvent::Setup {
+            result: step_result(*passed, *ended_by, exit.is_some()),
+        }],
         EventKind::JobFinished { outcome, .. } => {
             vec![MetricEvent::JobFinished { outcome: *outcome }]
         }
@@ -168,6 +180,7 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         | EventKind::RoundSpawned { .. }
         | EventKind::UsageSkipped { .. }
         | EventKind::VerifyStarted { .. }
+        | EventKind::SetupStarted { .. }
         | EventKind::CancelRequested { .. }
         | EventKind::Interrupted { .. }
         | EventKind::Resumed { .. }

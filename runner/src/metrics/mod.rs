@@ -17,7 +17,7 @@ pub mod push;
 pub mod registry;
 pub mod textfile;
 
-pub use event::{MetricEvent, RoundOutcome, VerifyResult};
+pub use event::{MetricEvent, RoundOutcome, SetupResult, VerifyResult};
 pub use from_journal::MetricsObserver;
 pub use registry::{MAX_MODELS, Metrics};
 

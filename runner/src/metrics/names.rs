@@ -24,6 +24,8 @@ pub const QUEUE_WAIT: &str = "ralph_job_queue_wait_seconds";
 pub const HANDOFF: &str = "ralph_handoff_bytes";
 /// `ralph_verify_total{result}`.
 pub const VERIFY: &str = "ralph_verify_total";
+/// `ralph_setup_total{result}`: the jobs' set-up commands (SPEC §12).
+pub const SETUP_RUNS: &str = "ralph_setup_total";
 /// `ralph_sandbox_setup_seconds{backend}`.
 pub const SETUP: &str = "ralph_sandbox_setup_seconds";
 /// `ralph_sandbox_setup_failures_total{backend,reason}`.

@@ -40,6 +40,7 @@ pub struct Metrics {
     queue_wait: Histogram,
     handoff: Histogram,
     verify: IntCounterVec,
+    setup_runs: IntCounterVec,
     setup: HistogramVec,
     setup_failures: IntCounterVec,
     workspace_sanitized: IntCounterVec,
@@ -156,6 +157,11 @@ impl Metrics {
                 "Verify commands run by the runner, by result.",
                 &["result"],
             )?,
+            setup_runs: counter_vec(
+                n::SETUP_RUNS,
+                "Set-up commands run by the runner before a job's first round, by result.",
+                &["result"],
+            )?,
             setup: histogram_vec(
                 n::SETUP,
                 "Time the sandbox took to set up before the agent's command started.",
@@ -190,7 +196,7 @@ impl Metrics {
             )?,
             egress: counter_vec(
                 n::EGRESS,
-                "Destinations the egress proxy let a round reach or refused.",
+                "Destinations the egress proxy let a round (or a set-up or verify command) reach or refused.",
                 &["decision"],
             )?,
             models: Mutex::new(BTreeSet::new()),
@@ -219,6 +225,7 @@ impl Metrics {
             (n::QUEUE_WAIT, Box::new(m.queue_wait.clone())),
             (n::HANDOFF, Box::new(m.handoff.clone())),
             (n::VERIFY, Box::new(m.verify.clone())),
+            (n::SETUP_RUNS, Box::new(m.setup_runs.clone())),
             (n::SETUP, Box::new(m.setup.clone())),
             (n::SETUP_FAILURES, Box::new(m.setup_failures.clone())),
             (
@@ -278,6 +285,9 @@ impl Metrics {
         }
         for r in VerifyResult::ALL {
             self.verify.with_label_values(&[r.as_str()]);
+        }
+        for r in super::event::SetupResult::ALL {
+            self.setup_runs.with_label_values(&[r.as_str()]);
         }
         for b in n::BACKENDS {
             for r in ralph_sandbox::error::SETUP_FAILURE_REASONS {
@@ -367,6 +377,9 @@ impl Metrics {
             }
             MetricEvent::Verify { result } => {
                 self.verify.with_label_values(&[result.as_str()]).inc();
+            }
+            MetricEvent::Setup { result } => {
+                self.setup_runs.with_label_values(&[result.as_str()]).inc();
             }
             MetricEvent::JobFinished { outcome } => {
                 self.jobs_finished
@@ -504,6 +517,8 @@ mod tests {
             "ralph_jobs_finished_total{outcome=\"budget-limited\"} 0",
             "ralph_jobs{state=\"queued\"} 0",
             "ralph_verify_total{result=\"passed\"} 0",
+            "ralph_setup_total{result=\"passed\"} 0",
+            "ralph_setup_total{result=\"failed\"} 0",
             "ralph_round_duration_seconds_count{backend=\"native\"} 0",
             "ralph_sandbox_setup_failures_total{backend=\"docker\",reason=\"landlock\"} 0",
             "ralph_jobs_started_total 0",

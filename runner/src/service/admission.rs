@@ -318,6 +318,18 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
             format!("`{name}` is not in this server's allowed environment variables"),
         );
     }
+    if let Some(name) = spec
+        .setup
+        .iter()
+        .flat_map(|s| &s.env)
+        .find(|n| !limits.allowed_setup_env.contains(n))
+    {
+        return refuse(
+            "allowed_setup_env",
+            "setup_env",
+            format!("`{name}` is not in this server's allowed set-up variables"),
+        );
+    }
     let cap = |value: &mut Option<HumanDuration>,
                explicit: bool,
                max: Option<HumanDuration>,
@@ -521,6 +533,23 @@ mod tests {
             "pypi.org:443".into(),
         ];
         l.allowed_upstreams = Some(vec!["a".into()]);
+        admit(&mut s, &l, &Asked::default()).unwrap();
+    }
+
+    /// Issue 26: a service job's set-up reads only the service variables `allowed_setup_env`
+    /// lists; `allowed_env` (what rounds may get) does not open them.
+    #[test]
+    fn a_setup_env_name_must_be_allowed_for_set_ups() {
+        let (_d, spec, limits) = setup();
+        let (mut s, mut l) = (spec.clone(), limits.clone());
+        let mut setup = crate::job::SetupSpec::new("npm ci");
+        setup.env = vec!["NPM_TOKEN".into()];
+        s.setup = Some(setup);
+        l.allowed_env = vec!["NPM_TOKEN".into()];
+        let r = admit(&mut s.clone(), &l, &Asked::default()).unwrap_err();
+        assert_eq!((r.rule, r.field), ("allowed_setup_env", "setup_env"), "{r}");
+        assert!(r.message.contains("`NPM_TOKEN`"), "{r}");
+        l.allowed_setup_env = vec!["NPM_TOKEN".into()];
         admit(&mut s, &l, &Asked::default()).unwrap();
     }
 

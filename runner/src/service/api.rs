@@ -936,10 +936,12 @@ async fn round_logs(
     let attempt = q.attempt.unwrap_or(1);
     let target = match q.stream.as_deref() {
         Some("verify") => super::log_follow::Target::Verify { round },
+        Some("setup") => super::log_follow::Target::Setup,
         _ => super::log_follow::Target::Attempt { round, attempt },
     };
     let path = match q.stream.as_deref().unwrap_or("stdout") {
         "verify" => crate::engine::AttemptDirs::verify(&job_dir, round).output_log(),
+        "setup" => crate::engine::AttemptDirs::setup(&job_dir).output_log(),
         s @ ("stdout" | "stderr") => {
             let dirs = crate::engine::AttemptDirs::new(&job_dir, round, attempt);
             if s == "stdout" {
@@ -952,7 +954,7 @@ async fn round_logs(
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_field",
-                format!("`{other}` is not stdout, stderr or verify"),
+                format!("`{other}` is not stdout, stderr, verify or setup"),
             )
             .field("stream"));
         }

@@ -149,6 +149,10 @@ pub struct Limits {
     /// Service environment variables a job may pass.
     #[serde(default)]
     pub allowed_env: Vec<String>,
+    /// Service environment variables a job's set-up may get (`setup_env`; SPEC §12): a job
+    /// never reads one that is not listed.
+    #[serde(default)]
+    pub allowed_setup_env: Vec<String>,
     /// Images a docker job may use.
     #[serde(default)]
     pub allowed_images: Vec<String>,
@@ -202,6 +206,7 @@ impl Default for Limits {
             max_round_timeout: None,
             max_job_timeout: None,
             allowed_env: Vec::new(),
+            allowed_setup_env: Vec::new(),
             allowed_images: Vec::new(),
             allowed_hosts: Vec::new(),
             allowed_upstreams: None,

@@ -39,6 +39,8 @@ pub enum Target {
         /// Round.
         round: u32,
     },
+    /// The job's set-up run (round 0).
+    Setup,
 }
 
 impl Target {
@@ -46,6 +48,7 @@ impl Target {
         match self {
             Target::Attempt { round, attempt } => format!("round {round} (attempt {attempt})"),
             Target::Verify { round } => format!("the verify after round {round}"),
+            Target::Setup => "the set-up".to_owned(),
         }
     }
 
@@ -60,6 +63,7 @@ impl Target {
                 },
             ) => *r == round && *a == attempt,
             (Target::Verify { round }, EventKind::VerifyStarted { round: r }) => *r == round,
+            (Target::Setup, EventKind::SetupStarted { .. }) => true,
             _ => false,
         }
     }
@@ -75,6 +79,7 @@ impl Target {
                 },
             ) => *r == round && *a == attempt,
             (Target::Verify { round }, EventKind::VerifyFinished { round: r, .. }) => *r == round,
+            (Target::Setup, EventKind::SetupFinished { .. }) => true,
             _ => false,
         }
     }

@@ -120,6 +120,27 @@ fn other_reason() -> String {
     "other".to_owned()
 }
 
+/// A command the runner itself runs in the job's sandbox, outside any round attempt (SPEC §12):
+/// what an `egress` event of such a run names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunnerStep {
+    /// The set-up command, before round 1 (its events carry round 0).
+    Setup,
+    /// The verify command after the event's round.
+    Verify,
+}
+
+impl RunnerStep {
+    /// The step's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunnerStep::Setup => "setup",
+            RunnerStep::Verify => "verify",
+        }
+    }
+}
+
 /// One event of a job's journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -247,12 +268,16 @@ pub enum EventKind {
         /// By API, status and reason.
         by: Vec<RefusalCount>,
     },
-    /// The egress proxy let a round reach a destination, or refused it.
+    /// The egress proxy let a round (or the set-up or verify command) reach a destination, or
+    /// refused it.
     Egress {
-        /// Round.
+        /// Round (0 for the set-up).
         round: u32,
-        /// Attempt.
+        /// Attempt (0 for the set-up and verify, which `step` names).
         attempt: u32,
+        /// The runner's step whose request it was; absent for a round attempt's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<RunnerStep>,
         /// The host the round asked for (escaped and bounded: the agent's bytes).
         host: String,
         /// The port.
@@ -286,6 +311,25 @@ pub enum EventKind {
         reason: RoundFailure,
         /// Delay before the next attempt.
         backoff_ms: u64,
+    },
+    /// The runner started the job's set-up command (SPEC §12), before round 1; journalled
+    /// before its process is spawned.
+    SetupStarted {
+        /// The command.
+        command: String,
+    },
+    /// The set-up command ended.
+    SetupFinished {
+        /// True when it exited 0 (and left nothing the sandbox forbids).
+        passed: bool,
+        /// How it ended (`None`: it never ran; the tail says why).
+        exit: Option<Termination>,
+        /// Why it ended (timeout, cancel...).
+        ended_by: Option<EndedBy>,
+        /// Bounded tail of its output.
+        output_tail: String,
+        /// Wall-clock time.
+        duration_ms: u64,
     },
     /// The runner started its verify command.
     VerifyStarted {
@@ -420,6 +464,7 @@ impl EventKind {
         match self {
             EventKind::JobSubmitted { .. }
             | EventKind::RoundStarted { .. }
+            | EventKind::SetupStarted { .. }
             | EventKind::CancelRequested { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
@@ -437,6 +482,7 @@ impl EventKind {
             | EventKind::Egress { .. }
             | EventKind::UsageMismatch { .. }
             | EventKind::RoundRetried { .. }
+            | EventKind::SetupFinished { .. }
             | EventKind::VerifyStarted { .. }
             | EventKind::VerifyFinished { .. } => Durability::Deferred,
         }
@@ -457,6 +503,8 @@ impl EventKind {
             EventKind::Egress { .. } => "egress",
             EventKind::UsageMismatch { .. } => "usage_mismatch",
             EventKind::RoundRetried { .. } => "round_retried",
+            EventKind::SetupStarted { .. } => "setup_started",
+            EventKind::SetupFinished { .. } => "setup_finished",
             EventKind::VerifyStarted { .. } => "verify_started",
             EventKind::VerifyFinished { .. } => "verify_finished",
             EventKind::CancelRequested { .. } => "cancel_requested",

@@ -35,6 +35,31 @@ impl JobState {
     }
 }
 
+/// Where a job's set-up step is (SPEC §12). Only a set-up that passed is never run again: one
+/// that failed, or never finished (its runner died), runs again when the job is resumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetupState {
+    /// Not run yet (or the job has no set-up).
+    #[default]
+    NotRun,
+    /// Started and not finished.
+    Running,
+    /// Exited 0: the job's rounds may start; a resumed job does not run it again.
+    Passed,
+    /// Ended otherwise (the job ended `error`, `setup_failed`, or by a cancel or deadline).
+    Failed,
+    /// Started and never finished (the runner died, or the job was closed meanwhile).
+    Interrupted,
+}
+
+impl SetupState {
+    /// Whether nothing was run (left out of a serialized view).
+    pub fn is_not_run(&self) -> bool {
+        *self == SetupState::NotRun
+    }
+}
+
 /// The runner's note about a failed verify, carried into the next round's prompt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct VerifyNote {
@@ -122,6 +147,9 @@ pub struct JobView {
     pub git_notes: Vec<GitNote>,
     /// The last attempt's failure, if it failed.
     pub last_failure: Option<(RoundFailure, String)>,
+    /// Where the job's set-up step is.
+    #[serde(skip_serializing_if = "SetupState::is_not_run")]
+    pub setup: SetupState,
     /// Set once a cancel was requested.
     pub cancel_requested: bool,
     /// Who asked for the last cancel (`token:NAME` for an API token, else a signal's name).
@@ -210,6 +238,7 @@ impl JobView {
             verify_note: None,
             git_notes: Vec::new(),
             last_failure: None,
+            setup: SetupState::NotRun,
             cancel_requested: false,
             cancelled_by: None,
             resumed_by: None,
@@ -268,6 +297,10 @@ impl JobView {
                 if *round > self.spec.max_rounds {
                     return Err(problem(ev, "round beyond max_rounds"));
                 }
+                // No round starts before the job's set-up passed (SPEC §3).
+                if self.spec.setup.is_some() && self.setup != SetupState::Passed {
+                    return Err(problem(ev, "a round started before the set-up passed"));
+                }
                 self.rounds_started = self.rounds_started.max(*round);
                 self.attempts += 1;
                 self.open_attempt = Some((*round, *attempt));
@@ -325,6 +358,8 @@ impl JobView {
                     Some(a) if self.open_attempt != Some((*round, *a)) => {
                         return Err(problem(ev, "no such open attempt"));
                     }
+                    // Round 0: the set-up run.
+                    None if *round == 0 && self.setup == SetupState::Running => {}
                     None if !self.verifiable(*round) => {
                         return Err(problem(ev, "verify of a round without a report"));
                     }
@@ -363,6 +398,35 @@ impl JobView {
                 }
                 self.retries += 1;
             }
+            EventKind::SetupStarted { .. } => {
+                running(self)?;
+                if self.spec.setup.is_none() {
+                    return Err(problem(ev, "the job has no set-up"));
+                }
+                if self.open_attempt.is_some() || self.rounds_started > 0 {
+                    return Err(problem(ev, "a set-up after a round started"));
+                }
+                match self.setup {
+                    SetupState::Passed => {
+                        return Err(problem(ev, "the set-up already passed"));
+                    }
+                    SetupState::Running => {
+                        return Err(problem(ev, "the set-up is already running"));
+                    }
+                    SetupState::NotRun | SetupState::Failed | SetupState::Interrupted => {}
+                }
+                self.setup = SetupState::Running;
+            }
+            EventKind::SetupFinished { passed, .. } => {
+                if self.setup != SetupState::Running {
+                    return Err(problem(ev, "no set-up is running"));
+                }
+                self.setup = if *passed {
+                    SetupState::Passed
+                } else {
+                    SetupState::Failed
+                };
+            }
             EventKind::VerifyStarted { round } => {
                 running(self)?;
                 if !self.verifiable(*round) {
@@ -396,7 +460,12 @@ impl JobView {
                 self.cancel_requested = true;
                 self.cancelled_by = Some(by.clone());
             }
-            EventKind::Interrupted { .. } | EventKind::ToolchainGranted { .. } => {}
+            EventKind::Interrupted { .. } => {
+                if self.setup == SetupState::Running {
+                    self.setup = SetupState::Interrupted;
+                }
+            }
+            EventKind::ToolchainGranted { .. } => {}
             EventKind::WorkspaceProvisioned { commit, .. } => {
                 if self.state != JobState::Running {
                     return Err(problem(
@@ -461,6 +530,10 @@ impl JobView {
                 }
                 if self.open_attempt.is_some() {
                     return Err(problem(ev, "an attempt is still open"));
+                }
+                // A set-up the job was closed in (a disk full, its runner gone) never finished.
+                if self.setup == SetupState::Running {
+                    self.setup = SetupState::Interrupted;
                 }
                 self.state = JobState::Finished;
                 let ran = match (ran_ms, &self.run_started_at) {
@@ -564,3 +637,7 @@ fn problem(ev: &Event, what: &str) -> ProjectionError {
 #[cfg(test)]
 #[path = "projection_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "projection_setup_tests.rs"]
+mod setup_tests;

@@ -60,12 +60,15 @@ impl ToolchainMode {
     }
 }
 
-/// The commands of `spec` whose programs the runner starts in the sandbox (the agent command
-/// and verify), for the directories of programs named by absolute path.
+/// The commands of `spec` whose programs the runner starts in the sandbox (the agent command,
+/// set-up and verify), for the directories of programs named by absolute path.
 pub fn job_commands(spec: &JobSpec) -> Vec<&str> {
     let mut v = Vec::new();
     if let AgentSpec::Command { command } = &spec.agent {
         v.push(command.as_str());
+    }
+    if let Some(s) = &spec.setup {
+        v.push(s.command.as_str());
     }
     if let Some(c) = &spec.verify {
         v.push(c.as_str());
