@@ -348,6 +348,75 @@ fn an_exit_of_137_is_an_exit_and_a_sigkill_is_a_signal() {
     assert!(messages[1].contains("exit status 137"), "{}", messages[1]);
 }
 
+/// A job that sets no `--memory`/`--cpus` gets the policy's defaults (half the host's memory,
+/// three quarters of its CPUs) on both backends: said in the enforcement report, and on docker
+/// the container's own cgroup carries the limit.
+#[test]
+fn rounds_get_the_policys_default_memory_and_cpu_limits_on_both_backends() {
+    if !ready("rounds_get_the_policys_default_memory_and_cpu_limits_on_both_backends") {
+        return;
+    }
+    let total: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .map(|k| k.trim().parse::<u64>().unwrap() * 1024)
+        .unwrap();
+    let want = (total / 2) & !((1 << 20) - 1);
+    for backend in ["native", "docker"] {
+        let f = Fixture::new();
+        let agent = f.agent(
+            "limits.sh",
+            &format!(
+                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes > limit.txt 2>/dev/null || :\necho '{}' > \"$RALPH_REPORT_FILE\"",
+                complete_report("looked")
+            ),
+        );
+        let out = f
+            .run(&agent)
+            .args(["--backend", backend, "--image", IMAGE, "--max-rounds", "1"])
+            .output();
+        out.expect_code(0);
+        let result = f
+            .state
+            .join("jobs")
+            .join(out.job_id())
+            .join("rounds/1/1/sandbox-result.json");
+        let result: Value = serde_json::from_slice(&std::fs::read(&result).unwrap()).unwrap();
+        let of = |r: &str| {
+            result["outcome"]["enforcement"]["restrictions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["restriction"] == r)
+                .cloned()
+                .unwrap_or_else(|| panic!("{backend}: no {r} in {result:#}"))
+        };
+        let memory = of("memory");
+        let detail = memory["detail"].as_str().unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(memory["level"], "full", "{backend}: {memory}");
+            assert!(
+                detail.contains(&format!("{want} bytes")),
+                "{backend}: {detail}"
+            );
+            assert!(detail.contains("(policy default)"), "{backend}: {detail}");
+        } else {
+            assert!(detail.contains("policy default"), "{backend}: {detail}");
+        }
+        let cpu = of("cpu");
+        assert!(
+            cpu["detail"].as_str().unwrap().contains("(policy default)")
+                || cpu["level"] == "partial",
+            "{backend}: {cpu}"
+        );
+        if backend == "docker" {
+            assert_eq!(f.read_ws("limit.txt").trim(), want.to_string());
+        }
+    }
+}
+
 /// The round timeout: the round fails with the timeout message, as natively.
 #[test]
 fn round_timeout_in_docker_is_reported_like_native() {
