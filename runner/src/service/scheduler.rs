@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! next_queued(skip: running ids + passed over, busy: workspaces of running jobs + found held)
+//!   ├─ provisioned: its workspace is this host's `<state-dir>/workspaces/<id>`; an upload this
+//!   │  host does not have, or a resumed job another host provisioned, is passed over (SPEC §11)
 //!   └─ WorkspaceLock::try_acquire(its workspace), then the job's run hold (store::hold)
 //!        ├─ held by another process ─▶ workspace added to `busy`; the job stays queued
 //!        └─ locked ─▶ claim(id) (journals job_started iff still queued)
@@ -76,7 +78,7 @@ impl Service {
             }
             skip.extend(passed.iter().cloned());
             let next = blocking(|| self.engine.store().next_queued(&skip, &busy));
-            let job = match next {
+            let mut job = match next {
                 Ok(Some(job)) => job,
                 Ok(None) => {
                     // Every queued job was seen: forget the waits of jobs no longer waiting.
@@ -90,6 +92,15 @@ impl Service {
                     return;
                 }
             };
+            if job.provisioned {
+                match blocking(|| self.local_workspace(&job)) {
+                    Some(w) => job.workspace = w,
+                    None => {
+                        passed.push(job.id);
+                        continue;
+                    }
+                }
+            }
             let lock = match blocking(|| WorkspaceLock::try_acquire(&job.workspace)) {
                 Err(WorkspaceLockError::Busy { holder, .. }) => {
                     self.note_waiting(&job, holder);
@@ -127,6 +138,32 @@ impl Service {
                 }
             }
         }
+    }
+
+    /// Where a provisioned job would run on this host (SPEC §11): `<this state dir>/workspaces/<id>`
+    /// (made if missing), whichever host accepted it; `None` when it is not this host's to run:
+    /// an upload this host does not have, or a resumed job whose workspace another host made.
+    fn local_workspace(&self, job: &QueuedJob) -> Option<PathBuf> {
+        let state_dir = self.engine.state_dir();
+        if let Some(upload) = &job.upload
+            && !crate::provision::upload::upload_dir(state_dir, upload).is_dir()
+        {
+            return None;
+        }
+        let view = self.engine.store().load(&job.id).ok()?;
+        if view.base_commit.is_some() {
+            let me = self.engine.runner();
+            let elsewhere = view
+                .provisioned_by
+                .as_ref()
+                .is_some_and(|by| by.same_place(me) == Some(false));
+            return (!elsewhere).then(|| view.spec.workspace.clone());
+        }
+        let workspace = crate::provision::workspaces_dir(state_dir).join(&job.id);
+        // Made here for the lock; an empty one left by a lost claim is harmless (the sweep
+        // removes what a finished job leaves).
+        let _ = std::fs::create_dir_all(&workspace);
+        Some(workspace)
     }
 
     /// Logs a job's start: its workspace, backend, and whether it was resumed.

@@ -67,6 +67,7 @@ pub fn needed(method: &axum::http::Method, path: &str) -> Scope {
     match (method, segs.as_slice()) {
         (&Method::GET | &Method::HEAD, ["metrics"]) => Scope::Read,
         (&Method::POST, ["jobs"] | ["uploads"]) => Scope::Submit,
+        (&Method::GET | &Method::HEAD, ["limits"]) => Scope::Submit,
         (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Scope::Cancel,
         (&Method::GET | &Method::HEAD, ["jobs", ..]) => Scope::Read,
         _ => Scope::Admin,
