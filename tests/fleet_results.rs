@@ -61,7 +61,12 @@ fn client(s: &Server, args: &[&str]) -> (i32, Vec<u8>, String) {
 
 fn ok(s: &Server, args: &[&str]) -> Vec<u8> {
     let (code, out, err) = client(s, args);
-    assert_eq!(code, 0, "ralph {args:?} through {}: {err}", s.state.display());
+    assert_eq!(
+        code,
+        0,
+        "ralph {args:?} through {}: {err}",
+        s.state.display()
+    );
     out
 }
 
@@ -91,7 +96,11 @@ fn results_come_through_either_host_and_each_provisions_under_its_own_state_dir(
             })
         })
         .collect();
-    let (code, created) = a.api("POST", "/v1/jobs", Some(&json!({ "job": jobs }).to_string()));
+    let (code, created) = a.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": jobs }).to_string()),
+    );
     assert_eq!(code, 201, "{created}");
     let ids: Vec<String> = created["jobs"]
         .as_array()
@@ -101,7 +110,13 @@ fn results_come_through_either_host_and_each_provisions_under_its_own_state_dir(
         .collect();
     for id in &ids {
         let j = a.wait_finished(id, LIMIT);
-        assert_eq!(j["outcome"], "complete", "{j}\n{}\n{}", a.log_text(), b.log_text());
+        assert_eq!(
+            j["outcome"],
+            "complete",
+            "{j}\n{}\n{}",
+            a.log_text(),
+            b.log_text()
+        );
     }
     let store = Store::open_postgres(&db.url).unwrap();
     let mut ran_on = BTreeSet::new();
@@ -218,12 +233,25 @@ fn an_upload_job_runs_only_on_the_host_that_has_its_upload() {
     args.extend(flags);
     let (code, _, err) = client(&a, &args);
     assert_eq!(code, 64, "{err}");
-    assert!(err.contains("ceiling of 10") && err.contains("nothing was uploaded"), "{err}");
-    assert_eq!(uploads(&a), 0, "nothing may be uploaded for a refused submission");
+    assert!(
+        err.contains("ceiling of 10") && err.contains("nothing was uploaded"),
+        "{err}"
+    );
+    assert_eq!(
+        uploads(&a),
+        0,
+        "nothing may be uploaded for a refused submission"
+    );
     // Without --max-rounds the server's default never exceeds its ceiling.
     let mut ids = Vec::new();
     for _ in 0..4 {
-        let mut args = vec!["submit", "--upload", dir.to_str().unwrap(), "--objective", "fix"];
+        let mut args = vec![
+            "submit",
+            "--upload",
+            dir.to_str().unwrap(),
+            "--objective",
+            "fix",
+        ];
         args.extend(flags);
         let out = ok(&a, &args);
         ids.push(String::from_utf8(out).unwrap().trim().to_owned());
@@ -233,7 +261,11 @@ fn an_upload_job_runs_only_on_the_host_that_has_its_upload() {
         let j = a.wait_finished(id, LIMIT);
         assert_eq!(j["outcome"], "complete", "{j}\n{}", a.log_text());
         assert_eq!(j["max_rounds"], 10, "{j}");
-        assert_eq!(runner_dir(&store, id), a.state, "job {id} ran on the host without its upload");
+        assert_eq!(
+            runner_dir(&store, id),
+            a.state,
+            "job {id} ran on the host without its upload"
+        );
     }
     // B saw them queued all along and never took one.
     wait_until("B's log is written", Duration::from_secs(5), || {

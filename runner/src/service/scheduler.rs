@@ -92,15 +92,23 @@ impl Service {
                     return;
                 }
             };
+            // A workspace this pass made for a job it then does not start is removed again
+            // (another host took the job: none of its files may be here).
+            let mut made = false;
             if job.provisioned {
                 match blocking(|| self.local_workspace(&job)) {
-                    Some(w) => job.workspace = w,
+                    Some((w, m)) => (job.workspace, made) = (w, m),
                     None => {
                         passed.push(job.id);
                         continue;
                     }
                 }
             }
+            let unmake = |workspace: &std::path::Path| {
+                if made {
+                    let _ = std::fs::remove_dir(workspace);
+                }
+            };
             let lock = match blocking(|| WorkspaceLock::try_acquire(&job.workspace)) {
                 Err(WorkspaceLockError::Busy { holder, .. }) => {
                     self.note_waiting(&job, holder);
@@ -117,6 +125,8 @@ impl Service {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::warn!(job_id = %job.id, error = %e, "job {}: not started now: {e}", job.id);
+                    drop(lock);
+                    unmake(&job.workspace);
                     passed.push(job.id);
                     continue;
                 }
@@ -131,9 +141,15 @@ impl Service {
                     busy.push(job.workspace.clone());
                     self.clone().launch(job, lock, hold);
                 }
-                Ok(false) => passed.push(job.id),
+                Ok(false) => {
+                    drop(lock);
+                    unmake(&job.workspace);
+                    passed.push(job.id);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "failed to claim a job from the queue: {e}");
+                    drop(lock);
+                    unmake(&job.workspace);
                     return;
                 }
             }
@@ -143,7 +159,8 @@ impl Service {
     /// Where a provisioned job would run on this host (SPEC §11): `<this state dir>/workspaces/<id>`
     /// (made if missing), whichever host accepted it; `None` when it is not this host's to run:
     /// an upload this host does not have, or a resumed job whose workspace another host made.
-    fn local_workspace(&self, job: &QueuedJob) -> Option<PathBuf> {
+    /// The second value says whether the directory was made now.
+    fn local_workspace(&self, job: &QueuedJob) -> Option<(PathBuf, bool)> {
         let state_dir = self.engine.state_dir();
         if let Some(upload) = &job.upload
             && !crate::provision::upload::upload_dir(state_dir, upload).is_dir()
@@ -157,13 +174,14 @@ impl Service {
                 .provisioned_by
                 .as_ref()
                 .is_some_and(|by| by.same_place(me) == Some(false));
-            return (!elsewhere).then(|| view.spec.workspace.clone());
+            return (!elsewhere).then(|| (view.spec.workspace.clone(), false));
         }
-        let workspace = crate::provision::workspaces_dir(state_dir).join(&job.id);
-        // Made here for the lock; an empty one left by a lost claim is harmless (the sweep
-        // removes what a finished job leaves).
-        let _ = std::fs::create_dir_all(&workspace);
-        Some(workspace)
+        let root = crate::provision::workspaces_dir(state_dir);
+        let _ = std::fs::create_dir_all(&root);
+        let workspace = root.join(&job.id);
+        // Made here for the lock.
+        let made = std::fs::create_dir(&workspace).is_ok();
+        Some((workspace, made))
     }
 
     /// Logs a job's start: its workspace, backend, and whether it was resumed.
