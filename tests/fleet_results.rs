@@ -172,8 +172,51 @@ fn results_come_through_either_host_and_each_provisions_under_its_own_state_dir(
         patches.push(pa);
     }
 
+    // Mid-batch: one slow job on each host, each in its first round.
+    let slow = a.agent("slow.sh", "echo \"slow round $RALPH_ROUND\"\nsleep 60\n");
+    let slow_jobs: Vec<Value> = (0..2)
+        .map(|_| {
+            json!({
+                "objective": "take your time",
+                "repo": g.url("proj.git"),
+                "ref": "main",
+                "agent_cmd": slow.display().to_string(),
+                "read": [a.agents],
+            })
+        })
+        .collect();
+    let (code, created) = a.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": slow_jobs }).to_string()),
+    );
+    assert_eq!(code, 201, "{created}");
+    let slow_ids: Vec<String> = created["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    wait_until("both slow jobs are in round 1", LIMIT, || {
+        slow_ids
+            .iter()
+            .all(|id| store.load(id).is_ok_and(|v| v.open_attempt.is_some()))
+    });
+    let slow_on_b = slow_ids
+        .iter()
+        .find(|id| runner_dir(&store, id) == b.state)
+        .expect("one slow job on each host")
+        .clone();
+
     // kill -9 of host B: its results come through A from the shared store.
     b.kill9();
+    // Its running job's log is on B's disk only: A names B, it never says there is none.
+    let (code, _, err) = client(&a, &["logs", &slow_on_b, "--round", "1"]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&b.state.display().to_string()), "{err}");
+    let (code, _, err) = client(&a, &["diff", &slow_on_b]);
+    assert_ne!(code, 0);
+    assert!(!err.contains("never provisioned"), "{err}");
     let on_b: Vec<&String> = ids
         .iter()
         .filter(|id| runner_dir(&store, id) == b.state)

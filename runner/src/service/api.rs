@@ -1035,7 +1035,7 @@ async fn round_logs(
             }
             None => Err(super::results::held_elsewhere(
                 &svc,
-                &id,
+                &view,
                 &format!("the log of round {round}"),
                 &holder,
             )),

@@ -87,7 +87,7 @@ pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Respon
                     Some(bytes) => Ok(patch_response(Some(&status), bytes)),
                     None => Err(super::results::held_elsewhere(
                         &svc,
-                        &id,
+                        &view,
                         &format!("its result.patch ({} file(s))", status.files),
                         &holder,
                     )),

@@ -54,12 +54,15 @@ pub fn kept(svc: &Service, id: &str, name: &str) -> Result<Option<JobFile>, ApiE
 }
 
 /// The answer for `what` of job `id` that is on the disk of `holder`, not here nor in the store.
-pub fn held_elsewhere(svc: &Service, id: &str, what: &str, holder: &RunnerInfo) -> ApiError {
+pub fn held_elsewhere(svc: &Service, view: &JobView, what: &str, holder: &RunnerInfo) -> ApiError {
     let here = svc.engine().runner();
-    let kept = if svc.engine().store().keeps_job_files() {
+    let id = &view.id;
+    let kept = if !svc.engine().store().keeps_job_files() {
+        ""
+    } else if view.state == crate::store::JobState::Finished {
         " and the shared store does not keep it (too large, or that host stopped before the job ended)"
     } else {
-        ""
+        " while the job runs (the shared store keeps it once the job ends)"
     };
     ApiError::new(
         StatusCode::NOT_FOUND,
