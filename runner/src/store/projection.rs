@@ -654,3 +654,7 @@ mod tests;
 #[cfg(test)]
 #[path = "projection_setup_tests.rs"]
 mod setup_tests;
+
+#[cfg(test)]
+#[path = "projection_fleet_tests.rs"]
+mod fleet_tests;
