@@ -83,6 +83,7 @@ mod tests {
     fn each_call_needs_its_scope() {
         assert_eq!(needed(&Method::POST, "/v1/jobs"), Scope::Submit);
         assert_eq!(needed(&Method::POST, "/v1/uploads"), Scope::Submit);
+        assert_eq!(needed(&Method::GET, "/v1/limits"), Scope::Submit);
         assert_eq!(needed(&Method::GET, "/v1/uploads"), Scope::Admin);
         assert_eq!(needed(&Method::GET, "/v1/jobs"), Scope::Read);
         assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Scope::Read);
