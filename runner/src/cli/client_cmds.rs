@@ -94,6 +94,10 @@ impl ServerArgs {
 
 pub(super) fn client_error(e: ClientError) -> CliError {
     let exit = match &e {
+        // The server could not do it now (503: draining, unavailable): try again later.
+        ClientError::Api { status: 503, .. } => Exit::Interrupted,
+        // The server failed (507: its disk is full; 500: internal): not the caller's usage.
+        ClientError::Api { status: 500..=599, .. } => Exit::Internal,
         ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
         ClientError::TlsFile { .. } | ClientError::Pack { .. } => Exit::Usage,
         ClientError::Unreachable { .. } | ClientError::Decode(_) | ClientError::Tls { .. } => {
