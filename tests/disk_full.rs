@@ -7,7 +7,9 @@
 //! keeps a queued job queued, and starts it once space is back. (Report-dir floods and a round
 //! that fills the disk through its workspace: `tests/state_bounds.rs`.)
 //!
-//! The cases mount a tmpfs and need root; elsewhere they skip, saying why.
+//! The cases mount a tmpfs and need root; elsewhere they skip, saying why. The docker case also
+//! needs a Docker engine and the image `ralph-agent-base:latest` (it skips without them unless
+//! `CI` is set).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -16,6 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::docker::{IMAGE, ready};
 use common::server::{Server, job};
 use common::{Output, Ralph, complete_report, continue_report, wait_until};
 use serde_json::{Value, json};
@@ -84,7 +87,14 @@ fn events_of(state: &Path, id: &str) -> Vec<Value> {
 }
 
 /// `ralph run` of `agent` on `ws` with the state in `state`.
-fn run(ws: &Path, state: &Path, agents: &Path, agent: &Path, rounds: &str) -> Output {
+fn run(
+    ws: &Path,
+    state: &Path,
+    agents: &Path,
+    agent: &Path,
+    rounds: &str,
+    backend: &[&str],
+) -> Output {
     Ralph::new()
         .args([
             "run",
@@ -108,6 +118,7 @@ fn run(ws: &Path, state: &Path, agents: &Path, agent: &Path, rounds: &str) -> Ou
         .arg(agents)
         .arg("--agent-cmd")
         .arg(agent.display().to_string())
+        .args(backend)
         .output()
 }
 
@@ -121,8 +132,25 @@ fn agent(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 #[test]
-fn a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes() {
-    let test = "a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes";
+fn native_a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes()
+{
+    a_round_printing_40_mb_onto_a_full_state_disk(
+        "native_a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes",
+        &[],
+    );
+}
+
+#[test]
+fn docker_a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes()
+{
+    let test = "docker_a_round_printing_40_mb_onto_a_full_state_disk_ends_disk_full_and_the_next_job_completes";
+    if !ready(test) {
+        return;
+    }
+    a_round_printing_40_mb_onto_a_full_state_disk(test, &["--backend", "docker", "--image", IMAGE]);
+}
+
+fn a_round_printing_40_mb_onto_a_full_state_disk(test: &str, backend: &[&str]) {
     let Some(disk) = SmallDisk::mount(test, "20m") else {
         return;
     };
@@ -147,7 +175,7 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     let state = disk.path.join("state");
 
     let began = Instant::now();
-    let out = run(&ws, &state, &agents, &printer, "5");
+    let out = run(&ws, &state, &agents, &printer, "5", backend);
     let took = began.elapsed();
     out.expect_code(75);
     assert!(took < Duration::from_secs(60), "the round took {took:?}");
@@ -197,7 +225,7 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     );
     let ws2 = disk.path.join("ws2");
     std::fs::create_dir(&ws2).unwrap();
-    let next = run(&ws2, &state, &agents, &done, "1");
+    let next = run(&ws2, &state, &agents, &done, "1", backend);
     next.expect_code(0);
     assert_eq!(next.json()["outcome"], "complete");
 }
