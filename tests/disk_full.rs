@@ -195,7 +195,11 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     let events = events_of(&state, &id);
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     let n = types.len();
-    assert_eq!(&types[n - 2..], ["round_finished", "job_finished"], "{types:?}");
+    assert_eq!(
+        &types[n - 2..],
+        ["round_finished", "job_finished"],
+        "{types:?}"
+    );
     assert_eq!(events[n - 1]["reason"], "disk_full", "{}", events[n - 1]);
     assert_eq!(
         types.iter().filter(|t| **t == "round_started").count(),
@@ -208,12 +212,19 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     let log = state.join("jobs").join(&id).join("rounds/1/1/stdout.log");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.len() <= 8 << 20, "{} bytes", text.len());
-    assert!(text.starts_with("aaaa"), "{:?}", &text[..40.min(text.len())]);
+    assert!(
+        text.starts_with("aaaa"),
+        "{:?}",
+        &text[..40.min(text.len())]
+    );
     let tail = &text[text.len().saturating_sub(400)..];
     assert!(tail.contains("[ralph: output dropped after"), "{tail:?}");
     assert!(tail.contains("No space left on device"), "{tail:?}");
     let body = &text[..text.find("\n[ralph: output dropped").unwrap()];
-    assert!(body.bytes().all(|b| b == b'a'), "nothing past the drop was kept");
+    assert!(
+        body.bytes().all(|b| b == b'a'),
+        "nothing past the drop was kept"
+    );
     assert!(body.len() > 512 << 10, "{} bytes kept", body.len());
 
     // Space freed: the next job on the same state dir runs to its end.
@@ -238,8 +249,7 @@ fn disk_full_lines(log: &str) -> usize {
 }
 
 #[test]
-fn serve_on_a_full_store_is_not_ready_refuses_with_507_and_starts_queued_jobs_once_space_is_back()
-{
+fn serve_on_a_full_store_is_not_ready_refuses_with_507_and_starts_queued_jobs_once_space_is_back() {
     let test = "serve_on_a_full_store_is_not_ready_refuses_with_507_and_starts_queued_jobs_once_space_is_back";
     let Some(disk) = SmallDisk::mount(test, "24m") else {
         return;
@@ -364,9 +374,5 @@ fn serve_on_a_full_store_is_not_ready_refuses_with_507_and_starts_queued_jobs_on
     assert_eq!(code, 201, "{body}");
     let last = body["jobs"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(s.wait_finished(&last, LIMIT)["outcome"], "complete");
-    assert!(
-        s.log_text().contains("has room again"),
-        "{}",
-        s.log_text()
-    );
+    assert!(s.log_text().contains("has room again"), "{}", s.log_text());
 }

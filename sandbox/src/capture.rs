@@ -108,15 +108,13 @@ impl CappedFile {
             .map_or(self.kept, |m| m.len())
             .min(self.cap);
         let marker = dropped_marker(before, &error);
-        let n = marker.len().min(usize::try_from(self.cap).unwrap_or(usize::MAX));
+        let n = marker
+            .len()
+            .min(usize::try_from(self.cap).unwrap_or(usize::MAX));
         let at = len.saturating_sub(n as u64);
         let _ = self.file.set_len(len);
         let _ = self.file.write_all_at(&marker.as_bytes()[..n], at);
-        self.kept = self
-            .file
-            .metadata()
-            .map_or(len, |m| m.len())
-            .min(self.cap);
+        self.kept = self.file.metadata().map_or(len, |m| m.len()).min(self.cap);
         self.dropped = Some(CaptureDrop {
             after: before,
             no_space: is_no_space(e),
@@ -305,7 +303,11 @@ mod tests {
         assert_eq!(bytes.len() as u64, s.bytes_kept);
         let text = String::from_utf8_lossy(&bytes);
         let marker = dropped_marker(d.after, &d.error);
-        assert!(text.ends_with(&marker), "{:?}", &text[text.len().saturating_sub(300)..]);
+        assert!(
+            text.ends_with(&marker),
+            "{:?}",
+            &text[text.len().saturating_sub(300)..]
+        );
         // What is kept before the marker is the stream's start, unchanged.
         let body = &bytes[..bytes.len() - marker.len()];
         assert!(body.len() > 32 * 1024, "{}", body.len());

@@ -100,8 +100,14 @@ mod tests {
         let (note, no_space) = dropped(&[("stdout", &full), ("stderr", &fine)]);
         let note = note.unwrap();
         assert!(no_space);
-        assert!(note.contains("stdout log") && note.contains("after 4096 bytes"), "{note}");
-        assert!(note.contains("No space left") && !note.contains("stderr"), "{note}");
+        assert!(
+            note.contains("stdout log") && note.contains("after 4096 bytes"),
+            "{note}"
+        );
+        assert!(
+            note.contains("No space left") && !note.contains("stderr"),
+            "{note}"
+        );
         assert_eq!(dropped(&[("stdout", &fine)]), (None, false));
     }
 }

@@ -72,8 +72,7 @@ impl super::Service {
     /// doc); each finding is logged at a bounded rate, and the room's return once.
     pub(super) fn state_room(&self) -> Result<(), String> {
         let engine = self.engine();
-        let room =
-            crate::store::journal::blocking(|| engine.store().room(engine.state_dir()));
+        let room = crate::store::journal::blocking(|| engine.store().room(engine.state_dir()));
         match &room {
             Ok(()) => {
                 if self.disk_log.cleared() {

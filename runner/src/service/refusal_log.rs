@@ -1,8 +1,8 @@
 //! Logs the API's refusals: every 401 (no or a wrong token) and 403 (a rule refused the
 //! request), and every other 4xx answer to a job submission, with the method, the path, the
 //! peer address when known, the status and the reason — never the token nor the body. The
-//! service's own failures (5xx: a store that cannot write, an internal error) are logged as
-//! errors at a bounded rate ([`super::disk_room::LOG_EVERY`]), with how many were not.
+//! service's own failures (5xx but `/readyz`'s 503: a store that cannot write, an internal
+//! error) are logged as errors at a bounded rate ([`super::disk_room::LOG_EVERY`]), with how many were not.
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -45,7 +45,7 @@ pub async fn log_refusals(req: Request, next: Next) -> Response {
             reason = %reason,
             "request refused"
         );
-    } else if status >= 500 {
+    } else if status >= 500 && path != "/readyz" {
         if let Some(quiet) = FAILURES.seen(super::disk_room::LOG_EVERY) {
             let (code, reason) = resp
                 .extensions()

@@ -616,8 +616,10 @@ impl Store {
             return Ok(());
         }
         Err(self.disk_full().unwrap_or_else(|| {
-            let free = reserve::free_bytes(state_dir)
-                .map_or_else(|e| format!("an unknown amount ({e})"), |b| format!("{b} bytes"));
+            let free = reserve::free_bytes(state_dir).map_or_else(
+                |e| format!("an unknown amount ({e})"),
+                |b| format!("{b} bytes"),
+            );
             format!(
                 "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
                 state_dir.display(),
