@@ -719,6 +719,8 @@ pub fn now_after(previous: &str) -> String {
 }
 
 #[cfg(test)]
+mod journal_disk_tests;
+#[cfg(test)]
 mod test_db;
 #[cfg(test)]
 mod tests;
