@@ -1,8 +1,8 @@
 //! A full state disk (issue 27, item 3), asserted on the host with a small tmpfs for the state
 //! directory and the workspaces. A round that prints 40 MB onto a full disk is never left
 //! blocked on its pipe: the capture drains it (dropping the rest with a marker), the job closes
-//! `interrupted` (reason `disk_full`) within a minute, nothing is left `running`, and once
-//! space is freed the next job completes. `ralph serve` on a full store answers `/readyz` not
+//! `interrupted` (reason `disk_full`) within a minute, nothing is left `running`, `ralph doctor`
+//! says the disk has no room for a round, and once space is freed the next job completes. `ralph serve` on a full store answers `/readyz` not
 //! ready and a submission 507 (`ralph submit` exits 70), logs the disk at a bounded rate,
 //! keeps a queued job queued, and starts it once space is back. (Report-dir floods and a round
 //! that fills the disk through its workspace: `tests/state_bounds.rs`.)
@@ -227,8 +227,28 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     );
     assert!(body.len() > 512 << 10, "{} bytes kept", body.len());
 
+    // `ralph doctor` says the state dir's disk has no room for a round, then that it has.
+    let doctor = || {
+        let out = Ralph::new()
+            .args(["doctor", "--json", "--state-dir"])
+            .arg(&state)
+            .output();
+        out.json()["state_dir"].clone()
+    };
+    let d = doctor();
+    assert_eq!(d["ok"], false, "{d}");
+    assert!(
+        d["status"]
+            .as_str()
+            .unwrap()
+            .contains("a round needs to start"),
+        "{d}"
+    );
+
     // Space freed: the next job on the same state dir runs to its end.
     std::fs::remove_file(ws.join("fill")).unwrap();
+    let d = doctor();
+    assert_eq!(d["ok"], true, "{d}");
     let done = agent(
         &agents,
         "done.sh",
