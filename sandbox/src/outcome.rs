@@ -356,6 +356,22 @@ pub struct CaptureSummary {
     /// [`crate::capture::UNDRAINED_MARKER`]).
     #[serde(default)]
     pub undrained: bool,
+    /// Set when the file stopped taking output (a write to it failed: a full disk, an I/O
+    /// error). The rest of the stream was still read, counted and discarded, so the command
+    /// never blocked on its output (see [`crate::capture::dropped_marker`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<CaptureDrop>,
+}
+
+/// Why and where a capture stopped writing its file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureDrop {
+    /// Bytes of the stream seen before the failed write.
+    pub after: u64,
+    /// Whether the write failed for lack of room (ENOSPC, EDQUOT).
+    pub no_space: bool,
+    /// The error, in words.
+    pub error: String,
 }
 
 /// Everything known about one finished run.

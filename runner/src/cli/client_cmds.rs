@@ -94,6 +94,12 @@ impl ServerArgs {
 
 pub(super) fn client_error(e: ClientError) -> CliError {
     let exit = match &e {
+        // The server could not do it now (503: draining, unavailable): try again later.
+        ClientError::Api { status: 503, .. } => Exit::Interrupted,
+        // The server failed (507: its disk is full; 500: internal): not the caller's usage.
+        ClientError::Api {
+            status: 500..=599, ..
+        } => Exit::Internal,
         ClientError::Unauthorized { .. } | ClientError::Api { .. } => Exit::Usage,
         ClientError::TlsFile { .. } | ClientError::Pack { .. } => Exit::Usage,
         ClientError::Unreachable { .. } | ClientError::Decode(_) | ClientError::Tls { .. } => {
@@ -807,5 +813,29 @@ pub fn wait(args: WaitArgs) -> Result<Exit, CliError> {
             "job {} did not finish (state {})",
             args.id, j["state"]
         ))),
+    }
+}
+
+#[cfg(test)]
+mod exit_tests {
+    use super::*;
+
+    fn api(status: u16) -> ClientError {
+        ClientError::Api {
+            status,
+            code: "x".into(),
+            message: "m".into(),
+            field: None,
+            rule: None,
+        }
+    }
+
+    #[test]
+    fn refusals_are_usage_a_busy_server_is_temporary_and_a_failed_one_internal() {
+        assert_eq!(client_error(api(400)).exit, Exit::Usage);
+        assert_eq!(client_error(api(403)).exit, Exit::Usage);
+        assert_eq!(client_error(api(503)).exit, Exit::Interrupted);
+        assert_eq!(client_error(api(507)).exit, Exit::Internal);
+        assert_eq!(client_error(api(500)).exit, Exit::Internal);
     }
 }

@@ -1,6 +1,6 @@
 //! `ralph doctor [--json] [--backend B] [--image IMG] [--reap] [--workspace DIR [--mode M]
-//! [--toolchain MODE] [--agent-cmd CMD] [--verify CMD] [--setup CMD]]`: what this host supports, each check
-//! with "ok" or the reason, and the docker backend's engine, image and leftover containers; with
+//! [--toolchain MODE] [--agent-cmd CMD] [--verify CMD] [--setup CMD]] [--state-dir DIR]`: what this host supports, each check
+//! with "ok" or the reason, the free space of the state directory's disk, and the docker backend's engine, image and leftover containers; with
 //! `--workspace`, what a job there would be granted of the runner's toolchains (SPEC §12) and
 //! whether the commands' programs run in its sandbox as on the runner (the pre-round check, with
 //! its fix). Exit 0 when the default mode (workspace-write) can run on the chosen backend
@@ -49,6 +49,9 @@ pub struct DoctorArgs {
     /// With --workspace: check this set-up command's program as the pre-round check would.
     #[arg(long, value_name = "CMD", requires = "workspace")]
     pub setup: Option<String>,
+    /// The state directory whose disk is checked for room (default: as `ralph run`'s).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {
@@ -100,10 +103,16 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
         Some(ws) => Some(toolchains(&args, ws)?),
         None => None,
     };
+    let state_disk = match &args.state_dir {
+        Some(d) => Some(d.clone()),
+        None => super::state_dir::default_state_dir().ok(),
+    }
+    .map(|d| super::doctor_disk::StateDisk::check(&d));
     if args.json {
         let v = serde_json::json!({
             "ok": ok,
             "toolchains": toolchains.as_ref().map(Toolchains::json),
+            "state_dir": state_disk.as_ref().map(super::doctor_disk::StateDisk::json),
             "docker": docker_json(&docker),
             "euid": host.euid,
             "checks": report.checks,
@@ -134,6 +143,10 @@ pub fn execute(args: DoctorArgs) -> Result<Exit, CliError> {
         outln!("native backend, by mode:");
         for m in &report.modes {
             outln!("  {:width$}{}", m.name, m.status);
+        }
+        if let Some(d) = &state_disk {
+            outln!("state dir ({}):", d.dir.display());
+            outln!("  {:width$}{}", "free space", d.status);
         }
         outln!("policies:");
         for (m, s) in &report.policies {

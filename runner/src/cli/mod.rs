@@ -8,6 +8,7 @@ pub mod client_cmds;
 pub mod completions;
 pub mod diff;
 pub mod doctor;
+mod doctor_disk;
 pub mod exit;
 pub mod follow;
 pub mod job_args;

@@ -33,6 +33,7 @@ impl<W: Write + Send> OutputSink for Passthrough<W> {
             bytes_kept: self.seen,
             truncated: false,
             undrained: false,
+            dropped: None,
         })
     }
 }

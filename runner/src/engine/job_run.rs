@@ -162,22 +162,7 @@ impl<'e> JobRun<'e> {
     /// marked full, and the reserve freed for the writes that close the job.
     pub(super) fn state_disk_full(&self) -> Option<String> {
         let store = self.journal.store();
-        let dir = &self.engine.state_dir;
-        if store.replenish_reserve(dir) {
-            return None;
-        }
-        let why = store.disk_full().unwrap_or_else(|| {
-            let free = crate::store::reserve::free_bytes(dir).map_or_else(
-                |e| format!("an unknown amount ({e})"),
-                |b| format!("{b} bytes"),
-            );
-            format!(
-                "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
-                dir.display(),
-                crate::store::reserve::RESERVE_BYTES >> 20,
-                crate::store::reserve::REPLENISH_MARGIN >> 20
-            )
-        });
+        let why = store.room(&self.engine.state_dir).err()?;
         store.release_reserve(&why);
         Some(why)
     }

@@ -365,10 +365,28 @@ impl JobRun<'_> {
             }
             (end, _) => end,
         };
+        // A capture that could not write its log (it still drained the stream) is said in a
+        // failure's message; for lack of room, a failed round's cause is the disk, as below.
+        let (dropped, dropped_for_space) = exec
+            .as_ref()
+            .map(|e| super::undrained::dropped(&[("stdout", &e.stdout), ("stderr", &e.stderr)]))
+            .unwrap_or_default();
+        let end = match (end, dropped) {
+            (AttemptEnd::Failed(reason, message), Some(note)) => {
+                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
+            }
+            (end, _) => end,
+        };
         // A round stopped, or left without its report or result, by a full state disk: the
         // disk is why (its files could not be written), not the agent.
         let end = match (end, disk_stop) {
             (_, Some(why)) => AttemptEnd::DiskFull(why),
+            (end @ AttemptEnd::Failed(..), None) if dropped_for_space => {
+                match self.state_disk_full() {
+                    Some(why) => AttemptEnd::DiskFull(why),
+                    None => end,
+                }
+            }
             (
                 end @ (AttemptEnd::Failed(RoundFailure::NoReport | RoundFailure::Crashed, _)
                 | AttemptEnd::SandboxFailed(_)),

@@ -1,6 +1,8 @@
 //! Output that was not fully read is said, never silently empty: a capture whose reader did not
 //! finish draining after the process ended gets a marker at its end, and the attempt's (or
-//! verify's) message names the streams.
+//! verify's) message names the streams. So is output read but not kept because its log could
+//! not be written (a full disk): the capture's own marker is in the file, and [`dropped`]
+//! gives the sentence.
 
 use std::io::Write;
 use std::path::Path;
@@ -35,6 +37,25 @@ pub(super) fn mark(streams: &[(&str, &CaptureSummary, &Path)]) -> Option<String>
     })
 }
 
+/// The sentence for a message naming each stream whose log stopped taking output (its summary
+/// says where and why), and whether any stopped for lack of room; `(None, false)` when every
+/// log took all it was given.
+pub(super) fn dropped(streams: &[(&str, &CaptureSummary)]) -> (Option<String>, bool) {
+    let mut no_space = false;
+    let notes: Vec<String> = streams
+        .iter()
+        .filter_map(|(name, summary)| {
+            let d = summary.dropped.as_ref()?;
+            no_space |= d.no_space;
+            Some(format!(
+                "the {name} log could not be written after {} bytes ({}): the rest was read and discarded",
+                d.after, d.error
+            ))
+        })
+        .collect();
+    ((!notes.is_empty()).then(|| notes.join("; ")), no_space)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +83,31 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(&err).unwrap(), "all of it\n");
         assert_eq!(mark(&[("stdout", &drained, &out)]), None);
+    }
+
+    #[test]
+    fn a_dropped_log_is_named_with_where_and_why() {
+        use ralph_sandbox::outcome::CaptureDrop;
+        let full = CaptureSummary {
+            dropped: Some(CaptureDrop {
+                after: 4096,
+                no_space: true,
+                error: "No space left on device (os error 28)".into(),
+            }),
+            ..CaptureSummary::default()
+        };
+        let fine = CaptureSummary::default();
+        let (note, no_space) = dropped(&[("stdout", &full), ("stderr", &fine)]);
+        let note = note.unwrap();
+        assert!(no_space);
+        assert!(
+            note.contains("stdout log") && note.contains("after 4096 bytes"),
+            "{note}"
+        );
+        assert!(
+            note.contains("No space left") && !note.contains("stderr"),
+            "{note}"
+        );
+        assert_eq!(dropped(&[("stdout", &fine)]), (None, false));
     }
 }

@@ -206,12 +206,26 @@ impl From<StoreError> for ApiError {
             conflict @ StoreError::Conflict { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", conflict.to_string())
             }
+            full if full.is_disk_full() => ApiError::disk_full(&full.to_string()),
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 other.to_string(),
             ),
         }
+    }
+}
+
+impl ApiError {
+    /// 507: the state store cannot write for lack of room (`why`).
+    pub fn disk_full(why: &str) -> Self {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "disk_full",
+            format!(
+                "the service cannot store the job: its state dir's disk is full ({why}); free space on the server, then submit again"
+            ),
+        )
     }
 }
 
@@ -231,6 +245,7 @@ impl From<EngineError> for ApiError {
             EngineError::NotRunnable { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
+            full if full.is_disk_full() => ApiError::disk_full(&full.to_string()),
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -302,6 +317,7 @@ fn code_of(status: StatusCode) -> &'static str {
         413 => "too_large",
         415 => "unsupported_media_type",
         503 => "unavailable",
+        507 => "disk_full",
         500..=599 => "internal",
         _ => "error",
     }
@@ -468,8 +484,6 @@ async fn metrics_auth(State(svc): Svc, req: Request, next: Next) -> Result<Respo
     Ok(next.run(req).await)
 }
 
-/// 200 when recovered, listening, not draining and the store answers (a probe of its own,
-/// cached for a second: never behind a stuck call); 503 with the reason otherwise.
 /// `GET /v1/limits`: the ceilings a submission by this token is judged against (SPEC §11), so
 /// that a client never sends a default above them (before an upload, say).
 async fn limits(
@@ -489,15 +503,24 @@ async fn limits(
     }))
 }
 
+/// 200 when recovered, listening, not draining, the store answers (a probe of its own,
+/// cached for a second: never behind a stuck call) and the state disk has room for its writes
+/// ([`super::disk_room`]); 503 with the reason otherwise.
 async fn readyz(State(svc): Svc) -> (StatusCode, String) {
     if !svc.is_ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into());
     }
-    match crate::store::journal::blocking(|| svc.engine().store().reachable()) {
-        Ok(()) => (StatusCode::OK, "ready\n".into()),
-        Err(e) => (
+    if let Err(e) = crate::store::journal::blocking(|| svc.engine().store().reachable()) {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: the store is unreachable: {e}\n"),
+        );
+    }
+    match svc.state_room() {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the store cannot write: the state dir's disk is full: {why}\n"),
         ),
     }
 }
@@ -574,6 +597,10 @@ async fn create_jobs(
             "draining",
             "the service is draining (stopping): submit again once it is back",
         ));
+    }
+    // A job that could not be journalled to its end is not taken (SPEC §8).
+    if let Err(why) = svc.state_room() {
+        return Err(ApiError::disk_full(&why));
     }
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError::new(

@@ -18,6 +18,7 @@ pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod disk_room;
 pub mod gateway_config;
 pub mod http_server;
 pub mod list_query;
@@ -151,6 +152,8 @@ pub struct Service {
     /// the uploads' sweep while it decides and removes: an upload a job is being queued with
     /// is never swept between the two.
     uploads_gate: tokio::sync::Mutex<()>,
+    /// The full state disk's log, at a bounded rate ([`disk_room`]).
+    disk_log: disk_room::LogGate,
 }
 
 impl std::fmt::Debug for Service {
@@ -313,6 +316,7 @@ impl Service {
             _lease: lease,
             _serve_lock: serve_lock,
             uploads_gate: tokio::sync::Mutex::new(()),
+            disk_log: disk_room::LogGate::new(),
         }))
     }
 

@@ -1,6 +1,8 @@
 //! Logs the API's refusals: every 401 (no or a wrong token) and 403 (a rule refused the
 //! request), and every other 4xx answer to a job submission, with the method, the path, the
-//! peer address when known, the status and the reason — never the token nor the body.
+//! peer address when known, the status and the reason — never the token nor the body. The
+//! service's own failures (5xx but `/readyz`'s 503: a store that cannot write, an internal
+//! error) are logged as errors at a bounded rate ([`super::disk_room::LOG_EVERY`]), with how many were not.
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -43,6 +45,26 @@ pub async fn log_refusals(req: Request, next: Next) -> Response {
             reason = %reason,
             "request refused"
         );
+    } else if status >= 500 && path != "/readyz" {
+        if let Some(quiet) = FAILURES.seen(super::disk_room::LOG_EVERY) {
+            let (code, reason) = resp
+                .extensions()
+                .get::<Refused>()
+                .map_or(("error", String::new()), |r| (r.code, r.message.clone()));
+            tracing::error!(
+                status,
+                code,
+                method = %method,
+                path = %path,
+                peer = peer.as_deref().unwrap_or("unknown"),
+                reason = %reason,
+                also_since_last_log = quiet,
+                "request failed: {reason}"
+            );
+        }
     }
     resp
 }
+
+/// The bounded-rate log of the service's failed answers.
+static FAILURES: super::disk_room::LogGate = super::disk_room::LogGate::new();

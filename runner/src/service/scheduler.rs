@@ -69,6 +69,10 @@ impl Service {
     /// One pass over the queue (see the module doc).
     fn start_queued(self: &Arc<Self>) {
         let max = self.config().max_concurrent_jobs;
+        // Queued jobs wait while the state disk has no room: their claim would journal on it.
+        if self.state_room().is_err() {
+            return;
+        }
         let mut passed: Vec<String> = Vec::new();
         let mut busy = self.running_workspaces();
         loop {
@@ -85,6 +89,10 @@ impl Service {
                     if let Ok(mut w) = self.waiting.lock() {
                         w.retain(|id, _| passed.contains(id));
                     }
+                    return;
+                }
+                Err(e) if e.is_disk_full() => {
+                    self.log_disk_full(&e.to_string());
                     return;
                 }
                 Err(e) => {
@@ -145,6 +153,12 @@ impl Service {
                     drop(lock);
                     unmake(&job.workspace);
                     passed.push(job.id);
+                }
+                Err(e) if e.is_disk_full() => {
+                    self.log_disk_full(&e.to_string());
+                    drop(lock);
+                    unmake(&job.workspace);
+                    return;
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "failed to claim a job from the queue: {e}");

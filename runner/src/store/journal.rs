@@ -19,7 +19,11 @@
 //! A write that finds the disk full ([`StoreError::is_disk_full`]) frees the state directory's
 //! reserve ([`super::reserve`]) and is tried once more: the event that would have been lost (a
 //! round's end, the job's close) is journalled in the freed room, and the disk stays marked full
-//! ([`Store::disk_full`]) so the runner closes the job instead of starting another round.
+//! ([`Store::disk_full`]) so the runner closes the job instead of starting another round. A
+//! write that still finds no room is tried again, with backoff, up to [`DISK_FULL_PATIENCE`]
+//! (room may come back: another job's files removed); then it fails, and the runner closes the
+//! job `interrupted` (reason `disk_full`) where it can. The patience is spent once per journal
+//! until a write succeeds, so the closing writes are not delayed again.
 
 use std::sync::Arc;
 
@@ -51,6 +55,8 @@ pub struct Journal {
     /// The whole journal as this process knows it (`view` is its projection).
     known: Vec<Event>,
     observers: Vec<Arc<dyn Observer>>,
+    /// When a write first found the disk full, until one succeeds again.
+    disk_full_since: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -85,6 +91,7 @@ impl Journal {
             view,
             known,
             observers,
+            disk_full_since: None,
         })
     }
 
@@ -125,6 +132,7 @@ impl Journal {
             next.apply(&event)?;
             match blocking(|| self.store.append(&event, &next)) {
                 Ok(()) => {
+                    self.disk_full_since = None;
                     self.view = next;
                     self.known.push(event.clone());
                     for o in &self.observers {
@@ -136,11 +144,21 @@ impl Journal {
                     outage.get_or_insert_with(Outage::new).wait(e)?;
                 }
                 Err(e) if e.is_disk_full() => {
-                    // Once: the reserve's room holds this event, or nothing will.
-                    if freed || !self.store.release_reserve(&e.to_string()) {
-                        return Err(e);
+                    // First the reserve's room; then a bounded wait for room to come back.
+                    if !freed && self.store.release_reserve(&e.to_string()) {
+                        freed = true;
+                        continue;
                     }
                     freed = true;
+                    let since = *self
+                        .disk_full_since
+                        .get_or_insert_with(std::time::Instant::now);
+                    let waited = since.elapsed();
+                    if waited >= DISK_FULL_PATIENCE {
+                        return Err(e);
+                    }
+                    let pause = DISK_FULL_BACKOFF.min(DISK_FULL_PATIENCE - waited);
+                    blocking(|| std::thread::sleep(pause));
                 }
                 Err(conflict @ StoreError::Conflict { .. }) => {
                     if reconciled >= MAX_RECONCILES || self.view.state != JobState::Running {
@@ -239,6 +257,14 @@ enum Reconciled {
     /// Another runner's change: the job is no longer ours to journal.
     Foreign,
 }
+
+/// How long `record` keeps trying an event that finds the disk full (after the reserve was
+/// freed) before it gives up: room that comes back within it loses nothing; a disk that stays
+/// full has its job closed within it.
+pub const DISK_FULL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The pause between two tries of an event that found the disk full.
+const DISK_FULL_BACKOFF: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long `record` waits for an unreachable store before it gives up. A job given up on is
 /// closed as `interrupted` once the store is back (by this process's orphan watch: its lease

@@ -655,6 +655,27 @@ impl Store {
         self.reserve.replenish(state_dir)
     }
 
+    /// Whether the disk of `state_dir` has room for more work: its reserve in place (made
+    /// again here where it is missing and fits) and the margin free besides, as a round needs to
+    /// start ([`reserve`]). `Err` says why not, in words.
+    pub fn room(&self, state_dir: &Path) -> Result<(), String> {
+        if self.replenish_reserve(state_dir) {
+            return Ok(());
+        }
+        Err(self.disk_full().unwrap_or_else(|| {
+            let free = reserve::free_bytes(state_dir).map_or_else(
+                |e| format!("an unknown amount ({e})"),
+                |b| format!("{b} bytes"),
+            );
+            format!(
+                "`{}` has {free} free, less than its reserve of {} MiB and {} MiB to spare",
+                state_dir.display(),
+                reserve::RESERVE_BYTES >> 20,
+                reserve::REPLENISH_MARGIN >> 20
+            )
+        }))
+    }
+
     /// Whether this is the SQLite backend.
     pub fn is_sqlite(&self) -> bool {
         matches!(self.backend, Backend::Sqlite(_))
@@ -749,6 +770,8 @@ pub fn now_after(previous: &str) -> String {
     }
 }
 
+#[cfg(test)]
+mod journal_disk_tests;
 #[cfg(test)]
 mod test_db;
 #[cfg(test)]
