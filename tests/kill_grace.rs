@@ -199,6 +199,54 @@ fn docker_a_service_starting_during_the_grace_of_a_killed_runner_leaves_the_roun
     reaper_during_the_grace("docker", "71307");
 }
 
+/// Cancels the round (SIGINT to `ralph run`) and, once its clean-up runs, kills the runner
+/// outright: the rest of the grace is the round's still (the helper or the container's init
+/// keeps the grace that runs; a second stop request does not cut it).
+fn runner_killed_during_a_cancel(backend: &str, marker: &str) {
+    let f = Fixture::new();
+    let mut child = f
+        .run_cmd(&waiting_agent(&f, marker))
+        .args(["--kill-grace", "60s", "--backend", backend])
+        .spawn();
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    wait_for_file(&f.ws.join("terming"), Duration::from_secs(60));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    // A supervisor that killed the round at its runner's death (it polls a pidfd of the runner)
+    // would have done so within this window.
+    assert_not_cleaned_for(&f, Duration::from_secs(2));
+    std::fs::write(f.ws.join("go-on"), "").unwrap();
+    wait_until(
+        "the agent cleaned up after its runner was killed during a cancel",
+        Duration::from_secs(60),
+        || f.ws.join("cleaned").exists(),
+    );
+    assert_gone_everywhere(&f, marker);
+}
+
+/// Watches for `limit` that the agent's clean-up is still running (it waits for `go-on`).
+fn assert_not_cleaned_for(f: &Fixture, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        assert!(!f.ws.join("cleaned").exists(), "cleaned up before go-on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn native_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it() {
+    runner_killed_during_a_cancel("native", "71308");
+}
+
+#[test]
+fn docker_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it() {
+    if !ready("docker_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it") {
+        return;
+    }
+    runner_killed_during_a_cancel("docker", "71309");
+}
+
 /// The pid of a child of `parent` whose command line holds `needle`.
 fn child_with(parent: u32, needle: &str) -> Option<i32> {
     processes_with(needle).into_iter().find(|pid| {
