@@ -79,7 +79,9 @@ fn end_native_leftovers() -> ralph_sandbox::native::leftovers::Ended {
     if !found.running() {
         return found.end();
     }
-    tracing::warn!("rounds of a dead runner are still stopping: they keep their grace, and what outlives it is killed in the background");
+    tracing::warn!(
+        "rounds of a dead runner are still stopping: they keep their grace, and what outlives it is killed in the background"
+    );
     let spawned = std::thread::Builder::new()
         .name("ralph-leftovers".into())
         .spawn(move || {
