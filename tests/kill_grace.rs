@@ -1,7 +1,9 @@
 //! The kill grace reaches every process of a round, on both backends: an agent behind a shell
 //! wrapper that traps SIGTERM to clean up gets its `--kill-grace` on cancel and on round timeout
 //! (docker; native in `tests/process_tree.rs`), and when the runner is killed outright (both),
-//! after which nothing of the round is left running (issue 17, parts 2 and 5b).
+//! after which nothing of the round is left running (issue 17, parts 2 and 5b) — also when
+//! another ralph on the host (a `ralph serve` starting, which reaps what dead runners left)
+//! finds the round in the middle of that grace (issue 27).
 //!
 //! The docker cases need a Docker engine and the image `ralph-agent-base:latest`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -136,6 +138,113 @@ fn docker_killing_the_runner_outright_still_gives_the_grace_and_stops_the_round(
 #[test]
 fn native_killing_the_runner_outright_still_gives_the_grace_and_stops_the_round() {
     runner_killed("native", "71304");
+}
+
+/// Like [`trapping_agent`], but its clean-up (touching `terming` first) lasts until the test
+/// writes `go-on` into the workspace: the test decides when the grace is in use.
+fn waiting_agent(f: &Fixture, marker: &str) -> String {
+    let agent = f.agent(
+        &format!("grace-wait-{marker}.sh"),
+        "echo \"$RALPH_JOB_ID\" > job\n\
+         trap 'touch terming; while [ ! -e go-on ]; do sleep 0.05; done; echo cleaned > cleaned; exit 0' TERM\n\
+         touch started\n\
+         while :; do sleep 0.1; done",
+    );
+    format!("{}; true", agent.display())
+}
+
+/// Kills `ralph run` outright once the agent runs and, while the round's clean-up runs in its
+/// grace, starts a `ralph serve` on this host: its start-up recovery (orphaned helpers,
+/// cgroups of dead makers, containers of dead runners) must leave the round its grace. The
+/// clean-up goes on only once the service is ready, so a recovery that killed the round
+/// before answering is caught every time.
+fn reaper_during_the_grace(backend: &str, marker: &str) {
+    let f = Fixture::new();
+    let mut child = f
+        .run_cmd(&waiting_agent(&f, marker))
+        .args(["--kill-grace", "60s", "--backend", backend])
+        .spawn();
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    wait_for_file(&f.ws.join("terming"), Duration::from_secs(60));
+    let mut server = common::server::Server::new("");
+    std::fs::write(f.ws.join("go-on"), "").unwrap();
+    wait_until(
+        "the agent cleaned up after a service started during its grace",
+        Duration::from_secs(60),
+        || f.ws.join("cleaned").exists(),
+    );
+    let log = server.log_text();
+    server.terminate();
+    assert!(
+        !log.contains("orphaned helper(s) killed past their grace"),
+        "the round outlived its grace: {log}"
+    );
+    assert_gone_everywhere(&f, marker);
+}
+
+#[test]
+fn native_a_service_starting_during_the_grace_of_a_killed_runner_leaves_the_round_its_grace() {
+    reaper_during_the_grace("native", "71306");
+}
+
+#[test]
+fn docker_a_service_starting_during_the_grace_of_a_killed_runner_leaves_the_round_its_grace() {
+    if !ready(
+        "docker_a_service_starting_during_the_grace_of_a_killed_runner_leaves_the_round_its_grace",
+    ) {
+        return;
+    }
+    reaper_during_the_grace("docker", "71307");
+}
+
+/// Cancels the round (SIGINT to `ralph run`) and, once its clean-up runs, kills the runner
+/// outright: the rest of the grace is the round's still (the helper or the container's init
+/// keeps the grace that runs; a second stop request does not cut it).
+fn runner_killed_during_a_cancel(backend: &str, marker: &str) {
+    let f = Fixture::new();
+    let mut child = f
+        .run_cmd(&waiting_agent(&f, marker))
+        .args(["--kill-grace", "60s", "--backend", backend])
+        .spawn();
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    wait_for_file(&f.ws.join("terming"), Duration::from_secs(60));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    // A supervisor that killed the round at its runner's death (it polls a pidfd of the runner)
+    // would have done so within this window.
+    assert_not_cleaned_for(&f, Duration::from_secs(2));
+    std::fs::write(f.ws.join("go-on"), "").unwrap();
+    wait_until(
+        "the agent cleaned up after its runner was killed during a cancel",
+        Duration::from_secs(60),
+        || f.ws.join("cleaned").exists(),
+    );
+    assert_gone_everywhere(&f, marker);
+}
+
+/// Watches for `limit` that the agent's clean-up is still running (it waits for `go-on`).
+fn assert_not_cleaned_for(f: &Fixture, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        assert!(!f.ws.join("cleaned").exists(), "cleaned up before go-on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn native_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it() {
+    runner_killed_during_a_cancel("native", "71308");
+}
+
+#[test]
+fn docker_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it() {
+    if !ready("docker_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it") {
+        return;
+    }
+    runner_killed_during_a_cancel("docker", "71309");
 }
 
 /// The pid of a child of `parent` whose command line holds `needle`.

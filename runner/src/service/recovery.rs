@@ -4,6 +4,12 @@
 //! orphaned sandbox helpers, `ralph-*` cgroups, private directories of interrupted rounds,
 //! this host's ralph containers whose runner is gone (found by their `io.ralph.*` labels), and
 //! the overlays of provisioned workspaces it left mounted.
+//!
+//! A leftover that still runs is a round stopping with its grace (its helper or its container's
+//! init saw the runner die): it is given that grace, counted from now, and only what is still
+//! there after it is killed — on a thread of its own, so start-up does not wait for other
+//! rounds' clean-up ([`ralph_sandbox::native::leftovers`], [`ralph_sandbox::docker::reap`]).
+//! What has ended already is removed at once and counted in the report.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,9 +42,10 @@ pub fn recover(
     me: &RunnerInfo,
     observers: &[Arc<dyn Observer>],
 ) -> Result<RecoveryReport, StoreError> {
+    let native = end_native_leftovers();
     let mut report = RecoveryReport {
-        helpers_killed: kill_orphaned_helpers(),
-        cgroups_removed: remove_leftover_cgroups(),
+        helpers_killed: native.helpers_killed,
+        cgroups_removed: native.cgroups_removed,
         containers_removed: remove_leftover_containers(),
         ..Default::default()
     };
@@ -54,54 +61,75 @@ pub fn recover(
     Ok(report)
 }
 
-/// Sandbox helpers whose runner is gone (re-parented to init). They stop their own trees when
-/// they notice, but a helper can itself be stuck: kill it (its sandbox init dies with it).
-fn kill_orphaned_helpers() -> u32 {
-    let mut killed = 0;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let is_helper =
-            cmd.split(|b| *b == 0).nth(1) == Some(ralph_sandbox::native::HELPER_ARG.as_bytes());
-        if is_helper
-            && ralph_sandbox::native::tree::parent_of(pid) == Some(1)
-            && nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .is_ok()
-        {
-            killed += 1;
-        }
+/// Sandbox helpers whose runner is gone (re-parented to init) and `ralph-…` cgroups provably
+/// left by a dead runner of this host (their name carries the maker's pid, start time, pid
+/// namespace and boot, see `ralph_sandbox::native::cgroup_owner`; any other is left alone).
+/// A helper stops its own round when it notices its runner's death, but can itself be stuck:
+/// each is given its round's grace from now and killed only if it is still there then (its
+/// init then stops the round itself, with the grace, before its cgroup goes). When something
+/// still runs this happens in the background, and the report counts nothing of it.
+fn end_native_leftovers() -> ralph_sandbox::native::leftovers::Ended {
+    let host = ralph_sandbox::host::probe();
+    let parents = [host.memory.ok(), host.pids.ok()]
+        .into_iter()
+        .flatten()
+        .map(|site| site.dir)
+        .collect();
+    let found = ralph_sandbox::native::leftovers::Leftovers::find(parents);
+    if !found.running() {
+        return found.end();
     }
-    killed
+    tracing::warn!(
+        "rounds of a dead runner are still stopping: they keep their grace, and what outlives it is killed in the background"
+    );
+    let spawned = std::thread::Builder::new()
+        .name("ralph-leftovers".into())
+        .spawn(move || {
+            let ended = found.end();
+            if ended.helpers_killed > 0 || ended.cgroups_removed > 0 {
+                tracing::warn!(
+                    helpers_killed = ended.helpers_killed,
+                    cgroups_removed = ended.cgroups_removed,
+                    "recovered in the background: {} orphaned helper(s) killed past their grace, {} leftover cgroup(s) removed",
+                    ended.helpers_killed,
+                    ended.cgroups_removed
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("failed to start the leftover reaper thread: {e}");
+    }
+    ralph_sandbox::native::leftovers::Ended::default()
 }
 
 /// Containers of this runner host whose owning process is gone. No engine (or an engine that
-/// does not answer in time) means nothing to remove.
+/// does not answer in time) means nothing to remove. One still running is stopping with its
+/// grace: then they are all reaped in the background (the report counts none).
 fn remove_leftover_containers() -> u32 {
     let filter = ralph_sandbox::docker::Filter::this_runner();
-    match ralph_sandbox::docker::reap_leftovers(&filter) {
-        Ok(gone) => u32::try_from(gone.len()).unwrap_or(u32::MAX),
-        Err(_) => 0,
+    let stopping = ralph_sandbox::docker::list_leftovers(&filter)
+        .is_ok_and(|l| l.iter().any(ralph_sandbox::docker::Leftover::is_stopping));
+    if !stopping {
+        return match ralph_sandbox::docker::reap_leftovers(&filter) {
+            Ok(gone) => u32::try_from(gone.len()).unwrap_or(u32::MAX),
+            Err(_) => 0,
+        };
     }
-}
-
-/// `ralph-…` cgroups provably left by a dead runner of this host (their name carries the maker's
-/// pid, start time, pid namespace and boot, see `ralph_sandbox::native::cgroup_owner`): their
-/// processes killed, the directories removed. Any other is left alone.
-fn remove_leftover_cgroups() -> u32 {
-    let host = ralph_sandbox::host::probe();
-    [host.memory.ok(), host.pids.ok()]
-        .into_iter()
-        .flatten()
-        .map(|site| ralph_sandbox::native::cgroup_owner::reap_leftovers(&site.dir))
-        .sum()
+    let spawned = std::thread::Builder::new()
+        .name("ralph-leftover-containers".into())
+        .spawn(move || {
+            if let Ok(gone) = ralph_sandbox::docker::reap_leftovers(&filter) {
+                if !gone.is_empty() {
+                    tracing::warn!(
+                        containers_removed = gone.len(),
+                        "recovered in the background: {} leftover container(s) removed, each after its grace",
+                        gone.len()
+                    );
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("failed to start the leftover container reaper thread: {e}");
+    }
+    0
 }

@@ -1,9 +1,17 @@
 //! Leftover containers: those a runner on this host created and whose owning process is gone
-//! (killed with SIGKILL, crashed) are found by their labels and removed with force.
+//! (killed with SIGKILL, crashed) are found by their labels and removed with force. One still
+//! running is stopping by itself (its init saw the runner's liveness FIFO close) and may be in
+//! the middle of its round's clean-up: it is stopped with the grace its init was started with
+//! (`docker stop -t`, the engine's SIGTERM changes nothing for an init already stopping) before
+//! it is removed, so a reaper starting elsewhere on the host never cuts that grace short (issue
+//! 27).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
+};
 use serde::Serialize;
 
 use super::client::{self, Engine, EngineError, bounded};
@@ -39,6 +47,38 @@ pub struct Leftover {
     pub state: String,
     /// Whether its owner process still runs (then it is not a leftover and stays).
     pub owner_alive: bool,
+    /// The grace its init was started with (`--grace-ms` in its command line), if it says.
+    #[serde(skip)]
+    pub grace: Option<Duration>,
+}
+
+impl Leftover {
+    /// A container of a dead runner that still runs: reaping it takes up to its grace.
+    pub fn is_stopping(&self) -> bool {
+        !self.owner_alive && self.state == "running"
+    }
+}
+
+/// The grace assumed for a running leftover whose command line names none (the engine's tini
+/// fallback, an older init): the engine's own default stop timeout.
+pub const FALLBACK_GRACE: Duration = Duration::from_secs(10);
+
+/// The grace in a container's command line as the engine lists it (`--grace-ms N`, see
+/// [`super::init::command_line`]).
+pub fn grace_of_command(command: &str) -> Option<Duration> {
+    let mut words = command.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "--grace-ms" {
+            return words
+                .next()
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .map(Duration::from_millis);
+        }
+        if w == "--" {
+            break;
+        }
+    }
+    None
 }
 
 /// The ralph containers of `filter`, with whether their owners live.
@@ -64,36 +104,65 @@ pub async fn list(engine: &Engine, filter: &Filter) -> Result<Vec<Leftover>, Eng
                 round: get(labels::ROUND),
                 state: c.state.map(|s| s.to_string()).unwrap_or_default(),
                 owner_alive: Owner::decode(&get(labels::OWNER)).is_some_and(|o| o.is_alive()),
+                grace: c.command.as_deref().and_then(grace_of_command),
             }
         })
         .collect())
 }
 
-/// Removes (with force) every container of `filter` whose owner is gone; returns them.
+/// Removes (with force) every container of `filter` whose owner is gone; returns them. One
+/// still running is first stopped with its grace (all of them at once), so this takes up to
+/// the longest such grace.
 pub async fn reap(engine: &Engine, filter: &Filter) -> Result<Vec<Leftover>, EngineError> {
+    let gone: Vec<Leftover> = list(engine, filter)
+        .await?
+        .into_iter()
+        .filter(|c| !c.owner_alive)
+        .collect();
+    let results =
+        futures_util::future::join_all(gone.into_iter().map(|c| reap_one(engine, c))).await;
     let mut removed = Vec::new();
-    for c in list(engine, filter).await? {
-        if c.owner_alive {
-            continue;
-        }
-        let opts = RemoveContainerOptions {
-            force: true,
-            v: true,
-            ..Default::default()
-        };
-        match bounded(
-            "remove a leftover container",
-            engine.docker.remove_container(&c.id, Some(opts)),
-        )
-        .await
-        {
-            Ok(()) => removed.push(c),
-            // Gone meanwhile (its own runner removed it).
-            Err(e) if e.status() == Some(404) => {}
-            Err(e) => return Err(e),
+    for r in results {
+        if let Some(c) = r? {
+            removed.push(c);
         }
     }
     Ok(removed)
+}
+
+/// Stops `c` with its grace when it still runs, then removes it; `None` when it was gone
+/// meanwhile (its own runner removed it).
+async fn reap_one(engine: &Engine, c: Leftover) -> Result<Option<Leftover>, EngineError> {
+    if c.is_stopping() {
+        let grace = c.grace.unwrap_or(FALLBACK_GRACE);
+        let opts = StopContainerOptions {
+            t: Some(i32::try_from(grace.as_millis().div_ceil(1000)).unwrap_or(i32::MAX)),
+            signal: None,
+        };
+        // The engine answers once the container has ended (or it killed it at the end of the
+        // grace): bounded by the grace on top of the usual request bound. Not running any more
+        // (304), gone (404) or an error: the removal below settles it.
+        let _ = tokio::time::timeout(
+            grace + super::client::REQUEST_TIMEOUT,
+            engine.docker.stop_container(&c.id, Some(opts)),
+        )
+        .await;
+    }
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match bounded(
+        "remove a leftover container",
+        engine.docker.remove_container(&c.id, Some(opts)),
+    )
+    .await
+    {
+        Ok(()) => Ok(Some(c)),
+        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Connects and reaps, from synchronous code (service start-up, `ralph doctor`): runs on a
@@ -133,4 +202,25 @@ fn on_own_runtime(filter: &Filter, job: Job) -> Result<Vec<Leftover>, SandboxErr
             message: "the reaper thread panicked".into(),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grace_is_read_from_the_init_command_line_only() {
+        let line = super::super::init::command_line(
+            Duration::from_millis(7_500),
+            None,
+            None,
+            &["sh".into(), "-c".into(), "x --grace-ms 1".into()],
+        )
+        .join(" ");
+        assert_eq!(grace_of_command(&line), Some(Duration::from_millis(7_500)));
+        // The command's own words after `--` are not the init's.
+        assert_eq!(grace_of_command("/bin/sh -- x --grace-ms 1"), None);
+        assert_eq!(grace_of_command("tini -- sleep 300"), None);
+        assert_eq!(grace_of_command("/.ralph-init --grace-ms"), None);
+    }
 }

@@ -105,31 +105,45 @@ impl CgroupOwner {
     }
 }
 
-/// Reaps the cgroups under `parent` whose maker is provably dead: their processes killed, the
-/// directories removed. Returns how many were removed.
-pub fn reap_leftovers(parent: &Path) -> u32 {
+/// The cgroup directories under `parent` whose maker is provably dead.
+fn dead_makers(parent: &Path) -> Vec<std::path::PathBuf> {
     let Ok(dir) = std::fs::read_dir(parent) else {
-        return 0;
+        return Vec::new();
     };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(CgroupOwner::of_name)
+                .is_some_and(|o| o.is_provably_dead())
+                && e.file_type().is_ok_and(|t| t.is_dir())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Whether a cgroup under `parent` whose maker is provably dead still holds a process.
+pub fn populated_leftovers(parent: &Path) -> bool {
+    dead_makers(parent)
+        .iter()
+        .any(|d| !super::leftovers::cgroup_procs(d).is_empty())
+}
+
+/// Reaps the cgroups under `parent` whose maker is provably dead: a round's init among their
+/// processes (stopping the round since its helper died) is given its grace first
+/// ([`super::leftovers::wait_for_round`]), what is left then is killed, the directories
+/// removed. Returns how many were removed.
+pub fn reap_leftovers(parent: &Path) -> u32 {
     let mut removed = 0;
-    for e in dir.flatten() {
-        let dead = e
-            .file_name()
-            .to_str()
-            .and_then(CgroupOwner::of_name)
-            .is_some_and(|o| o.is_provably_dead());
-        if !dead || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
-        for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+    for path in dead_makers(parent) {
+        for p in super::leftovers::wait_for_round(&path) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(p),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
         for _ in 0..100 {
-            match std::fs::remove_dir(e.path()) {
+            match std::fs::remove_dir(&path) {
                 Ok(()) => {
                     removed += 1;
                     break;

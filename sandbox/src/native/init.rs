@@ -73,6 +73,13 @@ pub fn run(
     // grace, then SIGKILL to all); before the command exists it is ignored (pid 1, default
     // disposition) and the closed `go` pipe ends the init instead.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP, 0, 0, 0) };
+    // A supervisor that died before the signal was armed never sends it: its end of the status
+    // pipe is closed by then (a process's descriptors close before its children are told), so
+    // the init ends here instead of running a command nobody would stop.
+    if supervisor_gone(&status_w) {
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(1) }
+    }
     let mut flags = CloneFlags::empty();
     let mut names = Vec::new();
     if plan.mount_namespace {
@@ -249,6 +256,17 @@ pub fn run(
     let _ = sigfd.as_fd();
     // SAFETY: _exit in a forked child.
     unsafe { libc::_exit(0) }
+}
+
+/// Whether the read end of `status_w` (the supervisor's) is closed: a write end polls POLLERR
+/// once no reader is left.
+fn supervisor_gone(status_w: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(status_w.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds
+            .first()
+            .and_then(|f| f.revents())
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
 /// Creates one listener per gateway port in this (the run's) network namespace and sends them to

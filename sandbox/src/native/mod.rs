@@ -24,6 +24,7 @@ pub mod gateway;
 pub mod idmap;
 pub mod init;
 pub mod landlock;
+pub mod leftovers;
 pub mod mounts;
 pub mod net;
 pub mod ns;
@@ -211,6 +212,11 @@ impl Backend for NativeBackend {
         }
         let mut cmd = tokio::process::Command::new(&self.helper_exe);
         cmd.arg(HELPER_ARG)
+            .arg(format!(
+                "{}{}",
+                protocol::GRACE_ARG_PREFIX,
+                spec.kill_grace.as_millis()
+            ))
             .env_clear()
             .env(SPEC_ENV, encoded)
             .stdin(match spec.stdin {

@@ -17,6 +17,13 @@ use crate::spec::ExecSpec;
 /// `argv[1]` that turns the `ralph` binary into the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox-helper";
 
+/// `argv[2]` of the helper: `--kill-grace-ms=N`, the round's grace in milliseconds. The spec
+/// travels in the environment, which only the helper's user can read; this one number is in the
+/// command line so that whoever finds the helper orphaned (a `ralph serve` start-up on the same
+/// host) knows how long the round it is stopping may take, and never cuts that short
+/// ([`super::leftovers`]). The init of the round, a fork of the helper, shows the same.
+pub const GRACE_ARG_PREFIX: &str = "--kill-grace-ms=";
+
 /// The environment variable carrying the [`HelperSpec`].
 pub const SPEC_ENV: &str = "RALPH_SANDBOX_SPEC";
 

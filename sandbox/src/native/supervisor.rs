@@ -437,12 +437,11 @@ impl Supervisor {
         nix::unistd::getpid().as_raw()
     }
 
-    /// Starts stopping the tree: SIGTERM now, SIGKILL after the grace period.
+    /// Starts stopping the tree: SIGTERM now, SIGKILL after the grace period. A second stop
+    /// request (another cancel, the runner's death during a cancel's grace) changes nothing:
+    /// the grace that runs is kept whole.
     fn stop(&mut self, why: EndedBy) {
         if self.phase != Phase::Running {
-            if why == EndedBy::RunnerGone {
-                self.kill_everything();
-            }
             return;
         }
         self.ended_by = why;
