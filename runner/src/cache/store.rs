@@ -211,7 +211,8 @@ impl CacheStore {
             .unwrap_or(0)
     }
 
-    /// Removes the entries idle for longer than `older_than` (every one with `None`), then the
+    /// Removes the entries idle for at least `older_than` (no age rule with `None`; every one
+    /// with zero), then the
     /// least recently used until the rest fit `budget`. An entry a job is copying (locked) is
     /// left; so are half-written `.tmp-`/`.old-` trees of a live save, but ones older than an
     /// hour (their runner died) go.
@@ -230,7 +231,7 @@ impl CacheStore {
             ..PruneReport::default()
         };
         for e in list {
-            let old = older_than.is_none_or(|t| e.idle_secs > t.as_secs());
+            let old = older_than.is_some_and(|t| e.idle_secs >= t.as_secs());
             let over = budget.is_some_and(|b| total > b);
             if !old && !over {
                 continue;
@@ -395,7 +396,7 @@ mod tests {
         assert!(s.root().join(&b.hash).exists());
         // A locked entry is left.
         let _held = Lock::take(&s.root().join(&b.hash).join("lock"), false, true).unwrap();
-        let r = s.prune(None, None, false).unwrap();
+        let r = s.prune(Some(Duration::ZERO), None, false).unwrap();
         assert_eq!(r.removed.len(), 1, "{r:?}");
         assert_eq!(r.skipped.len(), 1, "{r:?}");
         assert!(s.root().join(&b.hash).exists());

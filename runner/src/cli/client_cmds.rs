@@ -622,6 +622,26 @@ fn event_text(ev: &Event) -> String {
         EventKind::ToolchainGranted { grant } => {
             format!("toolchains granted: {}", grant.lines().join("; "))
         }
+        EventKind::CacheLookup {
+            path,
+            key_hash,
+            hit,
+            bytes,
+            ..
+        } => match hit {
+            true => format!("cache {path}: hit ({key_hash}, {bytes} bytes)"),
+            false => format!("cache {path}: miss ({key_hash})"),
+        },
+        EventKind::CacheSaved {
+            path,
+            bytes,
+            files,
+            error,
+            ..
+        } => match error {
+            Some(e) => format!("cache {path}: not kept: {e}"),
+            None => format!("cache {path}: kept {files} file(s), {bytes} bytes"),
+        },
         EventKind::ResultWritten {
             bytes,
             files,

@@ -65,6 +65,11 @@ pub struct JobRequest {
     pub setup_env: Vec<String>,
     /// Wall-clock limit of the set-up (default 30m).
     pub setup_timeout: Option<HumanDuration>,
+    /// Directories of the round's HOME kept across jobs (`~/.cache/pip`; SPEC §12).
+    #[serde(default)]
+    pub cache: Vec<String>,
+    /// The caches' key (default: a digest of the workspace's lock files).
+    pub cache_key: Option<String>,
     /// Backend.
     pub backend: Option<BackendKind>,
     /// Mode.
@@ -442,6 +447,12 @@ impl JobRequest {
             }
             (None, true, None) => None,
         };
+        d.cache = self
+            .cache
+            .iter()
+            .map(|p| crate::cache::CachePath::parse(p).map_err(|e| err("cache", e.to_string())))
+            .collect::<Result<_, _>>()?;
+        d.cache_key = self.cache_key;
         let defaults = SandboxSettings::default();
         d.sandbox = SandboxSettings {
             backend: self.backend.unwrap_or(defaults.backend),
