@@ -54,7 +54,9 @@ pub struct PruneReport {
 }
 
 /// A held `flock`, released when dropped (with the descriptor).
-struct Lock(File);
+struct Lock {
+    _file: File,
+}
 
 impl Lock {
     fn take(path: &Path, exclusive: bool, wait: bool) -> Result<Option<Lock>, CacheError> {
@@ -82,12 +84,12 @@ impl Lock {
             }
             return Err(CacheError::io("lock", path, e));
         }
-        Ok(Some(Lock(f)))
+        Ok(Some(Lock { _file: f }))
     }
 }
 
 fn temp_name(prefix: &str) -> String {
-    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+    format!("{prefix}{}", uuid::Uuid::now_v7().simple())
 }
 
 fn is_hash(name: &str) -> bool {
@@ -136,7 +138,7 @@ impl CacheStore {
             return Ok(None);
         };
         // Removed while this waited for the lock: a miss.
-        if fs::symlink_metadata(&src).map(|m| m.is_dir()) != Ok(true) {
+        if !fs::symlink_metadata(&src).is_ok_and(|m| m.is_dir()) {
             return Ok(None);
         }
         let copied = copy_tree(&src, dst, owner)?;
@@ -359,7 +361,9 @@ mod tests {
             .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(
-            !names.iter().any(|n| n.starts_with('.')),
+            !names
+                .iter()
+                .any(|n| n.starts_with(".tmp-") || n.starts_with(".old-")),
             "no leftovers: {names:?}"
         );
         assert_eq!(s.total_bytes(), 2 + "path ~/.npm\nkey k\n".len() as u64);
