@@ -21,7 +21,7 @@ use common::*;
 use serde_json::Value;
 
 /// The set-up's secret: passed with `--setup-env`, it must never reach a round.
-const SECRET_VAR: &str = "RALPH_CACHE_TEST_TOKEN";
+const SECRET_VAR: &str = "CACHE_TEST_REGISTRY_TOKEN";
 const SECRET: &str = "tok-c4c7e-setup-only-never-in-a-round";
 
 /// One ecosystem's project and commands; `{m}` is the mirror's base URL.
