@@ -185,7 +185,9 @@ fn run(f: &Fixture, ws: &Path, p: &Project, agent: &Path, allow: Option<u16>) ->
         .args(["--setup", &format!("test -n \"${SECRET_VAR}\" && {}", p.setup)])
         .args(["--setup-env", SECRET_VAR])
         .args(["--cache", p.cache, "--verify", &p.verify])
-        .args(["--max-rounds", "3", "--round-timeout", "10m", "--setup-timeout", "10m"]);
+        .args(["--max-rounds", "3", "--round-timeout", "10m", "--setup-timeout", "10m"])
+        .arg("--metrics-textfile")
+        .arg(f.root.path().join("ralph.prom"));
     if let Some(k) = p.key {
         r = r.args(["--cache-key", k]);
     }
@@ -328,6 +330,35 @@ fn scenario(make: fn(&str) -> Project) {
     )
     .unwrap();
     assert!(!setup_log.contains(&m), "offline: {setup_log}");
+
+    // The metrics of both runs (counters add up in the textfile): a miss, then a hit.
+    let prom = std::fs::read_to_string(f.root.path().join("ralph.prom")).unwrap();
+    for line in [
+        "ralph_cache_lookups_total{result=\"miss\"} 1",
+        "ralph_cache_lookups_total{result=\"hit\"} 1",
+    ] {
+        assert!(prom.lines().any(|l| l == line), "{line}: {prom}");
+    }
+    let bytes: u64 = prom
+        .lines()
+        .find_map(|l| l.strip_prefix("ralph_cache_bytes "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bytes > 0, "{prom}");
+    common::promtool::promtool_check(&prom);
+
+    // `ralph prune --caches` removes the host's caches; the next lookup would miss.
+    let pruned = Ralph::new()
+        .args(["prune", "--caches", "--json", "--state-dir"])
+        .arg(&f.state)
+        .output();
+    pruned.expect_code(0);
+    let r: Value = serde_json::from_str(&pruned.stdout).unwrap();
+    assert_eq!(r["removed"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r["removed"][0]["hash"], hash, "{r}");
+    assert_eq!(r["kept_bytes"], 0, "{r}");
+    assert!(!entry.exists(), "{}", entry.display());
 }
 
 /// Python/pip: wheels downloaded by the set-up into `~/.cache/wheels`, installed into the
