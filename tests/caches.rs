@@ -186,6 +186,7 @@ fn run(f: &Fixture, ws: &Path, p: &Project, agent: &Path, allow: Option<u16>) ->
         .args(["--setup-env", SECRET_VAR])
         .args(["--cache", p.cache, "--verify", &p.verify])
         .args(["--max-rounds", "3", "--round-timeout", "10m", "--setup-timeout", "10m"])
+        .arg("--follow")
         .arg("--metrics-textfile")
         .arg(f.root.path().join("ralph.prom"));
     if let Some(k) = p.key {
@@ -247,8 +248,18 @@ fn scenario(make: fn(&str) -> Project) {
     let job1 = out.job_id();
     // Round 1's claim was refused by verify, its failing tail on the console.
     assert!(
-        out.stderr.contains(p.failing),
-        "the failing tail is shown: {}",
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("ralph: | ") && l.contains(p.failing)),
+        "the failing tail is shown with the verdict: {}",
+        out.stderr
+    );
+    // `--follow` streamed verify's output as it ran, behind its label.
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("[round 1 verify] ") && l.contains(p.failing)),
+        "{}",
         out.stderr
     );
     let verdicts: Vec<bool> = events_of(&f, &job1, "verify_finished")
@@ -264,6 +275,17 @@ fn scenario(make: fn(&str) -> Project) {
     assert_eq!(saved.len(), 1, "{saved:?}");
     assert!(saved[0]["error"].is_null(), "{saved:?}");
     assert!(saved[0]["bytes"].as_u64().unwrap() > 0, "{saved:?}");
+    // `ralph show` says where the set-up step is.
+    let show = Ralph::new()
+        .args(["show", &job1, "--state-dir"])
+        .arg(&f.state)
+        .output();
+    show.expect_code(0);
+    assert!(
+        show.stdout.lines().any(|l| l == "  set-up: passed"),
+        "{}",
+        show.stdout
+    );
     let fetched = mirror.requests().len();
     assert!(fetched > 0, "the set-up used the mirror");
     // The rounds saw the set-up's cache.

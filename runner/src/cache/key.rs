@@ -107,8 +107,14 @@ fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// The entry of `path` keyed by `given` (the job's `cache_key`) or the lock files of
-/// `workspace`.
-pub fn entry_for(path: &CachePath, given: Option<&str>, workspace: &Path) -> CacheEntry {
+/// `workspace`, within `scope`: the name of the service token that submitted the job (`None`
+/// for `ralph run`), so that one submitter's set-up never writes what another's job reads.
+pub fn entry_for(
+    path: &CachePath,
+    given: Option<&str>,
+    workspace: &Path,
+    scope: Option<&str>,
+) -> CacheEntry {
     let (key, source) = match given {
         Some(k) => (k.to_owned(), KeySource::Given),
         None => {
@@ -118,6 +124,11 @@ pub fn entry_for(path: &CachePath, given: Option<&str>, workspace: &Path) -> Cac
     };
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(b"ralph cache v1\n");
+    if let Some(s) = scope {
+        ctx.update(b"submitted by ");
+        ctx.update(s.as_bytes());
+        ctx.update(b"\n");
+    }
     ctx.update(key.as_bytes());
     ctx.update(b"\n");
     ctx.update(path.rel().as_bytes());
@@ -140,15 +151,15 @@ mod tests {
         let b = tempfile::tempdir().unwrap();
         let p = CachePath::parse("~/.npm").unwrap();
         // Nothing: one key per path.
-        let none = entry_for(&p, None, a.path());
+        let none = entry_for(&p, None, a.path(), None);
         assert_eq!(none.source, KeySource::LockFiles(Vec::new()));
         assert_eq!(none.hash.len(), 32);
         for d in [a.path(), b.path()] {
             std::fs::write(d.join("package-lock.json"), "{\"v\":1}").unwrap();
             std::fs::write(d.join("README"), d.display().to_string()).unwrap();
         }
-        let ea = entry_for(&p, None, a.path());
-        let eb = entry_for(&p, None, b.path());
+        let ea = entry_for(&p, None, a.path(), None);
+        let eb = entry_for(&p, None, b.path(), None);
         assert_eq!(ea, eb, "two checkouts of one project hit one entry");
         assert_ne!(ea.hash, none.hash);
         assert_eq!(
@@ -156,20 +167,27 @@ mod tests {
             KeySource::LockFiles(vec!["package-lock.json".into()])
         );
         std::fs::write(b.path().join("package-lock.json"), "{\"v\":2}").unwrap();
-        assert_ne!(entry_for(&p, None, b.path()).hash, ea.hash);
+        assert_ne!(entry_for(&p, None, b.path(), None).hash, ea.hash);
         // Another path, the same lock files: another entry.
         let pip = CachePath::parse("~/.cache/pip").unwrap();
-        assert_ne!(entry_for(&pip, None, a.path()).hash, ea.hash);
+        assert_ne!(entry_for(&pip, None, a.path(), None).hash, ea.hash);
         // A link is not followed.
         let c = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(a.path().join("package-lock.json"), c.path().join("Cargo.lock"))
             .unwrap();
-        assert_eq!(entry_for(&p, None, c.path()).hash, none.hash);
+        assert_eq!(entry_for(&p, None, c.path(), None).hash, none.hash);
         // A given key: the workspace does not matter.
-        let g = entry_for(&p, Some("deps-v3"), a.path());
-        assert_eq!(g, entry_for(&p, Some("deps-v3"), c.path()));
+        let g = entry_for(&p, Some("deps-v3"), a.path(), None);
+        assert_eq!(g, entry_for(&p, Some("deps-v3"), c.path(), None));
         assert_eq!(g.source, KeySource::Given);
         assert_eq!(g.rel_dir(), format!("{}/.npm", g.hash));
+        // Another submitter's job never shares it.
+        let other = entry_for(&p, Some("deps-v3"), a.path(), Some("team-b"));
+        assert_ne!(other.hash, g.hash);
+        assert_ne!(
+            other.hash,
+            entry_for(&p, Some("deps-v3"), a.path(), Some("team-c")).hash
+        );
     }
 
     #[test]

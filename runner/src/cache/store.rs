@@ -326,6 +326,7 @@ mod tests {
             &CachePath::parse(path).unwrap(),
             Some(key),
             Path::new("/nonexistent"),
+            None,
         )
     }
 

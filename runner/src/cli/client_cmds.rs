@@ -368,6 +368,10 @@ pub fn describe_job(j: &Value) -> String {
             j["rounds"], j["max_rounds"], j["retries"]
         ));
     }
+    // The set-up step (SPEC §12): not_run, running, passed, failed or interrupted.
+    if let Some(s) = j["setup"].as_str() {
+        lines.push(format!("  set-up: {}", s.replace('_', " ")));
+    }
     if let Some(m) = j["message"].as_str() {
         lines.push(format!("  message: {m}"));
     }

@@ -28,7 +28,12 @@ impl JobRun<'_> {
         let internal = |e: crate::store::StoreError| (FinishReason::InternalError, e.to_string());
         let mut entries = Vec::new();
         for path in self.spec.cache.clone() {
-            let e = entry_for(&path, self.spec.cache_key.as_deref(), &self.spec.workspace);
+            let e = entry_for(
+                &path,
+                self.spec.cache_key.as_deref(),
+                &self.spec.workspace,
+                self.spec.submitted_by.as_deref(),
+            );
             let dir = store.root().join(e.rel_dir());
             let bytes = ralph_sandbox::beneath::tree::measure(&dir)
                 .ok()
