@@ -403,3 +403,87 @@ fn an_npm_cache_filled_by_the_setup_is_reused_offline_by_a_second_job() {
 fn a_cargo_registry_filled_by_the_setup_is_reused_offline_by_a_second_job() {
     scenario(rust);
 }
+
+/// The unprivileged path: a runner that is not root (`ralph-ci`, made by `.ci/setup`) has no
+/// mount of its own to make, and the same copy works: the set-up's write is kept, a round sees
+/// it and can write beside it in its HOME (`~/.cache/other`), and what the round wrote into its
+/// copy is not in the store nor in the next job's copy.
+#[test]
+fn an_unprivileged_runner_keeps_the_setups_cache_and_discards_the_rounds() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(user) = nix::unistd::User::from_name("ralph-ci").ok().flatten() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but the user ralph-ci is missing (.ci/setup creates it)"
+        );
+        eprintln!("caches: no user ralph-ci: the unprivileged runner is not tested");
+        return;
+    };
+    let root = tempfile::Builder::new()
+        .prefix("ralph-cache-unpriv-")
+        .tempdir()
+        .unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let (home, agents) = (root.join("home"), root.join("agents"));
+    for d in [&home, &agents] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // The binary under test, where the unprivileged user can run it.
+    let exe = root.join("ralph");
+    std::fs::copy(ralph_bin(), &exe).unwrap();
+    let agent = agents.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\ncd \"$RALPH_WORKSPACE\"\nls \"$HOME/.cache/x\" > seen.txt 2>&1\necho poisoned > \"$HOME/.cache/x/from-round\"\nmkdir -p \"$HOME/.cache/other\" && echo ok > \"$HOME/.cache/other/f\" && echo beside-ok >> seen.txt\necho '{}' > \"$RALPH_REPORT_FILE\"\n",
+            complete_report("looked at the cache")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |ws: &str| {
+        let ws = root.join(ws);
+        std::fs::create_dir_all(&ws).unwrap();
+        for p in [&root, &ws, &home, &agents, &agent] {
+            nix::unistd::chown(p, Some(user.uid), Some(user.gid)).unwrap();
+        }
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid", &user.uid.to_string(), "--regid", &user.gid.to_string()])
+            .args(["--clear-groups", "--"])
+            .arg(&exe)
+            .args(["run", "--objective", "x", "--json", "--mode", TEST_MODE])
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--state-dir")
+            .arg(root.join("state"))
+            .arg("--read")
+            .arg(&agents)
+            .arg("--agent-cmd")
+            .arg(&agent)
+            .args(["--cache", "~/.cache/x", "--cache-key", "unpriv"])
+            .args(["--setup", "echo from-setup > \"$HOME/.cache/x/kept-$RALPH_JOB_ID\""])
+            .args(["--toolchain", "none"])
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home);
+        let out = c.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: Value = serde_json::from_str(&stdout).unwrap();
+        (j, std::fs::read_to_string(ws.join("seen.txt")).unwrap())
+    };
+    let (j1, seen1) = run("ws1");
+    let job1 = j1["job_id"].as_str().unwrap().to_owned();
+    assert!(seen1.contains(&format!("kept-{job1}")), "{seen1}");
+    assert!(seen1.contains("beside-ok"), "{seen1}");
+    let (_, seen2) = run("ws2");
+    assert!(seen2.contains(&format!("kept-{job1}")), "a hit: {seen2}");
+    assert!(!seen2.contains("from-round"), "{seen2}");
+    let store = root.join("state/caches");
+    assert!(found(&store, "from-round").is_empty());
+    assert!(!found(&store, &format!("kept-{job1}")).is_empty());
+}
