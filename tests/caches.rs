@@ -182,10 +182,20 @@ fn run(f: &Fixture, ws: &Path, p: &Project, agent: &Path, allow: Option<u16>) ->
         .arg("--agent-cmd")
         .arg(agent)
         .env(SECRET_VAR, SECRET)
-        .args(["--setup", &format!("test -n \"${SECRET_VAR}\" && {}", p.setup)])
+        .args([
+            "--setup",
+            &format!("test -n \"${SECRET_VAR}\" && {}", p.setup),
+        ])
         .args(["--setup-env", SECRET_VAR])
         .args(["--cache", p.cache, "--verify", &p.verify])
-        .args(["--max-rounds", "3", "--round-timeout", "10m", "--setup-timeout", "10m"])
+        .args([
+            "--max-rounds",
+            "3",
+            "--round-timeout",
+            "10m",
+            "--setup-timeout",
+            "10m",
+        ])
         .arg("--follow")
         .arg("--metrics-textfile")
         .arg(f.root.path().join("ralph.prom"));
@@ -307,7 +317,11 @@ fn scenario(make: fn(&str) -> Project) {
     let hash = saved[0]["key_hash"].as_str().unwrap();
     assert_eq!(lookup[0]["key_hash"], hash);
     let entry = store.join(hash);
-    assert!(!found(&entry, p.cached).is_empty(), "kept: {}", entry.display());
+    assert!(
+        !found(&entry, p.cached).is_empty(),
+        "kept: {}",
+        entry.display()
+    );
     for name in ["written-by-round", "written-by-verify"] {
         assert!(found(&store, name).is_empty(), "{name} was not kept");
     }
@@ -327,7 +341,10 @@ fn scenario(make: fn(&str) -> Project) {
     let job2 = out.job_id();
     let lookup = events_of(&f, &job2, "cache_lookup");
     assert_eq!(lookup[0]["hit"], true, "{lookup:?}");
-    assert_eq!(lookup[0]["key_hash"], hash, "the same project, the same key");
+    assert_eq!(
+        lookup[0]["key_hash"], hash,
+        "the same project, the same key"
+    );
     assert_eq!(
         mirror.requests().len(),
         fetched,
@@ -448,23 +465,31 @@ fn an_unprivileged_runner_keeps_the_setups_cache_and_discards_the_rounds() {
             nix::unistd::chown(p, Some(user.uid), Some(user.gid)).unwrap();
         }
         let mut c = std::process::Command::new("setpriv");
-        c.args(["--reuid", &user.uid.to_string(), "--regid", &user.gid.to_string()])
-            .args(["--clear-groups", "--"])
-            .arg(&exe)
-            .args(["run", "--objective", "x", "--json", "--mode", TEST_MODE])
-            .arg("--workspace")
-            .arg(&ws)
-            .arg("--state-dir")
-            .arg(root.join("state"))
-            .arg("--read")
-            .arg(&agents)
-            .arg("--agent-cmd")
-            .arg(&agent)
-            .args(["--cache", "~/.cache/x", "--cache-key", "unpriv"])
-            .args(["--setup", "echo from-setup > \"$HOME/.cache/x/kept-$RALPH_JOB_ID\""])
-            .args(["--toolchain", "none"])
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &home);
+        c.args([
+            "--reuid",
+            &user.uid.to_string(),
+            "--regid",
+            &user.gid.to_string(),
+        ])
+        .args(["--clear-groups", "--"])
+        .arg(&exe)
+        .args(["run", "--objective", "x", "--json", "--mode", TEST_MODE])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .arg("--read")
+        .arg(&agents)
+        .arg("--agent-cmd")
+        .arg(&agent)
+        .args(["--cache", "~/.cache/x", "--cache-key", "unpriv"])
+        .args([
+            "--setup",
+            "echo from-setup > \"$HOME/.cache/x/kept-$RALPH_JOB_ID\"",
+        ])
+        .args(["--toolchain", "none"])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &home);
         let out = c.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert_eq!(

@@ -84,12 +84,7 @@ fn make_dir(d: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<(), CacheE
     Ok(())
 }
 
-fn copy_file(
-    s: &Path,
-    d: &Path,
-    mode: u32,
-    owner: Option<(u32, u32)>,
-) -> Result<u64, CacheError> {
+fn copy_file(s: &Path, d: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<u64, CacheError> {
     let mut from = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -147,7 +142,10 @@ mod tests {
         let mode = fs::metadata(dst.join("a/b/f")).unwrap().mode() & 0o7777;
         assert_eq!(mode, 0o755);
         assert!(fs::symlink_metadata(dst.join("link")).unwrap().is_symlink());
-        assert_eq!(fs::read_link(dst.join("link")).unwrap(), t.path().join("outside"));
+        assert_eq!(
+            fs::read_link(dst.join("link")).unwrap(),
+            t.path().join("outside")
+        );
         assert!(!dst.join("fifo").exists());
         // The destination must be new; a source that is a link is refused.
         assert!(copy_tree(&src, &dst, None).is_err());

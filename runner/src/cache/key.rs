@@ -173,8 +173,11 @@ mod tests {
         assert_ne!(entry_for(&pip, None, a.path(), None).hash, ea.hash);
         // A link is not followed.
         let c = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(a.path().join("package-lock.json"), c.path().join("Cargo.lock"))
-            .unwrap();
+        std::os::unix::fs::symlink(
+            a.path().join("package-lock.json"),
+            c.path().join("Cargo.lock"),
+        )
+        .unwrap();
         assert_eq!(entry_for(&p, None, c.path(), None).hash, none.hash);
         // A given key: the workspace does not matter.
         let g = entry_for(&p, Some("deps-v3"), a.path(), None);

@@ -213,7 +213,10 @@ mod tests {
         assert!(m.contains("overlap"), "{m}");
         assert!(!p("~/.cargo").overlaps(&p("~/.cargo-x")));
         assert_eq!(validate(&[], Some("k")).unwrap_err().0, "cache_key");
-        assert_eq!(validate(&[p("~/.npm")], Some(" ")).unwrap_err().0, "cache_key");
+        assert_eq!(
+            validate(&[p("~/.npm")], Some(" ")).unwrap_err().0,
+            "cache_key"
+        );
         assert!(serde_json::from_str::<CachePath>("\"/tmp\"").is_err());
     }
 }

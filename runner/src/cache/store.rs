@@ -226,7 +226,7 @@ impl CacheStore {
     ) -> Result<PruneReport, CacheError> {
         let mut list = self.list()?;
         // Least recently used first.
-        list.sort_by(|a, b| b.idle_secs.cmp(&a.idle_secs));
+        list.sort_by_key(|e| std::cmp::Reverse(e.idle_secs));
         let mut total: u64 = list.iter().map(|e| e.bytes).sum();
         let mut r = PruneReport {
             dry_run,
@@ -335,7 +335,11 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let s = CacheStore::new(t.path());
         let e = entry("k", "~/.npm");
-        assert!(s.restore(&e, &t.path().join("miss"), None).unwrap().is_none());
+        assert!(
+            s.restore(&e, &t.path().join("miss"), None)
+                .unwrap()
+                .is_none()
+        );
         assert!(!t.path().join("miss").exists());
         let src = t.path().join("src");
         fs::create_dir_all(src.join("d")).unwrap();
@@ -377,7 +381,11 @@ mod tests {
         let src = t.path().join("src");
         fs::create_dir_all(&src).unwrap();
         fs::write(src.join("f"), vec![0u8; 1000]).unwrap();
-        let (a, b, c) = (entry("a", "~/.npm"), entry("b", "~/.npm"), entry("c", "~/.npm"));
+        let (a, b, c) = (
+            entry("a", "~/.npm"),
+            entry("b", "~/.npm"),
+            entry("c", "~/.npm"),
+        );
         for (e, age) in [(&a, 300), (&b, 200), (&c, 0)] {
             s.save(e, &src).unwrap();
             let used = s.root().join(&e.hash).join("used");
@@ -392,7 +400,9 @@ mod tests {
         assert_eq!(dry.removed.len(), 1);
         assert!(s.root().join(&a.hash).exists(), "a dry run removes nothing");
         // Over a budget of two entries' worth: the oldest goes first.
-        let r = s.prune(Some(Duration::from_secs(10_000)), Some(2100), false).unwrap();
+        let r = s
+            .prune(Some(Duration::from_secs(10_000)), Some(2100), false)
+            .unwrap();
         assert_eq!(
             r.removed.iter().map(|l| l.hash.clone()).collect::<Vec<_>>(),
             vec![a.hash.clone()]

@@ -682,13 +682,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let text = "[[job]]\nobjective = \"x\"\nagent_cmd = \"true\"\nworkspace = \".\"\ncache = [\"~/.npm\", \"~/.cache/pip\"]\ncache_key = \"deps-v1\"\n";
         let r = parse_job_file(text, Format::Toml).unwrap().remove(0);
-        let (spec, _) = r.clone().into_spec(dir.path(), &WritableTrees::none()).unwrap();
+        let (spec, _) = r
+            .clone()
+            .into_spec(dir.path(), &WritableTrees::none())
+            .unwrap();
         assert_eq!(
-            spec.cache.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            spec.cache
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
             vec!["~/.npm", "~/.cache/pip"]
         );
         assert_eq!(spec.cache_key.as_deref(), Some("deps-v1"));
-        spec.validate(&super::super::spec::Ceilings::default()).unwrap();
+        spec.validate(&super::super::spec::Ceilings::default())
+            .unwrap();
         let mut docker = spec.clone();
         docker.sandbox.backend = BackendKind::Docker;
         assert_eq!(
@@ -699,7 +706,9 @@ mod tests {
             cache: vec!["/var/cache".into()],
             ..r
         };
-        let e = bad.into_spec(dir.path(), &WritableTrees::none()).unwrap_err();
+        let e = bad
+            .into_spec(dir.path(), &WritableTrees::none())
+            .unwrap_err();
         assert_eq!(e.field, "cache", "{e}");
         assert!(e.message.contains("must start with `~/`"), "{e}");
         let e = parse_job_file(&text.replace("cache_key", "cache_keys"), Format::Toml).unwrap_err();

@@ -453,7 +453,8 @@ impl Metrics {
                 self.cache_lookups.with_label_values(&[r]).inc();
             }
             MetricEvent::CacheBytes { total } => {
-                self.cache_bytes.set(i64::try_from(*total).unwrap_or(i64::MAX));
+                self.cache_bytes
+                    .set(i64::try_from(*total).unwrap_or(i64::MAX));
             }
             MetricEvent::Egress { allowed } => {
                 let d = if *allowed { "allowed" } else { "refused" };
