@@ -12,6 +12,7 @@
 //! - [`ci`]: JUnit and Markdown reports of a finished job for CI systems.
 //! - [`provision`]: workspaces the runner provisions (safe unpacking of uploads, SPEC §11).
 //! - [`toolchain`]: the runner's per-user toolchains granted to a round (SPEC §12).
+//! - [`cache`]: caches kept across jobs, written only by a set-up that passed (SPEC §12).
 //!
 //! # Test strategy
 //!
@@ -21,6 +22,7 @@
 
 pub mod agent;
 pub mod builtin;
+pub mod cache;
 pub mod ci;
 pub mod client;
 pub mod engine;

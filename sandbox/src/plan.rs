@@ -334,6 +334,16 @@ fn owner_of(p: &Path) -> Result<(u32, u32), SandboxError> {
 
 /// Who a root runner's command runs as: the workspace's owner when that is not root, else the
 /// agent user ([`identity::agent_user`]).
+/// The ids a run of `req` has on the host when they are not the runner's own: a root runner's
+/// confined modes run as [`command_identity`]; `None` otherwise (the runner's uid, or
+/// full-access). What the runner gives a run's own directories to.
+pub fn run_owner(req: &SandboxRequest) -> Result<Option<(u32, u32)>, SandboxError> {
+    if !nix::unistd::geteuid().is_root() || req.mode == Mode::FullAccess {
+        return Ok(None);
+    }
+    command_identity(req).map(|i| Some((i.uid, i.gid)))
+}
+
 pub(crate) fn command_identity(req: &SandboxRequest) -> Result<Ids, SandboxError> {
     let (uid, gid) = owner_of(&req.workspace)?;
     if uid != 0 && gid != 0 {

@@ -374,6 +374,10 @@ pub fn describe_job(j: &Value) -> String {
             j["rounds"], j["max_rounds"], j["retries"]
         ));
     }
+    // The set-up step (SPEC §12): not_run, running, passed, failed or interrupted.
+    if let Some(s) = j["setup"].as_str() {
+        lines.push(format!("  set-up: {}", s.replace('_', " ")));
+    }
     if let Some(m) = j["message"].as_str() {
         lines.push(format!("  message: {m}"));
     }
@@ -628,6 +632,26 @@ fn event_text(ev: &Event) -> String {
         EventKind::ToolchainGranted { grant } => {
             format!("toolchains granted: {}", grant.lines().join("; "))
         }
+        EventKind::CacheLookup {
+            path,
+            key_hash,
+            hit,
+            bytes,
+            ..
+        } => match hit {
+            true => format!("cache {path}: hit ({key_hash}, {bytes} bytes)"),
+            false => format!("cache {path}: miss ({key_hash})"),
+        },
+        EventKind::CacheSaved {
+            path,
+            bytes,
+            files,
+            error,
+            ..
+        } => match error {
+            Some(e) => format!("cache {path}: not kept: {e}"),
+            None => format!("cache {path}: kept {files} file(s), {bytes} bytes"),
+        },
         EventKind::ResultWritten {
             bytes,
             files,

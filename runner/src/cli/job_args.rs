@@ -81,6 +81,14 @@ pub struct JobArgs {
     /// Wall-clock limit of the set-up (default 30m).
     #[arg(long, value_name = "DUR", requires = "setup")]
     pub setup_timeout: Option<HumanDuration>,
+    /// A directory of the round's HOME kept across jobs (e.g. `~/.cache/pip`, `~/.npm`,
+    /// `~/.cargo/registry`): only the set-up's writes are kept; rounds and verify get a copy
+    /// whose writes are discarded; repeatable (docs/toolchains.md).
+    #[arg(long = "cache", value_name = "PATH")]
+    pub cache: Vec<String>,
+    /// The caches' key (default: the path and a digest of the workspace's lock files).
+    #[arg(long, value_name = "TEXT", requires = "cache")]
+    pub cache_key: Option<String>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     /// Per-stream output cap of a round (default 8M).
@@ -152,6 +160,8 @@ impl JobArgs {
             setup: self.setup.clone(),
             setup_env: self.setup_env.clone(),
             setup_timeout: self.setup_timeout,
+            cache: self.cache.clone(),
+            cache_key: self.cache_key.clone(),
             backend: s.backend,
             mode: s.mode,
             protect: s.protect.clone(),

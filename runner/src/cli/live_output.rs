@@ -5,7 +5,9 @@
 //! touched), `round_finished` drains what is left and stops it — before the progress observer
 //! prints the round's summary, as it comes first in the observer list. The set-up (SPEC §12)
 //! is followed the same way, from `setup_started` to `setup_finished`, its merged output
-//! (`rounds/0/setup/output.log`) behind `[setup]`. Lines are prefixed
+//! (`rounds/0/setup/output.log`) behind `[setup]`, and so is each verify, from
+//! `verify_started` to `verify_finished` (`rounds/K/verify/output.log` behind
+//! `[round K verify]`). Lines are prefixed
 //! `[round K]` (`[round K attempt A]` on a retry, `[round K stderr]` for stderr) and escaped
 //! ([`Prefixed`]): no escape sequence of the agent reaches the terminal, and no line of the
 //! agent starts a line of the CI log.
@@ -117,8 +119,14 @@ impl Observer for LiveOutput {
                 let log = ralph_runner::engine::AttemptDirs::setup(&self.job_dir).output_log();
                 self.start(vec![Reader::new(log, "[setup]")]);
             }
+            EventKind::VerifyStarted { round } => {
+                let log =
+                    ralph_runner::engine::AttemptDirs::verify(&self.job_dir, *round).output_log();
+                self.start(vec![Reader::new(log, &format!("[round {round} verify]"))]);
+            }
             EventKind::RoundFinished { .. }
             | EventKind::SetupFinished { .. }
+            | EventKind::VerifyFinished { .. }
             | EventKind::Interrupted { .. }
             | EventKind::JobFinished { .. } => self.stop_current(),
             _ => {}

@@ -523,6 +523,14 @@ impl Observer for Progress {
                 Some(e) => self.line(&format!("result: {e}")),
                 None => self.line(&format!("result.patch: {files} file(s) changed")),
             },
+            EventKind::CacheLookup { path, hit, .. } => {
+                let r = if *hit { "hit" } else { "miss" };
+                self.line(&format!("cache {path}: {r}"));
+            }
+            EventKind::CacheSaved { path, error, .. } => match error {
+                Some(e) => self.line(&format!("cache {path}: not kept: {e}")),
+                None => self.line(&format!("cache {path}: kept from the set-up")),
+            },
             EventKind::JobSubmitted { .. }
             | EventKind::ToolchainGranted { .. }
             | EventKind::RoundSpawned { .. }

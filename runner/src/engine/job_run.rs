@@ -36,6 +36,8 @@ pub(super) struct JobRun<'e> {
     pub(super) upstream: Option<super::upstream::ResolvedUpstream>,
     /// What its rounds and verify are granted of the runner's toolchains (SPEC §12).
     pub(super) toolchain: crate::toolchain::ToolchainGrant,
+    /// Its caches, resolved before the set-up (SPEC §12).
+    pub(super) caches: Vec<crate::cache::CacheEntry>,
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -68,6 +70,7 @@ impl<'e> JobRun<'e> {
             carry: Default::default(),
             upstream: None,
             toolchain: Default::default(),
+            caches: Vec::new(),
         }
     }
 
@@ -132,6 +135,10 @@ impl<'e> JobRun<'e> {
         };
         let checked = match checked {
             Ok(()) => self.preflight_agent(),
+            Err(e) => Err(e),
+        };
+        let checked = match checked {
+            Ok(()) => self.resolve_caches(),
             Err(e) => Err(e),
         };
         let ran = match checked {

@@ -18,6 +18,7 @@
 
 mod artifacts;
 mod backends;
+mod caches;
 mod cancel;
 mod cancel_watch;
 mod command_check;
@@ -173,6 +174,8 @@ pub struct Engine {
     /// The bytes of request bodies all the model gateways of this process may hold at once
     /// (`ralph serve` runs every job's gateway in the service).
     gateway_pool: Arc<crate::gateway::BytePool>,
+    /// The bytes this host's caches may hold (SPEC §12, `cache_budget`).
+    cache_budget: u64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -208,7 +211,15 @@ impl Engine {
             upstreams: upstream::Upstreams::Local,
             provision: crate::provision::ProvisionConfig::default(),
             gateway_pool: crate::gateway::BytePool::new(crate::gateway::PROCESS_BUFFERED_BYTES),
+            cache_budget: crate::cache::DEFAULT_BUDGET,
         }
+    }
+
+    /// The bytes this host's caches may hold (default [`crate::cache::DEFAULT_BUDGET`]): the
+    /// least recently used go first after a set-up keeps one.
+    pub fn with_cache_budget(mut self, bytes: u64) -> Self {
+        self.cache_budget = bytes;
+        self
     }
 
     /// The runner's side of provisioned workspaces (SPEC §11).

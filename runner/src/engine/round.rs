@@ -104,6 +104,8 @@ impl JobRun<'_> {
             .map_err(|e| EngineError::io("create", &dirs.root, e))?;
         // HOME and TMPDIR are scratch space, not artifacts: gone however this attempt ends.
         let _scratch = dirs.private_scratch();
+        // The job's caches: this attempt's own copy, discarded with its HOME (SPEC §12).
+        let cache_binds = self.prepare_caches(&dirs)?;
         let view = self.journal.view();
         let handoff = view.last_report.as_ref().map(Report::to_compact_json);
         if let Some(h) = &handoff {
@@ -223,7 +225,7 @@ impl JobRun<'_> {
             timeout,
             kill_grace: self.spec.kill_grace.0,
             sandbox: {
-                let mut req = self.sandbox_request(&dirs, vec![dirs.input.clone()], Vec::new());
+                let mut req = self.sandbox_request(&dirs, vec![dirs.input.clone()], cache_binds);
                 // The report directory is bounded: a small tmpfs whose report and usage files
                 // only come back to `out/` (docs/agents.md).
                 req.private.report = Some(dirs.report_dir(self.spec.handoff_cap));

@@ -152,7 +152,9 @@ impl JobRun<'_> {
             &plan.as_ref().map(GatewayPlan::env).unwrap_or_default(),
         )
         .map_err(|e| config(e.to_string()))?;
-        let mut req = self.sandbox_request(dirs, vec![dirs.input.clone()], Vec::new());
+        // The job's caches: this step's own copy (a set-up that passes has it kept).
+        let cache_binds = self.prepare_caches(dirs)?;
+        let mut req = self.sandbox_request(dirs, vec![dirs.input.clone()], cache_binds);
         req.network = Some(self.step_network(plan.as_ref()));
         req.gateway_ports = plan.as_ref().map(GatewayPlan::ports).unwrap_or_default();
         let spec = ExecSpec {
@@ -221,7 +223,6 @@ impl JobRun<'_> {
             Err(e) => (Err(e), None),
         };
         let duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let _ = dirs.remove_private();
         let verdict = match outcome {
             Err(_) if self.cancel.is_cancelled() => StepVerdict {
                 end: StepEnd::Cancelled,
@@ -239,6 +240,11 @@ impl JobRun<'_> {
             },
             Ok(report) => self.judge_step(&step, report, disk_full, duration_ms)?,
         };
+        // Only a set-up that passed writes the job's caches (SPEC §12); its HOME goes after.
+        if step.kind == RunnerStep::Setup && verdict.passed() {
+            self.keep_caches(dirs)?;
+        }
+        let _ = dirs.remove_private();
         if matches!(verdict.end, StepEnd::Cancelled) {
             self.note_cancel()?;
         }

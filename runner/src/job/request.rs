@@ -65,6 +65,11 @@ pub struct JobRequest {
     pub setup_env: Vec<String>,
     /// Wall-clock limit of the set-up (default 30m).
     pub setup_timeout: Option<HumanDuration>,
+    /// Directories of the round's HOME kept across jobs (`~/.cache/pip`; SPEC §12).
+    #[serde(default)]
+    pub cache: Vec<String>,
+    /// The caches' key (default: a digest of the workspace's lock files).
+    pub cache_key: Option<String>,
     /// Backend.
     pub backend: Option<BackendKind>,
     /// Mode.
@@ -442,6 +447,12 @@ impl JobRequest {
             }
             (None, true, None) => None,
         };
+        d.cache = self
+            .cache
+            .iter()
+            .map(|p| crate::cache::CachePath::parse(p).map_err(|e| err("cache", e.to_string())))
+            .collect::<Result<_, _>>()?;
+        d.cache_key = self.cache_key;
         let defaults = SandboxSettings::default();
         d.sandbox = SandboxSettings {
             backend: self.backend.unwrap_or(defaults.backend),
@@ -662,6 +673,46 @@ mod tests {
             )),
             "{e}"
         );
+    }
+
+    /// Issue 26: `cache` and `cache_key` are job-file keys; a bad path or a docker job's cache
+    /// is refused with the key named.
+    #[test]
+    fn caches_are_job_file_keys_checked_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[[job]]\nobjective = \"x\"\nagent_cmd = \"true\"\nworkspace = \".\"\ncache = [\"~/.npm\", \"~/.cache/pip\"]\ncache_key = \"deps-v1\"\n";
+        let r = parse_job_file(text, Format::Toml).unwrap().remove(0);
+        let (spec, _) = r
+            .clone()
+            .into_spec(dir.path(), &WritableTrees::none())
+            .unwrap();
+        assert_eq!(
+            spec.cache
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            vec!["~/.npm", "~/.cache/pip"]
+        );
+        assert_eq!(spec.cache_key.as_deref(), Some("deps-v1"));
+        spec.validate(&super::super::spec::Ceilings::default())
+            .unwrap();
+        let mut docker = spec.clone();
+        docker.sandbox.backend = BackendKind::Docker;
+        assert_eq!(
+            docker.validate(&Default::default()).unwrap_err().field,
+            "cache"
+        );
+        let bad = JobRequest {
+            cache: vec!["/var/cache".into()],
+            ..r
+        };
+        let e = bad
+            .into_spec(dir.path(), &WritableTrees::none())
+            .unwrap_err();
+        assert_eq!(e.field, "cache", "{e}");
+        assert!(e.message.contains("must start with `~/`"), "{e}");
+        let e = parse_job_file(&text.replace("cache_key", "cache_keys"), Format::Toml).unwrap_err();
+        assert!(e.message.contains("cache_keys"), "{}", e.message);
     }
 
     #[test]

@@ -180,6 +180,13 @@ pub struct JobSpec {
     /// The set-up step run once before round 1 (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<SetupSpec>,
+    /// Directories of the round's HOME kept across jobs (SPEC §12, `cache`): written only by a
+    /// set-up that passed, copied to each round and verify, whose writes are discarded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<crate::cache::CachePath>,
+    /// The caches' key (`cache_key`; default: a digest of the workspace's lock files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
     /// Sandbox.
     pub sandbox: SandboxSettings,
     /// Names of runner environment variables passed to the agent.
@@ -232,6 +239,8 @@ impl JobSpec {
             max_tokens: None,
             verify: None,
             setup: None,
+            cache: Vec::new(),
+            cache_key: None,
             sandbox: SandboxSettings::default(),
             env: Vec::new(),
             toolchain: crate::toolchain::ToolchainMode::default(),
@@ -454,6 +463,14 @@ impl JobSpec {
             if setup.timeout.0.is_zero() {
                 return Err(err("setup_timeout", "must be longer than 0s"));
             }
+        }
+        crate::cache::validate(&self.cache, self.cache_key.as_deref())
+            .map_err(|(field, m)| err(field, m))?;
+        if !self.cache.is_empty() && self.sandbox.backend == BackendKind::Docker {
+            return Err(err(
+                "cache",
+                "is not supported with the docker backend yet; use the native backend",
+            ));
         }
         for name in &self.env {
             if !valid_env_name(name) {

@@ -185,6 +185,16 @@ pub enum MetricEvent {
         /// Let through or refused.
         allowed: bool,
     },
+    /// A job's cache was looked up.
+    CacheLookup {
+        /// Whether the store had it.
+        hit: bool,
+    },
+    /// A set-up's cache was kept: what the host's caches hold now.
+    CacheBytes {
+        /// Bytes.
+        total: u64,
+    },
     /// A job ended.
     JobFinished {
         /// Its outcome.

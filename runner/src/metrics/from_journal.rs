@@ -174,6 +174,10 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
             })
             .collect(),
         EventKind::Egress { allowed, .. } => vec![MetricEvent::Egress { allowed: *allowed }],
+        EventKind::CacheLookup { hit, .. } => vec![MetricEvent::CacheLookup { hit: *hit }],
+        EventKind::CacheSaved { total_bytes, .. } => vec![MetricEvent::CacheBytes {
+            total: *total_bytes,
+        }],
         EventKind::JobSubmitted { .. }
         | EventKind::UsageMismatch { .. }
         | EventKind::RoundStarted { .. }

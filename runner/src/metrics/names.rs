@@ -40,6 +40,12 @@ pub const MODEL_REQUEST_DURATION: &str = "ralph_model_request_duration_seconds";
 pub const MODEL_REFUSALS: &str = "ralph_model_refusals_total";
 /// `ralph_egress_requests_total{decision}`.
 pub const EGRESS: &str = "ralph_egress_requests_total";
+/// `ralph_cache_lookups_total{result}`: a job's caches looked up (SPEC §12), hit or miss.
+pub const CACHE_LOOKUPS: &str = "ralph_cache_lookups_total";
+/// `ralph_cache_bytes`: what this host's caches hold after this process's last save.
+pub const CACHE_BYTES: &str = "ralph_cache_bytes";
+/// The results of a cache lookup.
+pub const CACHE_RESULTS: [&str; 2] = ["hit", "miss"];
 /// `ralph_build_info{version}`.
 pub const BUILD_INFO: &str = "ralph_build_info";
 

@@ -48,6 +48,8 @@ pub struct Metrics {
     model_request_duration: HistogramVec,
     model_refusals: IntCounterVec,
     egress: IntCounterVec,
+    cache_lookups: IntCounterVec,
+    cache_bytes: prometheus::IntGauge,
     models: Mutex<BTreeSet<String>>,
 }
 
@@ -199,6 +201,19 @@ impl Metrics {
                 "Destinations the egress proxy let a round (or a set-up or verify command) reach or refused.",
                 &["decision"],
             )?,
+            cache_lookups: counter_vec(
+                n::CACHE_LOOKUPS,
+                "Caches of jobs looked up in this host's store before their set-up, by result.",
+                &["result"],
+            )?,
+            cache_bytes: prometheus::IntGauge::with_opts(Opts::new(
+                n::CACHE_BYTES,
+                "Bytes this host's caches hold, as of this process's last save of one (0 before).",
+            ))
+            .map_err(|source| MetricsError::Register {
+                name: n::CACHE_BYTES,
+                source,
+            })?,
             models: Mutex::new(BTreeSet::new()),
         };
         let build_info = IntGaugeVec::new(
@@ -239,6 +254,8 @@ impl Metrics {
             ),
             (n::MODEL_REFUSALS, Box::new(m.model_refusals.clone())),
             (n::EGRESS, Box::new(m.egress.clone())),
+            (n::CACHE_LOOKUPS, Box::new(m.cache_lookups.clone())),
+            (n::CACHE_BYTES, Box::new(m.cache_bytes.clone())),
             (n::BUILD_INFO, Box::new(build_info)),
         ];
         for (name, c) in collectors {
@@ -305,6 +322,9 @@ impl Metrics {
         }
         for d in n::EGRESS_DECISIONS {
             self.egress.with_label_values(&[d]);
+        }
+        for r in n::CACHE_RESULTS {
+            self.cache_lookups.with_label_values(&[r]);
         }
     }
 
@@ -427,6 +447,14 @@ impl Metrics {
                 self.model_refusals
                     .with_label_values(&[refusal_label(reason)])
                     .inc();
+            }
+            MetricEvent::CacheLookup { hit } => {
+                let r = if *hit { "hit" } else { "miss" };
+                self.cache_lookups.with_label_values(&[r]).inc();
+            }
+            MetricEvent::CacheBytes { total } => {
+                self.cache_bytes
+                    .set(i64::try_from(*total).unwrap_or(i64::MAX));
             }
             MetricEvent::Egress { allowed } => {
                 let d = if *allowed { "allowed" } else { "refused" };

@@ -818,6 +818,7 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "max_rounds": view.spec.max_rounds,
         "retries": view.retries,
         "verified": view.verified,
+        "setup": view.spec.setup.as_ref().map(|_| view.setup),
         "report": view.last_report,
         "usage": view.usage,
         "created_at": view.submitted_at,

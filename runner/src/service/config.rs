@@ -76,6 +76,9 @@ pub struct ServiceConfig {
     pub log_format: crate::logging::LogFormat,
     /// Remove the artifacts of jobs that finished more than this long ago (absent: keep them).
     pub retention: Option<HumanDuration>,
+    /// The bytes this host's job caches may hold (SPEC §12; default 10G): after a set-up keeps
+    /// one, the least recently used go until the rest fit.
+    pub cache_budget: Option<ByteSize>,
     /// The TCP listener's certificate chain (PEM): the API is served over HTTPS.
     pub tls_cert: Option<PathBuf>,
     /// The private key of `tls_cert` (PEM).

@@ -293,6 +293,11 @@ impl Service {
         .with_ceilings(ceilings)
         .with_observers(observers)
         .with_agent_user(config.agent_user.clone())
+        .with_cache_budget(
+            config
+                .cache_budget
+                .map_or(crate::cache::DEFAULT_BUDGET, |b| b.0),
+        )
         .with_upstreams(config.gateway.upstreams())
         .with_provision(crate::provision::ProvisionConfig {
             allow_push: config.limits.allow_push,

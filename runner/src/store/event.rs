@@ -425,6 +425,36 @@ pub enum EventKind {
         #[serde(flatten)]
         grant: crate::toolchain::GrantRecord,
     },
+    /// A cache of the job was looked up in this host's store (SPEC §12), once per run of the
+    /// job, before its set-up or first round.
+    CacheLookup {
+        /// The path in the round's HOME (`~/.npm`).
+        path: String,
+        /// The entry's key hash.
+        key_hash: String,
+        /// Where the key came from.
+        key_source: crate::cache::KeySource,
+        /// Whether the store had it.
+        hit: bool,
+        /// Its bytes (0 on a miss).
+        bytes: u64,
+    },
+    /// After a set-up that passed, a cache was kept (or could not be: `error`).
+    CacheSaved {
+        /// The path in the round's HOME.
+        path: String,
+        /// The entry's key hash.
+        key_hash: String,
+        /// Bytes kept.
+        bytes: u64,
+        /// Files (and links) kept.
+        files: u64,
+        /// Why it was not kept, if it was not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// Bytes all of this host's caches hold after it (and its budget's pruning).
+        total_bytes: u64,
+    },
     /// The job's result was written as `result.patch` (and pushed, if asked and allowed), in
     /// part (paths skipped), or could not be (SPEC §11).
     ResultWritten {
@@ -505,6 +535,8 @@ impl EventKind {
             | EventKind::RoundFinished { .. }
             | EventKind::WorkspaceSanitized { .. }
             | EventKind::ToolchainGranted { .. }
+            | EventKind::CacheLookup { .. }
+            | EventKind::CacheSaved { .. }
             | EventKind::UsageSkipped { .. }
             | EventKind::ModelRequest { .. }
             | EventKind::ModelRefusals { .. }
@@ -541,6 +573,8 @@ impl EventKind {
             EventKind::Resumed { .. } => "resumed",
             EventKind::WorkspaceProvisioned { .. } => "workspace_provisioned",
             EventKind::ToolchainGranted { .. } => "toolchain_granted",
+            EventKind::CacheLookup { .. } => "cache_lookup",
+            EventKind::CacheSaved { .. } => "cache_saved",
             EventKind::ResultWritten { .. } => "result_written",
             EventKind::JobFinished { .. } => "job_finished",
         }

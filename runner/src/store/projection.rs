@@ -477,7 +477,9 @@ impl JobView {
                     self.setup = SetupState::Interrupted;
                 }
             }
-            EventKind::ToolchainGranted { .. } => {}
+            EventKind::ToolchainGranted { .. }
+            | EventKind::CacheLookup { .. }
+            | EventKind::CacheSaved { .. } => {}
             EventKind::WorkspaceProvisioned { commit, .. } => {
                 if self.state != JobState::Running {
                     return Err(problem(

@@ -134,6 +134,27 @@ fn mount_point(src: &Path, dst: &Path) -> Result<(), StepFailure> {
     }
 }
 
+/// A tree bound inside the private HOME (a job's cache, `~/.cargo/registry`): its parents are
+/// made in HOME's tmpfs owned by HOME's owner, so the command can still write beside it
+/// (`~/.cargo/.package-cache`). Nothing to do for a tree elsewhere.
+fn home_parents(home: &Path, path: &Path, owner: (u32, u32)) -> Result<(), StepFailure> {
+    let Ok(rel) = path.strip_prefix(home) else {
+        return Ok(());
+    };
+    let parts: Vec<_> = rel.components().collect();
+    let mut at = under(NEW, home);
+    for c in parts.iter().take(parts.len().saturating_sub(1)) {
+        at.push(c);
+        match std::fs::create_dir(&at) {
+            Ok(()) => std::os::unix::fs::lchown(&at, Some(owner.0), Some(owner.1))
+                .map_err(|e| io_fail("chown", &at, &e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_fail("mkdir", &at, &e)),
+        }
+    }
+    Ok(())
+}
+
 fn pivot_root(new_root: &str, put_old: &str) -> Result<(), StepFailure> {
     let (n, o) = (
         std::ffi::CString::new(new_root),
@@ -379,6 +400,7 @@ fn build_root(
     }
     for b in &root.binds {
         let (src, dst) = (under(OLD, &b.path), under(NEW, &b.path));
+        home_parents(&root.home, &b.path, root.scratch_owner)?;
         mount_point(&src, &dst)?;
         match &b.idmap {
             Some(map) => {
