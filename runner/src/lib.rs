@@ -23,6 +23,7 @@ pub mod agent;
 pub mod builtin;
 pub mod ci;
 pub mod client;
+pub mod client_tls;
 pub mod engine;
 pub mod gateway;
 pub mod job;

@@ -155,7 +155,7 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
             ))
         })?);
     }
-    let absolute = |p: &Path| base.join(p);
+    let absolute = |p: &Path| super::abs_path::absolute(base, p);
     // A job the runner provisions a workspace for (`repo`, `upload`) names none.
     if r.repo.is_none() && r.upload.is_none() {
         r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));
