@@ -178,11 +178,13 @@ impl Client {
                 .client_cert
                 .as_deref()
                 .map(|c| (c, tls.client_key.as_deref()));
-            let config = crate::client_tls::client_config(tls.ca_file.as_deref(), client)
-                .map_err(|e| ClientError::TlsFile {
-                    what: e.what,
-                    path: e.path,
-                    message: e.message,
+            let config =
+                crate::client_tls::client_config(tls.ca_file.as_deref(), client).map_err(|e| {
+                    ClientError::TlsFile {
+                        what: e.what,
+                        path: e.path,
+                        message: e.message,
+                    }
                 })?;
             builder = builder.use_preconfigured_tls(config);
         }

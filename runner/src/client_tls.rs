@@ -200,11 +200,7 @@ mod tests {
         let e = client_config(None, Some((&cert_file, Some(&key_file)))).unwrap_err();
         assert_eq!(e.what, "--client-key");
         // The key in the certificate's own file.
-        std::fs::write(
-            &cert_file,
-            format!("{}{}", cert.pem(), key.serialize_pem()),
-        )
-        .unwrap();
+        std::fs::write(&cert_file, format!("{}{}", cert.pem(), key.serialize_pem())).unwrap();
         client_config(None, Some((&cert_file, None))).unwrap();
     }
 }

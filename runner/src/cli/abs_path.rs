@@ -21,6 +21,9 @@ mod tests {
         assert_eq!(absolute(base, Path::new("a/./b/")), Path::new("/tmp/x/a/b"));
         assert_eq!(absolute(base, Path::new("../y")), Path::new("/tmp/x/../y"));
         assert_eq!(absolute(base, Path::new("/srv/./w")), Path::new("/srv/w"));
-        assert_eq!(absolute(Path::new("/tmp/./x/."), Path::new("f")), Path::new("/tmp/x/f"));
+        assert_eq!(
+            absolute(Path::new("/tmp/./x/."), Path::new("f")),
+            Path::new("/tmp/x/f")
+        );
     }
 }

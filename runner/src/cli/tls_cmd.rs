@@ -25,7 +25,12 @@ pub struct InitArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
     /// A host name or IP address clients reach the server by (repeatable, or comma-separated).
-    #[arg(long = "name", value_name = "HOST", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "name",
+        value_name = "HOST",
+        value_delimiter = ',',
+        required = true
+    )]
     pub names: Vec<String>,
     /// A client certificate to make, written as NAME.pem and NAME-key.pem (repeatable).
     #[arg(long = "client", value_name = "NAME", default_value = "client")]
@@ -76,7 +81,9 @@ pub fn execute(cmd: TlsCommand) -> Result<Exit, CliError> {
         eprintln!("  {}", shown(p));
     }
     let f = |name: &str| shown(&dir.join(name));
-    outln!("# In the service config (mutual TLS: drop client_ca to accept clients without a certificate):");
+    outln!(
+        "# In the service config (mutual TLS: drop client_ca to accept clients without a certificate):"
+    );
     outln!("tls_cert = \"{}\"", f("server.pem"));
     outln!("tls_key = \"{}\"", f("server-key.pem"));
     outln!("client_ca = \"{}\"", f("ca.pem"));

@@ -322,7 +322,10 @@ mod tests {
         assert!(matches!(generate(&r), Err(TlsInitError::BadClient { .. })));
         let mut r = request();
         r.days = 0;
-        assert!(matches!(generate(&r), Err(TlsInitError::BadDays { days: 0 })));
+        assert!(matches!(
+            generate(&r),
+            Err(TlsInitError::BadDays { days: 0 })
+        ));
         let mut r = request();
         r.names = vec!["bad name!".into()];
         let e = generate(&r).unwrap_err().to_string();
