@@ -67,7 +67,7 @@ pub fn execute(args: PruneArgs) -> Result<Exit, CliError> {
     let dir = std::fs::canonicalize(&dir)
         .map_err(|e| CliError::usage(format!("--state-dir `{}`: {e}", dir.display())))?;
     let database_url = args.database_url.as_deref().filter(|u| !u.is_empty());
-    let store = Store::open(&dir, database_url).map_err(|e| CliError::internal(e.to_string()))?;
+    let store = Store::open(&dir, database_url).map_err(super::state_dir::open_error)?;
     let report = prune(&store, &dir, args.older_than.0, args.dry_run)
         .map_err(|e| CliError::internal(e.to_string()))?;
     for s in &report.skipped {
