@@ -1,7 +1,8 @@
 //! Mixed versions (issue 27): a store written by a newer ralph (its schema version above this
 //! binary's, as the newer binary records it) is refused by every command, with exit 64 and a
 //! message saying what to do, and left as it is; in a PostgreSQL fleet a host started before a
-//! newer host migrated the schema keeps running jobs, and refuses to start again.
+//! newer host migrated the schema keeps running jobs (a job holding an event it does not know
+//! is listed; reading its journal fails naming the event), and refuses to start again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -114,6 +115,38 @@ fn an_older_fleet_host_keeps_running_jobs_after_a_newer_one_migrates_and_refuses
     let id = created["jobs"][0]["id"].as_str().unwrap().to_owned();
     let done = a.wait_finished(&id, Duration::from_secs(60));
     assert_eq!(done["outcome"], "complete", "{done}");
+
+    // A job journalled by a newer ralph may hold an event this one does not know: it is still
+    // listed, and reading its journal says which event it cannot decode.
+    let last: i64 = admin
+        .query_one("SELECT last_seq FROM jobs WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    admin
+        .execute(
+            "INSERT INTO events (job_id, seq, at, type, data) VALUES ($1, $2, $3, 'from_a_newer_ralph', $4)",
+            &[&id, &(last + 1), &"2026-12-02T12:00:00.000Z", &r#"{"type":"from_a_newer_ralph"}"#],
+        )
+        .unwrap();
+    admin
+        .execute(
+            "UPDATE jobs SET last_seq = $2 WHERE id = $1",
+            &[&id, &(last + 1)],
+        )
+        .unwrap();
+    let (code, list) = a.api("GET", "/v1/jobs", None);
+    assert_eq!(code, 200, "{list}");
+    assert!(list.to_string().contains(&id), "{list}");
+    let (code, shown) = a.api("GET", &format!("/v1/jobs/{id}"), None);
+    assert_eq!(code, 500, "{shown}");
+    assert!(
+        shown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed to decode event")
+            && shown.to_string().contains("from_a_newer_ralph"),
+        "{shown}"
+    );
 
     // A host (re)started on this binary now: refused before it takes any work.
     let mut b = Serve::spawn(
