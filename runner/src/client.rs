@@ -98,6 +98,14 @@ fn tls_hint(message: &str) -> Option<&'static str> {
         Some(
             "the server presents a self-signed (CA) certificate that is not in --ca-file / RALPH_CA_FILE: give that very certificate (it is then pinned), or the certificate of the CA that signed it",
         )
+    } else if message.contains("Expired")
+        || message.contains("certificate expired")
+        || message.contains("NotValidYet")
+        || message.contains("not valid yet")
+    {
+        Some(
+            "the server's certificate is outside its validity dates: renew it on the server (then `systemctl reload ralph`), or check this machine's clock",
+        )
     } else if message.contains("NotValidForName") || message.contains("not valid for name") {
         Some(
             "the server's certificate does not name the host in the server address: use the name (or IP) the certificate was made for",

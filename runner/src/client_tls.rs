@@ -2,7 +2,8 @@
 //! certificates of `--ca-file`, each of which is also *pinned* — a server presenting exactly one
 //! of them is trusted (its name still checked), so the usual self-signed certificate (OpenSSL 3's
 //! `req -x509` marks it `CA:TRUE`, which WebPKI refuses as a server's own certificate) works as
-//! its own `--ca-file`, as it does with curl. Anything else goes through the WebPKI chain check.
+//! its own `--ca-file`, as it does with curl; its dates are checked ([`validity`]). Anything
+//! else goes through the WebPKI chain check.
 //! Also the client certificate for mutual TLS (`--client-cert`, `--client-key`).
 
 use std::path::Path;
@@ -13,7 +14,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+mod validity;
 
 /// A CA file or client certificate that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +62,7 @@ fn certificates(
 }
 
 /// Trusts a server presenting one of `pinned` exactly (the name it was reached by must be in
-/// it); any other certificate is judged by `webpki`. The handshake's signatures are always
+/// it, and `now` within its dates); any other certificate is judged by `webpki`. The handshake's signatures are always
 /// checked with the provider's algorithms, so the server holds the certificate's key.
 #[derive(Debug)]
 struct PinningVerifier {
@@ -83,6 +86,18 @@ impl ServerCertVerifier for PinningVerifier {
         {
             let parsed = ParsedCertificate::try_from(end_entity)?;
             rustls::client::verify_server_name(&parsed, server_name)?;
+            let (not_before, not_after) = validity::validity(end_entity.as_ref()).ok_or(
+                rustls::Error::InvalidCertificate(CertificateError::BadEncoding),
+            )?;
+            let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+            if now < not_before {
+                return Err(rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidYet,
+                ));
+            }
+            if now > not_after {
+                return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
+            }
             return Ok(ServerCertVerified::assertion());
         }
         self.webpki
@@ -183,6 +198,70 @@ mod tests {
         );
         let e = client_config(Some(&dir.path().join("missing.pem")), None).unwrap_err();
         assert!(e.to_string().contains("missing.pem"), "{e}");
+    }
+
+    /// A self-signed `CA:TRUE` certificate for `names`, valid in `years`.
+    fn self_signed_ca(names: &[&str], years: (i32, i32)) -> CertificateDer<'static> {
+        let mut p = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.not_before = rcgen::date_time_ymd(years.0, 1, 1);
+        p.not_after = rcgen::date_time_ymd(years.1, 1, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        p.self_signed(&key).unwrap().der().clone()
+    }
+
+    fn verifier(pinned: &[CertificateDer<'static>]) -> PinningVerifier {
+        let mut roots = RootCertStore::empty();
+        roots.add_parsable_certificates(pinned.iter().cloned());
+        let webpki = WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        PinningVerifier {
+            pinned: pinned.to_vec(),
+            webpki,
+        }
+    }
+
+    fn verify(
+        v: &PinningVerifier,
+        cert: &CertificateDer<'_>,
+        host: &str,
+        year: i32,
+    ) -> Result<(), String> {
+        let secs = u64::try_from((year - 1970) as i64 * 365 * 86_400 + 180 * 86_400).unwrap();
+        v.verify_server_cert(
+            cert,
+            &[],
+            &ServerName::try_from(host.to_owned()).unwrap(),
+            &[],
+            UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs)),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_pinned_certificate_is_trusted_for_its_names_and_dates_only() {
+        let pinned = self_signed_ca(&["localhost", "127.0.0.1"], (2020, 2040));
+        let v = verifier(std::slice::from_ref(&pinned));
+        verify(&v, &pinned, "localhost", 2030).unwrap();
+        verify(&v, &pinned, "127.0.0.1", 2030).unwrap();
+        let e = verify(&v, &pinned, "elsewhere", 2030).unwrap_err();
+        assert!(e.contains("not valid for name"), "{e}");
+        let e = verify(&v, &pinned, "localhost", 2045).unwrap_err();
+        assert!(e.contains("Expired"), "{e}");
+        let e = verify(&v, &pinned, "localhost", 2010).unwrap_err();
+        assert!(e.contains("NotValidYet"), "{e}");
+        // Another self-signed certificate with the same names: WebPKI's refusal.
+        let other = self_signed_ca(&["localhost"], (2020, 2040));
+        let e = verify(&v, &other, "localhost", 2030).unwrap_err();
+        assert!(e.contains("CaUsedAsEndEntity"), "{e}");
     }
 
     #[test]

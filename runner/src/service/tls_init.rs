@@ -26,7 +26,7 @@ pub enum TlsInitError {
     BadName {
         /// The name.
         name: String,
-        /// rcgen's reason.
+        /// Why.
         message: String,
     },
     /// A client name that cannot be a file name.
@@ -150,6 +150,15 @@ pub fn generate(req: &Request) -> Result<Pki, TlsInitError> {
     if req.names.is_empty() {
         return Err(TlsInitError::NoName);
     }
+    // What a client can put in a server address (the same check as the client's).
+    for name in &req.names {
+        rustls_pki_types::ServerName::try_from(name.as_str()).map_err(|e| {
+            TlsInitError::BadName {
+                name: name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+    }
     if req.days == 0 || req.days > CA_DAYS {
         return Err(TlsInitError::BadDays { days: req.days });
     }
@@ -172,12 +181,6 @@ pub fn generate(req: &Request) -> Result<Pki, TlsInitError> {
     push("ca.pem".into(), ca_cert.pem(), false);
     push("ca-key.pem".into(), ca_key.serialize_pem(), true);
 
-    for name in &req.names {
-        CertificateParams::new(vec![name.clone()]).map_err(|e| TlsInitError::BadName {
-            name: name.clone(),
-            message: e.to_string(),
-        })?;
-    }
     let mut server =
         CertificateParams::new(req.names.clone()).map_err(generated("server certificate"))?;
     server
