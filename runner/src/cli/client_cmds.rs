@@ -146,7 +146,7 @@ pub struct SubmitArgs {
 fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, CliError> {
     let at = |f: &str| format!("job[{index}].{f}");
     if let Some(p) = r.objective_file.take() {
-        let path = if p.is_absolute() { p } else { base.join(p) };
+        let path = super::abs_path::absolute(base, &p);
         r.objective = Some(std::fs::read_to_string(&path).map_err(|e| {
             CliError::usage(format!(
                 "{}: `{}`: {e}",
