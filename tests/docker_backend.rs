@@ -39,7 +39,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
     let ws = dir.join("ws");
     let home = dir.join("home");
     let tmp = dir.join("tmp");
-    for d in [&ws, &home, &tmp] {
+    for d in [&ws, &home, &tmp, &dir.join("control")] {
         std::fs::create_dir_all(d).unwrap();
     }
     let mut env = env;
@@ -283,6 +283,138 @@ fn memory_limit_in_docker_is_reported_like_native() {
     let message = j["message"].as_str().unwrap();
     assert!(message.contains("the memory limit was hit"), "{message}");
     assert!(containers_with_label(labels::JOB, &out.job_id()).is_empty());
+}
+
+/// The command's own status: with ralph's init a command that exits 137 exited with status 137,
+/// and one killed by SIGKILL was killed by a signal (the container's status folds the two
+/// together; the init tells them apart). The engine removed each container (AutoRemove).
+#[test]
+fn an_exit_of_137_is_an_exit_and_a_sigkill_is_a_signal() {
+    if !ready("an_exit_of_137_is_an_exit_and_a_sigkill_is_a_signal") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let label = format!("status-{}", std::process::id());
+    rt().block_on(async {
+        let backend = DockerBackend::new(Arc::new(PolicySet::embedded().unwrap()))
+            .with_init_program(common::ralph_bin());
+        for (script, ends) in [
+            ("exit 137", Termination::Exited { code: 137 }),
+            ("kill -9 $$", Termination::Signaled { signal: 9 }),
+            ("exit 3", Termination::Exited { code: 3 }),
+        ] {
+            let s = spec(
+                &dir,
+                &["/bin/sh", "-c", script],
+                vec![("RALPH_JOB_ID".into(), label.clone())],
+            );
+            let io = ExecIo {
+                stdin: None,
+                stdout: Box::new(Buf::default()),
+                stderr: Box::new(Buf::default()),
+            };
+            let report = backend
+                .spawn(&s, io)
+                .await
+                .unwrap()
+                .wait(CancellationToken::new())
+                .await
+                .unwrap();
+            assert_eq!(report.outcome.termination, ends, "{script}");
+            assert_eq!(report.outcome.ended_by, EndedBy::Exit, "{script}");
+            assert!(
+                containers_with_label(labels::JOB, &label).is_empty(),
+                "{script}: a container is left"
+            );
+        }
+    });
+    // A round says what native says of the same agent.
+    let messages: Vec<String> = ["native", "docker"]
+        .into_iter()
+        .map(|backend| {
+            let f = Fixture::new();
+            let agent = f.agent("ends.sh", "echo bye >&2; exit 137");
+            let out = f
+                .run(&agent)
+                .args(["--backend", backend, "--image", IMAGE, "--max-rounds", "1"])
+                .output();
+            out.expect_code(3);
+            let m = out.json()["message"].as_str().unwrap().to_owned();
+            m[m.find("; the agent ended").unwrap_or(0)..].to_owned()
+        })
+        .collect();
+    assert_eq!(messages[0], messages[1]);
+    assert!(messages[1].contains("exit status 137"), "{}", messages[1]);
+}
+
+/// A job that sets no `--memory`/`--cpus` gets the policy's defaults (half the host's memory,
+/// three quarters of its CPUs) on both backends: said in the enforcement report, and on docker
+/// the container's own cgroup carries the limit.
+#[test]
+fn rounds_get_the_policys_default_memory_and_cpu_limits_on_both_backends() {
+    if !ready("rounds_get_the_policys_default_memory_and_cpu_limits_on_both_backends") {
+        return;
+    }
+    let total: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .map(|k| k.trim().parse::<u64>().unwrap() * 1024)
+        .unwrap();
+    let want = (total / 2) & !((1 << 20) - 1);
+    for backend in ["native", "docker"] {
+        let f = Fixture::new();
+        let agent = f.agent(
+            "limits.sh",
+            &format!(
+                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes > limit.txt 2>/dev/null || :\necho '{}' > \"$RALPH_REPORT_FILE\"",
+                complete_report("looked")
+            ),
+        );
+        let out = f
+            .run(&agent)
+            .args(["--backend", backend, "--image", IMAGE, "--max-rounds", "1"])
+            .output();
+        out.expect_code(0);
+        let result = f
+            .state
+            .join("jobs")
+            .join(out.job_id())
+            .join("rounds/1/1/sandbox-result.json");
+        let result: Value = serde_json::from_slice(&std::fs::read(&result).unwrap()).unwrap();
+        let of = |r: &str| {
+            result["outcome"]["enforcement"]["restrictions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["restriction"] == r)
+                .cloned()
+                .unwrap_or_else(|| panic!("{backend}: no {r} in {result:#}"))
+        };
+        let memory = of("memory");
+        let detail = memory["detail"].as_str().unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(memory["level"], "full", "{backend}: {memory}");
+            assert!(
+                detail.contains(&format!("{want} bytes")),
+                "{backend}: {detail}"
+            );
+            assert!(detail.contains("(policy default)"), "{backend}: {detail}");
+        } else {
+            assert!(detail.contains("policy default"), "{backend}: {detail}");
+        }
+        let cpu = of("cpu");
+        assert!(
+            cpu["detail"].as_str().unwrap().contains("(policy default)")
+                || cpu["level"] == "partial",
+            "{backend}: {cpu}"
+        );
+        if backend == "docker" {
+            assert_eq!(f.read_ws("limit.txt").trim(), want.to_string());
+        }
+    }
 }
 
 /// The round timeout: the round fails with the timeout message, as natively.

@@ -327,6 +327,22 @@ impl Client {
             .await
     }
 
+    /// The ceilings a submission by this token is judged against (`GET /v1/limits`); `None`
+    /// from a server older than that endpoint (404).
+    pub async fn limits(&self) -> Result<Option<Value>, ClientError> {
+        match self.json(self.http.get(self.url("/limits"))).await {
+            Ok(v) => Ok(Some(v)),
+            Err(ClientError::Api { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A job's artifact files, on whichever host of a fleet they are.
+    pub async fn artifacts(&self, id: &str) -> Result<Value, ClientError> {
+        self.json(self.http.get(self.url(&format!("/jobs/{id}/artifacts"))))
+            .await
+    }
+
     /// A provisioned job's `result.patch`.
     pub async fn patch(&self, id: &str) -> Result<Vec<u8>, ClientError> {
         let bytes = self

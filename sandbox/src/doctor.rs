@@ -237,6 +237,10 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                 .map(|s| format!("v{} at {}", s.version, s.dir.display())),
         ));
     }
+    checks.push(Check::new(
+        "default limits",
+        Ok(default_limits(policies, &host.size)),
+    ));
     checks.push(Check::new("docker", docker(docker_socket)));
 
     let modes = Mode::ALL
@@ -351,4 +355,36 @@ pub fn docker_socket() -> PathBuf {
         .ok()
         .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+}
+
+/// What a round gets when its job sets no `--memory`/`--cpus`, per mode, on this host.
+fn default_limits(policies: &PolicySet, size: &crate::policy::host_share::HostSize) -> String {
+    let per_mode = Mode::ALL
+        .iter()
+        .filter_map(|mode| {
+            let l = policies.get(*mode).ok()?.limits;
+            let memory = match l.memory {
+                None => "no memory limit".to_owned(),
+                Some(m) => match m.bytes(size) {
+                    Some(b) => format!("memory {} ({m})", crate::units::ByteSize(b)),
+                    None => format!("memory {m}: the host's memory is unknown, none"),
+                },
+            };
+            let cpus = match l.cpus {
+                None => "no cpu limit".to_owned(),
+                Some(c) => format!("cpus {} ({c})", crate::policy::Cpus(c.millis(size))),
+            };
+            Some((mode.as_str(), format!("{memory}, {cpus}")))
+        })
+        .collect::<Vec<_>>();
+    match &per_mode[..] {
+        [(_, first), rest @ ..] if rest.iter().all(|(_, l)| l == first) => {
+            format!("every mode: {first}")
+        }
+        _ => per_mode
+            .iter()
+            .map(|(mode, l)| format!("{mode}: {l}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
 }

@@ -271,6 +271,8 @@ pub struct Host {
     pub nofile_hard: u64,
     /// The hard `RLIMIT_FSIZE`.
     pub fsize_hard: u64,
+    /// Its memory and CPUs, for the policy defaults given as a share of the host.
+    pub size: crate::policy::host_share::HostSize,
 }
 
 fn writable(dir: &Path) -> bool {
@@ -317,6 +319,7 @@ pub fn probe() -> Host {
         cpu: site("cpu"),
         nofile_hard: hard(nix::sys::resource::Resource::RLIMIT_NOFILE),
         fsize_hard: hard(nix::sys::resource::Resource::RLIMIT_FSIZE),
+        size: crate::policy::host_share::HostSize::probe(),
     }
 }
 

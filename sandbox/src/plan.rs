@@ -926,7 +926,8 @@ pub fn resolve(
         ),
         None => e.record(Restriction::FileSize, Level::NotRequested, "inherited"),
     }
-    let memory = match (req.limits.memory_bytes, policy.limits.memory.map(|m| m.0)) {
+    let memory_default = policy.limits.memory.and_then(|m| m.bytes(&host.size));
+    let memory = match (req.limits.memory_bytes, memory_default) {
         (Some(bytes), _) => match &host.memory {
             Ok(site) => {
                 e.record(
@@ -1023,7 +1024,10 @@ pub fn resolve(
         }
     };
 
-    let cpu = match (req.limits.cpu_millis, policy.limits.cpus.map(|c| c.0)) {
+    let cpu = match (
+        req.limits.cpu_millis,
+        policy.limits.cpus.map(|c| c.millis(&host.size)),
+    ) {
         (None, None) => {
             e.record(Restriction::Cpu, Level::NotRequested, "no cpu limit");
             None

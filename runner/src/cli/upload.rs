@@ -30,6 +30,39 @@ fn size(bytes: u64) -> String {
     format!("{value:.1} {unit}")
 }
 
+/// Judges what the jobs ask against the server's ceilings (`GET /v1/limits`) before anything
+/// is uploaded (SPEC §11): a refusal then costs no upload. A default is never sent (the server
+/// brings its default down to its ceiling); a server without the endpoint judges on submit.
+fn within_limits(client: &Client, requests: &[JobRequest]) -> Result<(), CliError> {
+    let Some(limits) = runtime()?.block_on(client.limits()).map_err(client_error)? else {
+        return Ok(());
+    };
+    for (i, r) in requests.iter().enumerate() {
+        let checks = [
+            (
+                "max_rounds",
+                r.max_rounds.map(u64::from),
+                limits["max_rounds"].as_u64(),
+            ),
+            (
+                "handoff_cap",
+                r.handoff_cap.map(|b| b.0),
+                limits["max_handoff_cap"].as_u64(),
+            ),
+        ];
+        for (field, asked, ceiling) in checks {
+            if let (Some(asked), Some(ceiling)) = (asked, ceiling)
+                && asked > ceiling
+            {
+                return Err(CliError::usage(format!(
+                    "job[{i}].{field}: {asked} is over the server's ceiling of {ceiling}; nothing was uploaded"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that no job names its own workspace, uploads `dir` (relative to `cwd`) and names the
 /// upload in every job; returns the server's answer about the upload.
 pub(super) fn upload(
@@ -68,6 +101,7 @@ pub(super) fn upload(
             )));
         }
     }
+    within_limits(client, requests)?;
     let answer = runtime()?
         .block_on(client.upload(&dir))
         .map_err(client_error)?;

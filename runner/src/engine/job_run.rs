@@ -702,6 +702,7 @@ impl<'e> JobRun<'e> {
         // A provisioned workspace's result is written before the job is seen finished.
         self.write_result()?;
         self.release_workspace();
+        self.keep_files_in_store();
         self.journal.record(EventKind::JobFinished {
             outcome,
             reason,
@@ -710,6 +711,22 @@ impl<'e> JobRun<'e> {
             ran_ms: Some(u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)),
         })?;
         Ok(())
+    }
+
+    /// On a shared store, copies the job's files (patch, reports, capped logs) into it before
+    /// the job is seen finished, so that every host of the fleet answers for them (SPEC §11,
+    /// [`crate::store::job_files`]). A failure is logged: the files stay on this host's disk,
+    /// and the other hosts' answers name it.
+    fn keep_files_in_store(&self) {
+        let store = self.journal.store();
+        if !store.keeps_job_files() {
+            return;
+        }
+        let id = self.journal.view().id.clone();
+        let files = crate::store::job_files::collect(&self.engine.job_dir(&id));
+        if let Err(e) = store.put_job_files(&id, files) {
+            tracing::warn!(job_id = %id, error = %e, "job {id}: its files were not kept in the shared store (they stay on this host's disk): {e}");
+        }
     }
 
     /// The result object the job would have if it ended now as given.

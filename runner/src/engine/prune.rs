@@ -214,6 +214,12 @@ pub fn prune(
             if let Ok(text) = serde_json::to_vec(&marker) {
                 let _ = std::fs::write(job_dir.join(PRUNED_FILE), text);
             }
+            // The copies a shared store kept for the other hosts go with them.
+            if let Err(e) = store.drop_job_files(&id) {
+                report
+                    .skipped
+                    .push(format!("job {id}: its files kept in the store stay: {e}"));
+            }
         }
         report.files += files;
         report.bytes += bytes;

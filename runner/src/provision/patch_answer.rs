@@ -60,15 +60,17 @@ pub fn answer(view: &JobView, path: &Path, job_dir: &Path, this_host: &str) -> P
                     s.files, m.pruned_at
                 ));
             }
-            if let Some(host) = view
-                .runner
-                .as_ref()
-                .map(|r| r.host.as_str())
-                .filter(|h| *h != this_host)
-            {
+            // Another host, or another state directory on this one (a fleet: SPEC §11).
+            if let Some(r) = view.runner.as_ref().filter(|r| {
+                r.host != this_host
+                    || r.state_dir
+                        .as_ref()
+                        .is_some_and(|d| !job_dir.starts_with(d))
+            }) {
                 return PatchAnswer::NoPatch(format!(
-                    "job `{id}`: its result.patch ({} file(s)) is on the host `{host}` that ran it, not on `{this_host}`",
-                    s.files
+                    "job `{id}`: its result.patch ({} file(s)) is on the host that ran it, {}, not on `{this_host}`",
+                    s.files,
+                    r.place()
                 ));
             }
             PatchAnswer::NoPatch(format!(
@@ -294,7 +296,7 @@ mod tests {
             )
         };
         let m = no_patch(ask(&ok("there")));
-        assert!(m.contains("on the host `there` that ran it"), "{m}");
+        assert!(m.contains("on the host that ran it, `there`"), "{m}");
         let m = no_patch(ask(&ok(here)));
         assert!(m.contains("was written but"), "{m}");
         std::fs::write(

@@ -44,6 +44,8 @@ pub struct Asked {
     pub round_timeout: bool,
     /// `job_timeout` was given.
     pub job_timeout: bool,
+    /// `max_rounds` was not given: the default is brought down to the ceiling (SPEC §11).
+    pub default_rounds: bool,
 }
 
 impl Asked {
@@ -52,6 +54,7 @@ impl Asked {
         Self {
             round_timeout: req.round_timeout.is_some(),
             job_timeout: req.job_timeout.is_some(),
+            default_rounds: req.max_rounds.is_none(),
         }
     }
 }
@@ -236,6 +239,9 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
                 ),
             );
         }
+    }
+    if asked.default_rounds {
+        spec.max_rounds = spec.max_rounds.min(limits.max_rounds);
     }
     if spec.max_rounds > limits.max_rounds {
         return refuse(
@@ -442,6 +448,16 @@ mod tests {
             "max_rounds",
             "max_rounds",
         );
+        // A default above the ceiling is brought down to it; one asked for is refused.
+        let (mut s, mut l) = (spec.clone(), limits.clone());
+        s.max_rounds = 20;
+        l.max_rounds = 10;
+        let defaulted = Asked {
+            default_rounds: true,
+            ..Asked::default()
+        };
+        admit(&mut s, &l, &defaulted).unwrap();
+        assert_eq!(s.max_rounds, 10);
         check(
             &|s, l| {
                 s.sandbox.memory = Some(ByteSize(4 << 30));

@@ -253,6 +253,8 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/events", get(job_events))
         .route("/jobs/{id}/rounds/{round}/logs", get(round_logs))
         .route("/jobs/{id}/patch", get(super::provisioned::job_patch))
+        .route("/jobs/{id}/artifacts", get(super::results::job_artifacts))
+        .route("/limits", get(limits))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/jobs/{id}/resume", post(resume_job))
         .route("/uploads", post(super::uploads::create_upload))
@@ -468,6 +470,25 @@ async fn metrics_auth(State(svc): Svc, req: Request, next: Next) -> Result<Respo
 
 /// 200 when recovered, listening, not draining and the store answers (a probe of its own,
 /// cached for a second: never behind a stuck call); 503 with the reason otherwise.
+/// `GET /v1/limits`: the ceilings a submission by this token is judged against (SPEC §11), so
+/// that a client never sends a default above them (before an upload, say).
+async fn limits(
+    State(svc): Svc,
+    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
+) -> axum::Json<Value> {
+    let config = svc.config();
+    let l = config.limits_for(&caller.name);
+    axum::Json(json!({
+        "max_rounds": l.max_rounds,
+        "max_handoff_cap": l.max_handoff_cap.0,
+        "max_mode": l.max_mode,
+        "max_round_timeout_secs": l.max_round_timeout.map(|d| d.0.as_secs()),
+        "max_job_timeout_secs": l.max_job_timeout.map(|d| d.0.as_secs()),
+        "max_upload_bytes": l.max_upload_bytes.0,
+        "max_upload_files": l.max_upload_files,
+    }))
+}
+
 async fn readyz(State(svc): Svc) -> (StatusCode, String) {
     if !svc.is_ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into());
@@ -663,7 +684,7 @@ async fn create_jobs(
     for (spec, prio, provisioned) in &specs {
         let id = match provisioned {
             Some(p) => {
-                super::provisioned::make(p)?;
+                // Its workspace is made by the host that takes it (the scheduler).
                 blocking(|| svc.engine().store().submit_as(p.id.clone(), spec, *prio))?
             }
             None => blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?,
@@ -795,7 +816,13 @@ async fn get_job(State(svc): Svc, Path(id): Path<String>) -> Result<axum::Json<V
     let id = resolve(&svc, &id)?;
     let view = blocking(|| svc.engine().store().load(&id))?;
     let dir = svc.engine().job_dir(&id);
-    let mut j = job_json(&view, &dir);
+    // The artifacts are on the host that ran the job: every host answers the same (SPEC §11).
+    let artifacts = view
+        .runner
+        .as_ref()
+        .and_then(|r| r.state_dir.as_ref())
+        .map_or_else(|| dir.clone(), |d| crate::engine::job_dir(d, &id));
+    let mut j = job_json(&view, &artifacts);
     // Retention removed its artifacts (the journal stays): say so and when.
     if let Some(m) = crate::engine::prune::pruned_marker(&dir) {
         j["artifacts_pruned"] = json!(m);
@@ -931,7 +958,7 @@ async fn round_logs(
     let Query(q) =
         q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.body_text()))?;
     let id = resolve(&svc, &id)?;
-    blocking(|| svc.engine().store().load(&id))?;
+    let view = blocking(|| svc.engine().store().load(&id))?;
     let job_dir = svc.engine().job_dir(&id);
     let attempt = q.attempt.unwrap_or(1);
     let target = match q.stream.as_deref() {
@@ -968,6 +995,51 @@ async fn round_logs(
                 m.pruned_at
             ),
         ));
+    }
+    // A round another host of the fleet ran (SPEC §11): the store keeps its log once the job
+    // ended; until then, or when it does not, the answer names that host.
+    let k = if matches!(q.stream.as_deref(), Some("setup")) {
+        None
+    } else {
+        Some(round)
+    };
+    let holder =
+        blocking(|| Ok::<_, crate::store::StoreError>(super::results::holder(&svc, &view, k)))?;
+    if let Some(holder) = holder.filter(|h| super::results::elsewhere(&svc, h))
+        && !path.is_file()
+    {
+        let name = path
+            .strip_prefix(&job_dir)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let id2 = id.clone();
+        let kept = if view.state == JobState::Finished {
+            blocking(|| super::results::kept(&svc, &id2, &name))?
+        } else {
+            None
+        };
+        return match kept {
+            Some(f) => {
+                let truncated = f.truncated().then(|| f.bytes.to_string());
+                let mut r = (
+                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    f.data.unwrap_or_default(),
+                )
+                    .into_response();
+                if let Some(full) = truncated
+                    && let Ok(v) = full.parse()
+                {
+                    r.headers_mut().insert(super::results::TRUNCATED_HEADER, v);
+                }
+                Ok(r)
+            }
+            None => Err(super::results::held_elsewhere(
+                &svc,
+                &view,
+                &format!("the log of round {round}"),
+                &holder,
+            )),
+        };
     }
     if q.follow == Some(true) {
         return super::log_follow::follow(svc.clone(), id, target, path).await;

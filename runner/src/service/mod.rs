@@ -10,6 +10,7 @@
 //! - `scheduler`: which queued job starts next (concurrency, one job per workspace).
 //! - [`auth`]: the generated first token; [`tokens`]: the named tokens and their [`scope`]s,
 //!   [`token_config`] (`[tokens.NAME]`), [`token_api`] (`/v1/tokens`), [`rate_limit`].
+//! - [`results`]: a job's patch, logs and artifacts through any host of a fleet (SPEC §11).
 //! - [`uploads`]: `POST /v1/uploads` (a tree for `upload` jobs) and the uploads' retention.
 //! - [`tls`]: HTTPS for the TCP listener (mutual TLS with `client_ca`). [`notify`]: `sd_notify`.
 
@@ -29,6 +30,7 @@ pub mod rate_limit;
 pub mod recovery;
 pub mod refusal_log;
 pub mod repo_admission;
+pub mod results;
 mod retention;
 mod scheduler;
 pub mod scope;
@@ -235,7 +237,7 @@ impl Service {
         let token = auth::load_or_create(&config.token_path())?;
         let tokens = tokens::Tokens::load(&token, &state_dir, &config.tokens)?;
         let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
-        let runner = RunnerInfo::current("serve");
+        let runner = RunnerInfo::current("serve").with_state_dir(&state_dir);
         let lease = store.start_lease(&runner, config.lease_timeout.0)?;
         let ceilings = crate::job::Ceilings {
             max_rounds: config.limits.max_rounds,

@@ -1,6 +1,6 @@
 //! The service's side of provisioned workspaces (SPEC §11): the workspace a `repo` job gets
-//! (`<state-dir>/workspaces/<job-id>`, made when the job is accepted so the scheduler can lock
-//! it), `GET /v1/jobs/{id}/patch` (the patch, flagged when partial, or why there is none), and
+//! (`<state-dir>/workspaces/<job-id>` of the host that runs it, made by its scheduler so that it
+//! can lock it), `GET /v1/jobs/{id}/patch` (the patch, flagged when partial, or why there is none), and
 //! the workspaces' lifecycle: removed once their job has been finished for `[provision]
 //! workspace_retention`, or, oldest first, when all of them use more than `workspace_budget`
 //! (the job's `result.patch` stays).
@@ -57,16 +57,6 @@ pub fn plan(svc: &Service) -> Result<Planned, ApiError> {
     })
 }
 
-/// Makes the planned (empty) workspace.
-pub fn make(p: &Planned) -> Result<(), ApiError> {
-    std::fs::create_dir(&p.workspace).map_err(|e| {
-        internal(format!(
-            "failed to create the workspace `{}`: {e}",
-            p.workspace.display()
-        ))
-    })
-}
-
 /// The header that says what a served patch holds: `written` or `partial`.
 pub const PATCH_STATE_HEADER: &str = "x-ralph-patch";
 
@@ -85,6 +75,24 @@ pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Respon
         .unwrap_or_default();
     let status = match patch_answer::answer(&view, &path, &job_dir, &host) {
         PatchAnswer::NoPatch(message) => {
+            // Written by another host of the fleet: the store keeps it, or names that host.
+            if let (JobState::Finished, Some(status), Some(holder)) =
+                (view.state, view.patch.clone(), view.runner.clone())
+                && super::results::elsewhere(&svc, &holder)
+            {
+                let name = crate::store::job_files::PATCH_NAME;
+                let id2 = id.clone();
+                let kept = blocking(|| super::results::kept(&svc, &id2, name))?;
+                return match kept.and_then(|f| f.data) {
+                    Some(bytes) => Ok(patch_response(Some(&status), bytes)),
+                    None => Err(super::results::held_elsewhere(
+                        &svc,
+                        &view,
+                        &format!("its result.patch ({} file(s))", status.files),
+                        &holder,
+                    )),
+                };
+            }
             return Err(ApiError::new(StatusCode::NOT_FOUND, "no_patch", message));
         }
         PatchAnswer::Failed(message) => {
@@ -97,33 +105,39 @@ pub async fn job_patch(State(svc): Svc, Path(id): Path<String>) -> Result<Respon
         PatchAnswer::Patch { status } => status,
     };
     match tokio::fs::read(&path).await {
-        Ok(bytes) => {
-            let state = status.as_ref().map_or("written", |s| s.state.as_str());
-            let skipped = status.as_ref().map_or(0, |s| s.skipped_total);
-            Ok((
-                [
-                    (
-                        header::CONTENT_TYPE,
-                        "text/x-diff; charset=utf-8".to_owned(),
-                    ),
-                    (
-                        HeaderName::from_static(PATCH_STATE_HEADER),
-                        state.to_owned(),
-                    ),
-                    (
-                        HeaderName::from_static(PATCH_SKIPPED_HEADER),
-                        skipped.to_string(),
-                    ),
-                ],
-                bytes,
-            )
-                .into_response())
-        }
+        Ok(bytes) => Ok(patch_response(status.as_ref(), bytes)),
         Err(e) => Err(internal(format!(
             "failed to read `{}`: {e}",
             path.display()
         ))),
     }
+}
+
+/// A patch answer: the bytes, what they hold ([`PATCH_STATE_HEADER`], [`PATCH_SKIPPED_HEADER`]).
+fn patch_response(
+    status: Option<&crate::provision::patch_status::PatchStatus>,
+    bytes: Vec<u8>,
+) -> Response {
+    let state = status.map_or("written", |s| s.state.as_str());
+    let skipped = status.map_or(0, |s| s.skipped_total);
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/x-diff; charset=utf-8".to_owned(),
+            ),
+            (
+                HeaderName::from_static(PATCH_STATE_HEADER),
+                state.to_owned(),
+            ),
+            (
+                HeaderName::from_static(PATCH_SKIPPED_HEADER),
+                skipped.to_string(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response()
 }
 
 /// A finished provisioned job's workspace that still exists.
@@ -161,9 +175,15 @@ impl Service {
             return;
         };
         let mut kept: Vec<Kept> = Vec::new();
+        // Only this host's workspaces: another host of the fleet (even one on this machine,
+        // with its own state directory) keeps its own.
+        let mine = provision::workspaces_dir(self.engine().state_dir());
         for id in ids {
             let Ok(view) = store.load(&id) else { continue };
-            if view.spec.source.is_none() || !view.spec.workspace.exists() {
+            if view.spec.source.is_none()
+                || !view.spec.workspace.starts_with(&mine)
+                || !view.spec.workspace.exists()
+            {
                 continue;
             }
             let finished = humantime::parse_rfc3339(&view.updated_at).unwrap_or(SystemTime::now());

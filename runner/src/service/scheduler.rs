@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! next_queued(skip: running ids + passed over, busy: workspaces of running jobs + found held)
+//!   ├─ provisioned: its workspace is this host's `<state-dir>/workspaces/<id>`; an upload this
+//!   │  host does not have, or a resumed job another host provisioned, is passed over (SPEC §11)
 //!   └─ WorkspaceLock::try_acquire(its workspace), then the job's run hold (store::hold)
 //!        ├─ held by another process ─▶ workspace added to `busy`; the job stays queued
 //!        └─ locked ─▶ claim(id) (journals job_started iff still queued)
@@ -76,7 +78,7 @@ impl Service {
             }
             skip.extend(passed.iter().cloned());
             let next = blocking(|| self.engine.store().next_queued(&skip, &busy));
-            let job = match next {
+            let mut job = match next {
                 Ok(Some(job)) => job,
                 Ok(None) => {
                     // Every queued job was seen: forget the waits of jobs no longer waiting.
@@ -88,6 +90,23 @@ impl Service {
                 Err(e) => {
                     tracing::error!(error = %e, "failed to claim a job from the queue: {e}");
                     return;
+                }
+            };
+            // A workspace this pass made for a job it then does not start is removed again
+            // (another host took the job: none of its files may be here).
+            let mut made = false;
+            if job.provisioned {
+                match blocking(|| self.local_workspace(&job)) {
+                    Some((w, m)) => (job.workspace, made) = (w, m),
+                    None => {
+                        passed.push(job.id);
+                        continue;
+                    }
+                }
+            }
+            let unmake = |workspace: &std::path::Path| {
+                if made {
+                    let _ = std::fs::remove_dir(workspace);
                 }
             };
             let lock = match blocking(|| WorkspaceLock::try_acquire(&job.workspace)) {
@@ -106,6 +125,8 @@ impl Service {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::warn!(job_id = %job.id, error = %e, "job {}: not started now: {e}", job.id);
+                    drop(lock);
+                    unmake(&job.workspace);
                     passed.push(job.id);
                     continue;
                 }
@@ -120,13 +141,47 @@ impl Service {
                     busy.push(job.workspace.clone());
                     self.clone().launch(job, lock, hold);
                 }
-                Ok(false) => passed.push(job.id),
+                Ok(false) => {
+                    drop(lock);
+                    unmake(&job.workspace);
+                    passed.push(job.id);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "failed to claim a job from the queue: {e}");
+                    drop(lock);
+                    unmake(&job.workspace);
                     return;
                 }
             }
         }
+    }
+
+    /// Where a provisioned job would run on this host (SPEC §11): `<this state dir>/workspaces/<id>`
+    /// (made if missing), whichever host accepted it; `None` when it is not this host's to run:
+    /// an upload this host does not have, or a resumed job whose workspace another host made.
+    /// The second value says whether the directory was made now.
+    fn local_workspace(&self, job: &QueuedJob) -> Option<(PathBuf, bool)> {
+        let state_dir = self.engine.state_dir();
+        if let Some(upload) = &job.upload
+            && !crate::provision::upload::upload_dir(state_dir, upload).is_dir()
+        {
+            return None;
+        }
+        let view = self.engine.store().load(&job.id).ok()?;
+        if view.base_commit.is_some() {
+            let me = self.engine.runner();
+            let elsewhere = view
+                .provisioned_by
+                .as_ref()
+                .is_some_and(|by| by.same_place(me) == Some(false));
+            return (!elsewhere).then(|| (view.spec.workspace.clone(), false));
+        }
+        let root = crate::provision::workspaces_dir(state_dir);
+        let _ = std::fs::create_dir_all(&root);
+        let workspace = root.join(&job.id);
+        // Made here for the lock.
+        let made = std::fs::create_dir(&workspace).is_ok();
+        Some((workspace, made))
     }
 
     /// Logs a job's start: its workspace, backend, and whether it was resumed.

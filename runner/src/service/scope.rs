@@ -67,6 +67,7 @@ pub fn needed(method: &axum::http::Method, path: &str) -> Scope {
     match (method, segs.as_slice()) {
         (&Method::GET | &Method::HEAD, ["metrics"]) => Scope::Read,
         (&Method::POST, ["jobs"] | ["uploads"]) => Scope::Submit,
+        (&Method::GET | &Method::HEAD, ["limits"]) => Scope::Submit,
         (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Scope::Cancel,
         (&Method::GET | &Method::HEAD, ["jobs", ..]) => Scope::Read,
         _ => Scope::Admin,
@@ -82,6 +83,7 @@ mod tests {
     fn each_call_needs_its_scope() {
         assert_eq!(needed(&Method::POST, "/v1/jobs"), Scope::Submit);
         assert_eq!(needed(&Method::POST, "/v1/uploads"), Scope::Submit);
+        assert_eq!(needed(&Method::GET, "/v1/limits"), Scope::Submit);
         assert_eq!(needed(&Method::GET, "/v1/uploads"), Scope::Admin);
         assert_eq!(needed(&Method::GET, "/v1/jobs"), Scope::Read);
         assert_eq!(needed(&Method::GET, "/v1/jobs/x/events"), Scope::Read);

@@ -31,6 +31,10 @@ pub struct RunnerInfo {
     /// The runner's start time in clock ticks since boot (a recycled pid has another one).
     #[serde(default)]
     pub start_ticks: u64,
+    /// The state directory of a `ralph serve` (where its job's artifacts and provisioned
+    /// workspace are): with the host name, which host of a fleet holds them (SPEC §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// The start time of `pid`, in clock ticks since boot (field 22 of `/proc/PID/stat`).
@@ -63,6 +67,31 @@ impl RunnerInfo {
             role: role.to_owned(),
             boot_id: boot_id(),
             start_ticks: start_ticks(pid).unwrap_or(0),
+            state_dir: None,
+        }
+    }
+
+    /// This runner, whose artifacts and workspaces are under `state_dir`.
+    pub fn with_state_dir(mut self, state_dir: &std::path::Path) -> Self {
+        self.state_dir = Some(state_dir.to_owned());
+        self
+    }
+
+    /// Whether `other` keeps its files where this runner does: the same host and state
+    /// directory (another process of the same `ralph serve` counts as the same place).
+    /// Unknown (a journal older than the field) when either has no state directory.
+    pub fn same_place(&self, other: &RunnerInfo) -> Option<bool> {
+        match (&self.state_dir, &other.state_dir) {
+            (Some(a), Some(b)) => Some(self.host == other.host && a == b),
+            _ => None,
+        }
+    }
+
+    /// `` `HOST` (state directory `DIR`) ``: where this runner's files are, for messages.
+    pub fn place(&self) -> String {
+        match &self.state_dir {
+            Some(d) => format!("`{}` (state directory `{}`)", self.host, d.display()),
+            None => format!("`{}`", self.host),
         }
     }
 

@@ -15,6 +15,7 @@
 pub mod event;
 pub mod hold;
 pub mod id_prefix;
+pub mod job_files;
 pub mod journal;
 pub mod lease;
 pub mod postgres;
@@ -494,6 +495,52 @@ impl Store {
         Ok(trees)
     }
 
+    /// Whether this store keeps the jobs' result files for every host ([`job_files`]):
+    /// PostgreSQL (a fleet) does; SQLite (one host, its files on its disk) does not.
+    pub fn keeps_job_files(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// Keeps `files` of job `job_id` ([`job_files::collect`]); nothing on SQLite.
+    pub fn put_job_files(
+        &self,
+        job_id: &str,
+        files: Vec<job_files::JobFile>,
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.put_job_files(job_id, files),
+        }
+    }
+
+    /// The kept file `name` of job `job_id`, if the store has it (never on SQLite).
+    pub fn job_file(
+        &self,
+        job_id: &str,
+        name: &str,
+    ) -> Result<Option<job_files::JobFile>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(None),
+            Backend::Postgres(pg) => pg.job_file(job_id, name),
+        }
+    }
+
+    /// The kept files of job `job_id`, without their data (empty on SQLite).
+    pub fn job_file_list(&self, job_id: &str) -> Result<Vec<job_files::JobFile>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(Vec::new()),
+            Backend::Postgres(pg) => pg.job_file_list(job_id),
+        }
+    }
+
+    /// Forgets the kept files of job `job_id` (its artifacts were pruned); nothing on SQLite.
+    pub fn drop_job_files(&self, job_id: &str) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(pg) => pg.drop_job_files(job_id),
+        }
+    }
+
     /// Where the data lives, for messages: the database file, or the connection string with
     /// its password redacted.
     pub fn location(&self) -> String {
@@ -627,8 +674,13 @@ impl Store {
 pub struct QueuedJob {
     /// Job id.
     pub id: String,
-    /// Its workspace.
+    /// Its workspace (as the request names it: a provisioned one is made on the host that
+    /// runs the job, [`crate::store::JobView`]).
     pub workspace: PathBuf,
+    /// Whether the runner provisions its workspace (`repo` or `upload`).
+    pub provisioned: bool,
+    /// The upload it is made from, if any (only a host that has it may run it).
+    pub upload: Option<String>,
 }
 
 /// Which jobs to list.

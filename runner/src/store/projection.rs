@@ -170,6 +170,10 @@ pub struct JobView {
     /// What became of its `result.patch` (the last `result_written`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<PatchStatus>,
+    /// The runner that provisioned the workspace: a resumed job goes on only where that
+    /// workspace is (SPEC §11).
+    #[serde(skip)]
+    pub provisioned_by: Option<RunnerInfo>,
 }
 
 /// An event that cannot follow the job's current state.
@@ -248,6 +252,7 @@ impl JobView {
             resumes: 0,
             base_commit: None,
             patch: None,
+            provisioned_by: None,
         })
     }
 
@@ -280,6 +285,13 @@ impl JobView {
                 self.state = JobState::Running;
                 self.runner = Some(runner.clone());
                 self.run_started_at = Some(ev.at.clone());
+                // A provisioned workspace not made yet is made under the state directory of
+                // the host that runs the job, whichever host accepted it (SPEC §11).
+                if let (Some(_), None, Some(dir)) =
+                    (&self.spec.source, &self.base_commit, &runner.state_dir)
+                {
+                    self.spec.workspace = crate::provision::workspaces_dir(dir).join(&self.id);
+                }
             }
             EventKind::RoundStarted { round, attempt, .. } => {
                 running(self)?;
@@ -474,6 +486,7 @@ impl JobView {
                     ));
                 }
                 self.base_commit = Some(commit.clone());
+                self.provisioned_by = self.runner.clone();
             }
             EventKind::ResultWritten {
                 bytes,
@@ -641,3 +654,7 @@ mod tests;
 #[cfg(test)]
 #[path = "projection_setup_tests.rs"]
 mod setup_tests;
+
+#[cfg(test)]
+#[path = "projection_fleet_tests.rs"]
+mod fleet_tests;

@@ -475,7 +475,9 @@ impl SqliteStore {
         let mut stmt = conn
             .db
             .prepare_cached(
-                "SELECT id, json_extract(spec, '$.workspace') FROM jobs WHERE state = 'queued'
+                "SELECT id, json_extract(spec, '$.workspace'), json_extract(spec, '$.source.kind'),
+                        json_extract(spec, '$.source.upload')
+                 FROM jobs WHERE state = 'queued'
                  ORDER BY priority DESC, created_at, id",
             )
             .map_err(&err)?;
@@ -484,7 +486,13 @@ impl SqliteStore {
             let id: String = row.get(0).map_err(&err)?;
             let workspace = PathBuf::from(row.get::<_, String>(1).map_err(&err)?);
             if !skip.contains(&id) && !busy.contains(&workspace) {
-                return Ok(Some(QueuedJob { id, workspace }));
+                let kind: Option<String> = row.get(2).map_err(&err)?;
+                return Ok(Some(QueuedJob {
+                    id,
+                    workspace,
+                    provisioned: kind.is_some(),
+                    upload: row.get(3).map_err(&err)?,
+                }));
             }
         }
         Ok(None)

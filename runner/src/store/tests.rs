@@ -687,7 +687,9 @@ fn the_queue_passes_over_busy_workspaces(db: &Db) {
         next(&[], &[]),
         Some(QueuedJob {
             id: a_high.clone(),
-            workspace: "/tmp/a".into()
+            workspace: "/tmp/a".into(),
+            provisioned: false,
+            upload: None,
         })
     );
     // Every job of a busy workspace is passed over, whatever its priority; a workspace inside
@@ -696,7 +698,9 @@ fn the_queue_passes_over_busy_workspaces(db: &Db) {
         next(&[], &["/tmp/a"]),
         Some(QueuedJob {
             id: nested.clone(),
-            workspace: "/tmp/a/b".into()
+            workspace: "/tmp/a/b".into(),
+            provisioned: false,
+            upload: None,
         })
     );
     assert_eq!(

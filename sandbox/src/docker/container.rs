@@ -120,7 +120,10 @@ pub fn body(
         ipc_mode: Some("private".into()),
         masked_paths: Some(plan.masked.clone()),
         readonly_paths: Some(plan.read_only.clone()),
-        auto_remove: Some(false),
+        // With ralph's init the engine removes the container once it stops, whatever became of
+        // the runner (a `kill -9` included: the init sees the runner go and stops); the init's
+        // report says how the command ended. Without it the runner needs the engine's state.
+        auto_remove: Some(init.is_some()),
         ..Default::default()
     };
     let stdin = spec.stdin != StdinMode::Null;

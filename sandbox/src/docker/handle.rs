@@ -5,6 +5,9 @@ use bollard::query_parameters::{KillContainerOptions, RemoveContainerOptions};
 
 use super::client::{Engine, EngineError, bounded};
 
+/// How long the engine's own removal (AutoRemove) may take before the runner says so.
+const GONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// A created container, removed with force when dropped while armed.
 #[derive(Debug)]
 pub struct Container {
@@ -32,10 +35,35 @@ impl Container {
         {
             Ok(()) => {}
             Err(e) if e.status() == Some(404) => {}
+            // The engine is removing it already (AutoRemove): gone once it says so.
+            Err(e) if e.status() == Some(409) => self.until_gone().await?,
             Err(e) => return Err(e),
         }
         self.armed = false;
         Ok(())
+    }
+
+    /// Waits until the engine no longer knows the container, within [`GONE_WITHIN`].
+    async fn until_gone(&self) -> Result<(), EngineError> {
+        let deadline = tokio::time::Instant::now() + GONE_WITHIN;
+        loop {
+            match bounded(
+                "inspect the container",
+                self.engine.docker.inspect_container(&self.id, None),
+            )
+            .await
+            {
+                Err(e) if e.status() == Some(404) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(EngineError::Timeout {
+                        action: "remove the container",
+                        after: GONE_WITHIN,
+                    });
+                }
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(25)).await,
+            }
+        }
     }
 
     /// Sends `signal` to its init; a container that is not running any more is fine.

@@ -15,7 +15,10 @@
 //! (connected before the command exists, so the command cannot forge it): an `execve` that
 //! failed (the command's program missing or not executable; the init then exits 127 or 126, but
 //! the runner decides from the report, never from the status, which the command could choose),
-//! and at the end the CPU time and peak memory of every process it reaped. With a report
+//! and at the end the CPU time and peak memory of every process it reaped, how the command
+//! ended (its exit code, or the signal that killed it: the container's status cannot tell an
+//! exit of 137 from SIGKILL) and the memory cgroup's OOM-kill count (the engine removes the
+//! container when it stops, so its state is not there to inspect). With a report
 //! directory (`--report-dir`, a tmpfs the engine mounted) it sends that directory's descriptor
 //! first, on the same connection, so the runner copies its report files out once the container
 //! is gone ([`crate::report_dir`]). It cannot connect (or hand the directory over): it runs
@@ -435,6 +438,14 @@ fn run(args: &InitArgs) -> i32 {
         // SAFETY: `usage` is a valid, writable rusage.
         if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } == 0 {
             let _ = r.write_all(super::init_status::usage_line(&usage).as_bytes());
+        }
+        // How the command ended, in its own words (the container's exit status folds a signal
+        // and an exit code of 128 + n together), and whether the memory limit killed anything.
+        if let Some(raw) = status {
+            let _ = r.write_all(super::init_status::status_line(raw).as_bytes());
+        }
+        if let Some(n) = super::init_status::oom_kills(Path::new("/sys/fs/cgroup")) {
+            let _ = r.write_all(super::init_status::oom_kills_line(n).as_bytes());
         }
     }
     status.map_or(128 + libc::SIGKILL, exit_code)

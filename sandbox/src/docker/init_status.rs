@@ -132,6 +132,11 @@ pub struct InitReport {
     pub exec_failed: Option<String>,
     /// The CPU time and peak memory of every process the init reaped.
     pub usage: Option<ResourceUsage>,
+    /// How the command ended, from its wait status (`status exited N` / `status signaled N`):
+    /// an exit code of 137 is an exit code, not a SIGKILL.
+    pub status: Option<crate::outcome::Termination>,
+    /// The container's memory cgroup killed a process for memory (`oom_kills N`, N > 0).
+    pub oom_killed: bool,
 }
 
 /// Parses the init's lines (module doc); unknown or malformed lines are ignored.
@@ -143,6 +148,21 @@ pub fn parse(text: &str) -> InitReport {
             (Some("exec_failed"), Some(rest)) => {
                 let message = rest.split_once(' ').map_or(rest, |(_, m)| m);
                 out.exec_failed = Some(message.to_owned());
+            }
+            (Some("status"), Some(rest)) => {
+                let mut w = rest.split_whitespace();
+                out.status = match (w.next(), w.next().and_then(|n| n.parse::<i32>().ok())) {
+                    (Some("exited"), Some(code)) => {
+                        Some(crate::outcome::Termination::Exited { code })
+                    }
+                    (Some("signaled"), Some(signal)) if signal > 0 => {
+                        Some(crate::outcome::Termination::Signaled { signal })
+                    }
+                    _ => out.status,
+                };
+            }
+            (Some("oom_kills"), Some(rest)) => {
+                out.oom_killed = rest.trim().parse::<u64>().is_ok_and(|n| n > 0);
             }
             (Some("usage"), Some(rest)) => {
                 let n: Vec<u64> = rest
@@ -166,6 +186,35 @@ pub fn parse(text: &str) -> InitReport {
 /// The `exec_failed` line.
 pub fn exec_failed_line(errno: i32, message: &str) -> String {
     format!("exec_failed {errno} {}\n", message.replace('\n', " "))
+}
+
+/// The `status` line for the command's raw wait status.
+pub fn status_line(raw: i32) -> String {
+    if libc::WIFSIGNALED(raw) {
+        format!("status signaled {}\n", libc::WTERMSIG(raw))
+    } else {
+        format!("status exited {}\n", libc::WEXITSTATUS(raw))
+    }
+}
+
+/// The `oom_kills` line: the memory cgroup's count of processes killed for memory.
+pub fn oom_kills_line(count: u64) -> String {
+    format!("oom_kills {count}\n")
+}
+
+/// The count of processes the container's memory cgroup killed for memory, as the container
+/// sees its own cgroup: cgroup v1 `memory.oom_control` (`oom_kill N`) or v2 `memory.events`
+/// (`oom_kill N`). `None` when neither is readable.
+pub fn oom_kills(cgroup_root: &Path) -> Option<u64> {
+    ["memory/memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(cgroup_root.join(f)).ok())
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+        })
 }
 
 /// The `usage` line from `getrusage(RUSAGE_CHILDREN)`.
@@ -214,6 +263,39 @@ mod tests {
                 max_rss_kib: 70_000
             })
         );
+    }
+
+    #[test]
+    fn the_status_is_the_commands_word_an_exit_of_137_included() {
+        use crate::outcome::Termination;
+        let exited = |code: i32| code << 8;
+        let r = parse(&(status_line(exited(137)) + &oom_kills_line(0)));
+        assert_eq!(r.status, Some(Termination::Exited { code: 137 }));
+        assert!(!r.oom_killed);
+        let r = parse(&(status_line(libc::SIGKILL) + &oom_kills_line(2)));
+        assert_eq!(r.status, Some(Termination::Signaled { signal: 9 }));
+        assert!(r.oom_killed);
+        assert_eq!(parse("status signaled 0\nstatus odd 3\n").status, None);
+    }
+
+    #[test]
+    fn the_oom_count_is_read_from_either_cgroup_version() {
+        let v1 = tempfile::tempdir().unwrap();
+        std::fs::create_dir(v1.path().join("memory")).unwrap();
+        std::fs::write(
+            v1.path().join("memory/memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+        )
+        .unwrap();
+        assert_eq!(oom_kills(v1.path()), Some(3));
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(
+            v2.path().join("memory.events"),
+            "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        assert_eq!(oom_kills(v2.path()), Some(1));
+        assert_eq!(oom_kills(&v2.path().join("none")), None);
     }
 
     #[test]

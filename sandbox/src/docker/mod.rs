@@ -123,6 +123,7 @@ impl DockerBackend {
             nix::unistd::geteuid().as_raw(),
             nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
                 .map_or(u64::MAX, |(_, hard)| hard),
+            &crate::policy::host_share::HostSize::probe(),
         )
     }
 

@@ -191,13 +191,15 @@ pub const GATEWAY_UNSUPPORTED: &str = "the docker backend cannot yet confine a c
 /// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
 /// ([`engine_sockets`]); `runner_euid` decides whether run-owned paths are handed over;
 /// `nofile_hard` caps the open-files limit (an engine cannot raise it above its own hard limit,
-/// which on the usual setup is the runner's too).
+/// which on the usual setup is the runner's too); `size` resolves the policy's limit defaults given
+/// as a share of the host.
 pub fn resolve(
     policy: &Policy,
     req: &SandboxRequest,
     sockets: &[PathBuf],
     runner_euid: u32,
     nofile_hard: u64,
+    size: &crate::policy::host_share::HostSize,
 ) -> Result<ContainerPlan, SandboxError> {
     let mode = req.mode;
     let fs = &policy.filesystem;
@@ -531,21 +533,32 @@ pub fn resolve(
     let memory = req
         .limits
         .memory_bytes
-        .or(policy.limits.memory.map(|m| m.0));
+        .or(policy.limits.memory.and_then(|m| m.bytes(size)));
+    let default_note = |asked: bool| if asked { "" } else { " (policy default)" };
     match memory {
         Some(m) => e.record(
             Restriction::Memory,
             Level::Full,
-            format!("cgroup memory {m} bytes, memory-swap the same"),
+            format!(
+                "cgroup memory {m} bytes, memory-swap the same{}",
+                default_note(req.limits.memory_bytes.is_some())
+            ),
         ),
         None => e.record(Restriction::Memory, Level::NotRequested, "no memory limit"),
     }
-    let cpu_millis = req.limits.cpu_millis.or(policy.limits.cpus.map(|c| c.0));
+    let cpu_millis = req
+        .limits
+        .cpu_millis
+        .or(policy.limits.cpus.map(|c| c.millis(size)));
     match cpu_millis {
         Some(m) => e.record(
             Restriction::Cpu,
             Level::Full,
-            format!("NanoCpus {}", m.saturating_mul(1_000_000)),
+            format!(
+                "NanoCpus {}{}",
+                m.saturating_mul(1_000_000),
+                default_note(req.limits.cpu_millis.is_some())
+            ),
         ),
         None => e.record(Restriction::Cpu, Level::NotRequested, "no cpu limit"),
     }

@@ -411,8 +411,14 @@ impl DockerRun {
         };
         let wall = self.started.elapsed();
         let code = match waited {
-            Some(Ok(r)) => r.status_code,
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+            Some(Ok(r)) => Some(r.status_code),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Some(code),
+            // Stopped and removed by the engine (AutoRemove) before the wait was heard: the
+            // init's report says how the command ended.
+            Some(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })) if self.init.is_some() => None,
             Some(Err(e)) => {
                 return Err(EngineError::Request {
                     action: "wait for the container",
@@ -451,28 +457,41 @@ impl DockerRun {
                 (undrained.clone(), undrained)
             }
         };
-        let state = bounded(
-            "inspect the container",
-            self.container
-                .engine
-                .docker
-                .inspect_container(&self.container.id, None),
-        )
-        .await?
-        .state
-        .unwrap_or_default();
-        let code = state.exit_code.unwrap_or(code);
-        if ended_by == EndedBy::Exit && state.oom_killed == Some(true) {
-            ended_by = EndedBy::MemoryLimit;
-        }
-        let mut violations = protect::check_after_run(&self.watch, &self.absent);
-        violations.extend(self.snapshot.check_and_restore());
         // The container is gone: what its init said (ralph's init only; unknown without it).
         let (said, tmpfs) = self
             .init
             .as_ref()
             .and_then(|i| i.status.collect_with_dir())
             .unwrap_or_default();
+        let state = match bounded(
+            "inspect the container",
+            self.container
+                .engine
+                .docker
+                .inspect_container(&self.container.id, None),
+        )
+        .await
+        {
+            Ok(c) => c.state.unwrap_or_default(),
+            // Removed by the engine already (AutoRemove): the init's report stands for it.
+            Err(e) if e.status() == Some(404) && self.init.is_some() => Default::default(),
+            Err(e) => return Err(e.into()),
+        };
+        let termination = match (said.status, state.exit_code.or(code)) {
+            // The init's word: an exit of 137 is an exit, SIGKILL is a signal.
+            (Some(t), _) => t,
+            // The init itself was killed (the engine's SIGKILL after the grace) or is not
+            // ralph's: the engine's status, 128 + n for signal n.
+            (None, Some(code)) => termination(code),
+            (None, None) => Termination::Signaled {
+                signal: libc::SIGKILL,
+            },
+        };
+        if ended_by == EndedBy::Exit && (said.oom_killed || state.oom_killed == Some(true)) {
+            ended_by = EndedBy::MemoryLimit;
+        }
+        let mut violations = protect::check_after_run(&self.watch, &self.absent);
+        violations.extend(self.snapshot.check_and_restore());
         // Nothing of the container is left: its report files are copied out of the tmpfs.
         let report_dir = self
             .report_dir
@@ -480,7 +499,7 @@ impl DockerRun {
             .map(|r| Box::new(crate::report_dir::deliver(r, tmpfs)));
         Ok(ExecReport {
             outcome: ExecOutcome {
-                termination: termination(code),
+                termination,
                 ended_by,
                 wall,
                 setup: Some(self.setup),

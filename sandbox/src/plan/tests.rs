@@ -29,6 +29,10 @@ fn host() -> Host {
         }),
         nofile_hard: 1 << 20,
         fsize_hard: u64::MAX,
+        size: crate::policy::host_share::HostSize {
+            memory: Some(16 << 30),
+            cpus: 8,
+        },
     }
 }
 
@@ -121,7 +125,11 @@ fn workspace_write_as_root() {
         Some(4096),
         "policy default pids via cgroup"
     );
-    assert!(p.memory.is_none());
+    assert_eq!(
+        p.memory.as_ref().map(|c| c.value),
+        Some(8 << 30),
+        "policy default memory: half the host's"
+    );
     for r in [
         Restriction::Filesystem,
         Restriction::Network,

@@ -3,6 +3,7 @@
 //! default limits. The three files are embedded; a config directory can replace any of them.
 
 pub mod guards;
+pub mod host_share;
 pub mod kernel_paths;
 pub mod network;
 pub mod syscalls;
@@ -113,15 +114,16 @@ pub struct SyscallPolicy {
 pub struct LimitDefaults {
     /// Default process limit.
     pub pids: Option<u64>,
-    /// Default memory limit.
-    pub memory: Option<ByteSize>,
+    /// Default memory limit: a size or a share of the host's memory ([`host_share`]).
+    pub memory: Option<host_share::MemoryDefault>,
     /// `RLIMIT_NOFILE` (capped at the host's hard limit).
     pub open_files: Option<u64>,
     /// `RLIMIT_FSIZE`.
     pub file_size: Option<ByteSize>,
-    /// CPU limit in CPUs (e.g. 1.5): cgroup `cpu` quota (native), `NanoCpus` (docker).
+    /// CPU limit in CPUs (e.g. 1.5) or a share of the host's: cgroup `cpu` quota (native),
+    /// `NanoCpus` (docker).
     #[serde(default)]
-    pub cpus: Option<Cpus>,
+    pub cpus: Option<host_share::CpusDefault>,
     /// Size of each of the private HOME and TMPDIR (tmpfs) when the job sets none.
     pub tmp_size: Option<ByteSize>,
 }

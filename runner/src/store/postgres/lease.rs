@@ -156,6 +156,7 @@ impl PgStore {
                         role,
                         boot_id,
                         start_ticks: u64::try_from(ticks).unwrap_or(0),
+                        state_dir: None,
                     };
                     expired |= holder.is_alive() == Some(false);
                 }

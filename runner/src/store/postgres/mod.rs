@@ -23,7 +23,9 @@
 //! - [`probe`]: whether the store can be reached now (`/readyz`).
 //! - [`schema`]: `schema.sql` and its version.
 //! - [`lease`]: runner leases, the run hold of this backend.
+//! - `files`: the jobs' result files kept for every host ([`crate::store::job_files`]).
 
+mod files;
 pub mod lease;
 pub mod pool;
 pub mod probe;
@@ -401,7 +403,8 @@ impl PgStore {
             .collect();
         self.conn.call("read the queue of", move |client, _| {
             let row = client.query_opt(
-                "SELECT id, spec::jsonb ->> 'workspace' FROM jobs
+                "SELECT id, spec::jsonb ->> 'workspace', spec::jsonb -> 'source' ->> 'kind',
+                        spec::jsonb -> 'source' ->> 'upload' FROM jobs
                  WHERE state = 'queued' AND NOT (id = ANY($1))
                    AND NOT ((spec::jsonb ->> 'workspace') = ANY($2))
                  ORDER BY priority DESC, created_at, id LIMIT 1",
@@ -411,6 +414,8 @@ impl PgStore {
                 Some(r) => Some(QueuedJob {
                     id: r.try_get(0)?,
                     workspace: PathBuf::from(r.try_get::<_, String>(1)?),
+                    provisioned: r.try_get::<_, Option<String>>(2)?.is_some(),
+                    upload: r.try_get(3)?,
                 }),
                 None => None,
             })

@@ -1,5 +1,5 @@
-//! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases, and version
-//! 3: the id prefix index) and its
+//! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases, version
+//! 3: the id prefix index, and version 4: the jobs' kept result files) and its
 //! version, kept in `ralph_schema`. Created once,
 //! under an advisory lock so that several runners starting together do not race; a database
 //! written by a newer ralph is refused, like SQLite's `user_version`.
@@ -9,7 +9,7 @@ use super::worker::CallError;
 use crate::store::StoreError;
 
 /// The schema version this ralph writes.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 const SCHEMA: &str = include_str!("schema.sql");
 
@@ -32,6 +32,17 @@ CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_id) WHERE state = 'running'
 /// Version 3: a byte-wise index on the job id, for id prefixes ([`crate::store::Store::resolve_id`]).
 const ID_PREFIXES: &str = "
 CREATE INDEX IF NOT EXISTS jobs_id_prefix ON jobs (id text_pattern_ops);
+";
+
+/// Version 4: a job's result files kept for every host of a fleet ([`super::files`]).
+const JOB_FILES: &str = "
+CREATE TABLE IF NOT EXISTS job_files (
+    job_id  text NOT NULL REFERENCES jobs (id),
+    name    text NOT NULL,
+    bytes   bigint NOT NULL,
+    data    bytea,
+    PRIMARY KEY (job_id, name)
+);
 ";
 
 /// Key of the transaction-scoped advisory lock taken while the schema is checked or created.
@@ -68,6 +79,7 @@ pub fn ensure(conn: &Connection) -> Result<(), StoreError> {
                 tx.batch_execute(LEASES)?;
             }
             tx.batch_execute(ID_PREFIXES)?;
+            tx.batch_execute(JOB_FILES)?;
             tx.execute(
                 "INSERT INTO ralph_schema (version) VALUES ($1)
                  ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",

@@ -57,6 +57,10 @@ fn resolve_in(r: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {
         &engine_sockets(Path::new("/var/run/docker.sock")),
         1000,
         1 << 20,
+        &crate::policy::host_share::HostSize {
+            memory: Some(16 << 30),
+            cpus: 8,
+        },
     )
 }
 
@@ -179,6 +183,12 @@ fn limits_come_from_the_request_then_the_policy() {
     assert_eq!(p.open_files, Some(65536));
     r.limits.memory_bytes = Some(1 << 20);
     assert!(resolve_in(&r).unwrap_err().to_string().contains("6 MiB"));
+    // Nothing asked: the policy's shares of the host (16 GiB, 8 CPUs here).
+    for mode in Mode::ALL {
+        let p = resolve_in(&req(&w, mode)).unwrap();
+        assert_eq!(p.memory, Some(8 << 30), "{mode}: half the host's memory");
+        assert_eq!(p.cpu_millis, Some(6000), "{mode}: 75% of the host's CPUs");
+    }
 }
 
 #[test]
