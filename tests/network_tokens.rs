@@ -207,6 +207,12 @@ fn tokens_are_created_listed_revoked_and_stored_hashed() {
     let s = Server::new("");
     let ci = create_token(&s, "ci", "submit,read");
     ralph_as(&s, &ci, &["jobs"]).expect_code(0);
+    // The service's log names the scopes as they are written (not `[Submit, Read]`).
+    wait_for("the log names the new token's scopes", || {
+        s.log_text()
+            .contains("token `ci` created with scopes submit,read")
+    });
+    assert!(!s.log_text().contains("[Submit"), "{}", s.log_text());
     let stored = std::fs::read_to_string(s.state.join("tokens.json")).unwrap();
     assert!(
         !stored.contains(&ci) && stored.contains("\"ci\""),

@@ -114,6 +114,19 @@ fn assert_closed_interrupted(ev: &[Value], id: &str, min_round_ms: u64) {
         "{msg}"
     );
     assert!(fin["ran_ms"].as_u64().unwrap() >= ms, "{fin}");
+    // One death, one account: the `interrupted` entry says where the runner died in the same
+    // words as the job's end (issue 27: not "stopped while the job ran", then "between rounds").
+    let said = ev
+        .iter()
+        .find(|e| e["type"] == "interrupted")
+        .and_then(|e| e["message"].as_str())
+        .unwrap();
+    let at = msg
+        .split(" died ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap_or_else(|| panic!("{msg}"));
+    assert!(said.contains(&format!(" died {at};")), "{said} / {msg}");
 }
 
 #[test]

@@ -560,3 +560,25 @@ fn a_resumed_upload_job_keeps_its_workspace() {
         "{text}"
     );
 }
+
+/// Paths are echoed as they are meant (issue 27): `DIR/./x` is shown as `DIR/x`.
+#[test]
+fn an_upload_path_is_echoed_without_dot_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let given = format!("{}/./nothing-here/.", dir.path().display());
+    let out = Command::new(ralph_bin())
+        .args(["submit", "--upload", &given, "--objective", "x"])
+        .args(["--server", "http://127.0.0.1:9"])
+        .env("RALPH_TOKEN", "unused")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--upload `{}`",
+            dir.path().join("nothing-here").display()
+        )) && !stderr.contains("/./"),
+        "{stderr}"
+    );
+}

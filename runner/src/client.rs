@@ -79,7 +79,8 @@ pub enum ClientError {
 /// How the client checks the server, and proves who it is, over `https://`.
 #[derive(Clone, Debug, Default)]
 pub struct TlsOptions {
-    /// Also trust the CA certificates in this PEM file (a private CA).
+    /// Also trust the CA certificates in this PEM file (a private CA); a server presenting one
+    /// of them exactly is trusted too (a self-signed certificate pinned).
     pub ca_file: Option<std::path::PathBuf>,
     /// The client certificate (PEM) for mutual TLS.
     pub client_cert: Option<std::path::PathBuf>,
@@ -91,7 +92,19 @@ pub struct TlsOptions {
 fn tls_hint(message: &str) -> Option<&'static str> {
     if message.contains("UnknownIssuer") || message.contains("unknown issuer") {
         Some(
-            "the server's certificate is not signed by a CA this client trusts: give the CA's certificate with --ca-file / RALPH_CA_FILE",
+            "the server's certificate is not signed by a CA this client trusts: give the CA's certificate (or the server's own certificate, when it is self-signed) with --ca-file / RALPH_CA_FILE",
+        )
+    } else if message.contains("CaUsedAsEndEntity") {
+        Some(
+            "the server presents a self-signed (CA) certificate that is not in --ca-file / RALPH_CA_FILE: give that very certificate (it is then pinned), or the certificate of the CA that signed it",
+        )
+    } else if message.contains("Expired")
+        || message.contains("certificate expired")
+        || message.contains("NotValidYet")
+        || message.contains("not valid yet")
+    {
+        Some(
+            "the server's certificate is outside its validity dates: renew it on the server (then `systemctl reload ralph`), or check this machine's clock",
         )
     } else if message.contains("NotValidForName") || message.contains("not valid for name") {
         Some(
@@ -166,44 +179,22 @@ impl Client {
 
     /// A client of the server at `base` (`http://` or `https://`) with `tls`.
     pub fn with_tls(base: &str, token: &str, tls: &TlsOptions) -> Result<Self, ClientError> {
-        let read = |what: &'static str, path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| ClientError::TlsFile {
-                what,
-                path: path.display().to_string(),
-                message: e.to_string(),
-            })
-        };
-        let bad =
-            |what: &'static str, path: &std::path::Path, e: reqwest::Error| ClientError::TlsFile {
-                what,
-                path: path.display().to_string(),
-                message: format!("{e} (expected PEM)"),
-            };
         let mut builder =
             reqwest::Client::builder().connect_timeout(std::time::Duration::from_secs(5));
-        if let Some(ca) = &tls.ca_file {
-            let certs = reqwest::Certificate::from_pem_bundle(&read("--ca-file", ca)?)
-                .map_err(|e| bad("--ca-file", ca, e))?;
-            if certs.is_empty() {
-                return Err(ClientError::TlsFile {
-                    what: "--ca-file",
-                    path: ca.display().to_string(),
-                    message: "no `BEGIN CERTIFICATE` block: expected a PEM certificate".into(),
-                });
-            }
-            for c in certs {
-                builder = builder.add_root_certificate(c);
-            }
-        }
-        if let Some(cert) = &tls.client_cert {
-            let mut pem = read("--client-cert", cert)?;
-            if let Some(key) = &tls.client_key {
-                pem.push(b'\n');
-                pem.extend(read("--client-key", key)?);
-            }
-            let id =
-                reqwest::Identity::from_pem(&pem).map_err(|e| bad("--client-cert", cert, e))?;
-            builder = builder.identity(id);
+        if tls.ca_file.is_some() || tls.client_cert.is_some() {
+            let client = tls
+                .client_cert
+                .as_deref()
+                .map(|c| (c, tls.client_key.as_deref()));
+            let config =
+                crate::client_tls::client_config(tls.ca_file.as_deref(), client).map_err(|e| {
+                    ClientError::TlsFile {
+                        what: e.what,
+                        path: e.path,
+                        message: e.message,
+                    }
+                })?;
+            builder = builder.use_preconfigured_tls(config);
         }
         let http = builder.build().map_err(|e| ClientError::Unreachable {
             server: base.to_owned(),

@@ -25,6 +25,7 @@ pub mod builtin;
 pub mod cache;
 pub mod ci;
 pub mod client;
+pub mod client_tls;
 pub mod engine;
 pub mod gateway;
 pub mod job;

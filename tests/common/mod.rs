@@ -23,6 +23,7 @@ pub mod promtool;
 pub mod server;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;
+pub mod tls_serve;
 
 /// The `ralph` binary under test.
 pub fn ralph_bin() -> PathBuf {

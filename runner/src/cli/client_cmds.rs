@@ -152,7 +152,7 @@ pub struct SubmitArgs {
 fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, CliError> {
     let at = |f: &str| format!("job[{index}].{f}");
     if let Some(p) = r.objective_file.take() {
-        let path = if p.is_absolute() { p } else { base.join(p) };
+        let path = super::abs_path::absolute(base, &p);
         r.objective = Some(std::fs::read_to_string(&path).map_err(|e| {
             CliError::usage(format!(
                 "{}: `{}`: {e}",
@@ -161,7 +161,7 @@ fn localize(mut r: JobRequest, base: &Path, index: usize) -> Result<JobRequest, 
             ))
         })?);
     }
-    let absolute = |p: &Path| base.join(p);
+    let absolute = |p: &Path| super::abs_path::absolute(base, p);
     // A job the runner provisions a workspace for (`repo`, `upload`) names none.
     if r.repo.is_none() && r.upload.is_none() {
         r.workspace = Some(absolute(r.workspace.as_deref().unwrap_or(Path::new("."))));

@@ -79,7 +79,8 @@ fn store_error(e: StoreError) -> CliError {
         StoreError::NoSuchJob { .. }
         | StoreError::InvalidIdPrefix { .. }
         | StoreError::AmbiguousId { .. }
-        | StoreError::NoStore { .. } => CliError::usage(e.to_string()),
+        | StoreError::NoStore { .. }
+        | StoreError::NewerSchema { .. } => CliError::usage(e.to_string()),
         other => CliError::internal(other.to_string()),
     }
 }

@@ -1,6 +1,7 @@
 //! The command line: argument structs and dispatch. Each subcommand lives in its own file and
 //! calls into the library; nothing here decides how a job runs.
 
+pub mod abs_path;
 pub mod agent_cmd;
 pub mod ci_files;
 pub mod ci_pause;
@@ -26,6 +27,7 @@ pub mod sandbox_gateway;
 pub mod serve;
 pub mod state_dir;
 pub mod stdout;
+pub mod tls_cmd;
 pub mod token_cmd;
 pub mod upload;
 
@@ -92,6 +94,9 @@ pub enum Command {
     /// The service's API tokens: create one with scopes, revoke one, list them (admin).
     #[command(subcommand)]
     Token(token_cmd::TokenCommand),
+    /// TLS for `ralph serve`: `ralph tls init` writes a CA, a server and client certificates.
+    #[command(subcommand)]
+    Tls(tls_cmd::TlsCommand),
     /// The agent presets (`--agent NAME`): list them, show what one runs.
     #[command(subcommand)]
     Agent(agent_cmd::AgentCommand),
@@ -178,6 +183,7 @@ fn prints_job_text(command: &Command) -> bool {
         | Command::Doctor(_)
         | Command::Serve(_)
         | Command::Token(_)
+        | Command::Tls(_)
         | Command::Agent(_)
         | Command::Prune(_)
         | Command::Completions(_)
@@ -235,6 +241,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
         Command::Token(cmd) => token_cmd::execute(cmd),
+        Command::Tls(cmd) => tls_cmd::execute(cmd),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),
         Command::Prune(args) => prune::execute(args),
         Command::Completions(args) => completions::execute(&args),

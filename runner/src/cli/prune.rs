@@ -83,7 +83,7 @@ pub fn execute(args: PruneArgs) -> Result<Exit, CliError> {
         return Err(CliError::usage("--older-than is required (or --caches)"));
     };
     let database_url = args.database_url.as_deref().filter(|u| !u.is_empty());
-    let store = Store::open(&dir, database_url).map_err(|e| CliError::internal(e.to_string()))?;
+    let store = Store::open(&dir, database_url).map_err(super::state_dir::open_error)?;
     let report = prune(&store, &dir, older_than.0, args.dry_run)
         .map_err(|e| CliError::internal(e.to_string()))?;
     for s in &report.skipped {

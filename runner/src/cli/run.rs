@@ -140,9 +140,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     };
     let metrics = Arc::new(Metrics::new(false).map_err(|e| CliError::internal(e.to_string()))?);
     let database_url = args.database_url.as_deref().filter(|u| !u.is_empty());
-    let store = Arc::new(
-        Store::open(&state_dir, database_url).map_err(|e| CliError::internal(e.to_string()))?,
-    );
+    let store = Arc::new(Store::open(&state_dir, database_url).map_err(state_dir::open_error)?);
     // PostgreSQL: this run's lease, which its job names while it runs (SPEC §8).
     let _lease = store
         .start_lease(&runner, ralph_runner::store::lease::DEFAULT_LEASE_TIMEOUT)

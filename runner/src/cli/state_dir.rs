@@ -7,6 +7,15 @@ use std::path::PathBuf;
 
 use super::CliError;
 
+/// A store that could not be opened: one written by a newer ralph is a configuration error
+/// (64: run that ralph), anything else internal (70).
+pub fn open_error(e: ralph_runner::store::StoreError) -> CliError {
+    match e {
+        ralph_runner::store::StoreError::NewerSchema { .. } => CliError::usage(e.to_string()),
+        other => CliError::internal(other.to_string()),
+    }
+}
+
 /// The default state directory of foreground runs.
 pub fn default_state_dir() -> Result<PathBuf, CliError> {
     let var = |k: &str| {

@@ -85,7 +85,7 @@ pub(super) fn upload(
             "job[{i}].{field}: --upload gives every job of the submission its workspace; remove `{field}` from the job or drop --upload"
         )));
     }
-    let dir = cwd.join(dir);
+    let dir = super::abs_path::absolute(cwd, dir);
     match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {

@@ -96,8 +96,16 @@ fn close(
 ) -> Result<(), StoreError> {
     let view = journal.view().clone();
     let id = view.id.clone();
+    let in_setup = view.setup == crate::store::projection::SetupState::Running;
+    let at = match view.open_attempt {
+        Some((r, a)) => format!("in round {r} (attempt {a})"),
+        // Its set-up never finished: a resume runs it again.
+        None if in_setup => "during the set-up".to_owned(),
+        None => "between rounds".to_owned(),
+    };
+    // One event, one account: the same words in both entries.
     journal.record(EventKind::Interrupted {
-        message: format!("{who} stopped while the job ran; its hold was found free"),
+        message: format!("the runner {who} died {at}; its hold was found free"),
     })?;
     if let Some((round, attempt)) = view.open_attempt {
         let duration_ms = last
@@ -120,16 +128,9 @@ fn close(
         let dirs = AttemptDirs::new(&super::job_dir(state_dir, &id), round, attempt);
         let _ = dirs.remove_private();
     }
-    let in_setup = view.setup == crate::store::projection::SetupState::Running;
     if in_setup {
         let _ = AttemptDirs::setup(&super::job_dir(state_dir, &id)).remove_private();
     }
-    let at = match view.open_attempt {
-        Some((r, a)) => format!("in round {r} (attempt {a})"),
-        // Its set-up never finished: a resume runs it again.
-        None if in_setup => "during the set-up".to_owned(),
-        None => "between rounds".to_owned(),
-    };
     journal.record(EventKind::JobFinished {
         outcome: Outcome::Interrupted,
         reason: FinishReason::RunnerDied,

@@ -36,6 +36,7 @@ mod retention;
 mod scheduler;
 pub mod scope;
 pub mod tls;
+pub mod tls_init;
 pub mod token_api;
 pub mod token_config;
 pub mod tokens;

@@ -61,7 +61,13 @@ async fn create(
         )
     })?;
     let token = svc.tokens().create(&b.name, &b.scopes).map_err(api_error)?;
-    tracing::info!(token = %b.name, "token `{}` created with scopes {:?}", b.name, b.scopes);
+    let scopes = b
+        .scopes
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    tracing::info!(token = %b.name, scopes = %scopes, "token `{}` created with scopes {scopes}", b.name);
     let listed = svc.tokens().list().into_iter().find(|t| t.name == b.name);
     Ok((
         StatusCode::CREATED,

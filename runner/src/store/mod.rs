@@ -115,7 +115,7 @@ pub enum StoreError {
     },
     /// The database was written by a newer `ralph`.
     #[error(
-        "the state store `{location}` has schema version {found}; this ralph supports up to {supported}"
+        "the state store `{location}` has schema version {found}, written by a newer ralph; this one supports up to {supported}: run that newer ralph (a store is never migrated down; see Upgrades in docs/operations.md)"
     )]
     NewerSchema {
         /// The database file or the redacted connection string.

@@ -45,6 +45,20 @@ fn unreachable(socket: &Path, why: impl std::fmt::Display) -> SandboxError {
     )
 }
 
+/// Why `socket` cannot be opened, said so that the fix is plain (bollard's own error names only
+/// its HTTP client).
+fn open_failure(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => format!(
+            "{e}: this user may not open the socket (only root and its group, usually `docker`, may): add the user to that group (the systemd unit: SupplementaryGroups=docker)"
+        ),
+        std::io::ErrorKind::ConnectionRefused => {
+            format!("{e}: no engine listens on it (is the docker service running?)")
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// The socket path: `DOCKER_HOST=unix://…`, else `/var/run/docker.sock`.
 pub fn socket_path() -> PathBuf {
     std::env::var("DOCKER_HOST")
@@ -68,6 +82,10 @@ pub async fn connect(socket: &Path) -> Result<Engine, SandboxError> {
     }
     if let Err(e) = std::fs::symlink_metadata(socket) {
         return Err(unreachable(socket, e));
+    }
+    // A unix connect answers at once: a refusal is told plainly before bollard tries.
+    if let Err(e) = std::os::unix::net::UnixStream::connect(socket) {
+        return Err(unreachable(socket, open_failure(&e)));
     }
     let path = socket
         .to_str()
@@ -160,6 +178,18 @@ impl From<EngineError> for SandboxError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_this_user_may_not_open_names_the_group() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let why = open_failure(&denied);
+        assert!(
+            why.contains("docker") && why.contains("SupplementaryGroups"),
+            "{why}"
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(open_failure(&refused).contains("no engine listens"));
+    }
 
     /// bollard's default is newer than the oldest engine we support, so the version must be
     /// negotiated (see `tests/docker_backend.rs` for the live check against the engine).
