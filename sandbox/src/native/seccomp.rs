@@ -183,6 +183,13 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     }
 }
 
+/// The allow-list program of the embedded list (installed by the docker backend's init under
+/// the engine's profile).
+pub fn allow_list_program() -> Result<BpfProgram, String> {
+    let list = crate::policy::allow_list::embedded()?;
+    allow_program(&list.iter().map(|(_, nr)| *nr).collect::<Vec<_>>())
+}
+
 /// The allow-list program: on x86_64, ALLOW for the listed numbers (a chain of ranges, in
 /// ascending order), ENOSYS for anything else — an x32 number, a foreign architecture and a
 /// syscall a newer kernel adds included.
