@@ -334,10 +334,10 @@ fn run(args: &InitArgs) -> i32 {
         eprintln!("ralph: the container init failed to make itself undumpable");
         return CANNOT_START;
     }
-    // The syscall allow-list, installed by the child on top of the engine's profile (built
-    // here, before the fork): the engine's profile can name only the syscalls its libseccomp
-    // knows, this program also answers ENOSYS to any newer one (docs/sandbox.md).
-    let allow_list = match crate::native::seccomp::allow_list_program() {
+    // The allow-list's second layer, installed by the child on top of the engine's profile
+    // (built here, before the fork): the profile names the syscalls ralph knows, this program
+    // answers ENOSYS to any newer one (docs/sandbox.md).
+    let allow_list = match crate::native::seccomp::newer_syscalls_program() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ralph: the container init failed to build the syscall allow-list: {e}");
@@ -461,7 +461,8 @@ fn run(args: &InitArgs) -> i32 {
     status.map_or(128 + libc::SIGKILL, exit_code)
 }
 
-/// The command, in the forked child: a clean signal state, the allow-list, then `execvp`. A
+/// The command, in the forked child: a clean signal state, the filter of newer syscalls, then
+/// `execvp`. A
 /// failed `execve` is reported on the status socket (nothing of the command ran yet, so it is
 /// the init's word).
 fn exec(
@@ -477,7 +478,7 @@ fn exec(
     // The engine set no_new_privs (`no-new-privileges`), so no capability is needed. Nothing
     // runs without it.
     if let Err(e) = seccompiler::apply_filter(allow_list) {
-        eprintln!("ralph: the container init failed to install the syscall allow-list: {e}");
+        eprintln!("ralph: the container init failed to install its syscall filter: {e}");
         // SAFETY: _exit in a forked child, without running the parent's exit handlers.
         unsafe { libc::_exit(CANNOT_START) }
     }

@@ -4,11 +4,11 @@
 //!
 //! The allow-list ([`crate::policy::allow_list`]) holds in every mode on docker, full-access
 //! included (a container refuses at least what a default `docker run` refuses). It is two
-//! layers: this profile refuses with ENOSYS, by name, every syscall ralph's table knows
+//! layers: this profile refuses with EPERM (as Docker's default profile does), by name, every syscall ralph's table knows
 //! ([`crate::policy::syscall_table`]) that the list leaves out and no other rule names; the
-//! container's init installs the allow-list program itself before it runs the command
-//! ([`crate::native::seccomp::allow_list_program`]), so a syscall newer than the table answers
-//! ENOSYS too. The default action stays ALLOW: libseccomp lets an unconditional ALLOW rule
+//! container's init installs a filter of its own before it runs the command
+//! ([`crate::native::seccomp::newer_syscalls_program`]) so that a syscall newer than the table
+//! answers ENOSYS too. The default action stays ALLOW: libseccomp lets an unconditional ALLOW rule
 //! override the conditional ERRNO rules of the same syscall (measured with this engine: chmod's
 //! set-id guard was dropped), so the guards could not sit under a default-deny profile.
 //!
@@ -210,7 +210,7 @@ pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
     Ok(p)
 }
 
-/// Refuses with ENOSYS every syscall of the table that `allowed` leaves out and no rule of
+/// Refuses with EPERM (what a default `docker run` answers) every syscall of the table that `allowed` leaves out and no rule of
 /// `p` names yet (see the module comment).
 fn add_allow_list(p: &mut Profile, allowed: &[(String, i64)]) {
     let refused: BTreeSet<String> = p
@@ -233,9 +233,9 @@ fn add_allow_list(p: &mut Profile, allowed: &[(String, i64)]) {
     p.syscalls.retain(|r| !r.names.is_empty());
     p.syscalls.push(deny(
         unlisted.into_iter().collect(),
-        ENOSYS,
+        EPERM,
         Vec::new(),
-        "not in policies/syscalls-allowed.toml",
+        "not in policies/syscalls-allowed.toml (EPERM, as Docker's default profile)",
     ));
 }
 

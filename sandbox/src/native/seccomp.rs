@@ -183,11 +183,16 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     }
 }
 
-/// The allow-list program of the embedded list (installed by the docker backend's init under
-/// the engine's profile).
-pub fn allow_list_program() -> Result<BpfProgram, String> {
-    let list = crate::policy::allow_list::embedded()?;
-    allow_program(&list.iter().map(|(_, nr)| *nr).collect::<Vec<_>>())
+/// The docker backend's second layer, installed by the container's init under the engine's
+/// profile: every syscall of ralph's table passes (the engine's profile answers for those: the
+/// allow-list by name, the deny list, the guards), any other number — a syscall newer than the
+/// table, which the profile cannot name — answers ENOSYS.
+pub fn newer_syscalls_program() -> Result<BpfProgram, String> {
+    let known: Vec<i64> = crate::policy::syscall_table::X86_64
+        .iter()
+        .map(|(_, nr)| *nr)
+        .collect();
+    allow_program(&known)
 }
 
 /// The allow-list program: on x86_64, ALLOW for the listed numbers (a chain of ranges, in
@@ -713,6 +718,18 @@ mod tests {
         );
         // x32 numbers: the deny program's EPERM.
         assert_eq!(combined(&progs, 0x4000_0000, [0; 6]), EPERM);
+        // The docker init's program: everything ralph's table knows passes, newer numbers do not.
+        let newer = newer_syscalls_program().unwrap();
+        let d = |nr| Data {
+            nr,
+            arch: X86_64,
+            args: [0; 6],
+        };
+        assert_eq!(run(&newer, &d(libc::SYS_ptrace)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(libc::SYS_move_pages)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(450)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(451)), enosys);
+        assert_eq!(run(&newer, &d(463)), enosys);
         // The embedded list is within one program's jump reach.
         assert!(progs[0].len() < 300, "{}", progs[0].len());
     }
