@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The syscall allow-list's cost (issue 28 item 3): round start-up (`ralph sandbox exec -- /bin/true`)
-# and a syscall-heavy command (200 000 getppid() calls from python3), with this tree's ralph (the
+# and a syscall-heavy command (200 000 getppid() calls from /usr/bin/python3), with this tree's ralph (the
 # allow-list) against a ralph built from a commit before it (the deny list only), natively
 # (workspace-write, read-only, full-access) and on docker (workspace-write, full-access), in one
 # hyperfine run per backend. No switch in ralph selects the filter: the old filter is the old
@@ -21,7 +21,7 @@ fi
 : "${OLD_RALPH:?set OLD_RALPH to a ralph built before the allow-list}"
 ws=$(mktemp -d "${TMPDIR:-/tmp}/ralph-bench-XXXXXX")
 trap 'rm -rf "$ws" "$ws".*.json' EXIT
-loop="python3 -c 'import os
+loop="/usr/bin/python3 -c 'import os
 for _ in range(200000): os.getppid()'"
 native=()
 for m in workspace-write read-only full-access; do

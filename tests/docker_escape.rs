@@ -919,7 +919,7 @@ fn unshare_spec(_sb: Sb, kind: &str) -> Spec {
 
 fn processes() -> Vec<Case> {
     let mut cases = vec![
-        Case::new("ptrace_host_process", ALL, |_, sb| {
+        Case::new("ptrace_host_process", ALL, |_, _| {
             let host = host_sleeper();
             Spec::probe(
                 argv!["ptrace-attach", host.pid().to_string()],
@@ -928,16 +928,16 @@ fn processes() -> Vec<Case> {
             )
             .keep(host)
         }),
-        Case::new("ptrace_own_child", ALL, |_, sb| {
+        Case::new("ptrace_own_child", ALL, |_, _| {
             Spec::probe(argv!["ptrace-attach", "child"], eperm("ptrace"))
         }),
-        Case::new("process_vm_readv_own_child", ALL, |_, sb| {
+        Case::new("process_vm_readv_own_child", ALL, |_, _| {
             Spec::probe(
                 argv!["process-vm-readv", "child"],
                 eperm("process_vm_readv"),
             )
         }),
-        Case::new("process_vm_readv_host_process", ALL, |_, sb| {
+        Case::new("process_vm_readv_host_process", ALL, |_, _| {
             let host = host_sleeper();
             Spec::probe(
                 argv!["process-vm-readv", host.pid().to_string()],
@@ -997,10 +997,10 @@ fn processes() -> Vec<Case> {
         Case::new("setns_own_net", ALL, |_, _| {
             Spec::probe(argv!["setns", "/proc/self/ns/net"], eperm("setns"))
         }),
-        Case::new("clone_newuser", ALL, |_, sb| {
+        Case::new("clone_newuser", ALL, |_, _| {
             Spec::probe(argv!["clone-newuser"], eperm("clone"))
         }),
-        Case::new("clone3_enosys", ALL, |_, sb| {
+        Case::new("clone3_enosys", ALL, |_, _| {
             Spec::probe(argv!["clone3"], err("ENOSYS", "clone3"))
         }),
         Case::new("chroot", ALL, |_, _| {
@@ -1067,15 +1067,6 @@ fn processes() -> Vec<Case> {
     cases
 }
 
-/// `confined` in read-only and workspace-write, `full` in full-access (the mode's seccomp list).
-fn fa_or(sb: Sb, confined: Expect, full: Expect) -> Expect {
-    if sb.mode == Mode::FullAccess {
-        full
-    } else {
-        confined
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Privileges
 // ---------------------------------------------------------------------------------------------
@@ -1131,7 +1122,7 @@ fn privileges() -> Vec<Case> {
         Case::new("userfaultfd", ALL, |_, _| {
             Spec::probe(argv!["userfaultfd"], eperm("userfaultfd"))
         }),
-        Case::new("personality_change", ALL, |_, sb| {
+        Case::new("personality_change", ALL, |_, _| {
             Spec::probe(
                 argv!["personality", "0x0040000"],
                 // full-access too, as a default `docker run` (native full-access allows it).
