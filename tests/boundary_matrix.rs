@@ -47,6 +47,19 @@ fn eperm(step: &'static str) -> Expect {
     err("EPERM", step)
 }
 
+/// `harmless-syscall NAME`: refused by the allow-list — ENOSYS natively, EPERM on docker (a
+/// default `docker run`'s answer) — except natively in full-access (no allow-list: the call
+/// succeeds).
+fn harmless(name: &'static str, sb: Sb) -> Spec {
+    let refused = by_backend(err("ENOSYS", name), err("EPERM", name));
+    let expect = if sb.mode == Mode::FullAccess {
+        by_backend(ok(), refused)
+    } else {
+        refused
+    };
+    Spec::probe(argv!["harmless-syscall", name], expect)
+}
+
 /// A copy of the host's `/bin/sh` in the workspace, owned like the workspace, mode 0755.
 fn shell_copy(w: &World) -> PathBuf {
     let x = w.ws.join("sh-copy");
@@ -248,6 +261,25 @@ fn cases() -> Vec<Case> {
         // falls back to openat.
         Case::new("openat2_answers_enosys", CONFINED, |_, _| {
             Spec::probe(argv!["openat2", "/etc/hostname"], err("ENOSYS", "openat2"))
+        }),
+        // The allow-list (issue 28): what Docker's default profile refuses is refused in the
+        // confined modes on both backends, and on docker in full-access too; natively
+        // full-access keeps the host's behaviour (these calls succeed there).
+        Case::new("move_pages_refused", ALL, |_, sb| {
+            harmless("move_pages", sb)
+        }),
+        Case::new("mbind_refused", ALL, |_, sb| harmless("mbind", sb)),
+        Case::new("set_mempolicy_refused", ALL, |_, sb| {
+            harmless("set_mempolicy", sb)
+        }),
+        Case::new("kcmp_refused", ALL, |_, sb| harmless("kcmp", sb)),
+        // A syscall this kernel knows but no list names (463, setxattrat on 6.13+), and one no
+        // kernel has: ENOSYS everywhere but native full-access, where the kernel answers.
+        Case::new("unlisted_syscall_answers_enosys", CONFINED, |_, _| {
+            Spec::probe(argv!["harmless-syscall", "463"], err("ENOSYS", "syscall"))
+        }),
+        Case::new("unassigned_syscall_answers_enosys", ALL, |_, _| {
+            Spec::probe(argv!["harmless-syscall", "1000"], err("ENOSYS", "syscall"))
         }),
         Case::new("mknod_block_device", CONFINED, |w, _| {
             let dev = w.ws.join("sda");

@@ -177,7 +177,12 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
             .and_then(|()| {
                 in_child(|| {
                     nix::sys::prctl::set_no_new_privs().map_err(|e| e.to_string())?;
+                    let allow = crate::policy::allow_list::embedded()?
+                        .iter()
+                        .map(|(_, nr)| *nr)
+                        .collect();
                     let plan = crate::plan::SeccompPlan {
+                        allow: Some(allow),
                         deny: vec![("bpf".into(), libc::SYS_bpf)],
                         socket_families: None,
                         restrict_personality: true,

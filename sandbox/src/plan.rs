@@ -156,6 +156,10 @@ pub struct LandlockPlan {
 /// The seccomp filter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeccompPlan {
+    /// The allow-list (x86_64 numbers, [`crate::policy::allow_list`]): a syscall not listed
+    /// answers ENOSYS. `None`: no allow-list (full-access).
+    #[serde(default)]
+    pub allow: Option<Vec<i64>>,
     /// Syscalls refused with EPERM: (name, number).
     pub deny: Vec<(String, i64)>,
     /// socket()/socketpair() of any family not listed refused with EPERM; `None`: any family
@@ -900,6 +904,13 @@ pub fn resolve(
                 .ok_or_else(|| SandboxError::invalid("policy", format!("unknown syscall `{n}`")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let allow = if policy.syscalls.allow_list {
+        let list = crate::policy::allow_list::embedded()
+            .map_err(|m| SandboxError::invalid("policy", m))?;
+        Some(list.iter().map(|(_, nr)| *nr).collect())
+    } else {
+        None
+    };
     e.record(
         Restriction::Syscalls,
         Level::Full,
@@ -1107,6 +1118,7 @@ pub fn resolve(
         git,
         landlock,
         seccomp: SeccompPlan {
+            allow,
             deny,
             socket_families,
             restrict_personality: policy.syscalls.restrict_personality,

@@ -334,10 +334,20 @@ fn run(args: &InitArgs) -> i32 {
         eprintln!("ralph: the container init failed to make itself undumpable");
         return CANNOT_START;
     }
+    // The allow-list's second layer, installed by the child on top of the engine's profile
+    // (built here, before the fork): the profile names the syscalls ralph knows, this program
+    // answers ENOSYS to any newer one (docs/sandbox.md).
+    let allow_list = match crate::native::seccomp::newer_syscalls_program() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ralph: the container init failed to build the syscall allow-list: {e}");
+            return CANNOT_START;
+        }
+    };
     // SAFETY: the init is single-threaded (the `ralph` binary dispatches here before anything
     // starts a thread), so the child may run anything until it execs.
     let command = match unsafe { fork() } {
-        Ok(ForkResult::Child) => exec(&args.argv, report.as_mut()),
+        Ok(ForkResult::Child) => exec(&args.argv, &allow_list, report.as_mut()),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             eprintln!("ralph: the container init failed to fork: {e}");
@@ -451,14 +461,27 @@ fn run(args: &InitArgs) -> i32 {
     status.map_or(128 + libc::SIGKILL, exit_code)
 }
 
-/// The command, in the forked child: a clean signal state, then `execvp`. A failed `execve`
-/// is reported on the status socket (nothing of the command ran yet, so it is the init's word).
-fn exec(argv: &[CString], report: Option<&mut UnixStream>) -> ! {
+/// The command, in the forked child: a clean signal state, the filter of newer syscalls, then
+/// `execvp`. A
+/// failed `execve` is reported on the status socket (nothing of the command ran yet, so it is
+/// the init's word).
+fn exec(
+    argv: &[CString],
+    allow_list: &seccompiler::BpfProgram,
+    report: Option<&mut UnixStream>,
+) -> ! {
     let _ = sys::reset_signals();
     // A session of its own: the init leads process group 1 (and its session), and the command
     // must not share it — `kill(0)`, `setpriority(PRIO_PGRP, 0)` and the like would reach the
     // init, and a process outside the init's session cannot join its group.
     let _ = nix::unistd::setsid();
+    // The engine set no_new_privs (`no-new-privileges`), so no capability is needed. Nothing
+    // runs without it.
+    if let Err(e) = seccompiler::apply_filter(allow_list) {
+        eprintln!("ralph: the container init failed to install its syscall filter: {e}");
+        // SAFETY: _exit in a forked child, without running the parent's exit handlers.
+        unsafe { libc::_exit(CANNOT_START) }
+    }
     let code = match argv.first() {
         Some(prog) => {
             let e = execvp(prog, argv).map_or_else(|e| e, |_| nix::Error::UnknownErrno);

@@ -2,6 +2,16 @@
 //! (`policies/docker-seccomp.json`) plus what the mode's policy refuses, so that a container
 //! refuses at least what the native backend refuses in the same mode.
 //!
+//! The allow-list ([`crate::policy::allow_list`]) holds in every mode on docker, full-access
+//! included (a container refuses at least what a default `docker run` refuses). It is two
+//! layers: this profile refuses with EPERM (as Docker's default profile does), by name, every syscall ralph's table knows
+//! ([`crate::policy::syscall_table`]) that the list leaves out and no other rule names; the
+//! container's init installs a filter of its own before it runs the command
+//! ([`crate::native::seccomp::newer_syscalls_program`]) so that a syscall newer than the table
+//! answers ENOSYS too. The default action stays ALLOW: libseccomp lets an unconditional ALLOW rule
+//! override the conditional ERRNO rules of the same syscall (measured with this engine: chmod's
+//! set-id guard was dropped), so the guards could not sit under a default-deny profile.
+//!
 //! The Docker profile format cannot AND two conditions on one argument (runc ORs them), so the
 //! personality(2) restriction ("only 0 and 0xffffffff") is written as one single-condition rule
 //! per bit: refused when bit *b* is set and bit 31 is clear, or bit 31 is set and bit *b* clear.
@@ -9,7 +19,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Policy, guards, syscalls};
+use std::collections::BTreeSet;
+
+use crate::policy::{Policy, SyscallPolicy, allow_list, guards, syscall_table, syscalls};
 
 const BASE: &str = include_str!("../../../policies/docker-seccomp.json");
 
@@ -36,6 +48,9 @@ pub struct Profile {
     pub comment: Vec<String>,
     /// What happens to a syscall no rule matches.
     pub default_action: String,
+    /// The errno of an `SCMP_ACT_ERRNO` default action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_errno_ret: Option<i64>,
     /// Allowed architectures.
     pub architectures: Vec<String>,
     /// The rules.
@@ -51,7 +66,7 @@ pub struct Rule {
     pub comment: String,
     /// The syscalls.
     pub names: Vec<String>,
-    /// `SCMP_ACT_ERRNO`.
+    /// `SCMP_ACT_ERRNO` or `SCMP_ACT_ALLOW`.
     pub action: String,
     /// The errno.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,10 +115,22 @@ pub fn base() -> Result<Profile, String> {
     serde_json::from_str(BASE).map_err(|e| format!("invalid embedded docker-seccomp.json: {e}"))
 }
 
+/// The syscall rules a container of `policy`'s mode gets: the mode's own, and on docker, at
+/// least Docker's default profile in every mode — full-access included, where the native
+/// backend keeps the host's behaviour — so the allow-list, clone(2) without namespace flags
+/// (unshare is not allowed at all) and personality(2) limited to PER_LINUX apply there too.
+pub fn effective(policy: &Policy) -> SyscallPolicy {
+    let mut sys = policy.syscalls.clone();
+    sys.allow_list = true;
+    sys.restrict_personality = true;
+    sys.deny_namespace_clone = true;
+    sys
+}
+
 /// The profile of one container of `policy`'s mode.
 pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
     let mut p = base()?;
-    let sys = &policy.syscalls;
+    let sys = &effective(policy);
     if let Some(unknown) = sys.deny.iter().find(|n| syscalls::number(n).is_none()) {
         return Err(format!("unknown syscall `{unknown}` in the policy"));
     }
@@ -164,7 +191,52 @@ pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
             g.why,
         ));
     }
+    if sys.allow_list {
+        if !network_off {
+            p.syscalls.push(deny(
+                vec!["socket".into()],
+                EPERM,
+                vec![Arg {
+                    index: 0,
+                    value: libc::AF_VSOCK as u64,
+                    value_two: 0,
+                    op: "SCMP_CMP_EQ".into(),
+                }],
+                "AF_VSOCK, as in Docker's default profile",
+            ));
+        }
+        add_allow_list(&mut p, allow_list::embedded()?);
+    }
     Ok(p)
+}
+
+/// Refuses with EPERM (what a default `docker run` answers) every syscall of the table that `allowed` leaves out and no rule of
+/// `p` names yet (see the module comment).
+fn add_allow_list(p: &mut Profile, allowed: &[(String, i64)]) {
+    let refused: BTreeSet<String> = p
+        .syscalls
+        .iter()
+        .filter(|r| r.args.is_empty())
+        .flat_map(|r| r.names.iter().cloned())
+        .collect();
+    let unlisted: BTreeSet<String> = syscall_table::X86_64
+        .iter()
+        .map(|(n, _)| (*n).to_owned())
+        .filter(|n| !refused.contains(n) && !allowed.iter().any(|(a, _)| a == n))
+        .collect();
+    // A conditional rule on a syscall refused outright would only blur the profile.
+    for r in &mut p.syscalls {
+        if !r.args.is_empty() {
+            r.names.retain(|n| !unlisted.contains(n));
+        }
+    }
+    p.syscalls.retain(|r| !r.names.is_empty());
+    p.syscalls.push(deny(
+        unlisted.into_iter().collect(),
+        EPERM,
+        Vec::new(),
+        "not in policies/syscalls-allowed.toml (EPERM, as Docker's default profile)",
+    ));
 }
 
 /// One guard condition in the profile's terms. libseccomp compares all 64 bits of an argument,
@@ -239,13 +311,45 @@ mod tests {
                 assert!(refuses(&p, name, EPERM), "{mode}: {name} is allowed");
             }
             assert_eq!(p.default_action, "SCMP_ACT_ALLOW");
+            // At least Docker's default refusals, in every mode (issue 28).
+            for name in [
+                "move_pages",
+                "mbind",
+                "set_mempolicy",
+                "kcmp",
+                "unshare",
+                "setns",
+                "ptrace",
+                "mount",
+                "get_mempolicy",
+                "process_vm_readv",
+            ] {
+                assert!(
+                    refuses(&p, name, ENOSYS) || refuses(&p, name, EPERM),
+                    "{mode}: {name} is allowed"
+                );
+            }
+            for name in ["read", "execve", "openat", "chmod", "clone", "socket"] {
+                assert!(
+                    !refuses(&p, name, ENOSYS) && !refuses(&p, name, EPERM),
+                    "{mode}: {name}"
+                );
+            }
             assert_eq!(p.architectures, ["SCMP_ARCH_X86_64"]);
             let json = security_opt(&p).unwrap();
             assert!(json.starts_with("seccomp={") && !json.contains("comment"));
         }
         let ww = set.get(Mode::WorkspaceWrite).unwrap();
         let p = profile(ww, false).unwrap();
-        assert!(!p.syscalls.iter().any(|r| r.names == ["socket"]));
+        // With the network on, only AF_VSOCK is refused (as in Docker's default profile).
+        let socket: Vec<&Rule> = p
+            .syscalls
+            .iter()
+            .filter(|r| r.names == ["socket"])
+            .collect();
+        assert_eq!(socket.len(), 1);
+        assert_eq!(socket[0].args[0].op, "SCMP_CMP_EQ");
+        assert_eq!(socket[0].args[0].value, libc::AF_VSOCK as u64);
         assert!(refuses(&p, "clone3", ENOSYS));
         let p = profile(ww, true).unwrap();
         assert!(p.syscalls.iter().any(|r| r.names == ["socket"]
@@ -272,8 +376,10 @@ mod tests {
         ] {
             assert!(personality_refused(&p, refused), "{refused:#x} allowed");
         }
+        // On docker full-access too: Docker's default profile refuses it.
         let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
-        assert!(!personality_refused(&fa, 0x0040000));
+        assert!(personality_refused(&fa, 0x0040000));
+        assert!(!personality_refused(&fa, 0));
     }
 
     /// Whether the profile refuses `name` with these argument values (rules ORed, conditions

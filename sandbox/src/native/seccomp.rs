@@ -6,6 +6,12 @@
 //! answering ENOSYS (its flags live in memory seccomp cannot read, so libc falls back to `clone`,
 //! whose flags the rules check) — followed by seccompiler's program for the deny list and the
 //! argument rules (EPERM; any other architecture is killed).
+//!
+//! In the confined modes a second, smaller program comes first: the allow-list
+//! ([`crate::policy::allow_list`]), a sorted chain of number ranges answering ENOSYS for any
+//! syscall not listed. The kernel runs every installed program and keeps the most recently
+//! installed one's answer among equally strong ones, so the deny list's EPERM (installed second)
+//! still wins over the allow-list's ENOSYS.
 
 use std::collections::BTreeMap;
 
@@ -79,6 +85,18 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
         };
         rules.insert(libc::SYS_socket, refused.clone());
         rules.insert(libc::SYS_socketpair, refused);
+    }
+    if plan.allow.is_some() && plan.socket_families.is_none() {
+        // As Docker's default profile: no AF_VSOCK socket (the host's hypervisor channel).
+        rules.insert(
+            libc::SYS_socket,
+            vec![rule(vec![cond(
+                0,
+                SeccompCmpOp::Eq,
+                libc::AF_VSOCK as u64,
+                SeccompCmpArgLen::Dword,
+            )?])?],
+        );
     }
     if plan.restrict_personality && !rules.contains_key(&libc::SYS_personality) {
         // Allowed: 0 (PER_LINUX) and 0xffffffff (query).
@@ -158,15 +176,73 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
             program.len()
         ));
     }
-    Ok(vec![program])
+    match &plan.allow {
+        // Installed first, so that the deny program's answers win (see the module comment).
+        Some(allowed) => Ok(vec![allow_program(allowed)?, program]),
+        None => Ok(vec![program]),
+    }
+}
+
+/// The docker backend's second layer, installed by the container's init under the engine's
+/// profile: every syscall of ralph's table passes (the engine's profile answers for those: the
+/// allow-list by name, the deny list, the guards), any other number — a syscall newer than the
+/// table, which the profile cannot name — answers ENOSYS.
+pub fn newer_syscalls_program() -> Result<BpfProgram, String> {
+    let known: Vec<i64> = crate::policy::syscall_table::X86_64
+        .iter()
+        .map(|(_, nr)| *nr)
+        .collect();
+    allow_program(&known)
+}
+
+/// The allow-list program: on x86_64, ALLOW for the listed numbers (a chain of ranges, in
+/// ascending order), ENOSYS for anything else — an x32 number, a foreign architecture and a
+/// syscall a newer kernel adds included.
+fn allow_program(allowed: &[i64]) -> Result<BpfProgram, String> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err("the syscall allow-list is defined for x86_64 only".into());
+    }
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let list: Vec<(String, i64)> = allowed.iter().map(|nr| (String::new(), *nr)).collect();
+    let ranges = crate::policy::allow_list::ranges(&list);
+    let n = ranges.len();
+    // Layout: 3 head instructions, 2 per range, then RET ENOSYS, then RET ALLOW.
+    let enosys_at = 3 + 2 * n;
+    let allow_at = enosys_at + 1;
+    let off = |from: usize, to: usize| {
+        u8::try_from(to - from - 1)
+            .map_err(|_| format!("the allow-list has too many ranges ({n}) for one program"))
+    };
+    let mut prog = vec![
+        ins(LD_W_ABS, 0, 0, OFFSET_ARCH),
+        ins(JMP_JEQ_K, 0, off(1, enosys_at)?, AUDIT_ARCH_X86_64),
+        ins(LD_W_ABS, 0, 0, OFFSET_NR),
+    ];
+    for (i, (lo, hi)) in ranges.iter().enumerate() {
+        let at = 3 + 2 * i;
+        let lo = u32::try_from(*lo).map_err(|_| format!("syscall number {lo} out of range"))?;
+        let hi = u32::try_from(*hi).map_err(|_| format!("syscall number {hi} out of range"))?;
+        // Above this range: on to the next one.
+        prog.push(ins(JMP_JGT_K, 1, 0, hi));
+        // In it: allowed; below it (and above the previous one): refused.
+        prog.push(ins(
+            JMP_JGE_K,
+            off(at + 1, allow_at)?,
+            off(at + 1, enosys_at)?,
+            lo,
+        ));
+    }
+    prog.push(ins(RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32));
+    prog.push(ins(RET_K, 0, 0, RET_ALLOW));
+    Ok(prog)
 }
 
 // Classic BPF opcodes and seccomp return values used by the prefix.
 const LD_W_ABS: u16 = 0x20;
 const JMP_JEQ_K: u16 = 0x15;
 const JMP_JGE_K: u16 = 0x35;
+const JMP_JGT_K: u16 = 0x25;
 const RET_K: u16 = 0x06;
-#[cfg(test)]
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
 const OFFSET_NR: u32 = 0;
@@ -278,6 +354,7 @@ mod tests {
 
     fn with_families(socket_families: Option<Vec<SocketFamily>>) -> SeccompPlan {
         SeccompPlan {
+            allow: None,
             deny: vec![
                 ("ptrace".into(), libc::SYS_ptrace),
                 ("io_uring_setup".into(), libc::SYS_io_uring_setup),
@@ -551,5 +628,109 @@ mod tests {
             },
         );
         assert!(v == 0 || v == 0x8000_0000, "expected a kill, got {v:#x}");
+    }
+
+    /// What the kernel answers with all `progs` installed in order: every program runs, the
+    /// newest first; the strongest action wins, and among equals the first seen (the newest).
+    fn combined(progs: &[BpfProgram], nr: i64, args: [u64; 6]) -> u32 {
+        let d = Data {
+            nr,
+            arch: X86_64,
+            args,
+        };
+        let rank = |v: u32| match v & 0xffff_0000 {
+            0x7fff_0000 => 9, // ALLOW: weakest
+            0x0005_0000 => 5, // ERRNO
+            _ => 0,           // KILL and friends
+        };
+        let mut out = RET_ALLOW;
+        for p in progs.iter().rev() {
+            let v = run(p, &d);
+            if rank(v) < rank(out) {
+                out = v;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_allow_list_answers_enosys_and_the_deny_list_still_eperm() {
+        let list = crate::policy::allow_list::embedded().unwrap();
+        let mut p = plan(false);
+        p.allow = Some(list.iter().map(|(_, nr)| *nr).collect());
+        let progs = build(&p).unwrap();
+        assert_eq!(progs.len(), 2);
+        let enosys = RET_ERRNO | libc::ENOSYS as u32;
+        for (_, nr) in list {
+            let v = combined(&progs, *nr, [0; 6]);
+            let denied = p.deny.iter().any(|(_, d)| d == nr);
+            assert!(
+                v == RET_ALLOW || denied || v == EPERM || v == enosys,
+                "{nr}: {v:#x}"
+            );
+        }
+        assert_eq!(combined(&progs, libc::SYS_read, [0; 6]), RET_ALLOW);
+        assert_eq!(combined(&progs, libc::SYS_execve, [0; 6]), RET_ALLOW);
+        for nr in [
+            libc::SYS_move_pages,
+            libc::SYS_mbind,
+            libc::SYS_set_mempolicy,
+            libc::SYS_kcmp,
+            libc::SYS_get_mempolicy,
+            libc::SYS_unshare,
+            463,
+            1000,
+            0x3fff_ffff,
+        ] {
+            assert_eq!(combined(&progs, nr, [0; 6]), enosys, "{nr}");
+        }
+        // The deny list keeps its EPERM; the guards keep theirs.
+        assert_eq!(combined(&progs, libc::SYS_ptrace, [0; 6]), EPERM);
+        assert_eq!(combined(&progs, libc::SYS_io_uring_setup, [0; 6]), EPERM);
+        assert_eq!(
+            combined(&progs, libc::SYS_chmod, [0, 0o4755, 0, 0, 0, 0]),
+            EPERM
+        );
+        assert_eq!(
+            combined(&progs, libc::SYS_chmod, [0, 0o755, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            combined(
+                &progs,
+                libc::SYS_clone,
+                [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        assert_eq!(combined(&progs, libc::SYS_clone3, [0; 6]), enosys);
+        assert_eq!(
+            combined(&progs, libc::SYS_socket, [2, 1, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            combined(
+                &progs,
+                libc::SYS_socket,
+                [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]
+            ),
+            EPERM
+        );
+        // x32 numbers: the deny program's EPERM.
+        assert_eq!(combined(&progs, 0x4000_0000, [0; 6]), EPERM);
+        // The docker init's program: everything ralph's table knows passes, newer numbers do not.
+        let newer = newer_syscalls_program().unwrap();
+        let d = |nr| Data {
+            nr,
+            arch: X86_64,
+            args: [0; 6],
+        };
+        assert_eq!(run(&newer, &d(libc::SYS_ptrace)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(libc::SYS_move_pages)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(450)), RET_ALLOW);
+        assert_eq!(run(&newer, &d(451)), enosys);
+        assert_eq!(run(&newer, &d(463)), enosys);
+        // The embedded list is within one program's jump reach.
+        assert!(progs[0].len() < 300, "{}", progs[0].len());
     }
 }

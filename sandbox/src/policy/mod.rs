@@ -2,10 +2,12 @@
 //! write, which paths stay protected or hidden, the network default, the syscall deny list and
 //! default limits. The three files are embedded; a config directory can replace any of them.
 
+pub mod allow_list;
 pub mod guards;
 pub mod host_share;
 pub mod kernel_paths;
 pub mod network;
+pub mod syscall_table;
 pub mod syscalls;
 
 use std::path::{Path, PathBuf};
@@ -93,6 +95,9 @@ pub struct NetworkPolicy {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SyscallPolicy {
+    /// Only the syscalls of `policies/syscalls-allowed.toml` allowed ([`allow_list`]); anything
+    /// else answers ENOSYS. `false`: every syscall not refused below is allowed.
+    pub allow_list: bool,
     /// Syscalls refused with EPERM.
     pub deny: Vec<String>,
     /// personality(2) limited to querying/setting PER_LINUX.
