@@ -14,67 +14,16 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::docker::{IMAGE, ready};
 use common::server::{Server, job};
+use common::small_disk::SmallDisk;
 use common::{Output, Ralph, complete_report, continue_report, wait_until};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// A small tmpfs mounted for one test (unmounted when dropped).
-struct SmallDisk {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl SmallDisk {
-    /// A tmpfs of `size` (`20m`); `None` (said) where this process may not mount one.
-    fn mount(test: &str, size: &str) -> Option<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ralph-full-disk-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path().canonicalize().unwrap();
-        match nix::mount::mount(
-            Some("tmpfs"),
-            &path,
-            Some("tmpfs"),
-            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-            Some(format!("size={size},mode=0755").as_str()),
-        ) {
-            Ok(()) => Some(Self { _dir: dir, path }),
-            Err(e) => {
-                assert!(
-                    !nix::unistd::geteuid().is_root(),
-                    "{test}: root cannot mount a tmpfs: {e}"
-                );
-                eprintln!("{test}: skipped: mounting a tmpfs needs root ({e})");
-                None
-            }
-        }
-    }
-
-    /// Fills the disk from the host (a file `name` grown until it takes no more).
-    fn fill(&self, name: &str) -> PathBuf {
-        let p = self.path.join(name);
-        let mut f = std::fs::File::create(&p).unwrap();
-        let chunk = vec![0u8; 64 * 1024];
-        while f.write_all(&chunk).is_ok() {}
-        // The last page too.
-        while f.write_all(&chunk[..512]).is_ok() {}
-        p
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
 
 fn events_of(state: &Path, id: &str) -> Vec<Value> {
     let store = ralph_runner::store::Store::open_sqlite_read_only(state).unwrap();

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::docker::{IMAGE, ready};
 use common::server::{Server, job};
+use common::small_disk::SmallDisk;
 use common::{Fixture, Output, Ralph, complete_report, continue_report};
 use ralph_runner::store::reserve::RESERVE_BYTES;
 use ralph_sandbox::beneath::tree::{Totals, measure};
@@ -189,46 +190,6 @@ fn docker_a_report_and_usage_lines_still_complete() {
     a_report_and_usage_lines_still_complete(&DOCKER);
 }
 
-/// A small tmpfs mounted for one test (unmounted when dropped).
-struct SmallDisk {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl SmallDisk {
-    /// A 20 MiB tmpfs; `None` (said) where this process may not mount one.
-    fn mount(test: &str) -> Option<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ralph-small-disk-")
-            .tempdir()
-            .unwrap();
-        let path = dir.path().canonicalize().unwrap();
-        match nix::mount::mount(
-            Some("tmpfs"),
-            &path,
-            Some("tmpfs"),
-            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-            Some("size=20m,mode=0755"),
-        ) {
-            Ok(()) => Some(Self { _dir: dir, path }),
-            Err(e) => {
-                assert!(
-                    !nix::unistd::geteuid().is_root(),
-                    "{test}: root cannot mount a tmpfs: {e}"
-                );
-                eprintln!("{test}: skipped: mounting a tmpfs needs root ({e})");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
 /// Fills the disk through the workspace, then reports `continue` (the loop would go on).
 const FILL: &str = r#"dd if=/dev/zero of="$RALPH_WORKSPACE/fill" bs=1M count=64 2>/dev/null"#;
 
@@ -258,7 +219,7 @@ fn assert_closed_for_a_full_disk(events: &[Value]) {
 }
 
 fn a_full_state_disk_closes_the_job_interrupted(test: &str, backend: &[&str]) {
-    let Some(disk) = SmallDisk::mount(test) else {
+    let Some(disk) = SmallDisk::mount(test, "20m") else {
         return;
     };
     let f = Fixture::new();
@@ -337,7 +298,7 @@ fn docker_a_full_state_disk_closes_the_job_interrupted_and_ralph_run_exits_75() 
 #[test]
 fn serve_a_full_state_disk_closes_the_job_and_the_service_keeps_serving() {
     let test = "serve_a_full_state_disk_closes_the_job_and_the_service_keeps_serving";
-    let Some(disk) = SmallDisk::mount(test) else {
+    let Some(disk) = SmallDisk::mount(test, "20m") else {
         return;
     };
     let s = Server::new_in("", &disk.path);

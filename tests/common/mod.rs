@@ -21,6 +21,7 @@ pub mod package_mirror;
 pub mod pg_cluster;
 pub mod promtool;
 pub mod server;
+pub mod small_disk;
 #[path = "../../runner/src/store/test_db.rs"]
 pub mod test_db;
 pub mod tls_serve;
