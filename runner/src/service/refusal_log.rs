@@ -31,11 +31,13 @@ pub async fn log_refusals(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
     let submit = method == axum::http::Method::POST && path == "/v1/jobs";
-    if status == 401 || status == 403 || (submit && (400..500).contains(&status)) {
-        let (code, reason) = resp
-            .extensions()
+    let refused = || {
+        resp.extensions()
             .get::<Refused>()
-            .map_or(("error", String::new()), |r| (r.code, r.message.clone()));
+            .map_or(("error", String::new()), |r| (r.code, r.message.clone()))
+    };
+    if status == 401 || status == 403 || (submit && (400..500).contains(&status)) {
+        let (code, reason) = refused();
         tracing::warn!(
             status,
             code,
@@ -47,10 +49,7 @@ pub async fn log_refusals(req: Request, next: Next) -> Response {
         );
     } else if status >= 500 && path != "/readyz" {
         if let Some(quiet) = FAILURES.seen(super::disk_room::LOG_EVERY) {
-            let (code, reason) = resp
-                .extensions()
-                .get::<Refused>()
-                .map_or(("error", String::new()), |r| (r.code, r.message.clone()));
+            let (code, reason) = refused();
             tracing::error!(
                 status,
                 code,
