@@ -111,25 +111,44 @@ fn remove_leftover_containers() -> u32 {
         .is_ok_and(|l| l.iter().any(ralph_sandbox::docker::Leftover::is_stopping));
     if !stopping {
         return match ralph_sandbox::docker::reap_leftovers(&filter) {
-            Ok(gone) => u32::try_from(gone.len()).unwrap_or(u32::MAX),
+            Ok(reaped) => {
+                log_failed_removals(&reaped);
+                u32::try_from(reaped.removed.len()).unwrap_or(u32::MAX)
+            }
             Err(_) => 0,
         };
     }
     let spawned = std::thread::Builder::new()
         .name("ralph-leftover-containers".into())
-        .spawn(move || {
-            if let Ok(gone) = ralph_sandbox::docker::reap_leftovers(&filter) {
-                if !gone.is_empty() {
+        .spawn(move || match ralph_sandbox::docker::reap_leftovers(&filter) {
+            Ok(reaped) => {
+                log_failed_removals(&reaped);
+                if !reaped.removed.is_empty() {
                     tracing::warn!(
-                        containers_removed = gone.len(),
+                        containers_removed = reaped.removed.len(),
                         "recovered in the background: {} leftover container(s) removed, each after its grace",
-                        gone.len()
+                        reaped.removed.len()
                     );
                 }
             }
+            Err(e) => tracing::warn!("leftover containers could not be reaped: {e}"),
         });
     if let Err(e) = spawned {
         tracing::warn!("failed to start the leftover container reaper thread: {e}");
     }
     0
+}
+
+/// One warning per leftover container the engine would not remove (the next start tries again).
+fn log_failed_removals(reaped: &ralph_sandbox::docker::Reaped) {
+    for (c, e) in &reaped.failed {
+        tracing::warn!(
+            container = %c.id,
+            job_id = %c.job,
+            "leftover container {} (job {}, round {}) could not be removed: {e}",
+            c.id,
+            c.job,
+            c.round
+        );
+    }
 }

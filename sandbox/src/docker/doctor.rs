@@ -72,7 +72,7 @@ pub fn check(image_name: &str, reap_them: bool) -> DockerReport {
             };
             let filter = Filter { runner: r };
             let containers = if reap_them {
-                reap::reap(&engine, &filter).await
+                reap::reap(&engine, &filter).await.map(|r| r.removed)
             } else {
                 reap::list(&engine, &filter).await
             }

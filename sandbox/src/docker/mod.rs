@@ -50,7 +50,7 @@ use crate::spec::{ExecSpec, SandboxRequest};
 
 pub use client::Engine;
 pub use plan::{ContainerPlan, DEFAULT_IMAGE};
-pub use reap::{Filter, Leftover, list_leftovers, reap_leftovers};
+pub use reap::{Filter, Leftover, Reaped, list_leftovers, reap_leftovers};
 pub use run::DockerRun;
 
 /// Runs commands in containers.
@@ -153,13 +153,22 @@ impl Backend for DockerBackend {
                 },
             );
             tokio::spawn(async move {
-                if let Ok(gone) = reap::reap(&engine, &filter).await {
-                    for c in gone {
-                        eprintln!(
-                            "ralph: removed leftover container {} (job {}, round {}) of a runner that is gone",
-                            c.id, c.job, c.round
-                        );
+                match reap::reap(&engine, &filter).await {
+                    Ok(reaped) => {
+                        for c in reaped.removed {
+                            eprintln!(
+                                "ralph: removed leftover container {} (job {}, round {}) of a runner that is gone",
+                                c.id, c.job, c.round
+                            );
+                        }
+                        for (c, e) in reaped.failed {
+                            eprintln!(
+                                "ralph: could not remove leftover container {} (job {}, round {}): {e}",
+                                c.id, c.job, c.round
+                            );
+                        }
                     }
+                    Err(e) => eprintln!("ralph: could not list leftover containers: {e}"),
                 }
             });
         }

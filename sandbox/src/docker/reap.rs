@@ -112,8 +112,11 @@ pub async fn list(engine: &Engine, filter: &Filter) -> Result<Vec<Leftover>, Eng
 
 /// Removes (with force) every container of `filter` whose owner is gone; returns them. One
 /// still running is first stopped with its grace (all of them at once), so this takes up to
-/// the longest such grace.
-pub async fn reap(engine: &Engine, filter: &Filter) -> Result<Vec<Leftover>, EngineError> {
+/// the longest such grace. Fails only when the containers cannot be listed: a container that
+/// cannot be removed does not keep the others (each such failure is returned in
+/// [`Reaped::failed`]), and one another party removes meanwhile (its own runner, the engine's
+/// AutoRemove: 404 or 409 "removal already in progress") is simply not counted.
+pub async fn reap(engine: &Engine, filter: &Filter) -> Result<Reaped, EngineError> {
     let gone: Vec<Leftover> = list(engine, filter)
         .await?
         .into_iter()
@@ -121,18 +124,29 @@ pub async fn reap(engine: &Engine, filter: &Filter) -> Result<Vec<Leftover>, Eng
         .collect();
     let results =
         futures_util::future::join_all(gone.into_iter().map(|c| reap_one(engine, c))).await;
-    let mut removed = Vec::new();
+    let mut reaped = Reaped::default();
     for r in results {
-        if let Some(c) = r? {
-            removed.push(c);
+        match r {
+            Ok(Some(c)) => reaped.removed.push(c),
+            Ok(None) => {}
+            Err((c, e)) => reaped.failed.push((c, e.to_string())),
         }
     }
-    Ok(removed)
+    Ok(reaped)
+}
+
+/// What [`reap`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Reaped {
+    /// Leftovers removed.
+    pub removed: Vec<Leftover>,
+    /// Leftovers that could not be removed, with the engine's answer.
+    pub failed: Vec<(Leftover, String)>,
 }
 
 /// Stops `c` with its grace when it still runs, then removes it; `None` when it was gone
-/// meanwhile (its own runner removed it).
-async fn reap_one(engine: &Engine, c: Leftover) -> Result<Option<Leftover>, EngineError> {
+/// meanwhile or another party is removing it.
+async fn reap_one(engine: &Engine, c: Leftover) -> Result<Option<Leftover>, (Leftover, EngineError)> {
     if c.is_stopping() {
         let grace = c.grace.unwrap_or(FALLBACK_GRACE);
         let opts = StopContainerOptions {
@@ -160,14 +174,21 @@ async fn reap_one(engine: &Engine, c: Leftover) -> Result<Option<Leftover>, Engi
     .await
     {
         Ok(()) => Ok(Some(c)),
-        Err(e) if e.status() == Some(404) => Ok(None),
-        Err(e) => Err(e),
+        Err(e) if removed_elsewhere(e.status()) => Ok(None),
+        Err(e) => Err((c, e)),
     }
+}
+
+/// Whether a removal's answer means another party removed the container (404) or is removing
+/// it (409: "removal of container … is already in progress", e.g. the engine's AutoRemove of a
+/// container whose init just ended).
+fn removed_elsewhere(status: Option<u16>) -> bool {
+    matches!(status, Some(404 | 409))
 }
 
 /// Connects and reaps, from synchronous code (service start-up, `ralph doctor`): runs on a
 /// thread of its own with its own runtime, so it works inside or outside a runtime.
-pub fn reap_leftovers(filter: &Filter) -> Result<Vec<Leftover>, SandboxError> {
+pub fn reap_leftovers(filter: &Filter) -> Result<Reaped, SandboxError> {
     on_own_runtime(filter, |engine, filter| Box::pin(reap(engine, filter)))
 }
 
@@ -176,14 +197,14 @@ pub fn list_leftovers(filter: &Filter) -> Result<Vec<Leftover>, SandboxError> {
     on_own_runtime(filter, |engine, filter| Box::pin(list(engine, filter)))
 }
 
-type Job = for<'a> fn(
+type Job<T> = for<'a> fn(
     &'a Engine,
     &'a Filter,
 ) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Vec<Leftover>, EngineError>> + Send + 'a>,
+    Box<dyn std::future::Future<Output = Result<T, EngineError>> + Send + 'a>,
 >;
 
-fn on_own_runtime(filter: &Filter, job: Job) -> Result<Vec<Leftover>, SandboxError> {
+fn on_own_runtime<T: Send + 'static>(filter: &Filter, job: Job<T>) -> Result<T, SandboxError> {
     let filter = filter.clone();
     let handle = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
