@@ -158,16 +158,13 @@ fn owned_by(path: PathBuf, uid: u32) -> impl FnOnce(&Run) -> Result<(), String> 
 
 fn cases() -> Vec<Case> {
     vec![
-        // A root runner's round never holds uid 0: natively the agent user on an idmapped
-        // workspace; docker runs as the (root) owner without capabilities (documented deviation:
-        // Docker Engine 20.10 cannot idmap a bind mount).
+        // A root runner's round never holds uid 0: the agent user on an idmapped workspace, on
+        // both backends (docker: the runner makes the idmapped mount the container's bind takes
+        // as its source).
         Case::new("who_the_command_is", CONFINED, |_, sb| {
             Spec::probe(
                 argv!["whoami"],
-                ok_with(vec![(
-                    "uid",
-                    json!(by_backend(agent_uid(sb), nix::unistd::geteuid().as_raw())),
-                )]),
+                ok_with(vec![("uid", json!(agent_uid(sb)))]),
             )
         }),
         // What the round creates belongs to the workspace's owner on the host, not to the agent.
@@ -179,13 +176,13 @@ fn cases() -> Vec<Case> {
                 .after(owned_by(f, owner))
                 .after(owned_by(d, owner))
         }),
-        // A mode-0600 file of the runner's user in a visible tree: natively unreadable to a root
-        // runner's round (another uid); docker's uid 0 reads it (the deviation above).
+        // A mode-0600 file of the runner's user in a visible tree: unreadable to a root runner's
+        // round (another uid), on both backends.
         Case::new("root_only_file_in_a_visible_tree", CONFINED, |w, _| {
             let secret = w.out.join("secret");
             std::fs::write(&secret, "token\n").unwrap();
             std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-            let refused = is_root() && BACKEND.with(Cell::get) == Backend::Native;
+            let refused = is_root();
             Spec::probe(
                 argv!["read", secret],
                 if refused { err("EACCES", "open") } else { ok() },

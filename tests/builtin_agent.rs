@@ -159,12 +159,28 @@ fn assert_the_model_saw_its_tools_work(server: &ModelServer) {
 
 #[test]
 fn a_multi_step_round_fixes_the_code_to_a_verified_complete_on_a_streaming_server() {
+    multi_step_round("native");
+}
+
+/// The same on docker: the agent is the container's init executable, the gateway's listeners
+/// are made in the container's loopback-only namespace (SPEC §5).
+#[test]
+fn docker_a_multi_step_round_fixes_the_code_to_a_verified_complete_on_a_streaming_server() {
+    if common::docker::ready(
+        "docker_a_multi_step_round_fixes_the_code_to_a_verified_complete_on_a_streaming_server",
+    ) {
+        multi_step_round("docker");
+    }
+}
+
+fn multi_step_round(backend: &str) {
     let f = Fixture::new();
     failing_project(&f);
     let script = fixing_script();
     let server = ModelServer::start(Api::Chat, script.clone());
     let prom = f.root.path().join("builtin.prom");
     let out = builtin_run(&f, &server)
+        .args(["--backend", backend])
         .args(["--verify", "sh test.sh"])
         .arg("--metrics-textfile")
         .arg(&prom)
@@ -223,6 +239,17 @@ fn files_with_key(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_json_only_server_works_and_the_key_never_enters_the_round() {
+    key_never_enters("native");
+}
+
+#[test]
+fn docker_a_json_only_server_works_and_the_key_never_enters_the_round() {
+    if common::docker::ready("docker_a_json_only_server_works_and_the_key_never_enters_the_round") {
+        key_never_enters("docker");
+    }
+}
+
+fn key_never_enters(backend: &str) {
     let f = Fixture::new();
     failing_project(&f);
     let probe = ModelServer::start(Api::Chat, vec![]);
@@ -237,6 +264,7 @@ fn a_json_only_server_works_and_the_key_never_enters_the_round() {
         },
     );
     let out = builtin_run(&f, &server)
+        .args(["--backend", backend])
         .args(["--api-key-env", KEY_ENV, "--verify", "sh test.sh"])
         .env(KEY_ENV, KEY)
         .output();
@@ -455,31 +483,6 @@ fn the_agent_needs_a_model_and_the_gateway_before_round_1() {
         out.stderr
     );
     assert_eq!(server.request_count(), 0);
-}
-
-/// The docker backend cannot yet confine a container to the gateway: a builtin job there is
-/// refused before round 1 (fails closed, nothing reaches the model), saying what works.
-#[test]
-fn in_a_container_the_job_is_refused_until_docker_confines_the_gateway() {
-    if !common::docker::ready("in_a_container_the_job_is_refused_until_docker_confines_the_gateway")
-    {
-        return;
-    }
-    let f = Fixture::new();
-    failing_project(&f);
-    let server = ModelServer::start(Api::Chat, fixing_script());
-    let out = builtin_run(&f, &server)
-        .args(["--backend", "docker", "--image", common::docker::IMAGE])
-        .output();
-    out.expect_code(69);
-    let j = out.json();
-    assert_eq!(j["rounds"], 0);
-    assert!(
-        j["message"].as_str().unwrap().contains("--backend native"),
-        "{j}"
-    );
-    assert_eq!(server.request_count(), 0);
-    assert_eq!(f.read_ws("calc.sh"), "add() { echo $(( $1 - $2 )); }\n");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Caches kept across jobs (SPEC §12, issue 26 item 4) end to end, on the native backend, for
 //! real code of the three ecosystems — Python/pip, Node/npm, Rust/cargo — whose dependency the
 //! set-up installs through the egress proxy from the loopback package mirror
-//! (`tests/fixtures/package_mirror.py`), never with `--network full`:
+//! (`tests/fixtures/package_mirror.py`), never with `--network full`; Python also on the docker
+//! backend (the container's loopback-only namespace, the egress proxy's listener made in it):
 //!
 //! - job 1: the set-up fills the cache from the mirror (a miss, then `cache_saved`); round 1
 //!   claims completion on unfixed code and verify refuses it, its failing tail on the console;
@@ -68,6 +69,18 @@ fn python(m: &str) -> Project {
         cached: "ralph_mirror_probe-1.0-py3-none-any.whl",
         key: None,
     }
+}
+
+/// The Python project for the docker backend's image (`ralph-agent-base`: Debian's python3 and
+/// pip, no venv module): the wheels are installed with `pip install --target deps`.
+fn python_in_the_image(m: &str) -> Project {
+    let pip = "/usr/bin/python3 -m pip --disable-pip-version-check";
+    let mut p = python(m);
+    p.setup = format!(
+        "W=\"$HOME/.cache/wheels\"; {{ {pip} install --no-index --find-links \"$W\" --target deps -r requirements.txt || {{ {pip} download -d \"$W\" --index-url {m}/simple/ -r requirements.txt && {pip} install --no-index --find-links \"$W\" --target deps -r requirements.txt; }}; }}"
+    );
+    p.verify = "touch \"$HOME/.cache/wheels/written-by-verify\"; PYTHONPATH=deps /usr/bin/python3 -m unittest -v test_app 2>&1".into();
+    p
 }
 
 fn node(m: &str) -> Project {
@@ -168,9 +181,17 @@ echo '{done}' > "$RALPH_REPORT_FILE""#,
 
 /// `ralph run` of the project in `ws` (the fixture's state dir), with the set-up, cache and
 /// verify; `allow` is the mirror's `--allow-host`, if any.
-fn run(f: &Fixture, ws: &Path, p: &Project, agent: &Path, allow: Option<u16>) -> Output {
+fn run(
+    f: &Fixture,
+    backend: &str,
+    ws: &Path,
+    p: &Project,
+    agent: &Path,
+    allow: Option<u16>,
+) -> Output {
     let mut r = Ralph::new()
         .args(["run", "--objective", "make the tests pass", "--json"])
+        .args(["--backend", backend])
         .args(["--retry-backoff", "10ms", "--kill-grace", "1s"])
         .arg("--workspace")
         .arg(ws)
@@ -241,6 +262,10 @@ fn found(dir: &Path, name: &str) -> Vec<PathBuf> {
 }
 
 fn scenario(make: fn(&str) -> Project) {
+    scenario_on("native", make);
+}
+
+fn scenario_on(backend: &str, make: fn(&str) -> Project) {
     let f = Fixture::new();
     let mirror = PackageMirror::start(f.root.path());
     let m = format!("http://127.0.0.1:{}", mirror.port());
@@ -249,7 +274,7 @@ fn scenario(make: fn(&str) -> Project) {
     let agent = agent(&f, &p);
 
     // Job 1: a miss; the set-up fills the cache through the proxy.
-    let out = run(&f, &f.ws, &p, &agent, Some(mirror.port()));
+    let out = run(&f, backend, &f.ws, &p, &agent, Some(mirror.port()));
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["outcome"], "complete", "{j}");
@@ -334,7 +359,7 @@ fn scenario(make: fn(&str) -> Project) {
     std::fs::create_dir_all(&ws2).unwrap();
     let ws2 = ws2.canonicalize().unwrap();
     checkout(&p, &ws2);
-    let out = run(&f, &ws2, &p, &agent, None);
+    let out = run(&f, backend, &ws2, &p, &agent, None);
     out.expect_code(0);
     let j = out.json();
     assert_eq!(j["outcome"], "complete", "{j}");
@@ -405,6 +430,16 @@ fn scenario(make: fn(&str) -> Project) {
 #[test]
 fn pip_wheels_cached_by_the_setup_are_reused_offline_by_a_second_job() {
     scenario(python);
+}
+
+/// The same on docker (SPEC §5: `--allow-host` through the egress proxy holds there too).
+#[test]
+fn docker_pip_wheels_cached_by_the_setup_are_reused_offline_by_a_second_job() {
+    if common::docker::ready(
+        "docker_pip_wheels_cached_by_the_setup_are_reused_offline_by_a_second_job",
+    ) {
+        scenario_on("docker", python_in_the_image);
+    }
 }
 
 /// Node/npm: `npm install` fills `~/.npm`; the second job's `npm install --offline` needs

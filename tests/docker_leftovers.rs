@@ -108,6 +108,36 @@ fn a_leftover_container_is_listed_and_the_next_start_removes_it() {
     assert_eq!(d["docker"]["engine"]["ok"], true, "{d:#}");
     assert_eq!(d["docker"]["image_status"]["ok"], true, "{d:#}");
 
+    // The idmapped workspace of a runner killed between creating and starting its container: a
+    // mount under /run/ralph-idmap in a directory named for a runner that is gone.
+    let ticks: u64 = std::fs::read_to_string("/proc/1/stat")
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let planted = std::path::Path::new(ralph_sandbox::docker::idmap::IDMAP_DIR).join(format!(
+        "1.{}.{}",
+        ticks + 1,
+        std::process::id()
+    ));
+    let tree = tempfile::tempdir().unwrap();
+    std::fs::write(tree.path().join("kept.txt"), "the workspace\n").unwrap();
+    std::fs::create_dir_all(planted.join("0")).unwrap();
+    nix::mount::mount(
+        Some(tree.path()),
+        &planted.join("0"),
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap();
+    assert!(planted.join("0/kept.txt").exists());
+
     // One that still runs (its init stopping it, with its grace) is removed in the background.
     let mut server = common::server::Server::new("");
     let start = Instant::now();
@@ -121,5 +151,16 @@ fn a_leftover_container_is_listed_and_the_next_start_removes_it() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The leftover mount was detached at start-up, its directory removed, the tree untouched.
+    assert!(
+        server.log_text().contains("idmapped workspace mount(s)"),
+        "{}",
+        server.log_text()
+    );
+    assert!(!planted.exists(), "{}", planted.display());
+    assert_eq!(
+        std::fs::read_to_string(tree.path().join("kept.txt")).unwrap(),
+        "the workspace\n"
+    );
     server.terminate();
 }

@@ -5,6 +5,10 @@
 //! directly, every upstream request carries the real key, the job's tokens are the server's
 //! usage, and a budget crossed after the first request stops the round before a second one
 //! reaches the server.
+//!
+//! Each case runs on both backends (SPEC §5: `--network gateway` holds on docker as natively):
+//! `native_*` and `docker_*` (the container's loopback-only namespace, the listeners made by
+//! ralph's container init). `.ci/run` runs the native ones again as an unprivileged runner.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -50,10 +54,67 @@ fn snoop(port: u16) -> String {
     )
 }
 
-fn gateway_run(f: &Fixture, preset: &str, cli: &AgentCli, upstream: &str) -> Ralph {
+/// The backend a case runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sb {
+    Native,
+    Docker,
+}
+
+impl Sb {
+    fn name(self) -> &'static str {
+        match self {
+            Sb::Native => "native",
+            Sb::Docker => "docker",
+        }
+    }
+}
+
+/// `native_NAME` and `docker_NAME` tests for each case `fn NAME(sb: Sb)` (docker: skipped only
+/// where the docker tests may skip, with no engine and `CI` unset).
+macro_rules! both_backends {
+    ($($case:ident => $native:ident, $docker:ident;)*) => {
+        $(
+            #[test]
+            fn $native() {
+                $case(Sb::Native);
+            }
+            #[test]
+            fn $docker() {
+                if common::docker::ready(stringify!($docker)) {
+                    $case(Sb::Docker);
+                }
+            }
+        )*
+    };
+}
+
+both_backends! {
+    codex_through_the_gateway =>
+        native_codex_through_the_gateway_edits_the_workspace_without_holding_the_key,
+        docker_codex_through_the_gateway_edits_the_workspace_without_holding_the_key;
+    claude_through_the_gateway =>
+        native_claude_through_the_gateway_edits_the_workspace_without_holding_the_key,
+        docker_claude_through_the_gateway_edits_the_workspace_without_holding_the_key;
+    codex_budget =>
+        native_a_budget_crossed_by_the_first_request_stops_the_round_before_a_second_reaches_the_server,
+        docker_a_budget_crossed_by_the_first_request_stops_the_round_before_a_second_reaches_the_server;
+    claude_budget =>
+        native_a_budget_crossed_by_claude_s_first_request_stops_the_round_too,
+        docker_a_budget_crossed_by_claude_s_first_request_stops_the_round_too;
+    wire_counts =>
+        native_the_wire_counts_and_a_different_count_from_the_agent_is_journalled,
+        docker_the_wire_counts_and_a_different_count_from_the_agent_is_journalled;
+    presets_beside_a_mirror =>
+        native_the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror,
+        docker_the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror;
+}
+
+fn gateway_run(f: &Fixture, sb: Sb, preset: &str, cli: &AgentCli, upstream: &str) -> Ralph {
     let bin = bin_dir(f, preset, cli);
     Ralph::new()
         .args(["run", "--objective", "write done.txt", "--json"])
+        .args(["--backend", sb.name()])
         .args(["--agent", preset, "--upstream", upstream])
         .args(["--api-key-env", KEY_ENV, "--mode", TEST_MODE])
         .args(["--round-retries", "0", "--retry-backoff", "10ms"])
@@ -155,8 +216,7 @@ fn model_requests(f: &Fixture, job: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn codex_through_the_gateway_edits_the_workspace_without_holding_the_key() {
+fn codex_through_the_gateway(sb: Sb) {
     let Some(cli) = require_agent_cli("codex") else {
         return;
     };
@@ -171,7 +231,7 @@ fn codex_through_the_gateway_edits_the_workspace_without_holding_the_key() {
     ];
     let server = ModelServer::start(Api::Responses, script.clone());
     let prom = f.root.path().join("codex.prom");
-    let out = gateway_run(&f, "codex", &cli, &format!("{}/v1", server.url()))
+    let out = gateway_run(&f, sb, "codex", &cli, &format!("{}/v1", server.url()))
         .args(["--model", "gpt-5", "--verify", "grep -qx fixed done.txt"])
         .arg("--metrics-textfile")
         .arg(&prom)
@@ -211,8 +271,7 @@ fn codex_through_the_gateway_edits_the_workspace_without_holding_the_key() {
     );
 }
 
-#[test]
-fn claude_through_the_gateway_edits_the_workspace_without_holding_the_key() {
+fn claude_through_the_gateway(sb: Sb) {
     let Some(cli) = require_agent_cli("claude") else {
         return;
     };
@@ -226,7 +285,7 @@ fn claude_through_the_gateway_edits_the_workspace_without_holding_the_key() {
         ),
     ];
     let server = ModelServer::start(Api::Messages, script.clone());
-    let out = gateway_run(&f, "claude", &cli, &server.url())
+    let out = gateway_run(&f, sb, "claude", &cli, &server.url())
         .args([
             "--model",
             "claude-sonnet-4-5",
@@ -250,17 +309,15 @@ fn claude_through_the_gateway_edits_the_workspace_without_holding_the_key() {
     );
 }
 
-#[test]
-fn a_budget_crossed_by_the_first_request_stops_the_round_before_a_second_reaches_the_server() {
-    budget_crossed_by_the_first_request("codex", Api::Responses, "/v1");
+fn codex_budget(sb: Sb) {
+    budget_crossed_by_the_first_request(sb, "codex", Api::Responses, "/v1");
 }
 
-#[test]
-fn a_budget_crossed_by_claude_s_first_request_stops_the_round_too() {
-    budget_crossed_by_the_first_request("claude", Api::Messages, "");
+fn claude_budget(sb: Sb) {
+    budget_crossed_by_the_first_request(sb, "claude", Api::Messages, "");
 }
 
-fn budget_crossed_by_the_first_request(preset: &str, api: Api, path: &str) {
+fn budget_crossed_by_the_first_request(sb: Sb, preset: &str, api: Api, path: &str) {
     let Some(cli) = require_agent_cli(preset) else {
         return;
     };
@@ -273,7 +330,7 @@ fn budget_crossed_by_the_first_request(preset: &str, api: Api, path: &str) {
         Turn::text(&report("complete", "never"), Usage::new(10, 0, 10, 0)),
     ];
     let server = ModelServer::start(api, script);
-    let out = gateway_run(&f, preset, &cli, &format!("{}{path}", server.url()))
+    let out = gateway_run(&f, sb, preset, &cli, &format!("{}{path}", server.url()))
         .args(["--max-tokens", "1000", "--round-retries", "2"])
         .output();
     out.expect_code(2);
@@ -336,25 +393,30 @@ fn a_preset_without_its_key_is_refused_before_round_one_with_the_fix() {
     assert!(msg.contains("node_modules"), "{msg}");
 }
 
-#[test]
-fn the_wire_counts_and_a_different_count_from_the_agent_is_journalled() {
+fn wire_counts(sb: Sb) {
     let f = Fixture::new();
     let server = ModelServer::start(
         Api::Chat,
         vec![Turn::text("hi", Usage::new(700, 200, 50, 0))],
     );
-    // A command agent on the gateway that claims far fewer tokens than it spent.
+    // A command agent on the gateway that claims far fewer tokens than it spent (Python's
+    // urllib: the image of the docker tests has no curl).
     let agent = f.agent(
         "ask.sh",
-        r#"curl -s -X POST "$RALPH_GATEWAY_URL/chat/completions" -H 'content-type: application/json' \
-  -d '{"model":"m-wire","messages":[{"role":"user","content":"hi"}],"stream":true}' > answer.txt
+        r#"python3 - > answer.txt <<'PY'
+import json, os, urllib.request
+body = json.dumps({"model": "m-wire", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+req = urllib.request.Request(os.environ["RALPH_GATEWAY_URL"] + "/chat/completions", data=body,
+                             headers={"content-type": "application/json"})
+print(urllib.request.urlopen(req, timeout=30).read().decode())
+PY
 echo '{"model":"m-wire","input_tokens":7,"output_tokens":1}' >> "$RALPH_USAGE_FILE"
 echo '{"status":"complete","summary":"asked","evidence":["a"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE""#,
     );
     let out = f
         .run(&agent)
         .args(["--upstream", &format!("{}/v1", server.url())])
-        .args(["--api-key-env", KEY_ENV])
+        .args(["--api-key-env", KEY_ENV, "--backend", sb.name()])
         .env(KEY_ENV, KEY)
         .output();
     out.expect_code(0);
@@ -379,8 +441,7 @@ echo '{"status":"complete","summary":"asked","evidence":["a"],"nextSteps":[],"bl
 /// claude still reach the model gateway directly — no egress decision names it — and the round's
 /// tool call reaches the mirror on the host's loopback through the egress proxy, with no
 /// `--noproxy` of its own.
-#[test]
-fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
+fn presets_beside_a_mirror(sb: Sb) {
     for (preset, api, model) in [
         ("codex", Api::Responses, "gpt-5"),
         ("claude", Api::Messages, "claude-sonnet-4-5"),
@@ -390,10 +451,20 @@ fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
         };
         let f = Fixture::new();
         let mirror = ModelServer::start(Api::Chat, vec![]);
+        // Natively with curl; the image of the docker tests has Python's urllib (no curl).
+        let client = match sb {
+            Sb::Native => format!(
+                "curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 http://127.0.0.1:{}/simple/",
+                mirror.port()
+            ),
+            Sb::Docker => format!(
+                "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{}/simple/\", timeout=20).status)'",
+                mirror.port()
+            ),
+        };
         let tool = format!(
-            "curl -s -o /dev/null -w '%{{http_code}}' --max-time 20 http://127.0.0.1:{}/simple/ > mirror.txt; \
-             env | grep -i '^no_proxy=' | LC_ALL=C sort > no-proxy.txt; echo fixed > done.txt",
-            mirror.port()
+            "{client} > mirror.txt; \
+             env | grep -i '^no_proxy=' | LC_ALL=C sort > no-proxy.txt; echo fixed > done.txt"
         );
         let script = vec![
             Turn::shell(&tool, Usage::new(100, 0, 10, 0)),
@@ -408,7 +479,7 @@ fn the_presets_reach_the_gateway_beside_an_allowed_loopback_mirror() {
         } else {
             server.url()
         };
-        let out = gateway_run(&f, preset, &cli, &upstream)
+        let out = gateway_run(&f, sb, preset, &cli, &upstream)
             .args(["--model", model, "--verify", "grep -qx fixed done.txt"])
             .args(["--allow-host", &format!("127.0.0.1:{}", mirror.port())])
             .output();

@@ -1,18 +1,24 @@
-//! `--network gateway` on the native backend, for real: the round keeps its private network
-//! namespace (only `lo`), each requested port is a TCP listener made on `127.0.0.2` *inside* it
-//! and handed to the caller, and the caller serves it from the host. Nothing else of the host is
-//! reachable, and no descriptor of the hand-over reaches the command.
+//! `--network gateway` on both backends, for real: the round keeps its private network
+//! namespace (only `lo`: natively the round's own, on docker the container's with network mode
+//! `none`), each requested port is a TCP listener made on `127.0.0.2` *inside* it (by the
+//! sandbox's init) and handed to the caller, and the caller serves it from the host. Nothing
+//! else of the host is reachable, and no descriptor of the hand-over reaches the command.
 //!
-//! Each test drives `ralph_sandbox::NativeBackend` directly (the `ralph` binary hosts the helper)
-//! with a command in `python3`, and checks on the host side what arrived where. The `egress`
+//! Each case is written once and run against `ralph_sandbox::NativeBackend` (the `ralph` binary
+//! hosts the helper) and `ralph_sandbox::docker::DockerBackend` (the `ralph` binary is the
+//! container's init), with a command in `python3`, checking on the host side what arrived where.
+//! The docker cases are the `docker_*` tests (they need the engine: `.ci/run` runs them as root
+//! only). The `egress`
 //! tests serve the runner's egress proxy (`ralph_runner::gateway::serve_egress`) on the round's
 //! listener with names pinned to chosen addresses, and check which host listeners the round's
 //! `HTTP_PROXY`/`HTTPS_PROXY` requests reached (issue 25: an allowed name never leads to this
 //! host's own addresses, nor to private ones without `=private`).
 //!
-//! Nothing here needs root: run as root (`cargo test`) and, through user namespaces, as the
-//! unprivileged `ralph-ci` (`.ci/run` runs this binary as that user).
+//! The native cases need no root: run as root (`cargo test`) and, through user namespaces, as
+//! the unprivileged `ralph-ci` (`.ci/run` runs this binary as that user, docker cases skipped).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ralph_sandbox::docker::DockerBackend;
 use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::outcome::{CaptureSummary, Level, Restriction};
 use ralph_sandbox::policy::PolicySet;
@@ -31,6 +38,62 @@ use tokio_util::sync::CancellationToken;
 
 fn backend() -> NativeBackend {
     NativeBackend::new(env!("CARGO_BIN_EXE_ralph"), PolicySet::embedded().unwrap())
+}
+
+/// The backend a case runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sb {
+    Native,
+    Docker,
+}
+
+/// A run of either backend.
+enum AnyRun {
+    Native(<NativeBackend as Backend>::Running),
+    Docker(ralph_sandbox::docker::DockerRun),
+}
+
+impl AnyRun {
+    fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)> {
+        match self {
+            AnyRun::Native(r) => r.take_gateway_listeners(),
+            AnyRun::Docker(r) => r.take_gateway_listeners(),
+        }
+    }
+
+    async fn wait(self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+        match self {
+            AnyRun::Native(r) => r.wait(cancel).await,
+            AnyRun::Docker(r) => r.wait(cancel).await,
+        }
+    }
+}
+
+/// Spawns `spec` on `sb` (docker: ralph's init, the image of the docker tests).
+async fn spawn(sb: Sb, spec: &ExecSpec, io: ExecIo) -> Result<AnyRun, SandboxError> {
+    match sb {
+        Sb::Native => backend().spawn(spec, io).await.map(AnyRun::Native),
+        Sb::Docker => DockerBackend::new(std::sync::Arc::new(PolicySet::embedded().unwrap()))
+            .with_init_program(env!("CARGO_BIN_EXE_ralph"))
+            .spawn(spec, io)
+            .await
+            .map(AnyRun::Docker),
+    }
+}
+
+/// One `#[test]` per backend for a case `fn name(sb: Sb)`: `name` (native) and `docker_name`
+/// (skipped only where the docker tests may skip: no engine and `CI` unset).
+macro_rules! both_backends {
+    ($($case:ident => $docker:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $docker() {
+                if common::docker::ready(stringify!($docker)) {
+                    $case(Sb::Docker);
+                }
+            }
+        )*
+    };
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -53,7 +116,7 @@ fn world() -> World {
         .tempdir_in("/var/tmp")
         .unwrap();
     let root = dir.path().canonicalize().unwrap();
-    for d in ["ws", "home", "tmp"] {
+    for d in ["ws", "home", "tmp", "control"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     World { _dir: dir, root }
@@ -136,15 +199,16 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Runs `spec` to the end, serving each gateway listener on a thread with `serve`.
+/// Runs `spec` on `sb` to the end, serving each gateway listener on a thread with `serve`.
 fn run_serving(
+    sb: Sb,
     spec: &ExecSpec,
     serve: fn(u16, TcpStream),
 ) -> (Result<ExecReport, SandboxError>, String, String, Vec<u16>) {
     let (io, out, err) = io();
     let rt = rt();
     let (report, ports) = rt.block_on(async {
-        let mut run = match backend().spawn(spec, io).await {
+        let mut run = match spawn(sb, spec, io).await {
             Ok(r) => r,
             Err(e) => return (Err(e), Vec::new()),
         };
@@ -180,11 +244,23 @@ fn pong(port: u16, s: TcpStream) {
     writeln!(s, "pong {port}: {}", line.trim()).unwrap();
 }
 
+both_backends! {
+    the_gateway_is_reachable_and_the_host_is_not => docker_the_gateway_is_reachable_and_the_host_is_not,
+    the_listeners_are_not_in_the_hosts_namespace => docker_the_listeners_are_not_in_the_hosts_namespace,
+    no_listener_descriptor_reaches_the_command => docker_no_listener_descriptor_reaches_the_command,
+    ip_sockets_inside_gateway_only => docker_ip_sockets_inside_gateway_only,
+    gateway_ports_without_the_gateway_are_refused => docker_gateway_ports_without_the_gateway_are_refused,
+}
+
 /// The command talks to the gateway both ways on two ports; the host's own listener on another
 /// port is not reachable (refused inside the private namespace) and never sees a connection;
 /// the gateway ports do not exist in the host's namespace.
 #[test]
-fn the_gateway_is_reachable_and_the_host_is_not() {
+fn native_the_gateway_is_reachable_and_the_host_is_not() {
+    the_gateway_is_reachable_and_the_host_is_not(Sb::Native);
+}
+
+fn the_gateway_is_reachable_and_the_host_is_not(sb: Sb) {
     let w = world();
     let (g1, g2) = (free_port(), free_port());
     let host = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -213,7 +289,7 @@ for host, port in (("127.0.0.1", {host_port}), ("::1", {g1}), ("127.0.0.1", {g1}
         &[g1, g2],
         &script,
     );
-    let (report, out, err, ports) = run_serving(&s, pong);
+    let (report, out, err, ports) = run_serving(sb, &s, pong);
     let report = report.unwrap_or_else(|e| panic!("{e}\nstdout: {out}\nstderr: {err}"));
     assert!(
         report.outcome.termination.success(),
@@ -269,7 +345,11 @@ for host, port in (("127.0.0.1", {host_port}), ("::1", {g1}), ("127.0.0.1", {g1}
 /// The listeners live in the round's namespace, not the host's: while the round runs, the
 /// host's 127.0.0.2:PORT refuses.
 #[test]
-fn the_listeners_are_not_in_the_hosts_namespace() {
+fn native_the_listeners_are_not_in_the_hosts_namespace() {
+    the_listeners_are_not_in_the_hosts_namespace(Sb::Native);
+}
+
+fn the_listeners_are_not_in_the_hosts_namespace(sb: Sb) {
     let w = world();
     let g = free_port();
     let s = spec(
@@ -281,7 +361,7 @@ fn the_listeners_are_not_in_the_hosts_namespace() {
     );
     let (io, _out, _err) = io();
     rt().block_on(async {
-        let mut run = backend().spawn(&s, io).await.unwrap();
+        let mut run = spawn(sb, &s, io).await.unwrap();
         let listeners = run.take_gateway_listeners();
         assert_eq!(listeners.len(), 1);
         let (port, l) = &listeners[0];
@@ -316,11 +396,15 @@ for f in fds:
 /// No descriptor of the hand-over (nor any listener) reaches the command: it has the same
 /// descriptors as under `--network none`, and no socket among them.
 #[test]
-fn no_listener_descriptor_reaches_the_command() {
+fn native_no_listener_descriptor_reaches_the_command() {
+    no_listener_descriptor_reaches_the_command(Sb::Native);
+}
+
+fn no_listener_descriptor_reaches_the_command(sb: Sb) {
     let w = world();
     let listing = |network: Network, ports: &[u16]| {
         let s = spec(&w, Mode::WorkspaceWrite, network, ports, FDS);
-        let (report, out, err, _) = run_serving(&s, pong);
+        let (report, out, err, _) = run_serving(sb, &s, pong);
         let report = report.unwrap_or_else(|e| panic!("{e}\n{err}"));
         assert!(report.outcome.termination.success(), "{out}\n{err}");
         out
@@ -346,7 +430,11 @@ fn no_listener_descriptor_reaches_the_command() {
 /// loopback and a client of it (Landlock does not restrict TCP there). AF_NETLINK stays refused.
 /// With `--network none`, an AF_INET socket cannot even be created.
 #[test]
-fn ip_sockets_inside_gateway_only() {
+fn native_ip_sockets_inside_gateway_only() {
+    ip_sockets_inside_gateway_only(Sb::Native);
+}
+
+fn ip_sockets_inside_gateway_only(sb: Sb) {
     let w = world();
     let script = r#"
 import errno, socket, threading
@@ -376,7 +464,7 @@ except OSError as e:
 "#;
     let run = |network: Network| {
         let s = spec(&w, Mode::WorkspaceWrite, network, &[], script);
-        let (report, out, err, _) = run_serving(&s, pong);
+        let (report, out, err, _) = run_serving(sb, &s, pong);
         let report = report.unwrap_or_else(|e| panic!("{e}\n{err}"));
         assert!(report.outcome.termination.success(), "{out}\n{err}");
         out
@@ -409,7 +497,11 @@ except OSError as e:
 /// Ports asked for without `--network gateway` are refused before anything runs, naming the
 /// field; so are malformed port lists. And a run inside the caller's process cannot serve them.
 #[test]
-fn gateway_ports_without_the_gateway_are_refused() {
+fn native_gateway_ports_without_the_gateway_are_refused() {
+    gateway_ports_without_the_gateway_are_refused(Sb::Native);
+}
+
+fn gateway_ports_without_the_gateway_are_refused(sb: Sb) {
     let w = world();
     let control = w.root.join("control");
     for (network, ports) in [
@@ -420,7 +512,10 @@ fn gateway_ports_without_the_gateway_are_refused() {
     ] {
         let s = spec(&w, Mode::WorkspaceWrite, network, &ports, "print('ran')");
         let (io, out, _) = io();
-        let e = rt().block_on(backend().spawn(&s, io)).unwrap_err();
+        let e = match rt().block_on(spawn(sb, &s, io)) {
+            Ok(_) => panic!("{network} {ports:?}: spawned"),
+            Err(e) => e,
+        };
         match &e {
             SandboxError::InvalidRequest { field, .. } => {
                 assert_eq!(field, "gateway_ports", "{network}: {e}");
@@ -429,7 +524,14 @@ fn gateway_ports_without_the_gateway_are_refused() {
         }
         assert!(e.to_string().contains("gateway_ports"), "{e}");
         assert!(out.text().is_empty());
-        assert!(!control.exists(), "nothing was set up");
+        assert_eq!(
+            std::fs::read_dir(&control).unwrap().count(),
+            0,
+            "nothing was set up"
+        );
+    }
+    if sb == Sb::Docker {
+        return;
     }
     let s = spec(
         &w,

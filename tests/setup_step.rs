@@ -477,11 +477,12 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
 }
 
 /// SPEC §5, §12 on docker: a set-up without network runs in a container like a round (what it
-/// writes, the round sees); with `--allow-host` the docker backend cannot build the egress-only
-/// namespace, so the job is refused (exit 69) naming why, before the set-up runs.
+/// writes, the round sees); with `--allow-host` it reaches the allowed host (a mirror on the
+/// runner's loopback) through the egress proxy, whose listener the container's init made in
+/// the container's loopback-only namespace, and nothing else.
 #[test]
-fn docker_runs_a_setup_and_refuses_the_egress_it_cannot_enforce() {
-    if !common::docker::ready("docker_runs_a_setup_and_refuses_the_egress_it_cannot_enforce") {
+fn docker_runs_a_setup_with_the_jobs_egress() {
+    if !common::docker::ready("docker_runs_a_setup_with_the_jobs_egress") {
         return;
     }
     let f = Fixture::new();
@@ -526,27 +527,47 @@ fn docker_runs_a_setup_and_refuses_the_egress_it_cannot_enforce() {
         common::docker::containers_with_label(ralph_sandbox::docker::labels::JOB, &job).is_empty()
     );
 
-    let out = docker(&f)
-        .args([
-            "--setup",
-            "echo never > never.txt",
-            "--allow-host",
-            "127.0.0.1:9",
-        ])
-        .output();
-    out.expect_code(69);
-    let j = out.json();
-    assert!(
-        j["message"]
-            .as_str()
-            .unwrap()
-            .contains("the docker backend cannot yet confine a container to the runner's gateway"),
-        "{j}"
+    let mirror = PackageMirror::start(f.root.path());
+    let fetch = |port: u16, to: &str| {
+        format!(
+            "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/ping\", timeout=20).read().decode().strip())' > {to} 2>&1 || echo refused >> {to}"
+        )
+    };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = closed.local_addr().unwrap().port();
+    let setup = format!(
+        "{} ; {} ; echo installed > deps.txt",
+        fetch(mirror.port(), "mirror.txt"),
+        fetch(other, "other.txt")
     );
-    assert!(!f.ws.join("never.txt").exists());
+    let out = docker(&f)
+        .args(["--setup", &setup])
+        .args(["--allow-host", &format!("127.0.0.1:{}", mirror.port())])
+        .output();
+    out.expect_code(0);
+    assert_eq!(f.read_ws("mirror.txt"), "pong from the mirror\n");
     assert!(
-        !f.event_types(&out.job_id())
+        f.read_ws("other.txt").contains("refused"),
+        "{}",
+        f.read_ws("other.txt")
+    );
+    assert_eq!(mirror.requests().len(), 1);
+    let egress: Vec<Value> = f
+        .events(&out.job_id())
+        .into_iter()
+        .filter(|(t, _)| t == "egress")
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        egress
             .iter()
-            .any(|t| t == "setup_started")
+            .any(|e| e["port"] == mirror.port() && e["allowed"] == true),
+        "{egress:?}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|e| e["port"] == other && e["allowed"] == false),
+        "{egress:?}"
     );
 }

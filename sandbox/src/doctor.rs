@@ -329,7 +329,7 @@ fn gateway_probe(euid: u32) -> Result<String, String> {
         Ok(())
     })
     .map(|()| {
-        "loopback listeners made in a private network namespace and handed to the runner (native backend; the docker backend refuses `--network gateway`)".to_owned()
+        "loopback listeners made in a private network namespace and handed to the runner (native; on docker the container init makes them in the container's loopback-only namespace)".to_owned()
     })
 }
 

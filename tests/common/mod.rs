@@ -27,6 +27,27 @@ pub mod test_db;
 pub mod tls_serve;
 
 /// The `ralph` binary under test.
+/// A port for a server a test starts (`ralph serve`, PostgreSQL) that is free right now, taken
+/// outside the kernel's ephemeral range (`ip_local_port_range`, 32768–60999 by default): a port
+/// from `bind(:0)` is one any outgoing connection of another test may take as its local port
+/// before the server listens ("Address already in use"). Test binaries run one at a time, and
+/// the ports a binary hands out are spread from its pid, so parallel tests rarely meet.
+pub fn listen_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000; // up to 31999
+    let seed = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(LOW + (seed.wrapping_add(n.wrapping_mul(97))) % SPAN).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between {LOW} and {}", LOW + SPAN)
+}
+
 pub fn ralph_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ralph"))
 }

@@ -44,11 +44,7 @@ fn is_root() -> bool {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::listen_port()
 }
 
 impl PgCluster {

@@ -30,11 +30,7 @@ pub struct Server {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::listen_port()
 }
 
 impl Server {
@@ -139,6 +135,10 @@ impl Server {
 
     /// Starts (or restarts) the server and waits until it is ready.
     pub fn start(&mut self) {
+        self.start_with(3);
+    }
+
+    fn start_with(&mut self, mut retries_left: u32) {
         // A second start while the first server runs would leak it (and the new one would fail
         // on the held state directory while the old one answered the readiness probe).
         if let Some(c) = self.child.as_mut() {
@@ -169,7 +169,20 @@ impl Server {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("ralph serve exited with {status}:\n{}", self.log_text());
+                let log = self.log_text();
+                if log.contains(&format!("127.0.0.1:{}`: Address already in use", self.port))
+                    && retries_left > 0
+                {
+                    // Another process took the port between its pick and the listen: another.
+                    retries_left -= 1;
+                    let old = format!("listen = \"127.0.0.1:{}\"", self.port);
+                    self.port = free_port();
+                    let config = std::fs::read_to_string(&self.config).unwrap();
+                    let new = format!("listen = \"127.0.0.1:{}\"", self.port);
+                    std::fs::write(&self.config, config.replacen(&old, &new, 1)).unwrap();
+                    return self.start_with(retries_left);
+                }
+                panic!("ralph serve exited with {status}:\n{log}");
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),

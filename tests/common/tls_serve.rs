@@ -17,11 +17,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// A port free on loopback now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::listen_port()
 }
 
 /// A `ralph serve` with a configuration of our own (the shared harness waits on plain HTTP).

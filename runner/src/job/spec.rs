@@ -466,12 +466,6 @@ impl JobSpec {
         }
         crate::cache::validate(&self.cache, self.cache_key.as_deref())
             .map_err(|(field, m)| err(field, m))?;
-        if !self.cache.is_empty() && self.sandbox.backend == BackendKind::Docker {
-            return Err(err(
-                "cache",
-                "is not supported with the docker backend yet; use the native backend",
-            ));
-        }
         for name in &self.env {
             if !valid_env_name(name) {
                 return Err(err("env", format!("`{name}` is not a valid variable name")));

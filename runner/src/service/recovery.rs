@@ -49,6 +49,13 @@ pub fn recover(
         containers_removed: remove_leftover_containers(),
         ..Default::default()
     };
+    let idmaps = ralph_sandbox::docker::idmap::reap_leftovers();
+    if idmaps > 0 {
+        tracing::warn!(
+            idmaps_detached = idmaps,
+            "recovered: {idmaps} idmapped workspace mount(s) of a runner killed while starting a container detached"
+        );
+    }
     let orphans = crate::engine::orphans::close_orphans(store, state_dir, me, observers)?;
     report.interrupted = orphans.interrupted;
     report.left_to_live_runners = orphans.left_to_live_runners;

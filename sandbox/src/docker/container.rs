@@ -72,22 +72,30 @@ fn bind(source: &std::path::Path, target: &str, read_only: bool) -> Mount {
 }
 
 /// The create request. With `init`, ralph's own init is pid 1 (mounted read-only with the
-/// runner's liveness FIFO, see [`super::init`]); without, the engine's (tini).
+/// runner's liveness FIFO, see [`super::init`]); without, the engine's (tini). With
+/// `idmapped`, a bind at or below an idmapped tree takes its source in its idmapped clone.
 pub fn body(
     plan: &ContainerPlan,
     spec: &ExecSpec,
     labels: HashMap<String, String>,
     init: Option<&InitSetup>,
+    idmapped: Option<&super::idmap::IdmappedTrees>,
 ) -> Result<ContainerCreateBody, String> {
     let mut mounts: Vec<Mount> = plan
         .mounts
         .iter()
-        .map(|m| bind(&m.path, &m.path.display().to_string(), m.read_only))
+        .map(|m| {
+            let source = idmapped.map_or_else(|| m.path.clone(), |t| t.source_of(&m.path));
+            bind(&source, &m.path.display().to_string(), m.read_only)
+        })
         .collect();
     if let Some(i) = init {
         mounts.push(bind(&i.program, INIT_PATH, true));
         mounts.push(bind(&i.alive, ALIVE_PATH, true));
         mounts.push(bind(&i.status.path, super::init_status::STATUS_PATH, true));
+        if let Some(g) = &i.gateway {
+            mounts.push(bind(&g.path, super::gateway::GATEWAY_PATH, true));
+        }
     }
     let mut ulimits = vec![ulimit("core", 0)];
     ulimits.extend(plan.open_files.map(|n| ulimit("nofile", n)));
@@ -103,8 +111,7 @@ pub fn body(
         ]),
         network_mode: Some(
             match plan.network {
-                // A gateway plan is refused before this (`plan::resolve`); were one to come,
-                // it gets no network at all.
+                // The gateway's listeners are made in this loopback-only namespace by the init.
                 Network::None | Network::Gateway => "none",
                 Network::Full => "bridge",
             }
@@ -134,6 +141,7 @@ pub fn body(
                 spec.kill_grace,
                 spec.timeout,
                 plan.report_dir.as_ref().map(|r| r.path.as_path()),
+                &plan.gateway_ports,
                 &spec.argv,
             ),
             None => spec.argv.clone(),

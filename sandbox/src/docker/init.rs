@@ -65,6 +65,9 @@ pub struct InitSetup {
     pub held: OwnedFd,
     /// The status socket, mounted read-only at [`super::init_status::STATUS_PATH`].
     pub status: super::init_status::StatusListener,
+    /// `--network gateway`: the hand-over socket, mounted read-only at
+    /// [`super::gateway::GATEWAY_PATH`] (taken by the runner once the container started).
+    pub gateway: Option<super::gateway::GatewayHandover>,
 }
 
 /// A failure to make the liveness FIFO.
@@ -93,12 +96,14 @@ pub enum InitError {
 
 /// Creates the liveness FIFO in `control_dir` (replacing a stale one) and opens the runner's
 /// end. The FIFO is left mode 0444 so nothing in the container can open it for writing. Binds
-/// the status socket for the container's user `uid:gid`.
+/// the status socket (and with `gateway`, the gateway's hand-over socket) for the container's
+/// user `uid:gid`.
 pub fn prepare(
     program: &Path,
     control_dir: &Path,
     uid: u32,
     gid: u32,
+    gateway: bool,
 ) -> Result<InitSetup, InitError> {
     let alive = control_dir.join(ALIVE_FILE);
     let fail = |action, source| InitError::Fifo {
@@ -131,11 +136,21 @@ pub fn prepare(
     )
     .map_err(|e| fail("make read-only", e))?;
     let status = super::init_status::StatusListener::bind(control_dir, uid, gid)?;
+    let gateway = if gateway {
+        Some(super::gateway::GatewayHandover::bind(
+            control_dir,
+            uid,
+            gid,
+        )?)
+    } else {
+        None
+    };
     Ok(InitSetup {
         program: program.to_path_buf(),
         alive,
         held,
         status,
+        gateway,
     })
 }
 
@@ -144,6 +159,7 @@ pub fn command_line(
     grace: Duration,
     timeout: Option<Duration>,
     report_dir: Option<&Path>,
+    gateway_ports: &[u16],
     argv: &[String],
 ) -> Vec<String> {
     let mut out = vec![
@@ -165,6 +181,18 @@ pub fn command_line(
         out.push("--report-dir".to_owned());
         out.push(r.display().to_string());
     }
+    if !gateway_ports.is_empty() {
+        out.push("--gateway".to_owned());
+        out.push(super::gateway::GATEWAY_PATH.to_owned());
+        out.push("--gateway-ports".to_owned());
+        out.push(
+            gateway_ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
     out.push("--".to_owned());
     out.extend(argv.iter().cloned());
     out
@@ -183,6 +211,8 @@ pub struct InitArgs {
     pub status: Option<PathBuf>,
     /// The report directory (its tmpfs) to hand over on the status socket.
     pub report_dir: Option<PathBuf>,
+    /// The runner's gateway hand-over socket and the ports to listen on (`--network gateway`).
+    pub gateway: Option<(PathBuf, Vec<u16>)>,
     /// The command.
     pub argv: Vec<CString>,
 }
@@ -195,6 +225,22 @@ fn millis(v: Option<OsString>, name: &str) -> Result<Duration, InitError> {
         })
 }
 
+fn ports(v: Option<OsString>) -> Result<Vec<u16>, InitError> {
+    let bad = || InitError::Args {
+        reason: "--gateway-ports needs a comma-separated list of ports".into(),
+    };
+    let text = v.and_then(|s| s.into_string().ok()).ok_or_else(bad)?;
+    let ports: Vec<u16> = text
+        .split(',')
+        .map(|p| p.parse::<u16>().ok().filter(|p| *p != 0))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if ports.is_empty() || ports.len() > crate::spec::MAX_GATEWAY_PORTS {
+        return Err(bad());
+    }
+    Ok(ports)
+}
+
 /// Parses the arguments after [`INIT_ARG`].
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitError> {
     let mut it = args.into_iter();
@@ -204,8 +250,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
         alive: None,
         status: None,
         report_dir: None,
+        gateway: None,
         argv: Vec::new(),
     };
+    let mut gateway_path: Option<PathBuf> = None;
+    let mut gateway_ports: Option<Vec<u16>> = None;
     while let Some(a) = it.next() {
         match a.to_str() {
             Some("--grace-ms") => out.grace = millis(it.next(), "--grace-ms")?,
@@ -213,6 +262,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
             Some("--alive") => out.alive = it.next().map(PathBuf::from),
             Some("--status") => out.status = it.next().map(PathBuf::from),
             Some("--report-dir") => out.report_dir = it.next().map(PathBuf::from),
+            Some("--gateway") => gateway_path = it.next().map(PathBuf::from),
+            Some("--gateway-ports") => gateway_ports = Some(ports(it.next())?),
             Some("--") => break,
             _ => {
                 return Err(InitError::Args {
@@ -232,6 +283,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<InitArgs, InitE
             reason: "no command after --".into(),
         });
     }
+    out.gateway = match (gateway_path, gateway_ports) {
+        (Some(path), Some(ports)) => Some((path, ports)),
+        (None, None) => None,
+        _ => {
+            return Err(InitError::Args {
+                reason: "--gateway and --gateway-ports go together".into(),
+            });
+        }
+    };
     Ok(out)
 }
 
@@ -324,6 +384,14 @@ fn run(args: &InitArgs) -> i32 {
                 "ralph: the container init failed to hand the report directory {} over: {e}",
                 dir.display()
             );
+            return CANNOT_START;
+        }
+    }
+    // The gateway's listeners, made in the container's namespace, go to the runner before the
+    // command exists (`super::gateway`).
+    if let Some((socket, ports)) = &args.gateway {
+        if let Err(e) = super::gateway::hand_over(socket, ports) {
+            eprintln!("ralph: the container init failed to hand the gateway listeners over: {e}");
             return CANNOT_START;
         }
     }
@@ -513,6 +581,7 @@ mod tests {
             Duration::from_secs(5),
             Some(Duration::from_secs(60)),
             Some(Path::new("/state/out")),
+            &[41410, 41411],
             &["sh".into(), "-c".into(), "-- x".into()],
         );
         assert_eq!(line[0], INIT_PATH);
@@ -527,6 +596,13 @@ mod tests {
         );
         assert_eq!(args.report_dir.as_deref(), Some(Path::new("/state/out")));
         assert_eq!(
+            args.gateway,
+            Some((
+                PathBuf::from(super::super::gateway::GATEWAY_PATH),
+                vec![41410, 41411]
+            ))
+        );
+        assert_eq!(
             args.argv,
             vec![c"sh".to_owned(), c"-c".to_owned(), c"-- x".to_owned()]
         );
@@ -538,6 +614,10 @@ mod tests {
         assert!(p(&["--grace-ms", "x", "--", "true"]).is_err());
         assert!(p(&["--grace-ms", "5"]).is_err());
         assert!(p(&["--bogus", "--", "true"]).is_err());
+        assert!(p(&["--gateway", "/g", "--", "true"]).is_err());
+        assert!(p(&["--gateway-ports", "1", "--", "true"]).is_err());
+        assert!(p(&["--gateway", "/g", "--gateway-ports", "0", "--", "true"]).is_err());
+        assert!(p(&["--gateway", "/g", "--gateway-ports", "1,x", "--", "true"]).is_err());
     }
 
     #[test]

@@ -59,26 +59,7 @@ impl StatusListener {
     /// 0600 so only the container's user may connect. Bound through `/proc/self/fd` so a long
     /// control directory does not hit the 108-byte limit of a socket path.
     pub fn bind(control_dir: &Path, uid: u32, gid: u32) -> Result<Self, StatusError> {
-        let path = control_dir.join(STATUS_FILE);
-        let fail = |action, source| StatusError::Socket {
-            action,
-            path: path.clone(),
-            source,
-        };
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(fail("remove", e)),
-        }
-        let dir = std::fs::File::open(control_dir).map_err(|e| fail("open the directory of", e))?;
-        let short = format!("/proc/self/fd/{}/{STATUS_FILE}", dir.as_raw_fd());
-        let listener = UnixListener::bind(&short).map_err(|e| fail("bind", e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| fail("configure", e))?;
-        std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(|e| fail("hand over", e))?;
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .map_err(|e| fail("restrict", e))?;
+        let (path, listener) = bind_private(control_dir, STATUS_FILE, uid, gid)?;
         Ok(Self { path, listener })
     }
 
@@ -94,6 +75,38 @@ impl StatusListener {
         let (stream, _) = self.listener.accept().ok()?;
         Some(read_report(stream))
     }
+}
+
+/// A listening unix socket `file` in `control_dir` (replacing a stale one), non-blocking, owned
+/// by `uid:gid` with mode 0600 so only the container's user may connect. Bound through
+/// `/proc/self/fd` so a long control directory does not hit the 108-byte limit of a socket path.
+pub(super) fn bind_private(
+    control_dir: &Path,
+    file: &str,
+    uid: u32,
+    gid: u32,
+) -> Result<(PathBuf, UnixListener), StatusError> {
+    let path = control_dir.join(file);
+    let fail = |action, source| StatusError::Socket {
+        action,
+        path: path.clone(),
+        source,
+    };
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail("remove", e)),
+    }
+    let dir = std::fs::File::open(control_dir).map_err(|e| fail("open the directory of", e))?;
+    let short = format!("/proc/self/fd/{}/{file}", dir.as_raw_fd());
+    let listener = UnixListener::bind(&short).map_err(|e| fail("bind", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| fail("configure", e))?;
+    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(|e| fail("hand over", e))?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(|e| fail("restrict", e))?;
+    Ok((path, listener))
 }
 
 impl Drop for StatusListener {

@@ -25,7 +25,9 @@
 pub mod client;
 pub mod container;
 pub mod doctor;
+pub mod gateway;
 pub mod handle;
+pub mod idmap;
 pub mod image;
 pub mod init;
 pub mod init_status;

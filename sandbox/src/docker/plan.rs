@@ -56,6 +56,10 @@ pub struct ContainerPlan {
     pub git: Option<GitGuard>,
     /// Run-owned directories and files handed to the container's user (root runner only).
     pub chown: Vec<PathBuf>,
+    /// Root-owned trees a root runner binds idmapped (the owner's ids on disk are the agent
+    /// user's inside; [`super::idmap`]): (tree, mapping, read-only). Every bind at or below one
+    /// takes its source in the idmapped clone.
+    pub idmapped: Vec<(PathBuf, crate::plan::OwnerMap, bool)>,
     /// The private HOME and TMPDIR (tmpfs mounts of [`ContainerPlan::scratch_size`] each,
     /// owned by the command's user).
     pub scratch: Vec<PathBuf>,
@@ -72,6 +76,9 @@ pub struct ContainerPlan {
     pub read_only: Vec<String>,
     /// The network.
     pub network: Network,
+    /// `--network gateway`: the ports ralph's init listens on (`127.0.0.2:PORT` in the
+    /// container's loopback-only namespace) and hands to the runner.
+    pub gateway_ports: Vec<u16>,
     /// Memory limit (memory-swap is the same: no swap).
     pub memory: Option<u64>,
     /// Process limit.
@@ -90,6 +97,14 @@ pub struct ContainerPlan {
 
 fn invalid(field: &str, message: String) -> SandboxError {
     SandboxError::invalid(field, message)
+}
+
+/// The owner (uid, gid) of `path`, a refusal naming `field` when it cannot be read.
+fn owner_ids(path: &Path, field: &str) -> Result<(u32, u32), SandboxError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .map(|m| (m.uid(), m.gid()))
+        .map_err(|err| invalid(field, format!("`{}`: {err}", path.display())))
 }
 
 /// The engine sockets a container must never see (the one in use and the usual ones).
@@ -185,9 +200,6 @@ fn masked_paths(policy: &Policy) -> Vec<String> {
     out
 }
 
-/// Why the docker backend refuses `--network gateway` (exit 69).
-pub const GATEWAY_UNSUPPORTED: &str = "the docker backend cannot yet confine a container to the runner's gateway; use `--backend native`, or `--network none|full`";
-
 /// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
 /// ([`engine_sockets`]); `runner_euid` decides whether run-owned paths are handed over;
 /// `nofile_hard` caps the open-files limit (an engine cannot raise it above its own hard limit,
@@ -213,12 +225,6 @@ pub fn resolve(
         ));
     }
     req.check_gateway_ports(network)?;
-    if network == Network::Gateway {
-        return Err(SandboxError::unavailable(
-            "network (gateway)",
-            GATEWAY_UNSUPPORTED,
-        ));
-    }
     if !req.write.is_empty() && !fs.extra_write {
         return Err(invalid(
             "write",
@@ -237,24 +243,51 @@ pub fn resolve(
         use std::os::unix::fs::MetadataExt;
         (meta.uid(), meta.gid())
     };
-    // Who the command is: the workspace's owner. On a root-owned workspace that is uid 0
-    // without capabilities: Docker Engine 20.10 cannot idmap a bind mount, so an unprivileged
-    // uid could neither write it nor, for git, own it (the native backend runs such a round as
-    // the agent user on an idmapped workspace). Reported as partial.
-    let (uid, gid) = owner;
+    // Who the command is: the workspace's owner, or on a root-owned workspace of a root runner
+    // the agent user, the workspace (and each root-owned `--write` tree) bound idmapped so its
+    // files are the agent's inside and what it creates is the owner's on the host (as
+    // natively; Docker Engine 20.10 cannot idmap a bind, so the runner makes the idmapped
+    // mount the bind takes as its source, `super::idmap`).
+    let (mut uid, mut gid) = owner;
     let root_owned = uid == 0 || gid == 0;
+    let mut idmapped = Vec::new();
+    let workspace_rw = fs.unrestricted || fs.workspace == WorkspaceAccess::Write;
     if fs.unrestricted {
         e.record(
             Restriction::Identity,
             Level::NotRequested,
             format!("full-access: the workspace's owner, uid {uid} gid {gid}"),
         );
+    } else if root_owned && runner_euid == 0 {
+        let agent = crate::plan::command_identity(req)?;
+        let map = |(disk_uid, disk_gid): (u32, u32)| crate::plan::OwnerMap {
+            disk_uid,
+            disk_gid,
+            uid: agent.uid,
+            gid: agent.gid,
+        };
+        idmapped.push((req.workspace.clone(), map(owner), !workspace_rw));
+        for w in &req.write {
+            let o = owner_ids(w, "write")?;
+            if o.0 == 0 || o.1 == 0 {
+                idmapped.push((w.clone(), map(o), false));
+            }
+        }
+        e.record(
+            Restriction::Identity,
+            Level::Full,
+            format!(
+                "{}, uid {} gid {}, never host uid 0: the workspace is root's and bound idmapped (its files are the agent's inside, what it creates is uid {} gid {} on the host)",
+                agent.name, agent.uid, agent.gid, owner.0, owner.1
+            ),
+        );
+        (uid, gid) = (agent.uid, agent.gid);
     } else if root_owned {
         e.record(
             Restriction::Identity,
             Level::Partial,
             format!(
-                "the workspace is root's: uid {uid} gid {gid} without any capability, with the set-id, device and init guards (Docker Engine 20.10 has no idmapped bind mounts; the native backend runs such a round as the agent user, or chown the workspace to an unprivileged user)"
+                "the workspace is root's: uid {uid} gid {gid} without any capability, with the set-id, device and init guards (an unprivileged runner cannot idmap it; chown the workspace to an unprivileged user)"
             ),
         );
     } else {
@@ -266,7 +299,6 @@ pub fn resolve(
     }
 
     // Mounts: the workspace, the job's paths, the run's private directories.
-    let workspace_rw = fs.unrestricted || fs.workspace == WorkspaceAccess::Write;
     let mut mounts = vec![BindMount {
         path: req.workspace.clone(),
         read_only: !workspace_rw,
@@ -480,20 +512,33 @@ pub fn resolve(
         ),
     );
 
-    // Network.
-    let network_off = network == Network::None;
-    if network_off {
-        e.record(
+    // Network. `--network gateway`: the container's own network namespace with loopback only
+    // (network mode none), where ralph's init makes the gateway's listeners and hands them to
+    // the runner before the command exists (`super::gateway`), as the native init does.
+    let families = crate::policy::network::socket_families(network);
+    match network {
+        Network::None => e.record(
             Restriction::Network,
             Level::Full,
             "network mode none (loopback only), non-AF_UNIX sockets refused",
-        );
-    } else {
-        e.record(Restriction::Network, Level::NotRequested, "bridge network");
+        ),
+        Network::Gateway => {
+            e.record(
+                Restriction::Network,
+                Level::Full,
+                crate::plan::gateway_detail(&req.gateway_ports, families.unwrap_or(&[]))
+                    .replace("private network namespace", "network mode none"),
+            );
+            e.network = Some(crate::outcome::NetworkEnforced {
+                network,
+                gateway_ports: req.gateway_ports.clone(),
+            });
+        }
+        Network::Full => e.record(Restriction::Network, Level::NotRequested, "bridge network"),
     }
 
     let seccomp =
-        seccomp::profile(policy, network_off).map_err(|m| SandboxError::invalid("policy", m))?;
+        seccomp::profile(policy, families).map_err(|m| SandboxError::invalid("policy", m))?;
     e.record(
         Restriction::Syscalls,
         Level::Full,
@@ -618,9 +663,11 @@ pub fn resolve(
         protected: protected_paths,
         git,
         chown,
+        idmapped,
         scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
         scratch_size,
         report_dir: req.private.report.clone(),
+        gateway_ports: req.gateway_ports.clone(),
         masked,
         read_only: kernel_paths::read_only().map(str::to_owned).collect(),
         network,

@@ -146,7 +146,10 @@ pub struct Reaped {
 
 /// Stops `c` with its grace when it still runs, then removes it; `None` when it was gone
 /// meanwhile or another party is removing it.
-async fn reap_one(engine: &Engine, c: Leftover) -> Result<Option<Leftover>, (Leftover, EngineError)> {
+async fn reap_one(
+    engine: &Engine,
+    c: Leftover,
+) -> Result<Option<Leftover>, (Leftover, EngineError)> {
     if c.is_stopping() {
         let grace = c.grace.unwrap_or(FALLBACK_GRACE);
         let opts = StopContainerOptions {
@@ -235,6 +238,7 @@ mod tests {
             Duration::from_millis(7_500),
             None,
             None,
+            &[],
             &["sh".into(), "-c".into(), "x --grace-ms 1".into()],
         )
         .join(" ");

@@ -56,6 +56,9 @@ pub struct DockerRun {
     /// The report directory, copied out of the tmpfs the init handed over once the container
     /// is gone ([`crate::report_dir`]).
     report_dir: Option<Box<crate::spec::ReportDir>>,
+    /// `--network gateway`: the listeners the init made in the container's namespace, until
+    /// the caller takes them (boxed: most runs have none).
+    gateway: Option<Box<[(u16, std::net::TcpListener)]>>,
 }
 
 impl DockerRun {
@@ -117,6 +120,41 @@ async fn walk_before(guard: GitGuard) -> Result<(GitGuard, Inventory), SandboxEr
     })
 }
 
+/// The idmapped clones of `plan`'s root-owned trees, when it has any; refused (exit 69) when
+/// the engine would not see them (another mount namespace).
+async fn make_idmapped(
+    engine: &Engine,
+    plan: &ContainerPlan,
+) -> Result<Option<super::idmap::IdmappedTrees>, SandboxError> {
+    if plan.idmapped.is_empty() {
+        return Ok(None);
+    }
+    let socket = engine.socket.clone();
+    let trees = plan.idmapped.clone();
+    tokio::task::spawn_blocking(move || {
+        match super::idmap::engine_shares_mounts(&socket) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(SandboxError::unavailable(
+                    "the round's identity (idmapped workspace)",
+                    "the container engine does not share the runner's mount namespace, so it cannot see the idmapped workspace that keeps the round off uid 0 (run the root runner without private mounts, or chown the workspace to an unprivileged user)",
+                ));
+            }
+            Err(why) => {
+                return Err(SandboxError::unavailable(
+                    "the round's identity (idmapped workspace)",
+                    format!("cannot tell whether the container engine sees the runner's mounts: {why}"),
+                ));
+            }
+        }
+        super::idmap::IdmappedTrees::make(&trees).map(Some)
+    })
+    .await
+    .map_err(|e| SandboxError::Engine {
+        message: format!("the idmapped workspace task failed: {e}"),
+    })?
+}
+
 /// The engine refused the container we asked for: the sandbox cannot be had.
 fn refused(step: &str, e: &EngineError) -> SandboxError {
     SandboxError::unavailable(
@@ -141,17 +179,27 @@ pub async fn start(
             "only ralph's container init can hand its tmpfs over (the backend has no init program)",
         ));
     }
-    let init = match init_program {
+    let gateway = !plan.gateway_ports.is_empty();
+    if gateway && init_program.is_none() {
+        return Err(SandboxError::unavailable(
+            crate::native::step::restriction::GATEWAY,
+            "only ralph's container init can make the gateway's listeners in the container (the backend has no init program)",
+        ));
+    }
+    let mut init = match init_program {
         Some(p) => Some(
-            super::init::prepare(p, &spec.control_dir, plan.uid, plan.gid).map_err(|e| {
-                SandboxError::Engine {
+            super::init::prepare(p, &spec.control_dir, plan.uid, plan.gid, gateway).map_err(
+                |e| SandboxError::Engine {
                     message: e.to_string(),
-                }
-            })?,
+                },
+            )?,
         ),
         None => None,
     };
-    let body = container::body(&plan, spec, labels, init.as_ref())
+    // A root runner's root-owned trees, idmapped for the agent user (`super::idmap`): made
+    // before the container, detached once it has started (it holds its own copies).
+    let mut idmapped = make_idmapped(engine, &plan).await?;
+    let body = container::body(&plan, spec, labels, init.as_ref(), idmapped.as_ref())
         .map_err(|m| SandboxError::invalid("policy", m))?;
     let placeholders = prepare_host(&plan)?;
     // What the protected paths hold, to find and undo any change after the run.
@@ -198,15 +246,38 @@ pub async fn start(
     };
     // The engine says when it dropped a limit (e.g. no memory cgroup): fail closed.
     let started = if created.warnings.is_empty() {
-        start_created(&mut c, spec, io).await
+        let started = start_created(&mut c, spec, io).await;
+        if let Some(t) = idmapped.as_mut() {
+            t.detach();
+        }
+        started
     } else {
         Err(SandboxError::unavailable(
             "the container limits",
             format!("the engine warned: {}", created.warnings.join("; ")),
         ))
     };
+    // The gateway's listeners, from the init in the container's namespace, before the command
+    // exists; without them nothing runs.
+    let handover = init.as_mut().and_then(|i| i.gateway.take());
+    let started = match (started, handover) {
+        (Ok(running), Some(h)) => {
+            match receive_listeners(&c, h, plan.gateway_ports.clone()).await {
+                Ok(listeners) => Ok((running, listeners)),
+                Err(e) => {
+                    running.0.abort();
+                    if let Some(w) = running.1 {
+                        w.abort();
+                    }
+                    Err(e)
+                }
+            }
+        }
+        (Ok(running), None) => Ok((running, Vec::new())),
+        (Err(e), _) => Err(e),
+    };
     match started {
-        Ok((pump, stdin)) => Ok(DockerRun {
+        Ok(((pump, stdin), gateway)) => Ok(DockerRun {
             container: c,
             started: Instant::now(),
             setup: setup_began.elapsed(),
@@ -223,6 +294,7 @@ pub async fn start(
             control_dir: spec.control_dir.clone(),
             init: init.map(Box::new),
             report_dir: plan.report_dir.map(Box::new),
+            gateway: (!gateway.is_empty()).then(|| gateway.into_boxed_slice()),
         }),
         Err(e) => {
             let _ = c.remove().await;
@@ -233,6 +305,47 @@ pub async fn start(
 }
 
 type Pump = JoinHandle<std::io::Result<(CaptureSummary, CaptureSummary)>>;
+
+/// How long the init has to hand the gateway's listeners over once the container started.
+const GATEWAY_HANDOVER_LIMIT: Duration = Duration::from_secs(60);
+
+/// The init's hand-over of the gateway listeners ([`super::gateway`]), given up as soon as the
+/// container ends without it; any failure is [`SandboxError::Unavailable`] (the caller removes
+/// the container).
+async fn receive_listeners(
+    c: &Container,
+    handover: super::gateway::GatewayHandover,
+    ports: Vec<u16>,
+) -> Result<Vec<(u16, std::net::TcpListener)>, SandboxError> {
+    let unavailable = |reason: String| {
+        SandboxError::unavailable(crate::native::step::restriction::GATEWAY, reason)
+    };
+    let given_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&given_up);
+    let mut receiving = tokio::task::spawn_blocking(move || {
+        handover.receive(&ports, GATEWAY_HANDOVER_LIMIT, &flag)
+    });
+    let opts = WaitContainerOptions {
+        condition: "not-running".into(),
+    };
+    let mut ended = c.engine.docker.wait_container(&c.id, Some(opts));
+    let received = tokio::select! {
+        r = &mut receiving => r,
+        _ = ended.next() => {
+            // The init may have handed them over just before it ended: what arrived counts.
+            given_up.store(true, std::sync::atomic::Ordering::SeqCst);
+            receiving.await
+        }
+    }
+    .map_err(|e| unavailable(format!("the hand-over task failed: {e}")))?;
+    received.map_err(|e| match e {
+        crate::native::gateway::RecvError::Closed => unavailable(
+            "ralph's container init ended before handing over the gateway listeners (its message is on the run's stderr)"
+                .into(),
+        ),
+        other => unavailable(format!("the container's gateway listeners: {other}")),
+    })
+}
 
 async fn start_created(
     c: &mut Container,
@@ -299,6 +412,10 @@ pub fn termination(code: i64) -> Termination {
 impl Running for DockerRun {
     fn pid(&self) -> Option<u32> {
         None
+    }
+
+    fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
+        self.gateway.take().map(Vec::from).unwrap_or_default()
     }
 
     async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeSet;
 
+use crate::policy::network::SocketFamily;
 use crate::policy::{Policy, SyscallPolicy, allow_list, guards, syscall_table, syscalls};
 
 const BASE: &str = include_str!("../../../policies/docker-seccomp.json");
@@ -128,7 +129,8 @@ pub fn effective(policy: &Policy) -> SyscallPolicy {
 }
 
 /// The profile of one container of `policy`'s mode.
-pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
+pub fn profile(policy: &Policy, families: Option<&[SocketFamily]>) -> Result<Profile, String> {
+    let network_off = families == Some(&[SocketFamily::Unix][..]);
     let mut p = base()?;
     let sys = &effective(policy);
     if let Some(unknown) = sys.deny.iter().find(|n| syscalls::number(n).is_none()) {
@@ -150,6 +152,37 @@ pub fn profile(policy: &Policy, network_off: bool) -> Result<Profile, String> {
                     op: "SCMP_CMP_NE".into(),
                 }],
                 "network off: only AF_UNIX",
+            ));
+        }
+    } else if let Some(families) = families {
+        // One comparison per argument and rule: every family number below the highest allowed
+        // that is not allowed is refused by its own rule, every number above it by one more.
+        let allowed: Vec<u64> = families.iter().map(|f| f.number() as u64).collect();
+        let top = allowed.iter().copied().max().unwrap_or(0);
+        for name in ["socket", "socketpair"] {
+            for n in (0..top).filter(|n| !allowed.contains(n)) {
+                p.syscalls.push(deny(
+                    vec![name.into()],
+                    EPERM,
+                    vec![Arg {
+                        index: 0,
+                        value: n,
+                        value_two: 0,
+                        op: "SCMP_CMP_EQ".into(),
+                    }],
+                    "gateway: only AF_UNIX, AF_INET, AF_INET6",
+                ));
+            }
+            p.syscalls.push(deny(
+                vec![name.into()],
+                EPERM,
+                vec![Arg {
+                    index: 0,
+                    value: top,
+                    value_two: 0,
+                    op: "SCMP_CMP_GT".into(),
+                }],
+                "gateway: only AF_UNIX, AF_INET, AF_INET6",
             ));
         }
     }
@@ -282,6 +315,7 @@ pub fn refuses(p: &Profile, name: &str, errno: i64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    const UNIX: Option<&[SocketFamily]> = Some(&[SocketFamily::Unix]);
     use super::*;
     use crate::mode::Mode;
     use crate::policy::PolicySet;
@@ -298,12 +332,53 @@ mod tests {
             })
     }
 
+    /// Whether `p` refuses `socket(family, …)` by one of its argument rules.
+    fn refuses_family(p: &Profile, family: u64) -> bool {
+        p.syscalls
+            .iter()
+            .filter(|r| r.names.iter().any(|n| n == "socket") && !r.args.is_empty())
+            .any(|r| {
+                r.args.iter().all(|a| match a.op.as_str() {
+                    "SCMP_CMP_EQ" => family == a.value,
+                    "SCMP_CMP_NE" => family != a.value,
+                    "SCMP_CMP_GT" => family > a.value,
+                    _ => false,
+                })
+            })
+    }
+
+    #[test]
+    fn each_network_setting_refuses_the_socket_families_its_namespace_has_no_use_for() {
+        use crate::policy::network::socket_families;
+        let set = PolicySet::embedded().unwrap();
+        let policy = set.get(Mode::WorkspaceWrite).unwrap();
+        let none = profile(policy, socket_families(crate::Network::None)).unwrap();
+        let gateway = profile(policy, socket_families(crate::Network::Gateway)).unwrap();
+        let full = profile(policy, socket_families(crate::Network::Full)).unwrap();
+        for family in 0..=64u64 {
+            let unix = family == libc::AF_UNIX as u64;
+            let ip = family == libc::AF_INET as u64 || family == libc::AF_INET6 as u64;
+            assert_eq!(refuses_family(&none, family), !unix, "none: {family}");
+            assert_eq!(
+                refuses_family(&gateway, family),
+                !unix && !ip,
+                "gateway: {family}"
+            );
+            // Full: only AF_VSOCK, as Docker's default profile.
+            assert_eq!(
+                refuses_family(&full, family),
+                family == libc::AF_VSOCK as u64,
+                "full: {family}"
+            );
+        }
+    }
+
     #[test]
     fn every_mode_refuses_at_least_what_native_refuses() {
         let set = PolicySet::embedded().unwrap();
         for mode in Mode::ALL {
             let policy = set.get(mode).unwrap();
-            let p = profile(policy, true).unwrap();
+            let p = profile(policy, Some(&[SocketFamily::Unix])).unwrap();
             for name in &policy.syscalls.deny {
                 assert!(refuses(&p, name, EPERM), "{mode}: {name} is not refused");
             }
@@ -340,7 +415,7 @@ mod tests {
             assert!(json.starts_with("seccomp={") && !json.contains("comment"));
         }
         let ww = set.get(Mode::WorkspaceWrite).unwrap();
-        let p = profile(ww, false).unwrap();
+        let p = profile(ww, None).unwrap();
         // With the network on, only AF_VSOCK is refused (as in Docker's default profile).
         let socket: Vec<&Rule> = p
             .syscalls
@@ -351,7 +426,7 @@ mod tests {
         assert_eq!(socket[0].args[0].op, "SCMP_CMP_EQ");
         assert_eq!(socket[0].args[0].value, libc::AF_VSOCK as u64);
         assert!(refuses(&p, "clone3", ENOSYS));
-        let p = profile(ww, true).unwrap();
+        let p = profile(ww, UNIX).unwrap();
         assert!(p.syscalls.iter().any(|r| r.names == ["socket"]
             && r.args[0].op == "SCMP_CMP_NE"
             && r.args[0].value == libc::AF_UNIX as u64));
@@ -360,7 +435,7 @@ mod tests {
     #[test]
     fn personality_allows_exactly_per_linux_and_the_query() {
         let set = PolicySet::embedded().unwrap();
-        let p = profile(set.get(Mode::WorkspaceWrite).unwrap(), true).unwrap();
+        let p = profile(set.get(Mode::WorkspaceWrite).unwrap(), UNIX).unwrap();
         for allowed in [0u64, 0xffff_ffff, 0x1_ffff_ffff] {
             assert!(!personality_refused(&p, allowed), "{allowed:#x} refused");
         }
@@ -377,7 +452,7 @@ mod tests {
             assert!(personality_refused(&p, refused), "{refused:#x} allowed");
         }
         // On docker full-access too: Docker's default profile refuses it.
-        let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
+        let fa = profile(set.get(Mode::FullAccess).unwrap(), None).unwrap();
         assert!(personality_refused(&fa, 0x0040000));
         assert!(!personality_refused(&fa, 0));
     }
@@ -406,7 +481,7 @@ mod tests {
     fn the_host_boundary_guards_are_in_the_confined_profiles() {
         let set = PolicySet::embedded().unwrap();
         for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
-            let p = profile(set.get(mode).unwrap(), true).unwrap();
+            let p = profile(set.get(mode).unwrap(), UNIX).unwrap();
             assert_eq!(
                 refused_with(&p, "chmod", [0, 0o4755, 0, 0, 0, 0]),
                 Some(EPERM)
@@ -475,7 +550,7 @@ mod tests {
             );
             assert!(refuses(&p, "process_madvise", EPERM));
         }
-        let fa = profile(set.get(Mode::FullAccess).unwrap(), false).unwrap();
+        let fa = profile(set.get(Mode::FullAccess).unwrap(), None).unwrap();
         assert_eq!(refused_with(&fa, "chmod", [0, 0o4755, 0, 0, 0, 0]), None);
     }
 
@@ -483,7 +558,7 @@ mod tests {
     fn each_rule_has_at_most_one_condition_per_argument() {
         let set = PolicySet::embedded().unwrap();
         for mode in Mode::ALL {
-            let p = profile(set.get(mode).unwrap(), true).unwrap();
+            let p = profile(set.get(mode).unwrap(), UNIX).unwrap();
             for r in &p.syscalls {
                 let mut idx: Vec<u32> = r.args.iter().map(|a| a.index).collect();
                 idx.dedup();

@@ -209,9 +209,27 @@ pub fn recv(
         return Err(RecvError::Bad(format!("{n} gateway ports asked for")));
     }
     wait_readable(chan.as_raw_fd(), Instant::now() + limit, limit)?;
-    // One byte more than expected, to see a longer payload as truncated. Every descriptor that
-    // arrived is owned by `got`, so that any refusal below closes them.
-    let mut data = vec![0u8; 2 * n + 1];
+    recv_ready(chan, ports)
+}
+
+/// The most text a sandbox's init sends instead of the listeners when it could not make them
+/// (`error: <why>`, the docker init; see [`error_message`]).
+const ERROR_TEXT_CAP: usize = 1024;
+
+/// The message a sandbox's init sends instead of the listeners when it cannot make them.
+pub fn error_message(why: &str) -> Vec<u8> {
+    let mut m = format!("error: {why}").into_bytes();
+    m.truncate(ERROR_TEXT_CAP);
+    m
+}
+
+/// [`recv`] of a message that is already there (or end-of-file).
+pub fn recv_ready(chan: &OwnedFd, ports: &[u16]) -> Result<Vec<(u16, TcpListener)>, RecvError> {
+    let n = ports.len();
+    // Room for the longest message (an error's text): a longer payload than the ports' is
+    // refused below. Every descriptor that arrived is owned by `got`, so that any refusal below
+    // closes them.
+    let mut data = vec![0u8; (2 * n + 1).max(ERROR_TEXT_CAP + 1)];
     let got = crate::fd_pass::recv(chan.as_fd(), &mut data, n, libc::MSG_DONTWAIT)
         .map_err(|e| RecvError::Bad(format!("recvmsg on the hand-over failed: {e}")))?;
     let fds = got.fds;
@@ -222,6 +240,22 @@ pub fn recv(
         return Err(RecvError::Bad("the hand-over message was truncated".into()));
     }
     let got = got.len;
+    if fds.is_empty() {
+        if let Some(why) = data[..got].strip_prefix(b"error: ") {
+            // Printable ASCII only, whoever wrote it.
+            let why: String = why
+                .iter()
+                .map(|&b| {
+                    if (0x20..0x7f).contains(&b) {
+                        char::from(b)
+                    } else {
+                        '?'
+                    }
+                })
+                .collect();
+            return Err(RecvError::Bad(why));
+        }
+    }
     if data[..got] != payload(ports)[..] {
         return Err(RecvError::Bad(format!(
             "the hand-over names other ports than asked for ({} bytes)",

@@ -50,7 +50,7 @@ fn fail(step: &str, what: &str, e: &std::io::Error) -> StepFailure {
 
 /// A user namespace whose maps send the owner's ids on disk to the command's: a file the owner
 /// owns on disk appears as the command's through a mount idmapped with it.
-fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
+pub(crate) fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
     let (ready_r, ready_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
     let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)

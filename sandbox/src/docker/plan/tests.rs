@@ -192,32 +192,40 @@ fn limits_come_from_the_request_then_the_policy() {
 }
 
 #[test]
-fn gateway_is_refused_as_unavailable() {
+fn gateway_is_a_loopback_only_container_with_the_inits_listeners() {
     let w = world();
-    for mode in Mode::ALL {
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
         let mut r = req(&w, mode);
         r.network = Some(Network::Gateway);
-        r.gateway_ports = vec![8080];
-        let e = resolve_in(&r).unwrap_err();
+        r.gateway_ports = vec![41410, 41411];
+        let p = resolve_in(&r).unwrap();
+        assert_eq!(p.network, Network::Gateway);
+        assert_eq!(p.gateway_ports, vec![41410, 41411]);
         assert_eq!(
-            e.class(),
-            crate::error::ErrorClass::Unavailable,
-            "{mode}: {e}"
+            p.enforcement.level_of(Restriction::Network),
+            Some(Level::Full),
+            "{mode}"
         );
-        assert_eq!(e.reason_label(), "network");
-        let text = e.to_string();
+        let detail = p
+            .enforcement
+            .restrictions
+            .iter()
+            .find(|i| i.restriction == Restriction::Network)
+            .map(|i| i.detail.clone())
+            .unwrap();
         assert!(
-            text.contains(
-                "the docker backend cannot yet confine a container to the runner's gateway; use `--backend native`, or `--network none|full`"
-            ),
-            "{text}"
+            detail.contains("network mode none")
+                && detail.contains("41410, 41411")
+                && detail.contains("AF_UNIX, AF_INET, AF_INET6"),
+            "{detail}"
         );
-        // Without ports too.
-        r.gateway_ports.clear();
-        assert!(matches!(
-            resolve_in(&r),
-            Err(SandboxError::Unavailable { .. })
-        ));
+        assert_eq!(
+            p.enforcement
+                .network
+                .as_ref()
+                .map(|n| n.gateway_ports.clone()),
+            Some(vec![41410, 41411])
+        );
     }
     // Ports without the gateway: a usage error naming the field, as on the native backend.
     let mut r = req(&w, Mode::WorkspaceWrite);
@@ -310,6 +318,7 @@ fn the_report_dir_is_a_bounded_tmpfs_never_a_bind_and_only_the_init_hands_it_ove
             std::time::Duration::from_secs(1),
             None,
             p.report_dir.as_ref().map(|r| r.path.as_path()),
+            &[],
             &["true".into()],
         );
         let at = line.iter().position(|a| a == "--report-dir").unwrap();
@@ -329,5 +338,72 @@ fn the_report_dir_is_a_bounded_tmpfs_never_a_bind_and_only_the_init_hands_it_ove
     assert!(
         e.contains("report_dir") && e.contains("plain file name"),
         "{e}"
+    );
+}
+
+/// SPEC §5 (issue 28): a root runner's round on a root-owned workspace runs as the agent user,
+/// never uid 0; the workspace and each root-owned `--write` tree are bound idmapped (the owner's
+/// ids on disk are the agent's inside), the run's own directories handed to the agent, and the
+/// identity line is full. An unprivileged runner's round stays as before (its own uid).
+#[test]
+fn a_root_runners_root_owned_workspace_is_bound_idmapped_for_the_agent_user() {
+    use std::os::unix::fs::MetadataExt;
+    let w = world();
+    if std::fs::metadata(&w.ws).unwrap().uid() != 0 {
+        eprintln!("skipped: the test's workspace is not root's (run as root)");
+        return;
+    }
+    let write = w.private.join("write-tree");
+    std::fs::create_dir_all(&write).unwrap();
+    let set = PolicySet::embedded().unwrap();
+    let size = crate::policy::host_share::HostSize {
+        memory: Some(16 << 30),
+        cpus: 8,
+    };
+    let agent = crate::identity::agent_user(None, Path::new("/etc")).unwrap();
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
+        let mut r = req(&w, mode);
+        if mode == Mode::WorkspaceWrite {
+            r.write = vec![write.clone()];
+        }
+        let sockets = engine_sockets(Path::new("/var/run/docker.sock"));
+        let p = resolve(set.get(mode).unwrap(), &r, &sockets, 0, 1 << 20, &size).unwrap();
+        assert_eq!((p.uid, p.gid), (agent.uid, agent.gid), "{mode}");
+        assert_ne!(p.uid, 0);
+        let map = crate::plan::OwnerMap {
+            disk_uid: 0,
+            disk_gid: 0,
+            uid: agent.uid,
+            gid: agent.gid,
+        };
+        let mut want = vec![(w.ws.clone(), map, mode == Mode::ReadOnly)];
+        if mode == Mode::WorkspaceWrite {
+            want.push((write.clone(), map, false));
+        }
+        assert_eq!(p.idmapped, want, "{mode}");
+        assert!(p.chown.contains(&w.private.join("home")), "{mode}");
+        assert_eq!(
+            p.enforcement.level_of(Restriction::Identity),
+            Some(Level::Full),
+            "{mode}"
+        );
+        // Full-access: the owner, nothing idmapped.
+        let fa = resolve(
+            set.get(Mode::FullAccess).unwrap(),
+            &req(&w, Mode::FullAccess),
+            &sockets,
+            0,
+            1 << 20,
+            &size,
+        )
+        .unwrap();
+        assert_eq!((fa.uid, fa.idmapped.len()), (0, 0));
+    }
+    // An unprivileged runner cannot idmap: its own uid, reported partial on a root-owned tree.
+    let p = resolve_in(&req(&w, Mode::WorkspaceWrite)).unwrap();
+    assert!(p.idmapped.is_empty());
+    assert_eq!(
+        p.enforcement.level_of(Restriction::Identity),
+        Some(Level::Partial)
     );
 }
