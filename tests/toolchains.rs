@@ -500,9 +500,11 @@ fn a_round_cannot_write_into_a_granted_toolchain() {
 }
 
 /// The docker backend: the granted trees are bound read-only at the same paths, and the venv's
-/// pytest (a glibc CPython from pyenv) runs in the Debian image as it does natively. A round
-/// that would not run as uid 0 cannot reach `/root` (mode 0700 in the image): refused before
-/// round 1, naming why (exit 64).
+/// pytest (a glibc CPython from pyenv) runs in the Debian image as it does natively (shown in
+/// full-access, where a root runner's round is the workspace's owner, uid 0). A round that is
+/// not uid 0 — the agent user of a confined round on a root-owned workspace, or the owner of an
+/// unprivileged user's workspace — cannot reach `/root` (mode 0700 in the image): refused
+/// before round 1, naming why (exit 64), never a round that silently runs another Python.
 #[test]
 fn on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why() {
     if !common::docker::ready("on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why") {
@@ -514,7 +516,7 @@ fn on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why() {
     let path = path_with(&[&venv.join("bin")]);
     let host = interpreter_on(&path);
     let agent = done_agent(&f);
-    let run = || {
+    let run = |mode: &str| {
         f.run(&agent)
             .args([
                 "--backend",
@@ -522,15 +524,31 @@ fn on_docker_the_venv_is_bound_in_or_the_job_is_refused_naming_why() {
                 "--verify",
                 "python3 -m pytest -q -p no:cacheprovider",
             ])
+            .args(["--mode", mode])
             .env("PATH", &path)
             .output()
     };
-    let out = run();
+    let out = run("full-access");
     out.expect_code(0);
     assert_eq!(out.json()["reason"], "verified");
     assert_eq!(
         std::fs::read_to_string(f.ws.join("seen.txt")).unwrap(),
         host
+    );
+    // A confined round on the root-owned workspace is the agent user: `/root` is out of reach.
+    let out = run("workspace-write");
+    out.expect_code(64);
+    let j = out.json();
+    assert_eq!(j["rounds"], 0);
+    let msg = j["message"].as_str().unwrap();
+    let agent_uid = ralph_sandbox::identity::agent_user(None, Path::new("/etc"))
+        .unwrap()
+        .uid;
+    assert!(
+        msg.contains("lie under `/root`")
+            && msg.contains(&format!("uid {agent_uid}"))
+            && msg.contains("python3"),
+        "{msg}"
     );
 
     // A workspace owned by an unprivileged user: its docker rounds run as that uid.

@@ -682,7 +682,7 @@ impl JobRun<'_> {
             agent_user: self.engine.agent_user.clone(),
         };
         // The runner's toolchains, read-only (SPEC §12).
-        self.toolchain.apply(&mut req);
+        self.toolchain.apply(&mut req, self.spec.sandbox.backend);
         req
     }
 

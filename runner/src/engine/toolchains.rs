@@ -41,9 +41,15 @@ impl JobRun<'_> {
             std::slice::from_ref(&self.engine.state_dir),
         );
         if self.spec.sandbox.backend == BackendKind::Docker {
-            // A container round runs as the workspace's owner.
-            use std::os::unix::fs::MetadataExt;
-            let uid = std::fs::metadata(&self.spec.workspace).map_or(0, |m| m.uid());
+            // A container round runs as the workspace's owner, or (a root runner's confined
+            // round on a root-owned workspace) as the agent user.
+            let uid = ralph_sandbox::docker::plan::command_uid(
+                self.spec.sandbox.mode,
+                &self.spec.workspace,
+                self.engine.agent_user.as_deref(),
+                nix::unistd::geteuid().as_raw(),
+            )
+            .map_err(|e| (FinishReason::Configuration, e.to_string()))?;
             let path = self.engine.env.get("PATH").unwrap_or(DEFAULT_PATH);
             let programs: Vec<PathBuf> = toolchain::job_commands(&self.spec)
                 .into_iter()

@@ -192,10 +192,17 @@ impl ToolchainGrant {
         })
     }
 
-    /// Shows the granted trees to `req` read-only (those no tree of it shows already). In
-    /// `full-access` everything is seen: nothing to add.
-    pub fn apply(&self, req: &mut ralph_sandbox::SandboxRequest) {
-        if req.mode == ralph_sandbox::Mode::FullAccess {
+    /// Shows the granted trees to `req` on `backend` read-only (those no tree of it shows
+    /// already). A native `full-access` round sees the host's whole filesystem: nothing to add;
+    /// a container sees only what is bound, in every mode.
+    pub fn apply(
+        &self,
+        req: &mut ralph_sandbox::SandboxRequest,
+        backend: ralph_sandbox::BackendKind,
+    ) {
+        if req.mode == ralph_sandbox::Mode::FullAccess
+            && backend == ralph_sandbox::BackendKind::Native
+        {
             return;
         }
         for p in self.read_paths() {
@@ -353,16 +360,25 @@ mod tests {
             forbidden: Vec::new(),
             agent_user: None,
         };
-        g.apply(&mut req);
+        g.apply(&mut req, ralph_sandbox::BackendKind::Native);
         assert_eq!(req.read, vec![PathBuf::from("/opt")]);
         let g = ToolchainGrant {
             toolchains: vec![tc(Kind::Go, &["/h/sdk/go"], vec![])],
             refused: Vec::new(),
         };
-        g.apply(&mut req);
+        g.apply(&mut req, ralph_sandbox::BackendKind::Native);
         assert_eq!(
             req.read,
             vec![PathBuf::from("/opt"), PathBuf::from("/h/sdk/go")]
         );
+        // full-access: natively the host is seen whole (nothing added); a container sees only
+        // what is bound, so the trees are added there too.
+        let mut fa = req.clone();
+        fa.mode = ralph_sandbox::Mode::FullAccess;
+        fa.read.clear();
+        g.apply(&mut fa, ralph_sandbox::BackendKind::Native);
+        assert!(fa.read.is_empty());
+        g.apply(&mut fa, ralph_sandbox::BackendKind::Docker);
+        assert_eq!(fa.read, vec![PathBuf::from("/h/sdk/go")]);
     }
 }

@@ -106,7 +106,8 @@ pub fn for_job(
     )
 }
 
-/// The grant of a docker round that runs as `round_uid` (the workspace's owner). The image
+/// The grant of a docker round that runs as `round_uid` (the workspace's owner, or the agent
+/// user: [`ralph_sandbox::docker::plan::command_uid`]). The image
 /// keeps `/root` mode 0700, so a round that is not uid 0 cannot reach a toolchain tree under it
 /// (natively the round's own root has no such directory). Such a toolchain is left out (said in
 /// [`ToolchainGrant::refused`]); when one of `programs` (what the job's commands start, as
@@ -132,7 +133,7 @@ pub fn for_docker(
                 .map(|r| format!("`{}`", r.display()))
                 .collect();
             return Err(format!(
-                "`{}` is in the toolchain {}, whose tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid} (the workspace's owner): install the toolchain outside `/root` (e.g. under /opt), or use the native backend",
+                "`{}` is in the toolchain {}, whose tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid}, not root: install the toolchain outside `/root` (e.g. under /opt), or use the native backend",
                 p.display(),
                 t.label(),
                 trees.join(", ")

@@ -99,6 +99,23 @@ fn invalid(field: &str, message: String) -> SandboxError {
     SandboxError::invalid(field, message)
 }
 
+/// Who a container round of `mode` on `workspace` runs as: the workspace's owner; for a root
+/// runner's confined round on a root-owned workspace, the agent user (`agent_user`, the
+/// workspace bound idmapped). What [`resolve`] decides, for callers that need it before a plan
+/// (the toolchain grant: what the round can reach).
+pub fn command_uid(
+    mode: Mode,
+    workspace: &Path,
+    agent_user: Option<&str>,
+    runner_euid: u32,
+) -> Result<u32, SandboxError> {
+    let (uid, gid) = owner_ids(workspace, "workspace")?;
+    if runner_euid == 0 && mode != Mode::FullAccess && (uid == 0 || gid == 0) {
+        return crate::identity::agent_user(agent_user, Path::new("/etc")).map(|i| i.uid);
+    }
+    Ok(uid)
+}
+
 /// The owner (uid, gid) of `path`, a refusal naming `field` when it cannot be read.
 fn owner_ids(path: &Path, field: &str) -> Result<(u32, u32), SandboxError> {
     use std::os::unix::fs::MetadataExt;
