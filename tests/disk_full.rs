@@ -105,14 +105,19 @@ fn a_round_printing_40_mb_onto_a_full_state_disk(test: &str, backend: &[&str]) {
     };
     let agents_dir = tempfile::tempdir().unwrap();
     let agents = agents_dir.path().canonicalize().unwrap();
-    // 1 MiB of output (kept), then the disk filled through the workspace, then 40 MB more
-    // (before the fix the runner stopped reading here and the round hung to its timeout),
-    // then a report that the loop would go on.
+    // 1 MiB of output (kept: the disk is filled only once the runner has written most of it,
+    // seen in the disk's free space, which the workspace shares), then the disk filled through
+    // the workspace, then 40 MB more (before the fix the runner stopped reading here and the
+    // round hung to its timeout), then a report that the loop would go on.
     let printer = agent(
         &agents,
         "print.sh",
         &format!(
-            r#"head -c 1048576 /dev/zero | tr '\0' a
+            r#"avail() {{ df -Pk "$RALPH_WORKSPACE" | awk 'NR == 2 {{ print $4 }}'; }}
+before=$(avail)
+head -c 1048576 /dev/zero | tr '\0' a
+i=0
+while [ "$(avail)" -gt $((before - 960)) ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
 dd if=/dev/zero of="$RALPH_WORKSPACE/fill" bs=1M count=64 2>/dev/null
 head -c 41943040 /dev/zero | tr '\0' b
 echo '{}' > "$RALPH_REPORT_FILE""#,

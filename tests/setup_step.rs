@@ -530,7 +530,7 @@ fn docker_runs_a_setup_with_the_jobs_egress() {
     let mirror = PackageMirror::start(f.root.path());
     let fetch = |port: u16, to: &str| {
         format!(
-            "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/ping\", timeout=20).read().decode().strip())' > {to} 2>&1 || echo refused >> {to}"
+            "/usr/bin/python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{port}/ping\", timeout=20).read().decode().strip())' > {to} 2>&1 || echo refused >> {to}"
         )
     };
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -133,7 +133,7 @@ pub fn for_docker(
                 .map(|r| format!("`{}`", r.display()))
                 .collect();
             return Err(format!(
-                "`{}` is in the toolchain {}, whose tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid}, not root: install the toolchain outside `/root` (e.g. under /opt), or use the native backend",
+                "`{}` is in the toolchain {}, whose tree(s) {} lie under `/root`, which the container image keeps mode 0700, and the round runs as uid {round_uid}, not root: install the toolchain outside `/root` (e.g. under /opt), use the image's own with `--toolchain none`, or use the native backend",
                 p.display(),
                 t.label(),
                 trees.join(", ")
