@@ -209,11 +209,7 @@ fn usage_of(turns: &[Turn]) -> Usage {
 }
 
 fn model_requests(f: &Fixture, job: &str) -> Vec<Value> {
-    f.events(job)
-        .into_iter()
-        .filter(|(t, _)| t == "model_request")
-        .map(|(_, v)| v)
-        .collect()
+    f.events_of(job, "model_request")
 }
 
 fn codex_through_the_gateway(sb: Sb) {
@@ -498,12 +494,7 @@ fn presets_beside_a_mirror(sb: Sb) {
         assert_eq!(paths, ["/simple/"], "{preset}");
         // The model requests went to the gateway directly: the proxy decided about the mirror
         // only.
-        let egress: Vec<Value> = f
-            .events(&out.job_id())
-            .into_iter()
-            .filter(|(t, _)| t == "egress")
-            .map(|(_, v)| v)
-            .collect();
+        let egress = f.events_of(&out.job_id(), "egress");
         assert!(
             !egress.is_empty()
                 && egress.iter().all(|e| e["host"] == "127.0.0.1"

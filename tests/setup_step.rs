@@ -552,12 +552,7 @@ fn docker_runs_a_setup_with_the_jobs_egress() {
         f.read_ws("other.txt")
     );
     assert_eq!(mirror.requests().len(), 1);
-    let egress: Vec<Value> = f
-        .events(&out.job_id())
-        .into_iter()
-        .filter(|(t, _)| t == "egress")
-        .map(|(_, v)| v)
-        .collect();
+    let egress = f.events_of(&out.job_id(), "egress");
     assert!(
         egress
             .iter()

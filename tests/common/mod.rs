@@ -131,6 +131,15 @@ impl Fixture {
     }
 
     /// The journal of a job as (type, event JSON) pairs.
+    /// The job's events of type `kind`, in order.
+    pub fn events_of(&self, job_id: &str, kind: &str) -> Vec<Value> {
+        self.events(job_id)
+            .into_iter()
+            .filter(|(t, _)| t == kind)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
     pub fn events(&self, job_id: &str) -> Vec<(String, Value)> {
         let store = ralph_runner::store::Store::open_sqlite(&self.state).unwrap();
         store

@@ -128,6 +128,22 @@ pub fn effective(policy: &Policy) -> SyscallPolicy {
     sys
 }
 
+/// Refuses `name` (`socket`/`socketpair`) with EPERM when its family (argument 0) compares to
+/// `value` by `op`.
+fn family_rule(name: &str, op: &str, value: u64, why: &str) -> Rule {
+    deny(
+        vec![name.into()],
+        EPERM,
+        vec![Arg {
+            index: 0,
+            value,
+            value_two: 0,
+            op: op.into(),
+        }],
+        why,
+    )
+}
+
 /// The profile of one container of `policy`'s mode.
 pub fn profile(policy: &Policy, families: Option<&[SocketFamily]>) -> Result<Profile, String> {
     let network_off = families == Some(&[SocketFamily::Unix][..]);
@@ -142,15 +158,10 @@ pub fn profile(policy: &Policy, families: Option<&[SocketFamily]>) -> Result<Pro
     }
     if network_off {
         for name in ["socket", "socketpair"] {
-            p.syscalls.push(deny(
-                vec![name.into()],
-                EPERM,
-                vec![Arg {
-                    index: 0,
-                    value: libc::AF_UNIX as u64,
-                    value_two: 0,
-                    op: "SCMP_CMP_NE".into(),
-                }],
+            p.syscalls.push(family_rule(
+                name,
+                "SCMP_CMP_NE",
+                libc::AF_UNIX as u64,
                 "network off: only AF_UNIX",
             ));
         }
@@ -159,31 +170,12 @@ pub fn profile(policy: &Policy, families: Option<&[SocketFamily]>) -> Result<Pro
         // that is not allowed is refused by its own rule, every number above it by one more.
         let allowed: Vec<u64> = families.iter().map(|f| f.number() as u64).collect();
         let top = allowed.iter().copied().max().unwrap_or(0);
+        let why = "gateway: only AF_UNIX, AF_INET, AF_INET6";
         for name in ["socket", "socketpair"] {
             for n in (0..top).filter(|n| !allowed.contains(n)) {
-                p.syscalls.push(deny(
-                    vec![name.into()],
-                    EPERM,
-                    vec![Arg {
-                        index: 0,
-                        value: n,
-                        value_two: 0,
-                        op: "SCMP_CMP_EQ".into(),
-                    }],
-                    "gateway: only AF_UNIX, AF_INET, AF_INET6",
-                ));
+                p.syscalls.push(family_rule(name, "SCMP_CMP_EQ", n, why));
             }
-            p.syscalls.push(deny(
-                vec![name.into()],
-                EPERM,
-                vec![Arg {
-                    index: 0,
-                    value: top,
-                    value_two: 0,
-                    op: "SCMP_CMP_GT".into(),
-                }],
-                "gateway: only AF_UNIX, AF_INET, AF_INET6",
-            ));
+            p.syscalls.push(family_rule(name, "SCMP_CMP_GT", top, why));
         }
     }
     if sys.restrict_personality {
@@ -226,15 +218,10 @@ pub fn profile(policy: &Policy, families: Option<&[SocketFamily]>) -> Result<Pro
     }
     if sys.allow_list {
         if !network_off {
-            p.syscalls.push(deny(
-                vec!["socket".into()],
-                EPERM,
-                vec![Arg {
-                    index: 0,
-                    value: libc::AF_VSOCK as u64,
-                    value_two: 0,
-                    op: "SCMP_CMP_EQ".into(),
-                }],
+            p.syscalls.push(family_rule(
+                "socket",
+                "SCMP_CMP_EQ",
+                libc::AF_VSOCK as u64,
                 "AF_VSOCK, as in Docker's default profile",
             ));
         }
