@@ -14,8 +14,7 @@ use super::verify::VerifyEnd;
 use crate::agent::Agent;
 use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
 use crate::report::Status;
-use crate::store::{AttemptResult, EventKind, JobState, JobView, Journal, StoreError};
-use crate::util::text::{RESULT_TEXT_BOUND, bounded};
+use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
 
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -193,31 +192,15 @@ impl<'e> JobRun<'e> {
         }
         self.release_workspace();
         let id = self.journal.view().id.clone();
-        let ran_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let closed = (|| {
-            if let Some((round, attempt)) = self.journal.view().open_attempt {
-                self.journal.record(EventKind::RoundFinished {
-                    round,
-                    attempt,
-                    result: AttemptResult::Interrupted,
-                    exit: None,
-                    ended_by: None,
-                    duration_ms: 0,
-                    usage: Default::default(),
-                    resources: None,
-                    sandbox_violations: Vec::new(),
-                    sandbox_setup_ms: None,
-                    agent_retries: Default::default(),
-                })?;
-            }
-            self.journal.record(EventKind::JobFinished {
-                outcome: Outcome::Interrupted,
-                reason: FinishReason::DiskFull,
-                message: bounded(&disk_full_message(&why, &id), RESULT_TEXT_BOUND),
-                exit_code: None,
-                ran_ms: Some(ran_ms),
-            })
-        })();
+        let end = super::close::Ending {
+            ran_ms: Some(self.ran_ms()),
+            ..super::close::Ending::new(
+                Outcome::Interrupted,
+                FinishReason::DiskFull,
+                disk_full_message(&why, &id),
+            )
+        };
+        let closed = super::close::close_job(&mut self.journal, end, &self.job_dir);
         match closed {
             Ok(_) => Ok(()),
             Err(_) => Err(cause),
@@ -663,9 +646,9 @@ impl<'e> JobRun<'e> {
         )
     }
 
-    /// Journals the job's one outcome. The result it makes is checked first (SPEC §3): a result
-    /// that breaks an invariant is never journalled as the outcome; an `error` naming the
-    /// broken invariant is, instead.
+    /// Journals the job's one outcome through [`super::close::close_job`], which checks the
+    /// result it makes first (SPEC §3): a result that breaks an invariant is never journalled
+    /// as the outcome; an `error` naming the broken invariant is, instead.
     pub(super) fn finish(
         &mut self,
         outcome: Outcome,
@@ -673,36 +656,22 @@ impl<'e> JobRun<'e> {
         message: &str,
         exit_code: Option<i32>,
     ) -> Result<(), EngineError> {
-        let message = bounded(message, RESULT_TEXT_BOUND);
-        let (outcome, reason, message) = match self
-            .result_of(outcome, reason, &message, exit_code)
-            .check()
-        {
-            Ok(()) => (outcome, reason, message),
-            Err(broken) => (
-                Outcome::Error,
-                FinishReason::InternalError,
-                bounded(
-                    &format!(
-                        "{broken} (the runner refused to end the job as `{outcome}` ({}): {message})",
-                        reason.as_str()
-                    ),
-                    RESULT_TEXT_BOUND,
-                ),
-            ),
-        };
         // A provisioned workspace's result is written before the job is seen finished.
         self.write_result()?;
         self.release_workspace();
         self.keep_files_in_store();
-        self.journal.record(EventKind::JobFinished {
-            outcome,
-            reason,
-            message,
+        let end = super::close::Ending {
             exit_code,
-            ran_ms: Some(u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)),
-        })?;
+            ran_ms: Some(self.ran_ms()),
+            ..super::close::Ending::new(outcome, reason, message)
+        };
+        super::close::close_job(&mut self.journal, end, &self.job_dir)?;
         Ok(())
+    }
+
+    /// How long this run of the job has run.
+    fn ran_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// On a shared store, copies the job's files (patch, reports, capped logs) into it before

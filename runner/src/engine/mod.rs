@@ -21,6 +21,7 @@ mod backends;
 mod caches;
 mod cancel;
 mod cancel_watch;
+pub(crate) mod close;
 mod command_check;
 pub mod env;
 #[cfg(test)]
@@ -485,13 +486,15 @@ impl Engine {
             return Ok(false);
         }
         journal.record(crate::store::EventKind::CancelRequested { by: by.to_owned() })?;
-        journal.record(crate::store::EventKind::JobFinished {
-            outcome: crate::job::Outcome::Cancelled,
-            reason: crate::job::FinishReason::CancelRequested,
-            message: format!("cancelled by {by} before it started"),
-            exit_code: None,
-            ran_ms: None,
-        })?;
+        close::close_job(
+            &mut journal,
+            close::Ending::new(
+                crate::job::Outcome::Cancelled,
+                crate::job::FinishReason::CancelRequested,
+                format!("cancelled by {by} before it started"),
+            ),
+            &self.job_dir(job_id),
+        )?;
         Ok(true)
     }
 

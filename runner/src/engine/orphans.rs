@@ -12,9 +12,8 @@ use super::AttemptDirs;
 use crate::job::{FinishReason, Outcome};
 use crate::store::hold::{Heartbeat, Probe};
 use crate::store::{
-    AttemptResult, EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store, StoreError,
+    EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store, StoreError,
 };
-use crate::usage::RoundUsage;
 
 /// What a pass over the running jobs did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -107,38 +106,30 @@ fn close(
     journal.record(EventKind::Interrupted {
         message: format!("the runner {who} died {at}; its hold was found free"),
     })?;
-    if let Some((round, attempt)) = view.open_attempt {
-        let duration_ms = last
-            .and_then(|h| h.attempt)
-            .filter(|(r, a, _)| (*r, *a) == (round, attempt))
-            .map_or(0, |(_, _, ms)| ms);
-        journal.record(EventKind::RoundFinished {
-            round,
-            attempt,
-            result: AttemptResult::Interrupted,
-            exit: None,
-            ended_by: None,
-            duration_ms,
-            usage: RoundUsage::default(),
-            resources: None,
-            sandbox_violations: Vec::new(),
-            sandbox_setup_ms: None,
-            agent_retries: Default::default(),
-        })?;
-        let dirs = AttemptDirs::new(&super::job_dir(state_dir, &id), round, attempt);
-        let _ = dirs.remove_private();
-    }
+    let open_attempt_ms = match view.open_attempt {
+        Some((round, attempt)) => {
+            let dirs = AttemptDirs::new(&super::job_dir(state_dir, &id), round, attempt);
+            let _ = dirs.remove_private();
+            last.and_then(|h| h.attempt)
+                .filter(|(r, a, _)| (*r, *a) == (round, attempt))
+                .map_or(0, |(_, _, ms)| ms)
+        }
+        None => 0,
+    };
     if in_setup {
         let _ = AttemptDirs::setup(&super::job_dir(state_dir, &id)).remove_private();
     }
-    journal.record(EventKind::JobFinished {
-        outcome: Outcome::Interrupted,
-        reason: FinishReason::RunnerDied,
-        message: format!(
-            "the runner {who} died {at}; nothing was re-run; `ralph resume {id}` continues with the remaining budget"
-        ),
-        exit_code: None,
+    let end = super::close::Ending {
         ran_ms: last.map(|h| h.ran_ms),
-    })?;
+        open_attempt_ms,
+        ..super::close::Ending::new(
+            Outcome::Interrupted,
+            FinishReason::RunnerDied,
+            format!(
+                "the runner {who} died {at}; nothing was re-run; `ralph resume {id}` continues with the remaining budget"
+            ),
+        )
+    };
+    super::close::close_job(journal, end, &super::job_dir(state_dir, &id))?;
     Ok(())
 }

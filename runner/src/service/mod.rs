@@ -459,33 +459,16 @@ impl Service {
             tracing::warn!(job_id = %id, "job {id}: not closed as an error: it runs under another runner");
             return Ok(());
         }
-        if let Some((round, attempt)) = j.view().open_attempt {
-            j.record(EventKind::RoundFinished {
-                round,
-                attempt,
-                result: crate::store::AttemptResult::Interrupted,
-                exit: None,
-                ended_by: None,
-                duration_ms: 0,
-                usage: crate::usage::RoundUsage::default(),
-                resources: None,
-                sandbox_violations: Vec::new(),
-                sandbox_setup_ms: None,
-                agent_retries: Default::default(),
-            })?;
-        }
         if j.view().state == JobState::Queued {
             j.record(EventKind::JobStarted {
                 runner: self.engine.runner().clone(),
             })?;
         }
-        j.record(EventKind::JobFinished {
-            outcome: Outcome::Error,
-            reason: FinishReason::InternalError,
-            message: crate::util::text::bounded(message, 4096),
-            exit_code: None,
-            ran_ms: None,
-        })?;
+        crate::engine::close::close_job(
+            &mut j,
+            crate::engine::close::Ending::new(Outcome::Error, FinishReason::InternalError, message),
+            &self.engine.job_dir(id),
+        )?;
         Ok(())
     }
 
