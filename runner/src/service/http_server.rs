@@ -42,7 +42,7 @@ impl Listen for tokio::net::UnixListener {
 
 /// The answer to a request head that did not arrive within the header read timeout.
 fn header_timeout_answer() -> Vec<u8> {
-    let body = super::api::error_body(
+    let body = super::api_error::error_body(
         "request_timeout",
         "the request head did not arrive within the server's `header_read_timeout`",
     );
@@ -111,7 +111,7 @@ where
 
 /// The answer to plain HTTP sent to the TLS port.
 fn plain_on_tls_answer() -> Vec<u8> {
-    let body = super::api::error_body(
+    let body = super::api_error::error_body(
         "tls_required",
         "this port speaks HTTPS: use an https:// server address",
     );

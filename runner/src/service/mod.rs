@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod api_error;
 pub mod auth;
 pub mod config;
 pub mod disk_room;
