@@ -84,6 +84,39 @@ pub(super) struct Site {
     pub step: Option<crate::store::event::RunnerStep>,
 }
 
+/// An attempt made ready by [`JobRun::prepare_attempt`].
+struct Prepared {
+    dirs: AttemptDirs,
+    /// HOME and TMPDIR are scratch space, not artifacts: gone however the attempt ends.
+    _scratch: super::artifacts::PrivateScratch,
+    spec: ExecSpec,
+    /// Taken when the attempt is executed.
+    io: Option<ExecIo>,
+    /// Taken when the attempt is executed.
+    plan: Option<GatewayPlan>,
+    /// The last JSON-object line of stdout (a report on stdout).
+    slot: Slot,
+    /// The preset's reader of the agent's output.
+    reader_slot: ReaderSlot,
+    /// The round's own stop: a cancel of the job, or the token budget crossed mid-round.
+    round_stop: tokio_util::sync::CancellationToken,
+    budget_crossed: Arc<AtomicBool>,
+    /// Whether the attempt's timeout is the job's deadline rather than the round timeout.
+    deadline_bound: bool,
+    known: crate::job::resolve::WritableTrees,
+}
+
+/// What [`JobRun::execute_attempt`] saw.
+struct Executed {
+    outcome: Result<ExecReport, SandboxError>,
+    duration_ms: u64,
+    /// The model API's usage, through the gateway.
+    gateway_usage: Option<RoundUsage>,
+    /// Why a journal write found the disk full while the round ran (it was stopped then).
+    disk_stop: Option<String>,
+    read: Option<PresetOutput>,
+}
+
 /// Unreadable agent output lines journalled per attempt (the rest are only counted out).
 const MAX_OUTPUT_PROBLEMS: usize = 5;
 
@@ -91,7 +124,7 @@ const MAX_OUTPUT_PROBLEMS: usize = 5;
 const STDERR_QUOTE: usize = 1024;
 
 impl JobRun<'_> {
-    /// Runs round `round`, attempt `attempt`.
+    /// Runs round `round`, attempt `attempt`: prepare, execute, conclude.
     pub(super) async fn attempt(
         &mut self,
         round: u32,
@@ -99,6 +132,20 @@ impl JobRun<'_> {
         retry_note: Option<&str>,
         policy: ReportPolicy,
     ) -> Result<Attempt, EngineError> {
+        let mut p = self.prepare_attempt(round, attempt, retry_note)?;
+        let x = self.execute_attempt(round, attempt, &mut p).await?;
+        self.conclude_attempt(round, attempt, policy, p, x)
+    }
+
+    /// Makes attempt `attempt` of round `round` ready to run: its directories and inputs
+    /// (prompt, handoff, the preset's files), its environment, its gateway plan, its sandbox
+    /// request and output sinks. Nothing is journalled and nothing runs yet.
+    fn prepare_attempt(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        retry_note: Option<&str>,
+    ) -> Result<Prepared, EngineError> {
         let dirs = AttemptDirs::new(&self.job_dir, round, attempt);
         dirs.create()
             .map_err(|e| EngineError::io("create", &dirs.root, e))?;
@@ -106,58 +153,10 @@ impl JobRun<'_> {
         let _scratch = dirs.private_scratch();
         // The job's caches: this attempt's own copy, discarded with its HOME (SPEC §12).
         let cache_binds = self.prepare_caches(&dirs)?;
-        let view = self.journal.view();
-        let handoff = view.last_report.as_ref().map(Report::to_compact_json);
-        if let Some(h) = &handoff {
-            write_file(&dirs.handoff_file(), h.as_bytes())?;
-        }
-        let prompt = prompt::render(&PromptInput {
-            objective: &self.spec.objective,
-            round,
-            max_rounds: self.spec.max_rounds,
-            attempt,
-            workspace: &self.spec.workspace,
-            handoff: handoff.as_deref(),
-            resumed: view.resumes > 0,
-            report_file: &dirs.report_file(),
-            usage_file: &dirs.usage_file(),
-            cap: self.spec.handoff_cap,
-            verify: self.spec.verify.as_deref(),
-            verify_note: view.verify_note.as_ref(),
-            git_notes: &view.git_notes,
-            retry_note,
-        });
-        write_file(&dirs.prompt_file(), prompt.as_bytes())?;
-        write_file(&dirs.git_system_config(), GIT_SYSTEM_CONFIG.as_bytes())?;
+        let prompt = self.write_attempt_inputs(&dirs, round, attempt, retry_note)?;
         let preset = self.agent.preset();
-        for (name, content) in preset.map(|p| p.inputs()).unwrap_or_default() {
-            write_file(&dirs.input.join(name), content.as_bytes())?;
-        }
-
-        let ralph_vars = vec![
-            ("RALPH_JOB_ID", self.journal.view().id.clone()),
-            ("RALPH_ROUND", round.to_string()),
-            ("RALPH_ATTEMPT", attempt.to_string()),
-            ("RALPH_MAX_ROUNDS", self.spec.max_rounds.to_string()),
-            ("RALPH_WORKSPACE", self.spec.workspace.display().to_string()),
-            (
-                "RALPH_PROMPT_FILE",
-                dirs.prompt_file().display().to_string(),
-            ),
-            (
-                "RALPH_HANDOFF_FILE",
-                dirs.handoff_file().display().to_string(),
-            ),
-            (
-                "RALPH_REPORT_FILE",
-                dirs.report_file().display().to_string(),
-            ),
-            ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
-            (
-                "GIT_CONFIG_SYSTEM",
-                dirs.git_system_config().display().to_string(),
-            ),
-        ];
+        let view = self.journal.view();
+        let ralph_vars = self.ralph_vars(&dirs, round, attempt);
         // The attempt's way out (SPEC §9): its model gateway and egress proxy, if the job has
         // them; the budget they enforce starts from what the job has used so far.
         let plan = GatewayPlan::new(
@@ -265,14 +264,123 @@ impl JobRun<'_> {
             stdout =
                 Box::new(PresetSink::new(stdout, p.reader(), reader_slot.clone()).watching(watch));
         }
-        let io = ExecIo {
+        let io = Some(ExecIo {
             stdin: Some(prompt.into_bytes()),
             stdout,
             stderr: Box::new(stderr),
-        };
+        });
 
         let known = self.known_trees()?;
+        Ok(Prepared {
+            dirs,
+            _scratch,
+            spec,
+            io,
+            plan,
+            slot,
+            reader_slot,
+            round_stop,
+            budget_crossed,
+            deadline_bound,
+            known,
+        })
+    }
+    /// Writes the attempt's inputs (the handoff, the prompt, git's system configuration, the
+    /// preset's files) and returns the prompt.
+    fn write_attempt_inputs(
+        &self,
+        dirs: &AttemptDirs,
+        round: u32,
+        attempt: u32,
+        retry_note: Option<&str>,
+    ) -> Result<String, EngineError> {
+        let view = self.journal.view();
+        let handoff = view.last_report.as_ref().map(Report::to_compact_json);
+        if let Some(h) = &handoff {
+            write_file(&dirs.handoff_file(), h.as_bytes())?;
+        }
+        let prompt = prompt::render(&PromptInput {
+            objective: &self.spec.objective,
+            round,
+            max_rounds: self.spec.max_rounds,
+            attempt,
+            workspace: &self.spec.workspace,
+            handoff: handoff.as_deref(),
+            resumed: view.resumes > 0,
+            report_file: &dirs.report_file(),
+            usage_file: &dirs.usage_file(),
+            cap: self.spec.handoff_cap,
+            verify: self.spec.verify.as_deref(),
+            verify_note: view.verify_note.as_ref(),
+            git_notes: &view.git_notes,
+            retry_note,
+        });
+        write_file(&dirs.prompt_file(), prompt.as_bytes())?;
+        write_file(&dirs.git_system_config(), GIT_SYSTEM_CONFIG.as_bytes())?;
+        let preset = self.agent.preset();
+        for (name, content) in preset.map(|p| p.inputs()).unwrap_or_default() {
+            write_file(&dirs.input.join(name), content.as_bytes())?;
+        }
+        Ok(prompt)
+    }
 
+    /// The `RALPH_*` variables (and git's system configuration) of the attempt.
+    fn ralph_vars(
+        &self,
+        dirs: &AttemptDirs,
+        round: u32,
+        attempt: u32,
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            ("RALPH_JOB_ID", self.journal.view().id.clone()),
+            ("RALPH_ROUND", round.to_string()),
+            ("RALPH_ATTEMPT", attempt.to_string()),
+            ("RALPH_MAX_ROUNDS", self.spec.max_rounds.to_string()),
+            ("RALPH_WORKSPACE", self.spec.workspace.display().to_string()),
+            (
+                "RALPH_PROMPT_FILE",
+                dirs.prompt_file().display().to_string(),
+            ),
+            (
+                "RALPH_HANDOFF_FILE",
+                dirs.handoff_file().display().to_string(),
+            ),
+            (
+                "RALPH_REPORT_FILE",
+                dirs.report_file().display().to_string(),
+            ),
+            ("RALPH_USAGE_FILE", dirs.usage_file().display().to_string()),
+            (
+                "GIT_CONFIG_SYSTEM",
+                dirs.git_system_config().display().to_string(),
+            ),
+        ]
+    }
+
+    /// Runs a prepared attempt: journals its start (durably, before the process exists),
+    /// spawns it, serves its gateway and waits for its end.
+    async fn execute_attempt(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        p: &mut Prepared,
+    ) -> Result<Executed, EngineError> {
+        let Prepared {
+            dirs,
+            spec,
+            io,
+            plan,
+            reader_slot,
+            round_stop,
+            budget_crossed,
+            known,
+            ..
+        } = p;
+        let io = io.take().ok_or_else(|| EngineError::Internal {
+            message: "an attempt was executed twice".into(),
+        })?;
+        let plan = plan.take();
+        let (known, round_stop, budget_crossed) = (&*known, &*round_stop, &*budget_crossed);
         // The start is durable before the process exists.
         self.journal.record(EventKind::RoundStarted {
             round,
@@ -280,11 +388,11 @@ impl JobRun<'_> {
             dir: dirs.root.clone(),
         })?;
         let started = Instant::now();
-        let spawned = match self.paths_unchanged(&known) {
+        let spawned = match self.paths_unchanged(known) {
             Ok(()) => {
                 self.engine
                     .spawner
-                    .spawn(self.spec.sandbox.backend, &spec, io)
+                    .spawn(self.spec.sandbox.backend, spec, io)
                     .await
             }
             Err(e) => Err(e),
@@ -311,7 +419,7 @@ impl JobRun<'_> {
                                     step: None,
                                 };
                                 let (outcome, usage, full) =
-                                    self.wait_with_gateway(run, gw, &round_stop, site).await?;
+                                    self.wait_with_gateway(run, gw, round_stop, site).await?;
                                 gateway_usage = Some(usage);
                                 disk_stop = full;
                                 outcome
@@ -334,116 +442,39 @@ impl JobRun<'_> {
             .ok()
             .and_then(|mut r| r.take())
             .map(|r| r.finish(&mut self.carry));
+        Ok(Executed {
+            outcome,
+            duration_ms,
+            gateway_usage,
+            disk_stop,
+            read,
+        })
+    }
 
-        let (end, exec) = match outcome {
-            // A cancel that tore the sandbox down while it was being set up: the job was
-            // cancelled, not broken.
-            Err(_) if self.cancel.is_cancelled() => (AttemptEnd::Cancelled, None),
-            Err(e) => (AttemptEnd::SandboxFailed(e), None),
-            // The stream showed the budget crossed and the round was stopped for it (not a
-            // cancel of the job).
-            Ok(exec)
-                if budget_crossed.load(Ordering::SeqCst)
-                    && !self.cancel.token().is_cancelled()
-                    && matches!(exec.outcome.ended_by, EndedBy::Cancel) =>
-            {
-                (AttemptEnd::BudgetSpent, Some(exec))
-            }
-            Ok(exec) => (
-                self.judge(&exec, &dirs, &slot, read.as_ref(), policy, deadline_bound),
-                Some(exec),
-            ),
-        };
-        // Output not fully read is said, in the capture and in a failure's message.
-        let undrained = exec.as_ref().and_then(|e| {
-            super::undrained::mark(&[
-                ("stdout", &e.stdout, &dirs.stdout_log()),
-                ("stderr", &e.stderr, &dirs.stderr_log()),
-            ])
-        });
-        let end = match (end, undrained) {
-            (AttemptEnd::Failed(reason, message), Some(note)) => {
-                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
-            }
-            (end, _) => end,
-        };
-        // A capture that could not write its log (it still drained the stream) is said in a
-        // failure's message; for lack of room, a failed round's cause is the disk, as below.
-        let (dropped, dropped_for_space) = exec
-            .as_ref()
-            .map(|e| super::undrained::dropped(&[("stdout", &e.stdout), ("stderr", &e.stderr)]))
-            .unwrap_or_default();
-        let end = match (end, dropped) {
-            (AttemptEnd::Failed(reason, message), Some(note)) => {
-                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
-            }
-            (end, _) => end,
-        };
-        // A round stopped, or left without its report or result, by a full state disk: the
-        // disk is why (its files could not be written), not the agent.
-        let end = match (end, disk_stop) {
-            (_, Some(why)) => AttemptEnd::DiskFull(why),
-            (end @ AttemptEnd::Failed(..), None) if dropped_for_space => {
-                match self.state_disk_full() {
-                    Some(why) => AttemptEnd::DiskFull(why),
-                    None => end,
-                }
-            }
-            (
-                end @ (AttemptEnd::Failed(RoundFailure::NoReport | RoundFailure::Crashed, _)
-                | AttemptEnd::SandboxFailed(_)),
-                None,
-            ) => match self.state_disk_full() {
-                Some(why) => AttemptEnd::DiskFull(why),
-                None => end,
-            },
-            (end, None) => end,
-        };
+    /// Decides how an executed attempt ended (the report, the process's end, the policy, a
+    /// full disk) and journals it: its usage, its git check and `round_finished`.
+    fn conclude_attempt(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        policy: ReportPolicy,
+        p: Prepared,
+        x: Executed,
+    ) -> Result<Attempt, EngineError> {
+        let Executed {
+            outcome,
+            duration_ms,
+            gateway_usage,
+            disk_stop,
+            read,
+        } = x;
+        let (end, exec) = self.attempt_end(&p, outcome, read.as_ref(), policy, disk_stop);
+        let dirs = &p.dirs;
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;
         }
-        let (usage, agent_retries) = match read {
-            // A preset reads usage from the CLI's own output; the usage file is not read, so
-            // nothing is counted twice.
-            Some(out) => {
-                for message in out.problems.iter().take(MAX_OUTPUT_PROBLEMS) {
-                    self.journal.record(EventKind::UsageSkipped {
-                        round,
-                        attempt,
-                        line: 0,
-                        message: bounded(&format!("agent output: {message}"), 512),
-                    })?;
-                }
-                (out.usage, out.retries)
-            }
-            None => {
-                let refused = exec
-                    .as_ref()
-                    .and_then(|e| e.outcome.report_dir.as_ref())
-                    .and_then(|d| d.refused(super::artifacts::USAGE_FILE))
-                    .map(str::to_owned);
-                (
-                    self.read_usage(&dirs, refused, round, attempt)?,
-                    Default::default(),
-                )
-            }
-        };
-        // Through the gateway, the model API's own numbers are the job's count; the agent's
-        // are a cross-check.
-        let usage = match gateway_usage {
-            Some(wire) => {
-                if !usage.total().is_zero() && usage.total() != wire.total() {
-                    self.journal.record(EventKind::UsageMismatch {
-                        round,
-                        attempt,
-                        gateway: wire.total(),
-                        agent: usage.total(),
-                    })?;
-                }
-                wire
-            }
-            None => usage,
-        };
+        let (usage, agent_retries) =
+            self.attempt_usage(round, attempt, dirs, read, exec.as_ref(), gateway_usage)?;
         let result = match &end {
             AttemptEnd::Reported(r) => AttemptResult::Reported {
                 report: serde_json::to_value(r).map_err(|e| EngineError::Internal {
@@ -500,6 +531,139 @@ impl JobRun<'_> {
         // HOME and TMPDIR are scratch space, not artifacts.
         let _ = dirs.remove_private();
         Ok(Attempt { end, exit })
+    }
+    /// How an attempt ended: the judge's verdict on its process and report, with what its
+    /// capture could not read or write said, and a full state disk as the cause where it was.
+    fn attempt_end(
+        &self,
+        p: &Prepared,
+        outcome: Result<ExecReport, SandboxError>,
+        read: Option<&PresetOutput>,
+        policy: ReportPolicy,
+        disk_stop: Option<String>,
+    ) -> (AttemptEnd, Option<ExecReport>) {
+        let (dirs, slot, budget_crossed) = (&p.dirs, &p.slot, &p.budget_crossed);
+        let (end, exec) = match outcome {
+            // A cancel that tore the sandbox down while it was being set up: the job was
+            // cancelled, not broken.
+            Err(_) if self.cancel.is_cancelled() => (AttemptEnd::Cancelled, None),
+            Err(e) => (AttemptEnd::SandboxFailed(e), None),
+            // The stream showed the budget crossed and the round was stopped for it (not a
+            // cancel of the job).
+            Ok(exec)
+                if budget_crossed.load(Ordering::SeqCst)
+                    && !self.cancel.token().is_cancelled()
+                    && matches!(exec.outcome.ended_by, EndedBy::Cancel) =>
+            {
+                (AttemptEnd::BudgetSpent, Some(exec))
+            }
+            Ok(exec) => (
+                self.judge(&exec, dirs, slot, read, policy, p.deadline_bound),
+                Some(exec),
+            ),
+        };
+        // Output not fully read is said, in the capture and in a failure's message.
+        let undrained = exec.as_ref().and_then(|e| {
+            super::undrained::mark(&[
+                ("stdout", &e.stdout, &dirs.stdout_log()),
+                ("stderr", &e.stderr, &dirs.stderr_log()),
+            ])
+        });
+        let end = match (end, undrained) {
+            (AttemptEnd::Failed(reason, message), Some(note)) => {
+                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
+            }
+            (end, _) => end,
+        };
+        // A capture that could not write its log (it still drained the stream) is said in a
+        // failure's message; for lack of room, a failed round's cause is the disk, as below.
+        let (dropped, dropped_for_space) = exec
+            .as_ref()
+            .map(|e| super::undrained::dropped(&[("stdout", &e.stdout), ("stderr", &e.stderr)]))
+            .unwrap_or_default();
+        let end = match (end, dropped) {
+            (AttemptEnd::Failed(reason, message), Some(note)) => {
+                AttemptEnd::Failed(reason, bounded(&format!("{message}; {note}"), 2048))
+            }
+            (end, _) => end,
+        };
+        // A round stopped, or left without its report or result, by a full state disk: the
+        // disk is why (its files could not be written), not the agent.
+        let end = match (end, disk_stop) {
+            (_, Some(why)) => AttemptEnd::DiskFull(why),
+            (end @ AttemptEnd::Failed(..), None) if dropped_for_space => {
+                match self.state_disk_full() {
+                    Some(why) => AttemptEnd::DiskFull(why),
+                    None => end,
+                }
+            }
+            (
+                end @ (AttemptEnd::Failed(RoundFailure::NoReport | RoundFailure::Crashed, _)
+                | AttemptEnd::SandboxFailed(_)),
+                None,
+            ) => match self.state_disk_full() {
+                Some(why) => AttemptEnd::DiskFull(why),
+                None => end,
+            },
+            (end, None) => end,
+        };
+        (end, exec)
+    }
+
+    /// The attempt's usage and the agent's request retries: the preset's reading of the CLI's
+    /// output, or the usage file; through the gateway, the model API's own numbers (the
+    /// agent's, when they differ, journalled as a mismatch).
+    fn attempt_usage(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        dirs: &AttemptDirs,
+        read: Option<PresetOutput>,
+        exec: Option<&ExecReport>,
+        gateway_usage: Option<RoundUsage>,
+    ) -> Result<(RoundUsage, std::collections::BTreeMap<String, u64>), EngineError> {
+        let (usage, agent_retries) = match read {
+            // A preset reads usage from the CLI's own output; the usage file is not read, so
+            // nothing is counted twice.
+            Some(out) => {
+                for message in out.problems.iter().take(MAX_OUTPUT_PROBLEMS) {
+                    self.journal.record(EventKind::UsageSkipped {
+                        round,
+                        attempt,
+                        line: 0,
+                        message: bounded(&format!("agent output: {message}"), 512),
+                    })?;
+                }
+                (out.usage, out.retries)
+            }
+            None => {
+                let refused = exec
+                    .and_then(|e| e.outcome.report_dir.as_ref())
+                    .and_then(|d| d.refused(super::artifacts::USAGE_FILE))
+                    .map(str::to_owned);
+                (
+                    self.read_usage(dirs, refused, round, attempt)?,
+                    Default::default(),
+                )
+            }
+        };
+        // Through the gateway, the model API's own numbers are the job's count; the agent's
+        // are a cross-check.
+        let usage = match gateway_usage {
+            Some(wire) => {
+                if !usage.total().is_zero() && usage.total() != wire.total() {
+                    self.journal.record(EventKind::UsageMismatch {
+                        round,
+                        attempt,
+                        gateway: wire.total(),
+                        agent: usage.total(),
+                    })?;
+                }
+                wire
+            }
+            None => usage,
+        };
+        Ok((usage, agent_retries))
     }
 
     /// Waits for the attempt while journalling what its gateway reports; then stops the
