@@ -382,7 +382,7 @@ fn try_lock(path: &Path, create: bool) -> Result<Locked, HoldError> {
         });
     }
     Ok(Locked::Held(
-        crate::engine::workspace_lock::holder_of(&file).to_string(),
+        crate::util::flock_holder::holder_of(&file).to_string(),
     ))
 }
 

@@ -2,6 +2,7 @@
 //! log makes of output.
 
 pub mod ci_log;
+pub mod flock_holder;
 pub mod lines;
 pub mod terminal;
 pub mod text;
