@@ -767,3 +767,70 @@ fn with_json_a_usage_error_is_a_json_object_on_stdout() {
         assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
     }
 }
+
+/// SPEC §3 `--max-stalled-rounds K`, through `ralph run` in the real sandbox: an agent that
+/// changes the workspace in rounds 1 and 2 and then only reads it (and rewrites a file with the
+/// same bytes, which is no change) ends `budget-limited`/`stalled` after exactly round 2 + K, exit
+/// 2, counted in `ralph_jobs_stalled_total`; one that changes a file every round is never
+/// stopped.
+#[test]
+fn a_loop_that_stops_changing_the_workspace_ends_stalled_after_exactly_k_rounds() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "stall.sh",
+        &format!(
+            r#"if [ "$RALPH_ROUND" -le 2 ]; then echo "step $RALPH_ROUND" > progress.txt; fi
+cat progress.txt > /dev/null
+if [ "$RALPH_ROUND" -gt 2 ]; then cp progress.txt progress.tmp && mv progress.tmp progress.txt; fi
+printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
+            continue_report("still thinking")
+        ),
+    );
+    let prom = f.root.path().join("ralph.prom");
+    let out = f
+        .run(&agent)
+        .args(["--max-stalled-rounds", "3", "--max-rounds", "10"])
+        .arg("--metrics-textfile")
+        .arg(&prom)
+        .output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(j["outcome"], "budget-limited", "{j}");
+    assert_eq!(j["reason"], "stalled", "{j}");
+    assert_eq!(j["rounds"], 5, "{j}");
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("the last 3 round(s) changed nothing in the workspace"),
+        "{j}"
+    );
+    let text = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        text.lines().any(|l| l == "ralph_jobs_stalled_total 1"),
+        "{text}"
+    );
+    common::promtool::promtool_check(&text);
+
+    // A file changed every round: never stalled (K = 1).
+    let g = Fixture::new();
+    let agent = g.agent(
+        "busy.sh",
+        &format!(
+            r#"echo "$RALPH_ROUND" >> log.txt
+printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
+            continue_report("one more line")
+        ),
+    );
+    let out = g
+        .run(&agent)
+        .args(["--max-stalled-rounds", "1", "--max-rounds", "4"])
+        .output();
+    out.expect_code(2);
+    let j = out.json();
+    assert_eq!(
+        (j["reason"].as_str(), j["rounds"].as_u64()),
+        (Some("max_rounds"), Some(4)),
+        "{j}"
+    );
+}

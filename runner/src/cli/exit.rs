@@ -97,6 +97,7 @@ impl Exit {
                 | FinishReason::MaxRounds
                 | FinishReason::MaxTokens
                 | FinishReason::JobTimeout
+                | FinishReason::Stalled
                 | FinishReason::RoundFailed
                 | FinishReason::TaskExit
                 | FinishReason::CancelRequested

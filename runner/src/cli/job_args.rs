@@ -65,6 +65,10 @@ pub struct JobArgs {
     /// Token budget (input + output tokens, from the usage file).
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
+    /// End the loop `budget-limited` (reason `stalled`) when its last N rounds each changed
+    /// nothing in the workspace (content, modes, entries); default 0: off.
+    #[arg(long, value_name = "N")]
+    pub max_stalled_rounds: Option<u32>,
     /// Command the runner runs after a `complete` report; only its success completes the job.
     #[arg(long, value_name = "CMD")]
     pub verify: Option<String>,
@@ -156,6 +160,7 @@ impl JobArgs {
             job_timeout: self.job_timeout,
             kill_grace: self.kill_grace,
             max_tokens: self.max_tokens,
+            max_stalled_rounds: self.max_stalled_rounds,
             verify: self.verify.clone(),
             setup: self.setup.clone(),
             setup_env: self.setup_env.clone(),

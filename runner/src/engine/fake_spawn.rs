@@ -38,6 +38,8 @@ pub(crate) struct Script {
     pub setup_fails_on_cancel: bool,
     /// It fills its report directory (no entry left at its end).
     pub fills_report_dir: bool,
+    /// Files it writes in the workspace at the start (relative path, content).
+    pub writes: Vec<(PathBuf, String)>,
 }
 
 impl Script {
@@ -60,7 +62,14 @@ impl Script {
             undrained: false,
             setup_fails_on_cancel: false,
             fills_report_dir: false,
+            writes: Vec::new(),
         }
+    }
+
+    /// Also writes `content` to `rel` in the workspace.
+    pub fn writing(mut self, rel: &str, content: &str) -> Self {
+        self.writes.push((PathBuf::from(rel), content.to_owned()));
+        self
     }
 
     /// Fills its report directory (its report, if any, is still written).
@@ -217,6 +226,9 @@ impl Spawner for FakeSpawner {
         });
         if let (Some(path), Some(report)) = (&report_file, &script.report) {
             std::fs::write(path, report).unwrap();
+        }
+        for (rel, content) in &script.writes {
+            std::fs::write(spec.cwd.join(rel), content).unwrap();
         }
         if let (Some(path), Some(usage)) = (var(spec, "RALPH_USAGE_FILE"), &script.usage) {
             std::fs::write(path, usage).unwrap();

@@ -325,6 +325,7 @@ impl<'e> JobRun<'e> {
     }
 
     async fn run_loop(&mut self) -> Result<(), EngineError> {
+        let mut stall = self.stall_watch();
         loop {
             if let Some(why) = self.state_disk_full() {
                 return self.finish_disk_full(&why);
@@ -353,6 +354,7 @@ impl<'e> JobRun<'e> {
                 return self.finish_deadline();
             }
             let round = view.rounds_started + 1;
+            let before = stall.as_mut().and_then(Stall::digest);
             let mut attempt = 1;
             let mut retry_note: Option<String> = None;
             let report = loop {
@@ -441,6 +443,9 @@ impl<'e> JobRun<'e> {
                     AttemptEnd::DiskFull(why) => return self.finish_disk_full(&why),
                 }
             };
+            if let Some(s) = stall.as_mut() {
+                s.round_ended(before);
+            }
             match report.status {
                 Status::Continue => {}
                 Status::Blocked => {
@@ -486,7 +491,36 @@ impl<'e> JobRun<'e> {
                     }
                 }
             }
+            if let Some(k) = stall.as_ref().and_then(Stall::stalled) {
+                let msg = format!(
+                    "the last {k} round(s) changed nothing in the workspace (--max-stalled-rounds {k})"
+                );
+                return self.finish(Outcome::BudgetLimited, FinishReason::Stalled, &msg, None);
+            }
         }
+    }
+
+    /// The change watch of `--max-stalled-rounds` (none when it is off).
+    fn stall_watch(&self) -> Option<Stall> {
+        let k = self.spec.max_stalled_rounds;
+        if k == 0 {
+            return None;
+        }
+        // The runner's placeholders: the mode's protected paths and the job's own.
+        let mut placeholders: Vec<std::path::PathBuf> = self
+            .engine
+            .backends
+            .native()
+            .policies()
+            .get(self.spec.sandbox.mode)
+            .map(|p| p.protect.paths.clone())
+            .unwrap_or_default();
+        placeholders.extend(self.spec.sandbox.protect.iter().cloned());
+        Some(Stall {
+            limit: k,
+            in_a_row: 0,
+            watch: super::change_watch::ChangeWatch::new(self.spec.workspace.clone(), placeholders),
+        })
     }
 
     async fn run_task(&mut self) -> Result<(), EngineError> {
@@ -749,6 +783,39 @@ fn finish_reason_of(class: ErrorClass) -> FinishReason {
         ErrorClass::Unavailable => FinishReason::SandboxUnavailable,
         ErrorClass::Usage => FinishReason::Configuration,
         ErrorClass::Internal => FinishReason::InternalError,
+    }
+}
+
+/// `--max-stalled-rounds`: rounds in a row that changed nothing in the workspace.
+struct Stall {
+    limit: u32,
+    in_a_row: u32,
+    watch: super::change_watch::ChangeWatch,
+}
+
+impl Stall {
+    /// The workspace's digest now; `None` (counted as a change) when it cannot be read.
+    fn digest(&mut self) -> Option<super::change_watch::TreeDigest> {
+        match self.watch.digest() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(
+                    "the workspace could not be digested for --max-stalled-rounds (the round counts as a change): {e}"
+                );
+                None
+            }
+        }
+    }
+
+    /// A round ended; `before` is the digest at its start.
+    fn round_ended(&mut self, before: Option<super::change_watch::TreeDigest>) {
+        let unchanged = before.is_some() && self.digest() == before;
+        self.in_a_row = if unchanged { self.in_a_row + 1 } else { 0 };
+    }
+
+    /// `Some(limit)` once the last `limit` rounds each changed nothing.
+    fn stalled(&self) -> Option<u32> {
+        (self.in_a_row >= self.limit).then_some(self.limit)
     }
 }
 

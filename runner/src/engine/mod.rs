@@ -21,6 +21,7 @@ mod backends;
 mod caches;
 mod cancel;
 mod cancel_watch;
+mod change_watch;
 pub(crate) mod close;
 mod command_check;
 pub mod env;
@@ -46,6 +47,8 @@ mod setup;
 #[cfg(test)]
 mod setup_tests;
 mod spawn;
+#[cfg(test)]
+mod stall_tests;
 pub mod stdout_report;
 mod toolchains;
 mod undrained;

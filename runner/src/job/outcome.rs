@@ -139,6 +139,8 @@ pub enum FinishReason {
     MaxTokens,
     /// The job deadline passed.
     JobTimeout,
+    /// The last `max_stalled_rounds` rounds each changed nothing in the workspace.
+    Stalled,
     /// A round failed after its retries.
     RoundFailed,
     /// A task's command exited (its status decides).
@@ -172,6 +174,7 @@ impl FinishReason {
             FinishReason::MaxRounds => "max_rounds",
             FinishReason::MaxTokens => "max_tokens",
             FinishReason::JobTimeout => "job_timeout",
+            FinishReason::Stalled => "stalled",
             FinishReason::RoundFailed => "round_failed",
             FinishReason::TaskExit => "task_exit",
             FinishReason::CancelRequested => "cancel_requested",
@@ -260,7 +263,10 @@ impl JobResult {
                 }
                 if !matches!(
                     self.reason,
-                    FinishReason::MaxRounds | FinishReason::MaxTokens | FinishReason::JobTimeout
+                    FinishReason::MaxRounds
+                        | FinishReason::MaxTokens
+                        | FinishReason::JobTimeout
+                        | FinishReason::Stalled
                 ) {
                     return fail("budget-limited with a reason that is not a budget");
                 }

@@ -56,6 +56,8 @@ pub struct JobRequest {
     pub kill_grace: Option<HumanDuration>,
     /// Token budget.
     pub max_tokens: Option<u64>,
+    /// Rounds in a row without a change in the workspace that end the loop (0: off).
+    pub max_stalled_rounds: Option<u32>,
     /// Verify command.
     pub verify: Option<String>,
     /// Set-up command, run once before round 1 (SPEC §12).
@@ -434,6 +436,7 @@ impl JobRequest {
             d.kill_grace = v;
         }
         d.max_tokens = self.max_tokens;
+        d.max_stalled_rounds = self.max_stalled_rounds.unwrap_or(0);
         d.verify = self.verify;
         d.setup = match (self.setup, self.setup_env.is_empty(), self.setup_timeout) {
             (Some(command), _, timeout) => Some(super::spec::SetupSpec {

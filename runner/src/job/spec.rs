@@ -147,6 +147,11 @@ impl SetupSpec {
     }
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// The full, immutable job request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -175,6 +180,10 @@ pub struct JobSpec {
     pub kill_grace: HumanDuration,
     /// Token budget (input + output tokens).
     pub max_tokens: Option<u64>,
+    /// A loop whose last this many rounds each changed nothing in the workspace ends
+    /// `budget-limited`/`stalled` (SPEC §3); 0: off.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_stalled_rounds: u32,
     /// Verification command run by the runner after a `complete` report.
     pub verify: Option<String>,
     /// The set-up step run once before round 1 (SPEC §12).
@@ -237,6 +246,7 @@ impl JobSpec {
             job_timeout: None,
             kill_grace: HumanDuration(std::time::Duration::from_secs(5)),
             max_tokens: None,
+            max_stalled_rounds: 0,
             verify: None,
             setup: None,
             cache: Vec::new(),
@@ -394,6 +404,21 @@ impl JobSpec {
                 format!(
                     "{} is outside 1..={} (the deployment ceiling)",
                     self.max_rounds, ceilings.max_rounds
+                ),
+            ));
+        }
+        if self.max_stalled_rounds > 0 && self.kind == JobKind::Task {
+            return Err(err(
+                "max_stalled_rounds",
+                "is for loop jobs (a task job runs once)",
+            ));
+        }
+        if self.max_stalled_rounds > self.max_rounds {
+            return Err(err(
+                "max_stalled_rounds",
+                format!(
+                    "{} is more than max_rounds ({}): it could never end the loop",
+                    self.max_stalled_rounds, self.max_rounds
                 ),
             ));
         }

@@ -199,5 +199,7 @@ pub enum MetricEvent {
     JobFinished {
         /// Its outcome.
         outcome: Outcome,
+        /// Ended by `--max-stalled-rounds`.
+        stalled: bool,
     },
 }

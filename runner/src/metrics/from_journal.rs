@@ -137,9 +137,12 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         } => vec![MetricEvent::Setup {
             result: step_result(*passed, *ended_by, exit.is_some()),
         }],
-        EventKind::JobFinished { outcome, .. } => {
-            vec![MetricEvent::JobFinished { outcome: *outcome }]
-        }
+        EventKind::JobFinished {
+            outcome, reason, ..
+        } => vec![MetricEvent::JobFinished {
+            outcome: *outcome,
+            stalled: *reason == crate::job::FinishReason::Stalled,
+        }],
         EventKind::WorkspaceSanitized { counts, .. } => {
             vec![MetricEvent::WorkspaceSanitized { counts: *counts }]
         }

@@ -12,6 +12,8 @@ pub const AGENT_RETRIES: &str = "ralph_agent_request_retries_total";
 pub const TOKENS: &str = "ralph_tokens_total";
 /// `ralph_jobs_started_total`.
 pub const JOBS_STARTED: &str = "ralph_jobs_started_total";
+/// `ralph_jobs_stalled_total`: loops ended by `--max-stalled-rounds` (SPEC §3).
+pub const JOBS_STALLED: &str = "ralph_jobs_stalled_total";
 /// `ralph_jobs_submitted_total{token}`.
 pub const JOBS_SUBMITTED: &str = "ralph_jobs_submitted_total";
 /// `ralph_jobs_finished_total{outcome}`.

@@ -34,6 +34,7 @@ pub struct Metrics {
     agent_retries: IntCounterVec,
     tokens: IntCounterVec,
     jobs_started: IntCounter,
+    jobs_stalled: IntCounter,
     jobs_submitted: IntCounterVec,
     jobs_finished: IntCounterVec,
     jobs: IntGaugeVec,
@@ -124,6 +125,14 @@ impl Metrics {
             ))
             .map_err(|source| MetricsError::Register {
                 name: n::JOBS_STARTED,
+                source,
+            })?,
+            jobs_stalled: IntCounter::with_opts(Opts::new(
+                n::JOBS_STALLED,
+                "Loop jobs ended budget-limited because their last --max-stalled-rounds rounds changed nothing in the workspace.",
+            ))
+            .map_err(|source| MetricsError::Register {
+                name: n::JOBS_STALLED,
                 source,
             })?,
             jobs_submitted: counter_vec(
@@ -234,6 +243,7 @@ impl Metrics {
             (n::AGENT_RETRIES, Box::new(m.agent_retries.clone())),
             (n::TOKENS, Box::new(m.tokens.clone())),
             (n::JOBS_STARTED, Box::new(m.jobs_started.clone())),
+            (n::JOBS_STALLED, Box::new(m.jobs_stalled.clone())),
             (n::JOBS_SUBMITTED, Box::new(m.jobs_submitted.clone())),
             (n::JOBS_FINISHED, Box::new(m.jobs_finished.clone())),
             (n::JOBS, Box::new(m.jobs.clone())),
@@ -401,10 +411,13 @@ impl Metrics {
             MetricEvent::Setup { result } => {
                 self.setup_runs.with_label_values(&[result.as_str()]).inc();
             }
-            MetricEvent::JobFinished { outcome } => {
+            MetricEvent::JobFinished { outcome, stalled } => {
                 self.jobs_finished
                     .with_label_values(&[outcome.as_str()])
                     .inc();
+                if *stalled {
+                    self.jobs_stalled.inc();
+                }
             }
             MetricEvent::ModelRequest {
                 api,
@@ -550,6 +563,7 @@ mod tests {
             "ralph_round_duration_seconds_count{backend=\"native\"} 0",
             "ralph_sandbox_setup_failures_total{backend=\"docker\",reason=\"landlock\"} 0",
             "ralph_jobs_started_total 0",
+            "ralph_jobs_stalled_total 0",
             "ralph_workspace_sanitized_total{change=\"new\"} 0",
             "ralph_workspace_sanitized_total{change=\"changed\"} 0",
         ] {
