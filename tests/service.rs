@@ -588,3 +588,97 @@ fn the_jobs_table_lines_up_and_a_task_is_shown_as_one_run() {
     assert!(show.stdout.contains("runs: 1"), "{}", show.stdout);
     assert!(!show.stdout.contains(" of 20"), "{}", show.stdout);
 }
+
+/// SPEC §3 (issue 31): a `budget-limited` job is resumed with the cap it ran out of raised. Out
+/// of tokens after round 2, `ralph resume` as it is and with a cap not above what it used are
+/// refused (exit 64, the flag or field named); `--max-tokens 5000` re-arms it, round 3 is told
+/// its budget was raised and completes, and the journal shows both budgets.
+#[test]
+fn a_budget_limited_job_resumed_with_a_raised_token_budget_completes() {
+    let s = Server::new("");
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "spender.sh",
+        &format!(
+            r#"n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count
+cat > "prompt-$n"
+echo '{{"model":"m1","input_tokens":400,"output_tokens":200}}' >> "$RALPH_USAGE_FILE"
+if [ $n -ge 3 ]; then echo '{}' > "$RALPH_REPORT_FILE"; else echo '{}' > "$RALPH_REPORT_FILE"; fi"#,
+            complete_report("three"),
+            continue_report("more")
+        ),
+    );
+    let (_, c) = post_jobs(
+        &s,
+        vec![job(
+            &ws,
+            &agent,
+            json!({"max_tokens": 1000, "max_rounds": 10}),
+        )],
+    );
+    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let j = s.wait_finished(&id, Duration::from_secs(30));
+    assert_eq!(
+        (
+            j["outcome"].as_str(),
+            j["reason"].as_str(),
+            j["rounds"].as_u64()
+        ),
+        (Some("budget-limited"), Some("max_tokens"), Some(2)),
+        "{j}"
+    );
+    // As it is: refused, the flag named.
+    let out = s.ralph(&["resume", &id]);
+    out.expect_code(64);
+    assert!(out.stderr.contains("--max-tokens above"), "{}", out.stderr);
+    // Not above the 1200 tokens it used: refused, the cap named.
+    let out = s.ralph(&["resume", &id, "--max-tokens", "1200"]);
+    out.expect_code(64);
+    assert!(
+        out.stderr.contains("max_tokens") && out.stderr.contains("not above"),
+        "{}",
+        out.stderr
+    );
+    // A malformed body through the API: 400 naming the field; nothing recorded.
+    let (code, body) = s.api(
+        "POST",
+        &format!("/v1/jobs/{id}/resume"),
+        Some(r#"{"max_tokens": "lots"}"#),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["field"], "max_tokens", "{body}");
+    assert!(s.events_of(&id, "resumed").is_empty());
+    // Raised: it runs round 3 and completes.
+    s.ralph(&["resume", &id, "--max-tokens", "5000"])
+        .expect_code(0);
+    s.ralph(&["wait", &id]).expect_code(0);
+    let j = s.wait_finished(&id, Duration::from_secs(30));
+    assert_eq!(
+        (j["outcome"].as_str(), j["rounds"].as_u64()),
+        (Some("complete"), Some(3)),
+        "{j}"
+    );
+    assert_eq!(j["spec"]["max_tokens"], 5000, "{j}");
+    let prompt = std::fs::read_to_string(ws.join("prompt-3")).unwrap();
+    assert!(
+        prompt.contains("resumed with its budget raised (max_tokens 5000)"),
+        "{prompt}"
+    );
+    // The journal shows both budgets: the submitted one and the raised one.
+    let submitted = s.events_of(&id, "job_submitted");
+    assert_eq!(submitted[0]["spec"]["max_tokens"], 1000, "{submitted:?}");
+    let resumed = s.events_of(&id, "resumed");
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(
+        resumed[0]["caps"],
+        json!({"max_tokens": 5000}),
+        "{resumed:?}"
+    );
+    // Complete now: no more resumes, raised caps or not.
+    let (code, body) = s.api(
+        "POST",
+        &format!("/v1/jobs/{id}/resume"),
+        Some(r#"{"max_tokens": 9000}"#),
+    );
+    assert_eq!(code, 409, "{body}");
+}

@@ -378,10 +378,15 @@ impl Client {
             .await
     }
 
-    /// Resumes a job.
-    pub async fn resume(&self, id: &str) -> Result<Value, ClientError> {
-        self.json(self.http.post(self.url(&format!("/jobs/{id}/resume"))))
-            .await
+    /// Resumes a job, raising `caps` (none: with its remaining budget).
+    pub async fn resume(
+        &self,
+        id: &str,
+        caps: &crate::job::RaisedCaps,
+    ) -> Result<Value, ClientError> {
+        let req = self.http.post(self.url(&format!("/jobs/{id}/resume")));
+        let req = if caps.is_empty() { req } else { req.json(caps) };
+        self.json(req).await
     }
 
     /// A round's captured output, its bytes as captured.

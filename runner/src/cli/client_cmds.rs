@@ -606,7 +606,7 @@ fn event_text(ev: &Event) -> String {
             None => format!("cancel requested by {by}"),
         },
         EventKind::Interrupted { message } => format!("interrupted: {message}"),
-        EventKind::Resumed { message, by } => match by {
+        EventKind::Resumed { message, by, .. } => match by {
             Some(by) => format!("resumed by token `{by}`: {message}"),
             None => format!("resumed: {message}"),
         },
@@ -774,21 +774,46 @@ pub fn cancel(args: JobRef) -> Result<Exit, CliError> {
     Ok(Exit::Complete)
 }
 
+/// `ralph resume JOB [--max-rounds N] [--max-tokens N] [--job-timeout DUR]`.
+#[derive(Debug, clap::Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub job: JobRef,
+    /// A new round budget, above the rounds the job has started (a `budget-limited` job that
+    /// ran out of rounds is resumed only with it).
+    #[arg(long, value_name = "N")]
+    pub max_rounds: Option<u32>,
+    /// A new token budget, above the tokens the job has used.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// A new job deadline (the time it runs), above the time it has run.
+    #[arg(long, value_name = "DUR")]
+    pub job_timeout: Option<ralph_runner::util::units::HumanDuration>,
+}
+
 /// Runs `ralph resume`.
-pub fn resume(args: JobRef) -> Result<Exit, CliError> {
-    let client = args.server.client()?;
+pub fn resume(args: ResumeArgs) -> Result<Exit, CliError> {
+    let caps = ralph_runner::job::RaisedCaps {
+        max_rounds: args.max_rounds,
+        max_tokens: args.max_tokens,
+        job_timeout: args.job_timeout,
+    };
+    let args_job = args.job;
+    let client = args_job.server.client()?;
     let r = runtime()?
-        .block_on(client.resume(&args.id))
+        .block_on(client.resume(&args_job.id, &caps))
         .map_err(client_error)?;
-    if args.server.json {
+    if args_job.server.json {
         print_json(&r)?;
     } else {
+        let how = if caps.is_empty() {
+            "with its remaining budget".to_owned()
+        } else {
+            format!("with raised caps ({})", caps.describe())
+        };
         outln!(
             "{}",
-            terminal::line(&format!(
-                "job {}: queued again with its remaining budget",
-                args.id
-            ))
+            terminal::line(&format!("job {}: queued again {how}", args_job.id))
         );
     }
     Ok(Exit::Complete)

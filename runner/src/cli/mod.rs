@@ -87,8 +87,10 @@ pub enum Command {
     Logs(client_cmds::LogsArgs),
     /// Cancel a job (a running round's processes are stopped).
     Cancel(client_cmds::JobRef),
-    /// Re-arm an interrupted, cancelled, failed or errored job with its remaining budget.
-    Resume(client_cmds::JobRef),
+    /// Re-arm an interrupted, cancelled, failed or errored job with its remaining budget, or a
+    /// budget-limited one with the cap it ran out of raised (--max-rounds, --max-tokens,
+    /// --job-timeout).
+    Resume(client_cmds::ResumeArgs),
     /// Wait for a job and exit with its outcome code.
     Wait(client_cmds::WaitArgs),
     /// The service's API tokens: create one with scopes, revoke one, list them (admin).

@@ -183,6 +183,7 @@ fn hostile_events(t: &str) -> Vec<Event> {
         ev(EventKind::Resumed {
             message: t.to_owned(),
             by: Some(t.to_owned()),
+            caps: Default::default(),
         }),
         ev(EventKind::WorkspaceProvisioned {
             repo: Some(t.to_owned()),

@@ -38,6 +38,8 @@ pub mod prompt;
 mod provisioned;
 mod provisioned_upload;
 pub mod prune;
+#[cfg(test)]
+mod resume_tests;
 mod round;
 pub mod round_gateway;
 mod runner_step;
@@ -417,25 +419,47 @@ impl Engine {
     /// Re-arms a finished job (interrupted, cancelled, error, round-failed) with its remaining
     /// budget and its last valid report; it goes back to the queue.
     pub fn resume(&self, job_id: &str) -> Result<(), EngineError> {
-        self.resume_by(job_id, None)
+        self.resume_by(job_id, None, &crate::job::RaisedCaps::default())
     }
 
-    /// [`Engine::resume`], journalling who asked (an API token's name).
-    pub fn resume_by(&self, job_id: &str, by: Option<&str>) -> Result<(), EngineError> {
+    /// [`Engine::resume`], journalling who asked (an API token's name) and the caps raised
+    /// (SPEC §3: a `budget-limited` job is re-armed only with the cap it ran out of raised;
+    /// each must exceed what the job has used and stay within this engine's ceilings).
+    pub fn resume_by(
+        &self,
+        job_id: &str,
+        by: Option<&str>,
+        caps: &crate::job::RaisedCaps,
+    ) -> Result<(), EngineError> {
         let mut journal = Journal::open(self.store.clone(), job_id, self.observers.clone())?;
         let view = journal.view();
-        if let Some(why) = crate::store::projection::resume_refusal(view) {
+        if let Some(why) = crate::store::projection::resume_refusal(view, caps) {
             return Err(EngineError::Conflict { message: why });
         }
+        let used = crate::job::caps::Used {
+            rounds: view.rounds_started,
+            tokens: view.usage.budget_tokens(),
+            ran_ms: view.elapsed_ms,
+        };
+        caps.check(used, &self.ceilings)
+            .map_err(EngineError::Spec)?;
+        let mut spec = view.spec.clone();
+        caps.apply(&mut spec);
+        let raised = if caps.is_empty() {
+            String::new()
+        } else {
+            format!(" and raised caps ({})", caps.describe())
+        };
         let message = format!(
-            "re-armed after `{}` with {} of {} rounds left",
+            "re-armed after `{}` with {} of {} rounds left{raised}",
             view.outcome().map_or("?", |o| o.as_str()),
-            view.spec.max_rounds - view.rounds_started,
-            view.spec.max_rounds
+            spec.max_rounds - view.rounds_started,
+            spec.max_rounds
         );
         journal.record(crate::store::EventKind::Resumed {
             message,
             by: by.map(str::to_owned),
+            caps: caps.clone(),
         })?;
         Ok(())
     }

@@ -40,6 +40,8 @@ pub struct PromptInput<'a> {
     pub retry_note: Option<&'a str>,
     /// The job was resumed after it ended (SPEC §3): the rounds before this run are over.
     pub resumed: bool,
+    /// The caps its last resume raised, in words (`max_rounds 30`), when it raised any.
+    pub raised_caps: Option<&'a str>,
 }
 
 /// Renders the prompt.
@@ -81,10 +83,14 @@ pub fn render(input: &PromptInput<'_>) -> String {
     for n in input.git_notes {
         notes.push(git_note(n, input.workspace));
     }
-    if input.resumed {
-        notes.push(
+    match (input.resumed, input.raised_caps) {
+        (true, Some(caps)) => notes.push(format!(
+            "- This job was resumed with its budget raised ({caps}): it had stopped when a cap ran out and runs again. The workspace holds what the earlier rounds left; the report above, if any, is the last valid one."
+        )),
+        (true, None) => notes.push(
             "- This job was resumed: it had stopped (interrupted, cancelled or failed) and runs again with its remaining rounds. The workspace holds what the earlier rounds left; the report above, if any, is the last valid one.".to_owned(),
-        );
+        ),
+        (false, _) => {}
     }
     if let Some(r) = input.retry_note {
         // The reason may carry the agent's own output (a stderr tail): quoted, it cannot end
@@ -241,6 +247,7 @@ mod tests {
             git_notes: &[],
             retry_note: None,
             resumed: false,
+            raised_caps: None,
         }
     }
 

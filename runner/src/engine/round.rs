@@ -299,6 +299,7 @@ impl JobRun<'_> {
         if let Some(h) = &handoff {
             write_file(&dirs.handoff_file(), h.as_bytes())?;
         }
+        let raised = (!view.raised_caps.is_empty()).then(|| view.raised_caps.describe());
         let prompt = prompt::render(&PromptInput {
             objective: &self.spec.objective,
             round,
@@ -307,6 +308,7 @@ impl JobRun<'_> {
             workspace: &self.spec.workspace,
             handoff: handoff.as_deref(),
             resumed: view.resumes > 0,
+            raised_caps: raised.as_deref(),
             report_file: &dirs.report_file(),
             usage_file: &dirs.usage_file(),
             cap: self.spec.handoff_cap,

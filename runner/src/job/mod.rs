@@ -1,6 +1,7 @@
 //! Jobs: the immutable request ([`spec`]), how a request's host paths are resolved
 //! ([`resolve`]) and how a job ends ([`outcome`]).
 
+pub mod caps;
 pub mod labels;
 pub mod model_access;
 pub mod outcome;
@@ -11,6 +12,7 @@ pub mod source;
 pub mod spec;
 pub mod tree_mark;
 
+pub use caps::RaisedCaps;
 pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
 pub use source::WorkspaceSource;

@@ -938,14 +938,35 @@ async fn cancel_job(
     }
 }
 
+/// `POST /v1/jobs/{id}/resume`, with an optional JSON body of raised caps
+/// (`{"max_rounds": N, "max_tokens": N, "job_timeout": "DUR"}`, SPEC §3).
 async fn resume_job(
     State(svc): Svc,
     axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    let caps: crate::job::RaisedCaps = if body.iter().all(u8::is_ascii_whitespace) {
+        crate::job::RaisedCaps::default()
+    } else {
+        let de = &mut serde_json::Deserializer::from_slice(&body);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = e.path().to_string();
+            let err = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("the raised caps: {}", e.inner()),
+            );
+            if field.is_empty() || field == "." {
+                err
+            } else {
+                err.field(field)
+            }
+        })?
+    };
     let id = resolve(&svc, &id)?;
     check_own(&svc, &caller, &id)?;
-    blocking(|| svc.engine().resume_by(&id, Some(&caller.name)))?;
+    blocking(|| svc.engine().resume_by(&id, Some(&caller.name), &caps))?;
     svc.wake();
     Ok((
         StatusCode::ACCEPTED,

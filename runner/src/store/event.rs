@@ -10,6 +10,7 @@ use ralph_sandbox::outcome::{EndedBy, ResourceUsage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::job::RaisedCaps;
 use crate::job::{FinishReason, JobSpec, Outcome, RoundFailure};
 use crate::provision::patch_status::{PatchFailure, PatchState, SkippedPath};
 use crate::usage::{RoundUsage, UsageTotals};
@@ -392,13 +393,17 @@ pub enum EventKind {
         /// Bounded explanation.
         message: String,
     },
-    /// The job was re-armed to run again with its remaining budget.
+    /// The job was re-armed to run again with its remaining budget, or (a `budget-limited`
+    /// job) with the raised caps it records (SPEC §3).
     Resumed {
         /// Bounded explanation.
         message: String,
         /// The name of the API token that asked.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// The caps raised for the rest of the job (empty: none).
+        #[serde(default, skip_serializing_if = "RaisedCaps::is_empty")]
+        caps: RaisedCaps,
     },
     /// The runner provisioned the job's workspace (SPEC §11): the base commit the result is
     /// measured from.

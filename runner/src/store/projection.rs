@@ -164,6 +164,9 @@ pub struct JobView {
     pub elapsed_ms: u64,
     /// How often the job was resumed.
     pub resumes: u32,
+    /// The caps the last resume raised (SPEC §3; already in `spec`).
+    #[serde(skip_serializing_if = "crate::job::RaisedCaps::is_empty")]
+    pub raised_caps: crate::job::RaisedCaps,
     /// The base commit of a provisioned workspace (SPEC §11).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_commit: Option<String>,
@@ -250,6 +253,7 @@ impl JobView {
             run_started_at: None,
             elapsed_ms: 0,
             resumes: 0,
+            raised_caps: crate::job::RaisedCaps::default(),
             base_commit: None,
             patch: None,
             provisioned_by: None,
@@ -521,10 +525,12 @@ impl JobView {
                     pushed: pushed.clone(),
                 });
             }
-            EventKind::Resumed { by, .. } => {
+            EventKind::Resumed { by, caps, .. } => {
                 if self.state != JobState::Finished {
                     return Err(problem(ev, "only a finished job can be resumed"));
                 }
+                caps.apply(&mut self.spec);
+                self.raised_caps = caps.clone();
                 self.state = JobState::Queued;
                 self.finish = None;
                 self.cancel_requested = false;
@@ -587,8 +593,11 @@ fn millis_between(a: &str, b: &str) -> u64 {
     }
 }
 
-/// Why a job cannot be resumed, if it cannot.
-pub fn resume_refusal(view: &JobView) -> Option<String> {
+/// Why a job cannot be resumed with the raised `caps` (none: as it is), if it cannot. A
+/// `budget-limited` job is resumed only with the cap it ran out of raised (one that stalled
+/// needs none). A cap given is not checked here but by [`crate::job::RaisedCaps::check`], which
+/// the caller runs next: it must exceed what the job used.
+pub fn resume_refusal(view: &JobView, caps: &crate::job::RaisedCaps) -> Option<String> {
     let Some(finish) = &view.finish else {
         return Some(format!(
             "job `{}` is {}, not finished",
@@ -598,13 +607,42 @@ pub fn resume_refusal(view: &JobView) -> Option<String> {
     };
     match finish.outcome {
         Outcome::Interrupted | Outcome::Cancelled | Outcome::Error | Outcome::RoundFailed => {}
-        Outcome::Complete | Outcome::Blocked | Outcome::BudgetLimited | Outcome::Failed => {
+        Outcome::BudgetLimited => {
+            let (raised, flag, used) = match finish.reason {
+                FinishReason::MaxRounds => (
+                    caps.max_rounds.is_some(),
+                    "--max-rounds",
+                    format!("the {} round(s) it started", view.rounds_started),
+                ),
+                FinishReason::MaxTokens => (
+                    caps.max_tokens.is_some(),
+                    "--max-tokens",
+                    format!("the {} token(s) it used", view.usage.budget_tokens()),
+                ),
+                FinishReason::JobTimeout => (
+                    caps.job_timeout.is_some(),
+                    "--job-timeout",
+                    "the time it ran".to_owned(),
+                ),
+                _ => (true, "", String::new()),
+            };
+            if !raised {
+                return Some(format!(
+                    "job `{}` ended budget-limited ({}): resume it with {flag} above {used}",
+                    view.id,
+                    finish.reason.as_str()
+                ));
+            }
+        }
+        Outcome::Complete | Outcome::Blocked | Outcome::Failed => {
             return Some(format!(
-                "job `{}` ended {}: only interrupted, cancelled, error and round-failed jobs can be resumed",
+                "job `{}` ended {}: only interrupted, cancelled, error, round-failed and budget-limited jobs can be resumed",
                 view.id, finish.outcome
             ));
         }
     }
+    let mut spec = view.spec.clone();
+    caps.apply(&mut spec);
     if view.spec.kind == crate::job::JobKind::Task
         && view.rounds_started > 0
         && finish.outcome != Outcome::Error
@@ -614,13 +652,14 @@ pub fn resume_refusal(view: &JobView) -> Option<String> {
             view.id
         ));
     }
-    if view.rounds_started >= view.spec.max_rounds {
+    // A cap the resume raises is checked against what the job used by `RaisedCaps::check`.
+    if caps.max_rounds.is_none() && view.rounds_started >= spec.max_rounds {
         return Some(format!(
             "job `{}` has no rounds left ({} of {} used)",
-            view.id, view.rounds_started, view.spec.max_rounds
+            view.id, view.rounds_started, spec.max_rounds
         ));
     }
-    if let Some(max) = view.spec.max_tokens {
+    if let (None, Some(max)) = (caps.max_tokens, spec.max_tokens) {
         if view.usage.budget_tokens() >= max {
             return Some(format!(
                 "job `{}` has no tokens left ({} of {max} used)",
@@ -629,7 +668,7 @@ pub fn resume_refusal(view: &JobView) -> Option<String> {
             ));
         }
     }
-    if let Some(t) = view.spec.job_timeout {
+    if let (None, Some(t)) = (caps.job_timeout, spec.job_timeout) {
         if u128::from(view.elapsed_ms) >= t.0.as_millis() {
             return Some(format!(
                 "job `{}` has no time left (its job timeout of {t} is used up)",

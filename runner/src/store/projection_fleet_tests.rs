@@ -70,6 +70,7 @@ fn a_provisioned_workspace_is_the_running_hosts_and_stays_there_on_resume() {
         EventKind::Resumed {
             message: "again".into(),
             by: None,
+            caps: Default::default(),
         },
     ))
     .unwrap();

@@ -134,6 +134,7 @@ fn a_setup_its_job_was_closed_in_is_interrupted_and_runs_again() {
         EventKind::Resumed {
             message: "again".into(),
             by: None,
+            caps: Default::default(),
         },
     )
     .unwrap();

@@ -206,6 +206,7 @@ fn the_time_a_job_ran_is_the_runners_monotonic_time_whatever_the_wall_clock_did(
             EventKind::Resumed {
                 message: "r".into(),
                 by: None,
+                caps: Default::default(),
             },
         ),
         // ... and a year back.

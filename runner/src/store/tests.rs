@@ -614,6 +614,7 @@ fn a_claim_journals_job_started_and_skips(db: &Db) {
     j.record(EventKind::Resumed {
         message: "again".into(),
         by: None,
+        caps: Default::default(),
     })
     .unwrap();
     assert_eq!(claim_next(&store, &me, &[]).unwrap(), Some(low[0].clone()));
@@ -741,6 +742,7 @@ fn a_claim_takes_only_a_queued_job(db: &Db) {
     j.record(EventKind::Resumed {
         message: "again".into(),
         by: None,
+        caps: Default::default(),
     })
     .unwrap();
     assert!(store.claim(&ids[0], &me).unwrap(), "a resumed job");
