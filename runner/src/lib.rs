@@ -13,6 +13,7 @@
 //! - [`provision`]: workspaces the runner provisions (safe unpacking of uploads, SPEC §11).
 //! - [`toolchain`]: the runner's per-user toolchains granted to a round (SPEC §12).
 //! - [`cache`]: caches kept across jobs, written only by a set-up that passed (SPEC §12).
+//! - [`webhook`]: signed deliveries of a job's end to a receiver (SPEC §13).
 //!
 //! # Test strategy
 //!
@@ -38,3 +39,4 @@ pub mod store;
 pub mod toolchain;
 pub mod usage;
 pub mod util;
+pub mod webhook;

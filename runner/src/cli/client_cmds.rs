@@ -642,6 +642,24 @@ fn event_text(ev: &Event) -> String {
             true => format!("cache {path}: hit ({key_hash}, {bytes} bytes)"),
             false => format!("cache {path}: miss ({key_hash})"),
         },
+        EventKind::Notified {
+            to,
+            attempt,
+            status,
+            result,
+            error,
+            ..
+        } => {
+            let answer = match (status, error) {
+                (Some(s), _) => format!("HTTP {s}"),
+                (None, Some(e)) => e.clone(),
+                (None, None) => "no answer".to_owned(),
+            };
+            format!(
+                "notified {to}: attempt {attempt}, {answer}: {}",
+                result.as_str()
+            )
+        }
         EventKind::CacheSaved {
             path,
             bytes,

@@ -131,6 +131,10 @@ pub struct JobArgs {
     /// A label for filtering (`ralph jobs --label`); repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub label: Vec<(String, String)>,
+    /// `ralph submit`: a webhook receiver of the job's end, under the server's
+    /// `limits.allowed_notify` (SPEC §13); `ralph run` refuses it.
+    #[arg(long, value_name = "URL")]
+    pub notify_url: Option<String>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -191,6 +195,7 @@ impl JobArgs {
             allow_host: s.allow_host.clone(),
             name: self.name.clone(),
             labels: self.label.iter().cloned().collect(),
+            notify_url: self.notify_url.clone(),
         }
     }
 

@@ -539,6 +539,7 @@ impl Observer for Progress {
             | EventKind::Egress { .. }
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
+            | EventKind::Notified { .. }
             | EventKind::JobFinished { .. } => {}
         }
     }

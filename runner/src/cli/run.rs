@@ -94,6 +94,11 @@ pub fn build_spec(args: &RunArgs, cwd: &Path, known: &WritableTrees) -> Result<J
         .to_request()
         .into_spec(cwd, known)
         .map_err(|e| spec_error(&e))?;
+    if spec.notify_url.is_some() {
+        return Err(CliError::usage(
+            "--notify-url: webhooks are sent by `ralph serve` (submit the job with `ralph submit`); `ralph run` prints its result (--json) and exits with its outcome",
+        ));
+    }
     Ok(spec)
 }
 

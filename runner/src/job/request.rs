@@ -129,6 +129,8 @@ pub struct JobRequest {
     /// Labels (key → value) for filtering.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// A webhook receiver of the job's end (SPEC §13; `ralph serve` only).
+    pub notify_url: Option<String>,
 }
 
 /// A job file: one or many jobs.
@@ -484,6 +486,7 @@ impl JobRequest {
         };
         d.name = self.name;
         d.labels = self.labels;
+        d.notify_url = self.notify_url;
         d.source = source;
         Ok((spec, self.priority.unwrap_or(0)))
     }

@@ -224,6 +224,10 @@ pub struct JobSpec {
     /// submitter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitted_by: Option<String>,
+    /// A webhook receiver of the job's end (SPEC §13; `ralph serve` only, under
+    /// `limits.allowed_notify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_url: Option<String>,
 }
 
 impl JobSpec {
@@ -259,6 +263,7 @@ impl JobSpec {
             labels: BTreeMap::new(),
             source: None,
             submitted_by: None,
+            notify_url: None,
         }
     }
 }

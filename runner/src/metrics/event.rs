@@ -202,4 +202,9 @@ pub enum MetricEvent {
         /// Ended by `--max-stalled-rounds`.
         stalled: bool,
     },
+    /// One attempt to deliver a job's end to a webhook receiver (SPEC §13).
+    Notified {
+        /// How it ended.
+        result: crate::webhook::DeliveryResult,
+    },
 }

@@ -178,6 +178,7 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
             .collect(),
         EventKind::Egress { allowed, .. } => vec![MetricEvent::Egress { allowed: *allowed }],
         EventKind::CacheLookup { hit, .. } => vec![MetricEvent::CacheLookup { hit: *hit }],
+        EventKind::Notified { result, .. } => vec![MetricEvent::Notified { result: *result }],
         EventKind::CacheSaved { total_bytes, .. } => vec![MetricEvent::CacheBytes {
             total: *total_bytes,
         }],

@@ -35,6 +35,7 @@ pub struct Metrics {
     tokens: IntCounterVec,
     jobs_started: IntCounter,
     jobs_stalled: IntCounter,
+    notifications: IntCounterVec,
     jobs_submitted: IntCounterVec,
     jobs_finished: IntCounterVec,
     jobs: IntGaugeVec,
@@ -168,6 +169,11 @@ impl Metrics {
                 "Verify commands run by the runner, by result.",
                 &["result"],
             )?,
+            notifications: counter_vec(
+                n::NOTIFICATIONS,
+                "Attempts to deliver a job's end to a webhook receiver, by result (delivered, retrying, gave_up).",
+                &["result"],
+            )?,
             setup_runs: counter_vec(
                 n::SETUP_RUNS,
                 "Set-up commands run by the runner before a job's first round, by result.",
@@ -244,6 +250,7 @@ impl Metrics {
             (n::TOKENS, Box::new(m.tokens.clone())),
             (n::JOBS_STARTED, Box::new(m.jobs_started.clone())),
             (n::JOBS_STALLED, Box::new(m.jobs_stalled.clone())),
+            (n::NOTIFICATIONS, Box::new(m.notifications.clone())),
             (n::JOBS_SUBMITTED, Box::new(m.jobs_submitted.clone())),
             (n::JOBS_FINISHED, Box::new(m.jobs_finished.clone())),
             (n::JOBS, Box::new(m.jobs.clone())),
@@ -312,6 +319,9 @@ impl Metrics {
         }
         for r in VerifyResult::ALL {
             self.verify.with_label_values(&[r.as_str()]);
+        }
+        for r in crate::webhook::DeliveryResult::ALL {
+            self.notifications.with_label_values(&[r.as_str()]);
         }
         for r in super::event::SetupResult::ALL {
             self.setup_runs.with_label_values(&[r.as_str()]);
@@ -407,6 +417,11 @@ impl Metrics {
             }
             MetricEvent::Verify { result } => {
                 self.verify.with_label_values(&[result.as_str()]).inc();
+            }
+            MetricEvent::Notified { result } => {
+                self.notifications
+                    .with_label_values(&[result.as_str()])
+                    .inc();
             }
             MetricEvent::Setup { result } => {
                 self.setup_runs.with_label_values(&[result.as_str()]).inc();
@@ -564,6 +579,7 @@ mod tests {
             "ralph_sandbox_setup_failures_total{backend=\"docker\",reason=\"landlock\"} 0",
             "ralph_jobs_started_total 0",
             "ralph_jobs_stalled_total 0",
+            "ralph_notifications_total{result=\"gave_up\"} 0",
             "ralph_workspace_sanitized_total{change=\"new\"} 0",
             "ralph_workspace_sanitized_total{change=\"changed\"} 0",
         ] {

@@ -168,6 +168,33 @@ fn admit_model_access(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A job's own webhook receiver (SPEC §13): an http(s) URL under `limits.allowed_notify`.
+fn admit_notify_url(spec: &JobSpec, limits: &Limits) -> Result<(), Refusal> {
+    let Some(url) = &spec.notify_url else {
+        return Ok(());
+    };
+    let refuse = |message: String| Refusal {
+        rule: "allowed_notify",
+        field: "notify_url",
+        message,
+    };
+    let parsed = crate::webhook::target::parse(url).map_err(|e| refuse(e.to_string()))?;
+    if !crate::webhook::target::allowed(&parsed, &limits.allowed_notify) {
+        // The query left out: it often holds the receiver's secret (the refusal is logged).
+        return Err(refuse(format!(
+            "`{}{}` is not under this server's allowed receivers ({})",
+            crate::webhook::target::origin(&parsed),
+            parsed.path(),
+            if limits.allowed_notify.is_empty() {
+                "none: set `limits.allowed_notify`".to_owned()
+            } else {
+                limits.allowed_notify.join(", ")
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// Checks `spec` against `limits`, and fills the limits a job left unset with the ceilings.
 pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), Refusal> {
     let refuse = |rule, field, message: String| {
@@ -222,6 +249,7 @@ pub fn admit(spec: &mut JobSpec, limits: &Limits, asked: &Asked) -> Result<(), R
         );
     }
     admit_model_access(spec, limits)?;
+    admit_notify_url(spec, limits)?;
     let s = &mut spec.sandbox;
     let roots = limits.path_roots();
     for (field, paths) in [

@@ -88,6 +88,9 @@ pub struct ServiceConfig {
     /// Listen on a non-loopback address without TLS.
     #[serde(default)]
     pub insecure_listen: bool,
+    /// Completion webhooks (SPEC §13).
+    #[serde(default)]
+    pub notify: crate::webhook::NotifyConfig,
     /// Named tokens and their policies (`[tokens.NAME]`).
     #[serde(default)]
     pub tokens: std::collections::BTreeMap<String, super::token_config::TokenConfig>,
@@ -169,6 +172,9 @@ pub struct Limits {
     /// URL prefixes a job's `repo` must start with (empty: no `repo` job is allowed).
     #[serde(default)]
     pub allowed_repos: Vec<String>,
+    /// URL prefixes a job's `notify_url` must start with (empty: no job names its own).
+    #[serde(default)]
+    pub allowed_notify: Vec<String>,
     /// Whether a `repo` job may ask for `push = "BRANCH"`.
     #[serde(default)]
     pub allow_push: bool,
@@ -214,6 +220,7 @@ impl Default for Limits {
             allowed_hosts: Vec::new(),
             allowed_upstreams: None,
             allowed_repos: Vec::new(),
+            allowed_notify: Vec::new(),
             allow_push: false,
             cancel_own_only: false,
             max_upload_bytes: default_upload_bytes(),
@@ -396,6 +403,22 @@ impl ServiceConfig {
                 }
             }
         }
+        let all_limits = std::iter::once(("limits".to_owned(), &c.limits)).chain(
+            c.token_limits
+                .iter()
+                .map(|(name, l)| (format!("tokens.{name}.limits"), l)),
+        );
+        let mut jobs_may_name = false;
+        for (key, l) in all_limits {
+            for p in &l.allowed_notify {
+                crate::webhook::target::parse(p)
+                    .map_err(|e| err(format!("`{key}.allowed_notify`: {e}")))?;
+            }
+            jobs_may_name |= !l.allowed_notify.is_empty();
+        }
+        c.notify
+            .validate(jobs_may_name)
+            .map_err(|e| err(e.to_string()))?;
         match (&c.tls_cert, &c.tls_key) {
             (Some(_), None) => return Err(err("`tls_cert` is set without `tls_key`".into())),
             (None, Some(_)) => return Err(err("`tls_key` is set without `tls_cert`".into())),

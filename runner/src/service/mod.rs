@@ -42,6 +42,7 @@ pub mod token_api;
 pub mod token_config;
 pub mod tokens;
 pub mod uploads;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -249,10 +250,28 @@ impl Service {
         };
         let metrics = Arc::new(Metrics::new(true).map_err(|e| ServiceError::Other(e.to_string()))?);
         let (events, _) = broadcast::channel(4096);
-        let observers: Vec<Arc<dyn Observer>> = vec![
+        let mut observers: Vec<Arc<dyn Observer>> = vec![
             Arc::new(Broadcast(events.clone())),
             Arc::new(MetricsObserver(metrics.clone())),
         ];
+        // Webhooks (SPEC §13): their attempts are journalled to the same observers.
+        let jobs_may_name = !config.limits.allowed_notify.is_empty()
+            || config
+                .token_limits
+                .values()
+                .any(|l| !l.allowed_notify.is_empty());
+        if let Some(notify) = config
+            .notify
+            .load(jobs_may_name)
+            .map_err(|e| ServiceError::Other(e.to_string()))?
+        {
+            let notifier = crate::webhook::Notifier::new(notify, store.clone(), observers.clone())
+                .map_err(|e| ServiceError::Other(e.to_string()))?;
+            observers.push(Arc::new(webhooks::NotifyObserver::new(
+                notifier,
+                state_dir.clone(),
+            )));
+        }
         // Recovery before any work is taken.
         let report = recovery::recover(&store, &state_dir, &runner, &observers)?;
         for id in &report.interrupted {

@@ -491,6 +491,26 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         git_max_rss: Option<u64>,
     },
+    /// One attempt to deliver the job's end to a webhook receiver (SPEC §13), recorded after
+    /// the `job_finished` it reports by the host that wrote that.
+    Notified {
+        /// The delivery's id (`X-Ralph-Delivery`), the same on every attempt of it.
+        delivery: String,
+        /// Whose URL: the service's `[notify] url` or the job's `notify_url`.
+        receiver: crate::webhook::Receiver,
+        /// The receiver's origin (scheme, host, port; a URL's path may hold a secret).
+        to: String,
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// The HTTP status of the answer, if one came.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+        /// Delivered, retrying or given up.
+        result: crate::webhook::DeliveryResult,
+        /// Why it failed, when no answer came (bounded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The job ended.
     JobFinished {
         /// Outcome.
@@ -550,7 +570,8 @@ impl EventKind {
             | EventKind::RoundRetried { .. }
             | EventKind::SetupFinished { .. }
             | EventKind::VerifyStarted { .. }
-            | EventKind::VerifyFinished { .. } => Durability::Deferred,
+            | EventKind::VerifyFinished { .. }
+            | EventKind::Notified { .. } => Durability::Deferred,
         }
     }
 
@@ -582,6 +603,7 @@ impl EventKind {
             EventKind::CacheSaved { .. } => "cache_saved",
             EventKind::ResultWritten { .. } => "result_written",
             EventKind::JobFinished { .. } => "job_finished",
+            EventKind::Notified { .. } => "notified",
         }
     }
 }

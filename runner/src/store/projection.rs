@@ -525,6 +525,10 @@ impl JobView {
                     pushed: pushed.clone(),
                 });
             }
+            // A delivery of the job's end (SPEC §13) changes nothing about the job: it is
+            // journalled for the record (and counted), in any state (a resumed job may already
+            // run again when a retry of its earlier end is recorded).
+            EventKind::Notified { .. } => {}
             EventKind::Resumed { by, caps, .. } => {
                 if self.state != JobState::Finished {
                     return Err(problem(ev, "only a finished job can be resumed"));
