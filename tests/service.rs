@@ -682,3 +682,184 @@ if [ $n -ge 3 ]; then echo '{}' > "$RALPH_REPORT_FILE"; else echo '{}' > "$RALPH
     );
     assert_eq!(code, 409, "{body}");
 }
+
+/// SPEC §13 batches (issue 31): `ralph submit` of 20 jobs is one batch; 5 fail. `ralph batch
+/// show` counts them (states, outcomes, tokens, wall time, the jobs that did not complete);
+/// `ralph batch retry` submits exactly those 5 again as new jobs of the batch, each with
+/// `retry_of`; they complete, the summary then counts the latest of each job, and a second retry
+/// has nothing to do.
+#[test]
+fn a_batch_of_20_with_5_failures_is_retried_as_5_new_jobs() {
+    let s = Server::new("max_concurrent_jobs = 4\n");
+    // Fails (no report) on its first run in a workspace holding `flaky`, else completes; 100
+    // tokens a run.
+    let agent = s.agent(
+        "flaky.sh",
+        &format!(
+            r#"n=$(cat runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > runs
+echo '{{"model":"m1","input_tokens":60,"output_tokens":40}}' >> "$RALPH_USAGE_FILE"
+if [ -e flaky ] && [ $n -eq 1 ]; then exit 1; fi
+echo '{}' > "$RALPH_REPORT_FILE""#,
+            complete_report("done")
+        ),
+    );
+    let mut toml = String::new();
+    let mut flaky = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let ws = s.workspace(&format!("ws{i}"));
+        if i % 4 == 1 {
+            std::fs::write(ws.join("flaky"), "").unwrap();
+            flaky.insert(ws.clone());
+        }
+        toml.push_str(&format!(
+            "[[job]]\nobjective = \"job {i}\"\nname = \"job-{i}\"\nworkspace = \"{}\"\nagent_cmd = \"{}\"\nread = [\"{}\"]\nround_retries = 0\nmax_rounds = 1\n\n",
+            ws.display(),
+            agent.display(),
+            s.agents.display()
+        ));
+    }
+    assert_eq!(flaky.len(), 5);
+    let file = s.dir.path().join("batch.toml");
+    std::fs::write(&file, toml).unwrap();
+    let out = s.ralph(&["submit", file.to_str().unwrap()]);
+    out.expect_code(0);
+    let ids: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
+    assert_eq!(ids.len(), 20, "stdout stays one id per line");
+    let batch = out
+        .stderr
+        .split_whitespace()
+        .nth(1)
+        .map(|b| b.trim_end_matches(':').to_owned())
+        .unwrap();
+    let mut failed = std::collections::BTreeSet::new();
+    for id in &ids {
+        let j = s.wait_finished(id, Duration::from_secs(120));
+        assert_eq!(j["batch"], batch.as_str(), "{j}");
+        if j["outcome"] != "complete" {
+            assert_eq!(j["outcome"], "round-failed", "{j}");
+            failed.insert(id.clone());
+        }
+    }
+    assert_eq!(failed.len(), 5);
+    let show = s.ralph(&["batch", "show", &batch, "--json"]);
+    show.expect_code(0);
+    let b: Value = serde_json::from_str(&show.stdout).unwrap();
+    assert_eq!(
+        (b["jobs"].as_u64(), b["retried"].as_u64()),
+        (Some(20), Some(0)),
+        "{b}"
+    );
+    assert_eq!(b["states"]["finished"], 20, "{b}");
+    assert_eq!(
+        b["outcomes"],
+        json!({"complete": 15, "round-failed": 5}),
+        "{b}"
+    );
+    assert_eq!(b["tokens"], 2000, "{b}");
+    assert!(b["wall_ms"].as_u64().unwrap() > 0, "{b}");
+    assert_eq!(b["slowest"].as_array().unwrap().len(), 5, "{b}");
+    let listed: std::collections::BTreeSet<String> = b["not_complete"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, failed);
+    let text = s.ralph(&["batch", "show", &batch]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("round-failed 5"), "{}", text.stdout);
+    // The API's listing by batch.
+    let (_, list) = s.api("GET", &format!("/v1/jobs?batch={batch}&limit=100"), None);
+    assert_eq!(list["jobs"].as_array().unwrap().len(), 20);
+    // Retried: exactly the 5 failures, as new jobs of the batch.
+    let out = s.ralph(&["batch", "retry", &batch]);
+    out.expect_code(0);
+    let retries: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
+    assert_eq!(retries.len(), 5, "{}", out.stderr);
+    let mut retried_of = std::collections::BTreeSet::new();
+    for id in &retries {
+        assert!(!ids.contains(id), "a retry is a new job");
+        let j = s.wait_finished(id, Duration::from_secs(60));
+        assert_eq!(
+            (j["outcome"].as_str(), j["batch"].as_str()),
+            (Some("complete"), Some(batch.as_str())),
+            "{j}"
+        );
+        retried_of.insert(j["retry_of"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(retried_of, failed);
+    let b: Value =
+        serde_json::from_str(&s.ralph(&["batch", "show", &batch, "--json"]).stdout).unwrap();
+    assert_eq!(
+        (b["jobs"].as_u64(), b["retried"].as_u64()),
+        (Some(25), Some(5)),
+        "{b}"
+    );
+    assert_eq!(b["outcomes"], json!({"complete": 20}), "{b}");
+    assert_eq!(b["not_complete"], json!([]), "{b}");
+    assert_eq!(b["tokens"], 2500, "every run's tokens count: {b}");
+    // Nothing left to retry; an unknown batch is named.
+    let out = s.ralph(&["batch", "retry", &batch]);
+    out.expect_code(0);
+    assert_eq!(out.stdout.trim(), "");
+    let out = s.ralph(&["batch", "show", "no-such-batch"]);
+    out.expect_code(64);
+    assert!(
+        out.stderr.contains("no batch `no-such-batch`"),
+        "{}",
+        out.stderr
+    );
+    // A single job is no batch.
+    let ws = s.workspace("single");
+    let (_, c) = post_jobs(&s, vec![job(&ws, &agent, json!({}))]);
+    assert_eq!(c["batch"], Value::Null, "{c}");
+}
+
+/// A retry is a new submission: a link a round planted on another job's path since that job
+/// was submitted (here one job writes `shared`, the other reads `shared/x`) refuses the retry,
+/// nothing queued, as it would refuse the submission.
+#[test]
+fn a_retry_whose_read_path_a_round_replaced_with_a_link_is_refused() {
+    let s = Server::new("");
+    let (wa, wb) = (s.workspace("wa"), s.workspace("wb"));
+    let shared = s.workspace("shared");
+    std::fs::create_dir_all(shared.join("x")).unwrap();
+    let plant = s.agent(
+        "plant.sh",
+        &format!(
+            "rm -rf '{0}/x' && ln -s /etc '{0}/x'\nexit 1",
+            shared.display()
+        ),
+    );
+    let fail = s.agent("fail.sh", "exit 1");
+    let once = json!({"round_retries": 0, "max_rounds": 1});
+    let mut a = job(&wa, &plant, once.clone());
+    a["write"] = json!([shared]);
+    let mut b = job(&wb, &fail, once);
+    b["read"] = json!([fail.parent().unwrap(), shared.join("x")]);
+    let (code, c) = post_jobs(&s, vec![a, b]);
+    assert_eq!(code, 201, "{c}");
+    let batch = c["batch"].as_str().unwrap().to_owned();
+    let reader = c["jobs"][1]["id"].as_str().unwrap().to_owned();
+    // The reader fails either way: round-failed, or (if the link came first) its sandbox
+    // refuses the planted link.
+    for j in c["jobs"].as_array().unwrap() {
+        let end = s.wait_finished(j["id"].as_str().unwrap(), Duration::from_secs(30));
+        assert_ne!(end["outcome"], "complete", "{end}");
+    }
+    assert!(
+        std::fs::symlink_metadata(shared.join("x"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let (code, body) = s.api("POST", &format!("/v1/batches/{batch}/retry"), None);
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["field"], format!("{reader}.read"), "{body}");
+    let (_, list) = s.api("GET", &format!("/v1/jobs?batch={batch}"), None);
+    assert_eq!(
+        list["jobs"].as_array().unwrap().len(),
+        2,
+        "nothing was queued: {list}"
+    );
+}

@@ -321,6 +321,23 @@ impl Client {
             .await
     }
 
+    /// A batch's summary (`GET /v1/batches/{id}`).
+    pub async fn batch(&self, id: &str) -> Result<Value, ClientError> {
+        self.json(self.http.get(self.url(&format!("/batches/{id}"))))
+            .await
+    }
+
+    /// Retries a batch's jobs that ended with one of `outcomes` (empty: all but complete).
+    pub async fn batch_retry(&self, id: &str, outcomes: &[String]) -> Result<Value, ClientError> {
+        let req = self.http.post(self.url(&format!("/batches/{id}/retry")));
+        let req = if outcomes.is_empty() {
+            req
+        } else {
+            req.json(&serde_json::json!({ "outcome": outcomes }))
+        };
+        self.json(req).await
+    }
+
     /// One job.
     pub async fn job(&self, id: &str) -> Result<Value, ClientError> {
         self.json(self.http.get(self.url(&format!("/jobs/{id}"))))

@@ -119,7 +119,7 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::internal(format!("failed to start the runtime: {e}")))
 }
 
-fn print_json(v: &Value) -> Result<(), CliError> {
+pub(super) fn print_json(v: &Value) -> Result<(), CliError> {
     outln!("{}", terminal::json(v, true));
     Ok(())
 }
@@ -221,6 +221,13 @@ pub fn submit(args: SubmitArgs) -> Result<Exit, CliError> {
         for j in created["jobs"].as_array().into_iter().flatten() {
             outln!("{}", terminal::line(j["id"].as_str().unwrap_or("")));
         }
+        // Standard output stays one id per line (for scripts); the batch goes to stderr.
+        if let Some(b) = created["batch"].as_str() {
+            eprintln!(
+                "{}",
+                terminal::line(&format!("batch {b}: `ralph batch show {b}`"))
+            );
+        }
     }
     Ok(Exit::Complete)
 }
@@ -246,6 +253,9 @@ pub struct JobsArgs {
     /// Only jobs with this label; repeatable (all must match).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub label: Vec<(String, String)>,
+    /// Only the jobs of this batch (`ralph batch show ID` sums them up).
+    #[arg(long, value_name = "ID")]
+    pub batch: Option<String>,
     #[command(flatten)]
     pub source: SourceArgs,
 }
@@ -263,6 +273,7 @@ pub fn jobs(args: JobsArgs) -> Result<Exit, CliError> {
         before: args.before,
         name: args.name,
         labels: args.label,
+        batch: args.batch,
     })?;
     if args.source.server.json {
         return print_json(&list).map(|()| Exit::Complete);
@@ -357,6 +368,8 @@ pub fn describe_job(j: &Value) -> String {
         ("submitted_by", "submitted by"),
         ("cancelled_by", "cancelled by"),
         ("resumed_by", "resumed by"),
+        ("batch", "batch"),
+        ("retry_of", "retry of"),
     ] {
         if let Some(who) = j[key].as_str() {
             lines.push(format!("  {label}: {who}"));

@@ -64,6 +64,8 @@ pub struct ListRequest {
     pub name: Option<String>,
     /// All of these labels.
     pub labels: Vec<(String, String)>,
+    /// This batch.
+    pub batch: Option<String>,
 }
 
 /// How following a job ended.
@@ -126,6 +128,7 @@ impl JobSource {
                     ("outcome", &q.outcome),
                     ("before", &q.before),
                     ("name", &q.name),
+                    ("batch", &q.batch),
                 ] {
                     if let Some(v) = v {
                         query.push((k, v.clone()));
@@ -167,6 +170,7 @@ impl JobSource {
                     limit,
                     name: q.name.clone(),
                     labels: q.labels.iter().cloned().collect(),
+                    batch: q.batch.clone(),
                 };
                 let jobs = store.list(&filter).map_err(store_error)?;
                 let next = (jobs.len() == limit)

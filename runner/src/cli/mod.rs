@@ -3,6 +3,7 @@
 
 pub mod abs_path;
 pub mod agent_cmd;
+pub mod batch_cmd;
 pub mod ci_files;
 pub mod ci_pause;
 pub mod client_cmds;
@@ -93,6 +94,9 @@ pub enum Command {
     Resume(client_cmds::ResumeArgs),
     /// Wait for a job and exit with its outcome code.
     Wait(client_cmds::WaitArgs),
+    /// A batch (several jobs submitted at once): its summary, or its failed jobs run again.
+    #[command(subcommand)]
+    Batch(batch_cmd::BatchCommand),
     /// The service's API tokens: create one with scopes, revoke one, list them (admin).
     #[command(subcommand)]
     Token(token_cmd::TokenCommand),
@@ -180,6 +184,7 @@ fn prints_job_text(command: &Command) -> bool {
         | Command::Logs(_)
         | Command::Cancel(_)
         | Command::Resume(_)
+        | Command::Batch(_)
         | Command::Wait(_) => true,
         Command::Sandbox(_)
         | Command::Doctor(_)
@@ -242,6 +247,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Cancel(args) => client_cmds::cancel(args),
         Command::Resume(args) => client_cmds::resume(args),
         Command::Wait(args) => client_cmds::wait(args),
+        Command::Batch(cmd) => batch_cmd::execute(cmd),
         Command::Token(cmd) => token_cmd::execute(cmd),
         Command::Tls(cmd) => tls_cmd::execute(cmd),
         Command::Agent(cmd) => agent_cmd::execute(&cmd),

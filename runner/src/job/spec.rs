@@ -228,6 +228,13 @@ pub struct JobSpec {
     /// `limits.allowed_notify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify_url: Option<String>,
+    /// The batch the job belongs to (SPEC §13: set by the service for a submission of several
+    /// jobs and for the retries of its jobs, never by a submitter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
+    /// The job this one retries (`ralph batch retry`; set by the service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
 
 impl JobSpec {
@@ -264,6 +271,8 @@ impl JobSpec {
             source: None,
             submitted_by: None,
             notify_url: None,
+            batch: None,
+            retry_of: None,
         }
     }
 }

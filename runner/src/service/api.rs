@@ -66,6 +66,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/jobs/{id}/resume", post(resume_job))
         .route("/uploads", post(super::uploads::create_upload))
         .merge(super::token_api::routes())
+        .merge(super::batches::routes())
         // Behind the token check too: an unknown call needs `admin` (fail-closed), then 404.
         .fallback(no_endpoint)
         .layer(middleware::from_fn_with_state(svc.clone(), read_body))
@@ -499,6 +500,11 @@ async fn create_jobs(
     }
     let n = u32::try_from(specs.len()).unwrap_or(u32::MAX);
     svc.check_rate(&caller.name, super::rate_limit::Kind::Jobs, n)?;
+    // A submission of several jobs is a batch (SPEC §13): one id on each.
+    let batch = (specs.len() > 1).then(|| uuid::Uuid::now_v7().to_string());
+    for (spec, _, _) in &mut specs {
+        spec.batch.clone_from(&batch);
+    }
     let mut jobs = Vec::new();
     for (spec, prio, provisioned) in &specs {
         let id = match provisioned {
@@ -513,11 +519,14 @@ async fn create_jobs(
     svc.metrics_handle()
         .jobs_submitted(&caller.name, jobs.len() as u64);
     svc.wake();
-    Ok((StatusCode::CREATED, axum::Json(json!({ "jobs": jobs }))))
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({ "jobs": jobs, "batch": batch })),
+    ))
 }
 
 /// The answer to a job the limits refuse, its key named by `at`.
-fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
+pub(super) fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
     let mut err = ApiError::new(StatusCode::FORBIDDEN, "refused", r.to_string()).field(at(r.field));
     err.rule = Some(format!("limits.{}", r.rule).into_boxed_str());
     err
@@ -525,7 +534,7 @@ fn refused(r: Refusal, at: &dyn Fn(&str) -> String) -> ApiError {
 
 /// A configured workspace root as a real path (the administrator's, so its own symlinks are
 /// followed); as written when it cannot be resolved (then nothing can be under it).
-fn real_root(root: &std::path::Path) -> std::path::PathBuf {
+pub(super) fn real_root(root: &std::path::Path) -> std::path::PathBuf {
     std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned())
 }
 
@@ -537,6 +546,7 @@ struct ListQuery {
     limit: Option<usize>,
     before: Option<String>,
     name: Option<String>,
+    batch: Option<String>,
 }
 
 async fn list_jobs(
@@ -587,6 +597,7 @@ async fn list_jobs(
         limit,
         name: q.name,
         labels,
+        batch: q.batch,
     };
     let jobs = blocking(|| svc.engine().store().list(&filter))?;
     let next = (jobs.len() == limit)
@@ -619,6 +630,8 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "name": view.spec.name,
         "labels": view.spec.labels,
         "submitted_by": view.spec.submitted_by,
+        "batch": view.spec.batch,
+        "retry_of": view.spec.retry_of,
         "cancelled_by": view.cancelled_by.as_deref().map(|b| b.strip_prefix("token:").unwrap_or(b)),
         "resumed_by": view.resumed_by,
         "spec": view.spec,

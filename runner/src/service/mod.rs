@@ -18,6 +18,7 @@ pub mod admission;
 pub mod api;
 pub mod api_error;
 pub mod auth;
+pub mod batches;
 pub mod config;
 pub mod disk_room;
 pub mod gateway_config;

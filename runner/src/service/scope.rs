@@ -70,6 +70,9 @@ pub fn needed(method: &axum::http::Method, path: &str) -> Scope {
         (&Method::GET | &Method::HEAD, ["limits"]) => Scope::Submit,
         (&Method::POST, ["jobs", _, "cancel" | "resume"]) => Scope::Cancel,
         (&Method::GET | &Method::HEAD, ["jobs", ..]) => Scope::Read,
+        (&Method::GET | &Method::HEAD, ["batches", _]) => Scope::Read,
+        // A retry queues new jobs.
+        (&Method::POST, ["batches", _, "retry"]) => Scope::Submit,
         _ => Scope::Admin,
     }
 }

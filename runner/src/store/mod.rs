@@ -719,6 +719,8 @@ pub struct JobFilter {
     pub name: Option<String>,
     /// Only jobs carrying all of these labels.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Only the jobs of this batch (SPEC §13).
+    pub batch: Option<String>,
 }
 
 /// One line of a job listing.

@@ -431,6 +431,7 @@ impl SqliteStore {
                        SELECT 1 FROM json_each(?6) AS want WHERE NOT EXISTS (
                            SELECT 1 FROM json_each(jobs.spec, '$.labels') AS have
                            WHERE have.key = want.key AND have.value = want.value))
+                   AND (?7 IS NULL OR json_extract(spec, '$.batch') = ?7)
                  ORDER BY id DESC LIMIT ?4",
             )
             .map_err(&err)?;
@@ -442,7 +443,8 @@ impl SqliteStore {
                     filter.before,
                     filter.limit as i64,
                     filter.name,
-                    serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?
+                    serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?,
+                    filter.batch
                 ],
                 |r| {
                     Ok(super::JobSummary {

@@ -334,6 +334,7 @@ impl PgStore {
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
         let name = filter.name.clone();
         let labels = serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?;
+        let batch = filter.batch.clone();
         self.conn.call("list jobs in", move |client, _| {
             let rows = client.query(
                 "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
@@ -342,8 +343,9 @@ impl PgStore {
                    AND ($3::text IS NULL OR id < $3)
                    AND ($5::text IS NULL OR spec::jsonb ->> 'name' = $5)
                    AND coalesce(spec::jsonb -> 'labels', '{}'::jsonb) @> $6::text::jsonb
+                   AND ($7::text IS NULL OR spec::jsonb ->> 'batch' = $7)
                  ORDER BY id DESC LIMIT $4",
-                &[&state, &outcome, &before, &limit, &name, &labels],
+                &[&state, &outcome, &before, &limit, &name, &labels, &batch],
             )?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
