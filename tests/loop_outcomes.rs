@@ -834,3 +834,130 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
         "{j}"
     );
 }
+
+/// SPEC §13 fan-out through `ralph run --attempts 3` in the real sandbox: attempt 1 fails every
+/// round, attempt 2 takes long, attempt 3 succeeds. Attempt 3 wins; the slow one is cancelled
+/// with no process left; the workspace gets exactly the winner's changes (a file changed, one
+/// removed, one added; nothing of the losers), no copy is left, the attempts are listed with
+/// their outcomes, and the job's tokens are the sum of the attempts'.
+#[test]
+fn attempts_the_first_verified_wins_and_only_its_changes_reach_the_workspace() {
+    let f = Fixture::new();
+    std::fs::write(f.ws.join("a.txt"), "original\n").unwrap();
+    std::fs::write(f.ws.join("b.txt"), "to be removed\n").unwrap();
+    std::fs::write(f.ws.join("untouched.txt"), "same\n").unwrap();
+    let agent = f.agent(
+        "fan.sh",
+        &format!(
+            r#"echo '{{"model":"m1","input_tokens":70,"output_tokens":30}}' >> "$RALPH_USAGE_FILE"
+case "$PWD" in
+  *.1) echo lost > loser1.txt; exit 1 ;;
+  *.2) echo lost > loser2.txt; exec sleep 3117 ;;
+  *.3) echo winner > result.txt; echo changed > a.txt; rm b.txt ;;
+  *) echo "not an attempt's copy: $PWD" >&2; exit 3 ;;
+esac
+printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
+            complete_report("done")
+        ),
+    );
+    let out = f
+        .run(&agent)
+        .args([
+            "--attempts",
+            "3",
+            "--verify",
+            "test -e result.txt",
+            "--round-retries",
+            "0",
+            "--max-rounds",
+            "2",
+        ])
+        .output();
+    out.expect_code(0);
+    let j = out.json();
+    assert_eq!(
+        (j["outcome"].as_str(), j["reason"].as_str()),
+        (Some("complete"), Some("verified")),
+        "{j}"
+    );
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("attempt 3 of 3 won"),
+        "{j}"
+    );
+    // Exactly the winner's changes.
+    let read = |p: &str| std::fs::read_to_string(f.ws.join(p)).ok();
+    assert_eq!(read("result.txt").as_deref(), Some("winner\n"));
+    assert_eq!(read("a.txt").as_deref(), Some("changed\n"));
+    assert_eq!(read("b.txt"), None);
+    assert_eq!(read("untouched.txt").as_deref(), Some("same\n"));
+    assert_eq!(read("loser1.txt"), None);
+    assert_eq!(read("loser2.txt"), None);
+    // The slow attempt's process is gone.
+    let sleeping = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.unwrap().path().join("cmdline")).ok())
+        .any(|c| c == b"sleep\x003117\x00");
+    assert!(!sleeping, "the cancelled attempt's process is still there");
+    // No copy left.
+    let copies = f.state.join("workspaces");
+    let left: Vec<_> = std::fs::read_dir(&copies)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "copies left: {left:?}");
+    // The attempts, as `ralph show` lists them.
+    let id = j["job_id"].as_str().unwrap();
+    let show = Ralph::new()
+        .args(["show", id, "--json", "--state-dir"])
+        .arg(&f.state)
+        .output();
+    show.expect_code(0);
+    let v = show.json();
+    let attempts = v["attempts"].as_array().unwrap();
+    let ends: Vec<(u64, &str, bool)> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a["index"].as_u64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+                a["won"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        vec![
+            (1, "round-failed", false),
+            (2, "cancelled", false),
+            (3, "complete", true)
+        ],
+        "{v}"
+    );
+    assert!(
+        attempts.iter().all(|a| a["files"].as_u64().unwrap() >= 3),
+        "{v}"
+    );
+    let sum: u64 = attempts.iter().map(|a| a["tokens"].as_u64().unwrap()).sum();
+    assert!(sum >= 200, "{v}");
+    assert_eq!(
+        j["usage"]["input_tokens"].as_u64().unwrap()
+            + j["usage"]["output_tokens"].as_u64().unwrap(),
+        sum,
+        "{j}"
+    );
+    let text = Ralph::new()
+        .args(["show", id, "--state-dir"])
+        .arg(&f.state)
+        .output();
+    assert!(text.stdout.contains("attempt 3"), "{}", text.stdout);
+    // Needs verify.
+    let out = f.run(&agent).args(["--attempts", "2"]).output();
+    out.expect_code(64);
+    assert!(
+        out.stderr.contains("attempts") && out.stderr.contains("verify"),
+        "{}",
+        out.stderr
+    );
+}

@@ -863,3 +863,82 @@ fn a_retry_whose_read_path_a_round_replaced_with_a_link_is_refused() {
         "nothing was queued: {list}"
     );
 }
+
+/// SPEC §13 fan-out through the service: a job with `attempts = 2` runs both on this host, takes
+/// two slots of `max_concurrent_jobs`, and ends with the winner's changes in its workspace;
+/// more attempts than the host runs at once are refused, the field named.
+#[test]
+fn a_fan_out_job_runs_its_attempts_here_and_takes_a_slot_each() {
+    let s = Server::new("max_concurrent_jobs = 2\n");
+    let ws = s.workspace("ws");
+    let other = s.workspace("other");
+    let agent = s.agent(
+        "fan.sh",
+        &format!(
+            "case \"$PWD\" in *.1) echo one > ok ;; *) touch started-elsewhere; sleep 1; echo two > ok ;; esac\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
+    );
+    let quick = s.agent(
+        "quick.sh",
+        &format!(
+            "touch ran\necho '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("ok")
+        ),
+    );
+    let (code, body) = post_jobs(
+        &s,
+        vec![job(
+            &ws,
+            &agent,
+            json!({"attempts": 3, "verify": "test -e ok"}),
+        )],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["field"], "job[0].attempts", "{body}");
+    let (code, c) = post_jobs(
+        &s,
+        vec![
+            job(&ws, &agent, json!({"attempts": 2, "verify": "test -e ok"})),
+            job(&other, &quick, json!({})),
+        ],
+    );
+    assert_eq!(code, 201, "{c}");
+    let fan = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let second = c["jobs"][1]["id"].as_str().unwrap().to_owned();
+    let j = s.wait_finished(&fan, Duration::from_secs(60));
+    assert_eq!(j["outcome"], "complete", "{j}");
+    let attempts = j["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{j}");
+    assert_eq!(
+        attempts.iter().filter(|a| a["won"] == true).count(),
+        1,
+        "{j}"
+    );
+    let ok = std::fs::read_to_string(ws.join("ok")).unwrap();
+    assert!(ok == "one\n" || ok == "two\n", "{ok}");
+    assert!(
+        !ws.join("started-elsewhere").exists(),
+        "a loser's file reached the workspace"
+    );
+    // The two slots were the fan-out's: the other job started only after it ended.
+    s.wait_finished(&second, Duration::from_secs(30));
+    let fan_end = s.events_of(&fan, "job_finished").last().unwrap()["at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second_start = s.events_of(&second, "job_started")[0]["at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(second_start >= fan_end, "{second_start} < {fan_end}");
+    // Each attempt is a job of its own, run by this host, naming the fan-out job.
+    for a in attempts {
+        let (_, aj) = s.api(
+            "GET",
+            &format!("/v1/jobs/{}", a["job"].as_str().unwrap()),
+            None,
+        );
+        assert_eq!(aj["attempt_of"]["job"], fan.as_str(), "{aj}");
+    }
+}

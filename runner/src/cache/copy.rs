@@ -38,12 +38,27 @@ pub fn copy_tree(src: &Path, dst: &Path, owner: Option<(u32, u32)>) -> Result<Co
     let mut out = Copied::default();
     make_dir(dst, meta.mode(), owner)?;
     let mut stack: Vec<(PathBuf, PathBuf)> = vec![(src.to_path_buf(), dst.to_path_buf())];
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     while let Some((from, to)) = stack.pop() {
-        let entries = fs::read_dir(&from).map_err(|e| CacheError::io("read", &from, e))?;
+        // An entry removed between the listing and its copy (another process of the host
+        // tidying the tree, such as a detached `git gc`) is left out, counted as skipped.
+        let entries = match fs::read_dir(&from) {
+            Err(e) if gone(&e) && from != src => {
+                out.skipped += 1;
+                continue;
+            }
+            r => r.map_err(|e| CacheError::io("read", &from, e))?,
+        };
         for entry in entries {
             let entry = entry.map_err(|e| CacheError::io("read", &from, e))?;
             let (s, d) = (entry.path(), to.join(entry.file_name()));
-            let m = fs::symlink_metadata(&s).map_err(|e| CacheError::io("stat", &s, e))?;
+            let m = match fs::symlink_metadata(&s) {
+                Err(e) if gone(&e) => {
+                    out.skipped += 1;
+                    continue;
+                }
+                r => r.map_err(|e| CacheError::io("stat", &s, e))?,
+            };
             let t = m.file_type();
             if t.is_dir() {
                 make_dir(&d, m.mode(), owner)?;
@@ -69,7 +84,7 @@ pub fn copy_tree(src: &Path, dst: &Path, owner: Option<(u32, u32)>) -> Result<Co
 }
 
 /// Permission bits kept: rwx for all, the owner's read and write always.
-fn kept_mode(mode: u32, dir: bool) -> u32 {
+pub fn kept_mode(mode: u32, dir: bool) -> u32 {
     (mode & 0o777) | if dir { 0o700 } else { 0o600 }
 }
 
@@ -85,11 +100,14 @@ fn make_dir(d: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<(), CacheE
 }
 
 fn copy_file(s: &Path, d: &Path, mode: u32, owner: Option<(u32, u32)>) -> Result<u64, CacheError> {
-    let mut from = OpenOptions::new()
+    let mut from = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(s)
-        .map_err(|e| CacheError::io("open", s, e))?;
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        r => r.map_err(|e| CacheError::io("open", s, e))?,
+    };
     if !from
         .metadata()
         .map_err(|e| CacheError::io("stat", s, e))?

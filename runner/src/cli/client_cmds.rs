@@ -375,6 +375,30 @@ pub fn describe_job(j: &Value) -> String {
             lines.push(format!("  {label}: {who}"));
         }
     }
+    if let Some(of) = j["attempt_of"].as_object() {
+        lines.push(format!(
+            "  attempt {} of job {}",
+            of.get("index").unwrap_or(&Value::Null),
+            of.get("job").and_then(Value::as_str).unwrap_or("?")
+        ));
+    }
+    for a in j["attempts"].as_array().into_iter().flatten() {
+        let mark = if a["won"].as_bool() == Some(true) {
+            " (won)"
+        } else if a["chosen"].as_bool() == Some(true) {
+            " (chosen)"
+        } else {
+            ""
+        };
+        lines.push(format!(
+            "  attempt {} {}: {}{mark}, {} round(s), {} tokens",
+            a["index"],
+            a["job"].as_str().unwrap_or("?"),
+            a["outcome"].as_str().unwrap_or("running"),
+            a["rounds"],
+            a["tokens"]
+        ));
+    }
     if j["kind"].as_str() == Some("task") {
         // A task job runs its command once: no round budget to count against.
         lines.push(format!(
@@ -447,6 +471,11 @@ fn step_name(round: u32, step: Option<ralph_runner::store::event::RunnerStep>) -
 /// One journal event as a line of text, made safe by [`terminal::line`].
 pub fn describe_event(ev: &Event) -> String {
     terminal::line(&event_text(ev))
+}
+
+/// One journal event in words, unescaped (a printer makes it safe).
+pub fn describe_event_text(ev: &Event) -> String {
+    event_text(ev)
 }
 
 /// One journal event in words, as it was recorded: the agent's text in it unescaped.
@@ -654,6 +683,39 @@ fn event_text(ev: &Event) -> String {
         } => match hit {
             true => format!("cache {path}: hit ({key_hash}, {bytes} bytes)"),
             false => format!("cache {path}: miss ({key_hash})"),
+        },
+        EventKind::AttemptsStarted { attempts } => format!(
+            "{} attempts started, each on its own copy of the workspace ({} file(s) each)",
+            attempts.len(),
+            attempts.first().map_or(0, |a| a.files)
+        ),
+        EventKind::AttemptFinished {
+            index,
+            outcome,
+            reason,
+            rounds,
+            usage,
+            job,
+            ..
+        } => format!(
+            "attempt {index} ({job}): {outcome} ({}), {rounds} round(s), {} tokens",
+            reason.as_str(),
+            usage.budget_tokens()
+        ),
+        EventKind::AttemptChosen {
+            index,
+            won,
+            applied,
+            ..
+        } => match (won, applied) {
+            (true, Some(a)) => format!(
+                "attempt {index} won: its changes applied to the workspace ({} written, {} removed, {} bytes)",
+                a.written, a.removed, a.bytes
+            ),
+            (true, None) => format!("attempt {index} won"),
+            (false, _) => format!(
+                "no attempt passed its verify: attempt {index}'s result is the job's (the workspace is unchanged)"
+            ),
         },
         EventKind::Notified {
             to,

@@ -69,6 +69,11 @@ pub struct JobArgs {
     /// nothing in the workspace (content, modes, entries); default 0: off.
     #[arg(long, value_name = "N")]
     pub max_stalled_rounds: Option<u32>,
+    /// Run N independent loops from the same workspace state, each on its own copy; the
+    /// first whose --verify passes wins, the others are cancelled, and only the winner's
+    /// changes reach the workspace, at the end (needs --verify; at most 16).
+    #[arg(long, value_name = "N")]
+    pub attempts: Option<u32>,
     /// Command the runner runs after a `complete` report; only its success completes the job.
     #[arg(long, value_name = "CMD")]
     pub verify: Option<String>,
@@ -165,6 +170,7 @@ impl JobArgs {
             kill_grace: self.kill_grace,
             max_tokens: self.max_tokens,
             max_stalled_rounds: self.max_stalled_rounds,
+            attempts: self.attempts,
             verify: self.verify.clone(),
             setup: self.setup.clone(),
             setup_env: self.setup_env.clone(),

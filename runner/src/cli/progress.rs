@@ -527,6 +527,9 @@ impl Observer for Progress {
                 let r = if *hit { "hit" } else { "miss" };
                 self.line(&format!("cache {path}: {r}"));
             }
+            EventKind::AttemptFinished { .. } | EventKind::AttemptChosen { .. } => {
+                self.line(&super::client_cmds::describe_event_text(ev));
+            }
             EventKind::CacheSaved { path, error, .. } => match error {
                 Some(e) => self.line(&format!("cache {path}: not kept: {e}")),
                 None => self.line(&format!("cache {path}: kept from the set-up")),
@@ -540,6 +543,7 @@ impl Observer for Progress {
             | EventKind::Interrupted { .. }
             | EventKind::Resumed { .. }
             | EventKind::Notified { .. }
+            | EventKind::AttemptsStarted { .. }
             | EventKind::JobFinished { .. } => {}
         }
     }

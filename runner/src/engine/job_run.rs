@@ -144,6 +144,7 @@ impl<'e> JobRun<'e> {
             // The set-up (SPEC §12) before anything else runs; no round if it did not pass.
             Ok(()) => match self.setup().await {
                 Ok(super::setup::AfterSetup::Go) => match self.spec.kind {
+                    JobKind::Loop if self.spec.attempts > 1 => self.run_fanout().await,
                     JobKind::Loop => self.run_loop().await,
                     JobKind::Task => self.run_task().await,
                 },

@@ -27,6 +27,7 @@ mod command_check;
 pub mod env;
 #[cfg(test)]
 mod fake_spawn;
+mod fanout;
 mod job_run;
 mod judge;
 #[cfg(test)]

@@ -16,7 +16,10 @@ pub use caps::RaisedCaps;
 pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
 pub use source::WorkspaceSource;
-pub use spec::{AgentSpec, Ceilings, JobKind, JobSpec, SandboxSettings, SetupSpec, SpecError};
+pub use spec::{
+    AgentSpec, AttemptOf, Ceilings, JobKind, JobSpec, MAX_ATTEMPTS, SandboxSettings, SetupSpec,
+    SpecError,
+};
 
 /// A job's identifier (a UUIDv7: sortable by creation time).
 pub type JobId = String;

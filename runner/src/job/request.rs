@@ -60,6 +60,8 @@ pub struct JobRequest {
     pub max_stalled_rounds: Option<u32>,
     /// Verify command.
     pub verify: Option<String>,
+    /// Independent loops from the same start; the first verified wins (needs `verify`).
+    pub attempts: Option<u32>,
     /// Set-up command, run once before round 1 (SPEC §12).
     pub setup: Option<String>,
     /// Runner environment variables the set-up (only) gets.
@@ -440,6 +442,7 @@ impl JobRequest {
         d.max_tokens = self.max_tokens;
         d.max_stalled_rounds = self.max_stalled_rounds.unwrap_or(0);
         d.verify = self.verify;
+        d.attempts = self.attempts.unwrap_or(1);
         d.setup = match (self.setup, self.setup_env.is_empty(), self.setup_timeout) {
             (Some(command), _, timeout) => Some(super::spec::SetupSpec {
                 command,

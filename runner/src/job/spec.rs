@@ -148,6 +148,27 @@ impl SetupSpec {
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+/// Most attempts a fan-out job may run.
+pub const MAX_ATTEMPTS: u32 = 16;
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// Which attempt of which fan-out job a job is (SPEC §13).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptOf {
+    /// The fan-out job.
+    pub job: String,
+    /// 1-based.
+    pub index: u32,
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -186,6 +207,13 @@ pub struct JobSpec {
     pub max_stalled_rounds: u32,
     /// Verification command run by the runner after a `complete` report.
     pub verify: Option<String>,
+    /// Independent loops run from the same start, each on its own copy of the workspace; the
+    /// first whose verify passes wins (SPEC §13 fan-out); 1: one loop, as always.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub attempts: u32,
+    /// The fan-out job this one is an attempt of (set by the runner, never by a submitter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_of: Option<AttemptOf>,
     /// The set-up step run once before round 1 (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<SetupSpec>,
@@ -259,6 +287,8 @@ impl JobSpec {
             max_tokens: None,
             max_stalled_rounds: 0,
             verify: None,
+            attempts: 1,
+            attempt_of: None,
             setup: None,
             cache: Vec::new(),
             cache_key: None,
@@ -426,6 +456,29 @@ impl JobSpec {
                 "max_stalled_rounds",
                 "is for loop jobs (a task job runs once)",
             ));
+        }
+        if self.attempts == 0 || self.attempts > MAX_ATTEMPTS {
+            return Err(err(
+                "attempts",
+                format!("{} is outside 1..={MAX_ATTEMPTS}", self.attempts),
+            ));
+        }
+        if self.attempts > 1 {
+            if self.kind == JobKind::Task {
+                return Err(err("attempts", "is for loop jobs (a task job runs once)"));
+            }
+            if self.verify.is_none() {
+                return Err(err(
+                    "attempts",
+                    "needs `verify`: the attempt whose verify passes first wins",
+                ));
+            }
+            if self.source.is_some() {
+                return Err(err(
+                    "attempts",
+                    "is for an existing-directory workspace (not `repo` or `upload`)",
+                ));
+            }
         }
         if self.max_stalled_rounds > self.max_rounds {
             return Err(err(

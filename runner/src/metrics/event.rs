@@ -202,6 +202,11 @@ pub enum MetricEvent {
         /// Ended by `--max-stalled-rounds`.
         stalled: bool,
     },
+    /// One attempt of a fan-out job ended (SPEC §13).
+    Attempt {
+        /// Its outcome.
+        outcome: Outcome,
+    },
     /// One attempt to deliver a job's end to a webhook receiver (SPEC §13).
     Notified {
         /// How it ended.

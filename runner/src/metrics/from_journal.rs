@@ -137,12 +137,18 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         } => vec![MetricEvent::Setup {
             result: step_result(*passed, *ended_by, exit.is_some()),
         }],
+        // An attempt of a fan-out job is counted as an attempt, not as a job of its own.
+        EventKind::JobFinished { .. } if view.spec.attempt_of.is_some() => Vec::new(),
         EventKind::JobFinished {
             outcome, reason, ..
         } => vec![MetricEvent::JobFinished {
             outcome: *outcome,
             stalled: *reason == crate::job::FinishReason::Stalled,
         }],
+        EventKind::AttemptFinished { outcome, .. } => {
+            vec![MetricEvent::Attempt { outcome: *outcome }]
+        }
+        EventKind::AttemptsStarted { .. } | EventKind::AttemptChosen { .. } => Vec::new(),
         EventKind::WorkspaceSanitized { counts, .. } => {
             vec![MetricEvent::WorkspaceSanitized { counts: *counts }]
         }

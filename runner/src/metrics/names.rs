@@ -14,6 +14,8 @@ pub const TOKENS: &str = "ralph_tokens_total";
 pub const JOBS_STARTED: &str = "ralph_jobs_started_total";
 /// `ralph_jobs_stalled_total`: loops ended by `--max-stalled-rounds` (SPEC §3).
 pub const JOBS_STALLED: &str = "ralph_jobs_stalled_total";
+/// `ralph_attempts_total{outcome}`: attempts of fan-out jobs (SPEC §13), by outcome.
+pub const ATTEMPTS: &str = "ralph_attempts_total";
 /// `ralph_notifications_total{result}`: webhook delivery attempts (SPEC §13).
 pub const NOTIFICATIONS: &str = "ralph_notifications_total";
 /// `ralph_jobs_submitted_total{token}`.

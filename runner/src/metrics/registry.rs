@@ -36,6 +36,7 @@ pub struct Metrics {
     jobs_started: IntCounter,
     jobs_stalled: IntCounter,
     notifications: IntCounterVec,
+    attempts: IntCounterVec,
     jobs_submitted: IntCounterVec,
     jobs_finished: IntCounterVec,
     jobs: IntGaugeVec,
@@ -169,6 +170,11 @@ impl Metrics {
                 "Verify commands run by the runner, by result.",
                 &["result"],
             )?,
+            attempts: counter_vec(
+                n::ATTEMPTS,
+                "Attempts of fan-out jobs (--attempts), by outcome; the winner's is complete.",
+                &["outcome"],
+            )?,
             notifications: counter_vec(
                 n::NOTIFICATIONS,
                 "Attempts to deliver a job's end to a webhook receiver, by result (delivered, retrying, gave_up).",
@@ -251,6 +257,7 @@ impl Metrics {
             (n::JOBS_STARTED, Box::new(m.jobs_started.clone())),
             (n::JOBS_STALLED, Box::new(m.jobs_stalled.clone())),
             (n::NOTIFICATIONS, Box::new(m.notifications.clone())),
+            (n::ATTEMPTS, Box::new(m.attempts.clone())),
             (n::JOBS_SUBMITTED, Box::new(m.jobs_submitted.clone())),
             (n::JOBS_FINISHED, Box::new(m.jobs_finished.clone())),
             (n::JOBS, Box::new(m.jobs.clone())),
@@ -319,6 +326,9 @@ impl Metrics {
         }
         for r in VerifyResult::ALL {
             self.verify.with_label_values(&[r.as_str()]);
+        }
+        for o in Outcome::ALL {
+            self.attempts.with_label_values(&[o.as_str()]);
         }
         for r in crate::webhook::DeliveryResult::ALL {
             self.notifications.with_label_values(&[r.as_str()]);
@@ -417,6 +427,9 @@ impl Metrics {
             }
             MetricEvent::Verify { result } => {
                 self.verify.with_label_values(&[result.as_str()]).inc();
+            }
+            MetricEvent::Attempt { outcome } => {
+                self.attempts.with_label_values(&[outcome.as_str()]).inc();
             }
             MetricEvent::Notified { result } => {
                 self.notifications

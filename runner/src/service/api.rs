@@ -485,6 +485,18 @@ async fn create_jobs(
             spec.workspace = p.workspace.clone();
         }
         admit(&mut spec, &limits, &asked).map_err(|r| refused(r, &at))?;
+        let max = svc.config().max_concurrent_jobs;
+        if usize::try_from(spec.attempts).unwrap_or(usize::MAX) > max {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!(
+                    "{} attempts run at once, more than this server's max_concurrent_jobs ({max})",
+                    spec.attempts
+                ),
+            )
+            .field(at("attempts")));
+        }
         spec.submitted_by = Some(caller.name.clone());
         svc.engine().check(&spec).map_err(|e| {
             let mut err = ApiError::from(e);
@@ -631,6 +643,8 @@ pub fn job_json(view: &JobView, artifacts: &std::path::Path) -> Value {
         "labels": view.spec.labels,
         "submitted_by": view.spec.submitted_by,
         "batch": view.spec.batch,
+        "attempts": view.fanout,
+        "attempt_of": view.spec.attempt_of,
         "retry_of": view.spec.retry_of,
         "cancelled_by": view.cancelled_by.as_deref().map(|b| b.strip_prefix("token:").unwrap_or(b)),
         "resumed_by": view.resumed_by,

@@ -438,6 +438,14 @@ impl Service {
         self.running.lock().ok()?.get(id).map(|r| r.cancel.clone())
     }
 
+    /// The slots of `max_concurrent_jobs` the running jobs take.
+    fn running_slots(&self) -> usize {
+        self.running
+            .lock()
+            .map(|m| m.values().map(|r| r.slots).sum())
+            .unwrap_or_default()
+    }
+
     fn running_ids(&self) -> Vec<String> {
         self.running
             .lock()

@@ -42,6 +42,8 @@ pub(super) struct RunningJob {
     pub(super) cancel: Cancel,
     /// Its workspace (held by its lock while it runs).
     pub(super) workspace: PathBuf,
+    /// The slots of `max_concurrent_jobs` it takes: its attempts (SPEC §13), else 1.
+    pub(super) slots: usize,
 }
 
 impl Service {
@@ -76,10 +78,11 @@ impl Service {
         let mut passed: Vec<String> = Vec::new();
         let mut busy = self.running_workspaces();
         loop {
-            let mut skip = self.running_ids();
-            if skip.len() >= max {
+            let used = self.running_slots();
+            if used >= max {
                 return;
             }
+            let mut skip = self.running_ids();
             skip.extend(passed.iter().cloned());
             let next = blocking(|| self.engine.store().next_queued(&skip, &busy));
             let mut job = match next {
@@ -100,6 +103,16 @@ impl Service {
                     return;
                 }
             };
+            // A fan-out job's attempts run at once: it takes a slot for each (SPEC §13), and
+            // waits while they are not free (it never waits on an idle host: admission keeps
+            // `attempts` within `max_concurrent_jobs`).
+            let slots = blocking(|| self.engine.store().load(&job.id)).map_or(1, |v| {
+                usize::try_from(v.spec.attempts.max(1)).unwrap_or(usize::MAX)
+            });
+            if used > 0 && used + slots > max {
+                passed.push(job.id);
+                continue;
+            }
             // A workspace this pass made for a job it then does not start is removed again
             // (another host took the job: none of its files may be here).
             let mut made = false;
@@ -147,7 +160,7 @@ impl Service {
                         w.remove(&job.id);
                     }
                     busy.push(job.workspace.clone());
-                    self.clone().launch(job, lock, hold);
+                    self.clone().launch(slots, job, lock, hold);
                 }
                 Ok(false) => {
                     drop(lock);
@@ -245,6 +258,7 @@ impl Service {
     /// could not be locked is closed as an error.
     fn launch(
         self: Arc<Self>,
+        slots: usize,
         job: QueuedJob,
         lock: Result<WorkspaceLock, WorkspaceLockError>,
         hold: RunHold,
@@ -256,6 +270,7 @@ impl Service {
                 RunningJob {
                     cancel: cancel.clone(),
                     workspace: job.workspace,
+                    slots,
                 },
             );
         }

@@ -491,6 +491,48 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         git_max_rss: Option<u64>,
     },
+    /// A fan-out job's attempts were made (SPEC §13): each a job of its own on its own copy of
+    /// the workspace, started at once.
+    AttemptsStarted {
+        /// The attempts, in order.
+        attempts: Vec<AttemptCopy>,
+    },
+    /// One attempt of a fan-out job ended.
+    AttemptFinished {
+        /// The attempt's job.
+        job: String,
+        /// 1-based.
+        index: u32,
+        /// Its outcome.
+        outcome: Outcome,
+        /// Why.
+        reason: FinishReason,
+        /// Its message (bounded).
+        message: String,
+        /// Rounds it started.
+        rounds: u32,
+        /// Whether its last verify passed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verified: Option<bool>,
+        /// Its last valid report (re-validated on every read).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<Value>,
+        /// Its tokens (the job's usage is the sum of its attempts').
+        usage: UsageTotals,
+    },
+    /// The attempt whose result is the fan-out job's: the first verified (`won`), or the best
+    /// when none was; with what its changes did to the workspace.
+    AttemptChosen {
+        /// The attempt's job.
+        job: String,
+        /// 1-based.
+        index: u32,
+        /// It passed its verify first.
+        won: bool,
+        /// The winner's changes applied to the job's workspace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        applied: Option<AppliedChanges>,
+    },
     /// One attempt to deliver the job's end to a webhook receiver (SPEC §13), recorded after
     /// the `job_finished` it reports by the host that wrote that.
     Notified {
@@ -571,7 +613,11 @@ impl EventKind {
             | EventKind::SetupFinished { .. }
             | EventKind::VerifyStarted { .. }
             | EventKind::VerifyFinished { .. }
+            | EventKind::AttemptsStarted { .. }
+            | EventKind::AttemptFinished { .. }
             | EventKind::Notified { .. } => Durability::Deferred,
+            // The workspace changed on its strength.
+            EventKind::AttemptChosen { .. } => Durability::Immediate,
         }
     }
 
@@ -604,8 +650,37 @@ impl EventKind {
             EventKind::ResultWritten { .. } => "result_written",
             EventKind::JobFinished { .. } => "job_finished",
             EventKind::Notified { .. } => "notified",
+            EventKind::AttemptsStarted { .. } => "attempts_started",
+            EventKind::AttemptFinished { .. } => "attempt_finished",
+            EventKind::AttemptChosen { .. } => "attempt_chosen",
         }
     }
+}
+
+/// One attempt of a fan-out job as made: its job and its copy of the workspace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptCopy {
+    /// The attempt's job.
+    pub job: String,
+    /// 1-based.
+    pub index: u32,
+    /// Files and links copied.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// How long the copy took.
+    pub copy_ms: u64,
+}
+
+/// The winner's changes as applied to a fan-out job's workspace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedChanges {
+    /// Files, links and directories written (new or changed).
+    pub written: u64,
+    /// Entries removed.
+    pub removed: u64,
+    /// Bytes written.
+    pub bytes: u64,
 }
 
 /// Whether a count is zero (left out of an event when it is).

@@ -164,6 +164,9 @@ pub struct JobView {
     pub elapsed_ms: u64,
     /// How often the job was resumed.
     pub resumes: u32,
+    /// A fan-out job's attempts (SPEC §13), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fanout: Vec<FanoutAttempt>,
     /// The caps the last resume raised (SPEC §3; already in `spec`).
     #[serde(skip_serializing_if = "crate::job::RaisedCaps::is_empty")]
     pub raised_caps: crate::job::RaisedCaps,
@@ -254,6 +257,7 @@ impl JobView {
             elapsed_ms: 0,
             resumes: 0,
             raised_caps: crate::job::RaisedCaps::default(),
+            fanout: Vec::new(),
             base_commit: None,
             patch: None,
             provisioned_by: None,
@@ -529,6 +533,66 @@ impl JobView {
             // journalled for the record (and counted), in any state (a resumed job may already
             // run again when a retry of its earlier end is recorded).
             EventKind::Notified { .. } => {}
+            EventKind::AttemptsStarted { attempts } => {
+                if self.state != JobState::Running || !self.fanout.is_empty() {
+                    return Err(problem(ev, "attempts start once, in a running job"));
+                }
+                self.fanout = attempts
+                    .iter()
+                    .map(|a| FanoutAttempt {
+                        job: a.job.clone(),
+                        index: a.index,
+                        files: a.files,
+                        bytes: a.bytes,
+                        copy_ms: a.copy_ms,
+                        ..FanoutAttempt::default()
+                    })
+                    .collect();
+            }
+            EventKind::AttemptFinished {
+                job,
+                outcome,
+                reason,
+                message,
+                rounds,
+                verified,
+                report,
+                usage,
+                ..
+            } => {
+                let cap = self.spec.handoff_cap;
+                let Some(a) = self.fanout.iter_mut().find(|a| &a.job == job) else {
+                    return Err(problem(ev, "no such attempt"));
+                };
+                a.outcome = Some(*outcome);
+                a.reason = Some(*reason);
+                a.message = Some(message.clone());
+                a.rounds = *rounds;
+                a.verified = *verified;
+                a.tokens = usage.budget_tokens();
+                a.report = match report {
+                    Some(r) => Some(
+                        report::decode_value(r, cap)
+                            .map_err(|e| problem(ev, &format!("stored report is invalid: {e}")))?,
+                    ),
+                    None => None,
+                };
+                self.usage.add(usage);
+            }
+            EventKind::AttemptChosen {
+                job, won, applied, ..
+            } => {
+                let Some(a) = self.fanout.iter_mut().find(|a| &a.job == job) else {
+                    return Err(problem(ev, "no such attempt"));
+                };
+                a.chosen = true;
+                a.won = *won;
+                a.applied = applied.clone();
+                // The job's result is the chosen attempt's.
+                self.rounds_started = a.rounds;
+                self.verified = a.verified;
+                self.last_report = a.report.clone();
+            }
             EventKind::Resumed { by, caps, .. } => {
                 if self.state != JobState::Finished {
                     return Err(problem(ev, "only a finished job can be resumed"));
@@ -597,6 +661,43 @@ fn millis_between(a: &str, b: &str) -> u64 {
     }
 }
 
+/// One attempt of a fan-out job, as the journal tells it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FanoutAttempt {
+    /// The attempt's job.
+    pub job: String,
+    /// 1-based.
+    pub index: u32,
+    /// Files copied for it.
+    pub files: u64,
+    /// Bytes copied for it.
+    pub bytes: u64,
+    /// How long its copy took.
+    pub copy_ms: u64,
+    /// Its outcome, once it ended.
+    pub outcome: Option<Outcome>,
+    /// Why.
+    pub reason: Option<FinishReason>,
+    /// Its message.
+    pub message: Option<String>,
+    /// Rounds it started.
+    pub rounds: u32,
+    /// Whether its last verify passed.
+    pub verified: Option<bool>,
+    /// Its tokens.
+    pub tokens: u64,
+    /// Its last valid report.
+    #[serde(skip)]
+    pub report: Option<Report>,
+    /// Its result is the job's.
+    pub chosen: bool,
+    /// It passed its verify first.
+    pub won: bool,
+    /// Its changes as applied to the job's workspace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<super::event::AppliedChanges>,
+}
+
 /// Why a job cannot be resumed with the raised `caps` (none: as it is), if it cannot. A
 /// `budget-limited` job is resumed only with the cap it ran out of raised (one that stalled
 /// needs none). A cap given is not checked here but by [`crate::job::RaisedCaps::check`], which
@@ -644,6 +745,18 @@ pub fn resume_refusal(view: &JobView, caps: &crate::job::RaisedCaps) -> Option<S
                 view.id, finish.outcome
             ));
         }
+    }
+    if let Some(of) = &view.spec.attempt_of {
+        return Some(format!(
+            "job `{}` is attempt {} of fan-out job `{}`: an attempt is not resumed on its own",
+            view.id, of.index, of.job
+        ));
+    }
+    if view.spec.attempts > 1 && !view.fanout.is_empty() {
+        return Some(format!(
+            "job `{}` ran {} attempts, whose copies are gone: submit it again",
+            view.id, view.spec.attempts
+        ));
     }
     let mut spec = view.spec.clone();
     caps.apply(&mut spec);
