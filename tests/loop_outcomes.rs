@@ -901,8 +901,13 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
         .filter_map(|e| std::fs::read(e.unwrap().path().join("cmdline")).ok())
         .any(|c| c == b"sleep\x003117\x00");
     assert!(!sleeping, "the cancelled attempt's process is still there");
-    // No copy left.
-    let copies = f.state.join("workspaces");
+    // No attempt's workspace left: no mount, no directory.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(f.state.to_str().unwrap()),
+        "a mount is left under the state dir:\n{mounts}"
+    );
+    let copies = f.state.join("attempts");
     let left: Vec<_> = std::fs::read_dir(&copies)
         .map(|d| d.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
@@ -935,10 +940,14 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
         ],
         "{v}"
     );
-    assert!(
-        attempts.iter().all(|a| a["files"].as_u64().unwrap() >= 3),
-        "{v}"
-    );
+    // A root runner's attempts are overlays on the workspace; any other runner's are copies.
+    for a in attempts {
+        match a["layout"].as_str() {
+            Some("overlay") => assert_eq!(a["files"], 0, "{v}"),
+            Some("copy") => assert!(a["files"].as_u64().unwrap() >= 3, "{v}"),
+            other => panic!("layout {other:?}: {v}"),
+        }
+    }
     let sum: u64 = attempts.iter().map(|a| a["tokens"].as_u64().unwrap()).sum();
     assert!(sum >= 200, "{v}");
     assert_eq!(
@@ -960,4 +969,84 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
         "{}",
         out.stderr
     );
+}
+
+/// Fan-out on a workspace the rounds' user owns (the agent user), run by root: each attempt is
+/// an overlay on the workspace (a mount, no copy), the loser's writes stay in its upper layer,
+/// the winner's reach the workspace owned as the workspace is, and no mount is left. (A
+/// workspace another user owns is seen through an idmapped mount: copied, as the test above.)
+#[test]
+fn attempts_of_a_root_runner_are_overlays_on_an_unprivileged_workspace() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: overlays need a root runner (this one is not root)");
+        return;
+    }
+    let f = Fixture::new();
+    std::fs::set_permissions(f.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(f.ws.join("a.txt"), "original\n").unwrap();
+    std::fs::write(f.ws.join("b.txt"), "to be removed\n").unwrap();
+    let agent_user =
+        ralph_sandbox::identity::agent_user(None, std::path::Path::new("/etc")).unwrap();
+    let (uid, gid) = (agent_user.uid, agent_user.gid);
+    for p in [f.ws.clone(), f.ws.join("a.txt"), f.ws.join("b.txt")] {
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    }
+    let agent = f.agent(
+        "fan.sh",
+        &format!(
+            r#"case "$PWD" in
+  *.1) echo winner > result.txt; echo changed > a.txt; rm b.txt ;;
+  *) echo lost > loser.txt; exit 1 ;;
+esac
+printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
+            complete_report("done")
+        ),
+    );
+    let out = f
+        .run(&agent)
+        .args([
+            "--attempts",
+            "2",
+            "--verify",
+            "test -e result.txt",
+            "--round-retries",
+            "0",
+            "--max-rounds",
+            "1",
+        ])
+        .output();
+    out.expect_code(0);
+    let j = out.json();
+    let id = j["job_id"].as_str().unwrap();
+    let show = Ralph::new()
+        .args(["show", id, "--json", "--state-dir"])
+        .arg(&f.state)
+        .output();
+    let v = show.json();
+    let layouts: Vec<&str> = v["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["layout"].as_str().unwrap())
+        .collect();
+    assert_eq!(layouts, vec!["overlay", "overlay"], "{v}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("result.txt")).unwrap(),
+        "winner\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("a.txt")).unwrap(),
+        "changed\n"
+    );
+    assert!(!f.ws.join("b.txt").exists());
+    assert!(!f.ws.join("loser.txt").exists());
+    let m = std::fs::metadata(f.ws.join("result.txt")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (uid, gid));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(f.state.to_str().unwrap()), "{mounts}");
+    let left: Vec<_> = std::fs::read_dir(f.state.join("attempts"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left: {left:?}");
 }

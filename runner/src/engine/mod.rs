@@ -172,7 +172,7 @@ pub struct Engine {
     env: RunnerEnv,
     ceilings: Ceilings,
     observers: Vec<Arc<dyn Observer>>,
-    agent_user: Option<String>,
+    pub(crate) agent_user: Option<String>,
     upstreams: upstream::Upstreams,
     /// What starts the agent and verify processes (the sandbox backends, or a test's fake).
     spawner: Arc<dyn spawn::Spawner>,
@@ -307,6 +307,7 @@ impl Engine {
     /// Removes the private scratch that killed runs left in this state directory
     /// ([`scratch_sweep`]).
     pub fn sweep_scratch(&self) -> scratch_sweep::SweepReport {
+        sweep_attempts(&self.store, &self.state_dir);
         scratch_sweep::sweep(&self.state_dir)
     }
 
@@ -552,4 +553,15 @@ impl Engine {
     pub fn job_dir(&self, job_id: &str) -> PathBuf {
         artifacts::job_dir(&self.state_dir, job_id)
     }
+}
+
+/// Removes the attempts' workspaces (overlays unmounted, copies deleted) of fan-out jobs no
+/// longer running: what a killed runner left (SPEC §13). Run after the dead runners' jobs were
+/// closed; returns how many.
+pub fn sweep_attempts(store: &Store, state_dir: &Path) -> usize {
+    fanout::layout::sweep(state_dir, |job| {
+        store
+            .load(job)
+            .is_ok_and(|v| v.state == crate::store::JobState::Running)
+    })
 }

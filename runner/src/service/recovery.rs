@@ -60,6 +60,13 @@ pub fn recover(
     report.interrupted = orphans.interrupted;
     report.left_to_live_runners = orphans.left_to_live_runners;
     report.scratch_removed = crate::engine::scratch_sweep::sweep(state_dir).removed.len();
+    let attempts = crate::engine::sweep_attempts(store, state_dir);
+    if attempts > 0 {
+        tracing::warn!(
+            attempts,
+            "recovered: {attempts} workspace(s) of the attempts of fan-out jobs whose runner died removed"
+        );
+    }
     // No job of this instance runs yet, and provisioned jobs run only under `ralph serve`.
     report.overlays_unmounted = crate::provision::layered::unmount_stale(
         &crate::provision::workspaces_dir(state_dir),

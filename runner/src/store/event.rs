@@ -664,7 +664,10 @@ pub struct AttemptCopy {
     pub job: String,
     /// 1-based.
     pub index: u32,
-    /// Files and links copied.
+    /// `overlay` (a mount on the workspace) or `copy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
+    /// Files and links copied (none for an overlay).
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,

@@ -542,6 +542,7 @@ impl JobView {
                     .map(|a| FanoutAttempt {
                         job: a.job.clone(),
                         index: a.index,
+                        layout: a.layout.clone(),
                         files: a.files,
                         bytes: a.bytes,
                         copy_ms: a.copy_ms,
@@ -668,6 +669,9 @@ pub struct FanoutAttempt {
     pub job: String,
     /// 1-based.
     pub index: u32,
+    /// `overlay` or `copy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
     /// Files copied for it.
     pub files: u64,
     /// Bytes copied for it.

@@ -1,6 +1,8 @@
 //! Fan-out (SPEC §13, `--attempts N`): N independent loops from the same start. Each attempt is
-//! a job of its own (`attempt_of` names this one) on its own copy of the workspace, made after
-//! the set-up passed, under `<state-dir>/workspaces/<job>.<n>`, run concurrently by this runner
+//! a job of its own (`attempt_of` names this one) on its own view of the workspace, made after
+//! the set-up passed, at `<state-dir>/attempts/<job>.<n>`: an overlay whose lower layer is the
+//! workspace itself (a mount, and the disk of what the attempt changes; a root runner), or a
+//! copy where an overlay cannot be mounted ([`layout`]). They run concurrently by this runner
 //! with the whole engine (rounds, retries, verify, caps, cancel). The first attempt that ends
 //! `complete` (its verify passed: a fan-out job needs `verify`) wins and the others are
 //! cancelled (their tokens still count: the job's usage is the sum). The winner's changes are
@@ -15,6 +17,7 @@
 
 pub mod apply;
 pub mod choose;
+pub mod layout;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -36,6 +39,7 @@ struct Made {
     index: u32,
     job: String,
     copy: PathBuf,
+    layout: layout::Layout,
     hold: crate::store::hold::RunHold,
     cancel: Cancel,
 }
@@ -67,9 +71,11 @@ impl JobRun<'_> {
             (true, Some(w)) => {
                 let placeholders = self.spec.sandbox.protect.clone();
                 let owner = owner_of(&self.spec.workspace);
-                let (copy, ws) = (w.copy.clone(), self.spec.workspace.clone());
+                let (copy, ws, lay) = (w.copy.clone(), self.spec.workspace.clone(), w.layout);
                 match crate::store::journal::blocking(|| {
-                    apply::apply(&copy, &ws, &placeholders, owner)
+                    // The attempt's overlay was unmounted with its job: mounted again to be read.
+                    layout::open(&copy, lay).map_err(|e| e.to_string())?;
+                    apply::apply(&copy, &ws, &placeholders, owner).map_err(|e| e.to_string())
                 }) {
                     Ok(a) => Some(a),
                     Err(e) => {
@@ -115,23 +121,31 @@ impl JobRun<'_> {
     /// Copies the workspace once per attempt and journals each attempt as a job of its own.
     fn make_attempts(&mut self, n: u32) -> Result<Vec<Made>, String> {
         let id = self.journal.view().id.clone();
-        let root = crate::provision::workspaces_dir(&self.engine.state_dir);
+        let root = layout::attempts_dir(&self.engine.state_dir);
         std::fs::create_dir_all(&root)
             .map_err(|e| format!("failed to create `{}`: {e}", root.display()))?;
         let owner = owner_of(&self.spec.workspace);
+        // The user a root runner's rounds run as (as the sandbox decides it).
+        let agent = owner.and_then(|_| {
+            ralph_sandbox::identity::agent_user(
+                self.engine.agent_user.as_deref(),
+                Path::new("/etc"),
+            )
+            .ok()
+            .map(|ids| (ids.uid, ids.gid))
+        });
         let mut made = Vec::new();
         let mut copies = Vec::new();
         for index in 1..=n {
             let copy = root.join(format!("{id}.{index}"));
             let started = Instant::now();
-            let copied = crate::cache::copy::copy_tree(&self.spec.workspace, &copy, owner);
-            let copied = match copied {
-                Ok(c) => c,
+            let view = match layout::make(&self.spec.workspace, &copy, owner, agent) {
+                Ok(v) => v,
                 Err(e) => {
                     self.remove_copies(&made);
-                    let _ = std::fs::remove_dir_all(&copy);
+                    layout::remove(&copy);
                     return Err(format!(
-                        "failed to copy the workspace for attempt {index}: {e}"
+                        "failed to make the workspace of attempt {index}: {e}"
                     ));
                 }
             };
@@ -140,21 +154,23 @@ impl JobRun<'_> {
                 Ok(x) => x,
                 Err(e) => {
                     self.remove_copies(&made);
-                    let _ = std::fs::remove_dir_all(&copy);
+                    layout::remove(&copy);
                     return Err(format!("failed to start attempt {index}: {e}"));
                 }
             };
             copies.push(AttemptCopy {
                 job: job.clone(),
                 index,
-                files: copied.files,
-                bytes: copied.bytes,
+                layout: Some(view.layout.as_str().to_owned()),
+                files: view.files,
+                bytes: view.bytes,
                 copy_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             });
             made.push(Made {
                 index,
                 job,
                 copy,
+                layout: view.layout,
                 hold,
                 cancel: Cancel::new(),
             });
@@ -239,11 +255,7 @@ impl JobRun<'_> {
 
     fn remove_copies(&self, made: &[Made]) {
         for m in made {
-            if let Err(e) = std::fs::remove_dir_all(&m.copy) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(job_id = %self.journal.view().id, path = %m.copy.display(), error = %e, "failed to remove an attempt's copy `{}`: {e}", m.copy.display());
-                }
-            }
+            layout::remove(&m.copy);
         }
     }
 }
