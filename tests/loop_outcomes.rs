@@ -860,6 +860,7 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
             complete_report("done")
         ),
     );
+    let prom = f.root.path().join("ralph.prom");
     let out = f
         .run(&agent)
         .args([
@@ -872,6 +873,8 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
             "--max-rounds",
             "2",
         ])
+        .arg("--metrics-textfile")
+        .arg(&prom)
         .output();
     out.expect_code(0);
     let j = out.json();
@@ -961,6 +964,33 @@ printf '%s' '{}' > "$RALPH_REPORT_FILE""#,
         .arg(&f.state)
         .output();
     assert!(text.stdout.contains("attempt 3"), "{}", text.stdout);
+    assert!(text.stdout.contains("complete (won)"), "{}", text.stdout);
+    // Counted: each attempt by its outcome, the job once (not its attempts), and the attempts'
+    // rounds and tokens as any round's.
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    for line in [
+        "ralph_attempts_total{outcome=\"complete\"} 1",
+        "ralph_attempts_total{outcome=\"cancelled\"} 1",
+        "ralph_attempts_total{outcome=\"round-failed\"} 1",
+        "ralph_jobs_finished_total{outcome=\"complete\"} 1",
+        "ralph_jobs_finished_total{outcome=\"round-failed\"} 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in\n{metrics}"
+        );
+    }
+    let tokens: u64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("ralph_tokens_total{")
+                && (l.contains("kind=\"input\"") || l.contains("kind=\"output\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum();
+    assert_eq!(tokens, sum, "{metrics}");
+    common::promtool::promtool_check(&metrics);
     // Needs verify.
     let out = f.run(&agent).args(["--attempts", "2"]).output();
     out.expect_code(64);

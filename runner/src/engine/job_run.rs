@@ -37,6 +37,8 @@ pub(super) struct JobRun<'e> {
     pub(super) toolchain: crate::toolchain::ToolchainGrant,
     /// Its caches, resolved before the set-up (SPEC §12).
     pub(super) caches: Vec<crate::cache::CacheEntry>,
+    /// The observers given to this run that hear its attempts' journals too (SPEC §13).
+    pub(super) attempt_observers: Vec<std::sync::Arc<dyn crate::store::Observer>>,
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -70,6 +72,7 @@ impl<'e> JobRun<'e> {
             upstream: None,
             toolchain: Default::default(),
             caches: Vec::new(),
+            attempt_observers: Vec::new(),
         }
     }
 

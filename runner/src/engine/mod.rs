@@ -381,6 +381,11 @@ impl Engine {
         observers: Vec<Arc<dyn Observer>>,
     ) -> Result<JobResult, EngineError> {
         let mut all = self.observers.clone();
+        let attempt_observers: Vec<Arc<dyn Observer>> = observers
+            .iter()
+            .filter(|o| o.hears_attempts())
+            .cloned()
+            .collect();
         all.extend(observers);
         let journal = Journal::open_patiently(self.store.clone(), job_id, all)?;
         let view = journal.view();
@@ -409,9 +414,9 @@ impl Engine {
             since,
             cancel.clone(),
         )?;
-        let result = job_run::JobRun::new(self, journal, agent, cancel)
-            .run()
-            .await;
+        let mut run = job_run::JobRun::new(self, journal, agent, cancel);
+        run.attempt_observers = attempt_observers;
+        let result = run.run().await;
         drop(workspace);
         // Room came back (a job's files pruned, the disk grown): the reserve is made again.
         let _ = crate::store::journal::blocking(|| self.store.replenish_reserve(&self.state_dir));

@@ -20,6 +20,10 @@ impl Observer for MetricsObserver {
             self.0.record(&m);
         }
     }
+
+    fn hears_attempts(&self) -> bool {
+        true
+    }
 }
 
 fn parse_time(s: &str) -> Option<SystemTime> {

@@ -46,6 +46,13 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
 pub trait Observer: Send + Sync {
     /// Called after `event` is durable; `view` is the projection including it.
     fn on_event(&self, view: &JobView, event: &Event);
+
+    /// Whether the journals of a fan-out job's attempts (SPEC §13) are heard too, when this
+    /// observer is given to one run of that job (counters are; a job's progress display is
+    /// not: the attempts' rounds are not its rounds).
+    fn hears_attempts(&self) -> bool {
+        false
+    }
 }
 
 /// The writable journal of one job.

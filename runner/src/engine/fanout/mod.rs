@@ -185,6 +185,8 @@ impl JobRun<'_> {
     /// is journalled as it comes.
     async fn run_attempts(&mut self, made: &[Made]) -> Vec<choose::Ended> {
         let engine = self.engine;
+        let heard = self.attempt_observers.clone();
+        let heard = &heard;
         let mut running = FuturesUnordered::new();
         for m in made {
             let fut = async move {
@@ -200,9 +202,9 @@ impl JobRun<'_> {
                         );
                     }
                 };
-                let r = engine
-                    .run(&m.job, lock, m.cancel.clone(), vec![m.hold.observer()])
-                    .await;
+                let mut observers = vec![m.hold.observer()];
+                observers.extend(heard.iter().cloned());
+                let r = engine.run(&m.job, lock, m.cancel.clone(), observers).await;
                 (m.index, r)
             };
             running.push(fut);
@@ -213,10 +215,16 @@ impl JobRun<'_> {
             let next = tokio::select! {
                 n = running.next() => n,
                 () = tokio::time::sleep(CANCEL_POLL) => {
+                    // The job's cancel, or its drain (no new round), reaches every attempt.
                     if self.cancel.is_cancelled() {
                         let by = self.cancel.by();
                         for m in made {
                             m.cancel.cancel(&by);
+                        }
+                    } else if self.cancel.is_draining() {
+                        let by = self.cancel.by();
+                        for m in made.iter().filter(|m| !m.cancel.is_draining()) {
+                            m.cancel.drain(&by);
                         }
                     }
                     continue;
