@@ -62,116 +62,228 @@ fn kind(m: &fs::Metadata) -> Kind {
     }
 }
 
-/// Makes `workspace` hold what `winner` holds (module doc). `placeholders`: protected paths
-/// (relative). `owner`: who owns what is made (a root runner's, the workspace's owner).
+/// What the walks share: the two roots and how entries are made.
+struct Apply<'a> {
+    winner: &'a Path,
+    workspace: &'a Path,
+    placeholders: &'a [PathBuf],
+    owner: Option<(u32, u32)>,
+    out: AppliedChanges,
+}
+
+/// Makes `workspace` hold what `winner` holds (module doc), comparing every entry of both.
+/// `placeholders`: protected paths (relative). `owner`: who owns what is made (a root runner's,
+/// the workspace's owner).
 pub fn apply(
     winner: &Path,
     workspace: &Path,
     placeholders: &[PathBuf],
     owner: Option<(u32, u32)>,
 ) -> Result<AppliedChanges, ApplyError> {
-    let mut out = AppliedChanges::default();
+    let mut a = Apply {
+        winner,
+        workspace,
+        placeholders,
+        owner,
+        out: AppliedChanges::default(),
+    };
+    a.full(PathBuf::new())?;
+    Ok(a.out)
+}
+
+/// [`apply`] for a winner that is an overlay on `workspace` (mounted at `winner`, its upper
+/// layer `upper`): only what the upper layer holds can differ, so only that is visited — a
+/// whiteout is an entry the winner removed, an opaque directory one it replaced (compared
+/// whole), any other entry is compared through the mounted view as [`apply`] does.
+pub fn apply_overlay(
+    winner: &Path,
+    upper: &Path,
+    workspace: &Path,
+    placeholders: &[PathBuf],
+    owner: Option<(u32, u32)>,
+) -> Result<AppliedChanges, ApplyError> {
+    let mut a = Apply {
+        winner,
+        workspace,
+        placeholders,
+        owner,
+        out: AppliedChanges::default(),
+    };
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        let (w_dir, o_dir) = (winner.join(&rel), workspace.join(&rel));
-        let mut names: Vec<std::ffi::OsString> = Vec::new();
-        for e in fs::read_dir(&o_dir).map_err(io("read", &o_dir))? {
-            names.push(e.map_err(io("read", &o_dir))?.file_name());
-        }
-        let mut w_names: Vec<std::ffi::OsString> = Vec::new();
-        for e in fs::read_dir(&w_dir).map_err(io("read", &w_dir))? {
-            w_names.push(e.map_err(io("read", &w_dir))?.file_name());
-        }
-        // What the winner no longer has goes first (a name may change kind).
-        for name in &names {
-            if w_names.contains(name) {
-                continue;
-            }
-            let o = o_dir.join(name);
-            let m = fs::symlink_metadata(&o).map_err(io("stat", &o))?;
-            if kind(&m) == Kind::Other {
-                continue;
-            }
-            remove(&o, &m)?;
-            out.removed += 1;
-        }
-        for name in &w_names {
-            let (w, o) = (w_dir.join(name), o_dir.join(name));
-            let wm = fs::symlink_metadata(&w).map_err(io("stat", &w))?;
-            let om = match fs::symlink_metadata(&o) {
-                Ok(m) => Some(m),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(io("stat", &o)(e)),
-            };
-            let r = rel.join(name);
-            match kind(&wm) {
-                Kind::Other => {}
-                Kind::Dir => {
-                    match &om {
-                        Some(m) if kind(m) == Kind::Dir => {
-                            if m.mode() & 0o777 != wm.mode() & 0o777
-                                && kept_mode(m.mode(), true) != wm.mode() & 0o777
-                            {
-                                set_mode(&o, wm.mode())?;
-                                out.written += 1;
-                            }
-                        }
-                        _ => {
-                            if om.is_none() && placeholders.contains(&r) && is_empty(&w)? {
-                                continue;
-                            }
-                            if let Some(m) = &om {
-                                remove(&o, m)?;
-                            }
-                            fs::create_dir(&o).map_err(io("create", &o))?;
-                            set_mode(&o, wm.mode())?;
-                            chown(&o, owner)?;
-                            out.written += 1;
-                        }
+        let u_dir = upper.join(&rel);
+        for e in fs::read_dir(&u_dir).map_err(io("read", &u_dir))? {
+            let name = e.map_err(io("read", &u_dir))?.file_name();
+            let (u, o) = (u_dir.join(&name), workspace.join(&rel).join(&name));
+            let um = fs::symlink_metadata(&u).map_err(io("stat", &u))?;
+            if is_whiteout(&um) {
+                if let Some(m) = stat_opt(&o)? {
+                    if kind(&m) != Kind::Other {
+                        remove(&o, &m)?;
+                        a.out.removed += 1;
                     }
+                }
+                continue;
+            }
+            let r = rel.join(&name);
+            if a.entry(&r)? {
+                if is_opaque(&u) {
+                    a.full(r)?;
+                } else {
                     stack.push(r);
-                }
-                Kind::File => {
-                    let same = match &om {
-                        Some(m) if kind(m) == Kind::File => {
-                            m.len() == wm.len()
-                                && (wm.mode() & 0o777 == m.mode() & 0o777
-                                    || wm.mode() & 0o777 == kept_mode(m.mode(), false))
-                                && same_content(&w, &o)?
-                        }
-                        _ => false,
-                    };
-                    if !same {
-                        out.bytes += replace_file(&w, &o, wm.mode(), owner)?;
-                        out.written += 1;
-                    }
-                }
-                Kind::Link => {
-                    let target = fs::read_link(&w).map_err(io("readlink", &w))?;
-                    let same = match &om {
-                        Some(m) if kind(m) == Kind::Link => {
-                            fs::read_link(&o).map_err(io("readlink", &o))? == target
-                        }
-                        _ => false,
-                    };
-                    if !same {
-                        if let Some(m) = om.as_ref().filter(|m| kind(m) == Kind::Dir) {
-                            remove(&o, m)?;
-                        }
-                        let tmp = temp_name(&o);
-                        std::os::unix::fs::symlink(&target, &tmp).map_err(io("symlink", &tmp))?;
-                        if let Some((u, g)) = owner {
-                            std::os::unix::fs::lchown(&tmp, Some(u), Some(g))
-                                .map_err(io("chown", &tmp))?;
-                        }
-                        fs::rename(&tmp, &o).map_err(io("rename", &o))?;
-                        out.written += 1;
-                    }
                 }
             }
         }
     }
-    Ok(out)
+    Ok(a.out)
+}
+
+/// A whiteout: a character device 0/0 in an upper layer.
+fn is_whiteout(m: &fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// An opaque directory of an upper layer: the lower layer's entries under it are hidden.
+fn is_opaque(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut buf = [0u8; 4];
+    // SAFETY: a NUL-terminated path and a buffer of the length given, alive for the call.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"trusted.overlay.opaque".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    n == 1 && buf[0] == b'y'
+}
+
+fn stat_opt(p: &Path) -> Result<Option<fs::Metadata>, ApplyError> {
+    match fs::symlink_metadata(p) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("stat", p)(e)),
+    }
+}
+
+impl Apply<'_> {
+    /// Every entry below `rel` (a directory on both sides), compared.
+    fn full(&mut self, rel: PathBuf) -> Result<(), ApplyError> {
+        let mut stack = vec![rel];
+        while let Some(rel) = stack.pop() {
+            let (w_dir, o_dir) = (self.winner.join(&rel), self.workspace.join(&rel));
+            let mut names: Vec<std::ffi::OsString> = Vec::new();
+            for e in fs::read_dir(&o_dir).map_err(io("read", &o_dir))? {
+                names.push(e.map_err(io("read", &o_dir))?.file_name());
+            }
+            let mut w_names: Vec<std::ffi::OsString> = Vec::new();
+            for e in fs::read_dir(&w_dir).map_err(io("read", &w_dir))? {
+                w_names.push(e.map_err(io("read", &w_dir))?.file_name());
+            }
+            // What the winner no longer has goes first (a name may change kind).
+            for name in &names {
+                if w_names.contains(name) {
+                    continue;
+                }
+                let o = o_dir.join(name);
+                let m = fs::symlink_metadata(&o).map_err(io("stat", &o))?;
+                if kind(&m) == Kind::Other {
+                    continue;
+                }
+                remove(&o, &m)?;
+                self.out.removed += 1;
+            }
+            for name in &w_names {
+                let r = rel.join(name);
+                if self.entry(&r)? {
+                    stack.push(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the workspace's entry `r` what the winner's is; returns whether it is a directory
+    /// to descend into.
+    fn entry(&mut self, r: &Path) -> Result<bool, ApplyError> {
+        let (w, o) = (self.winner.join(r), self.workspace.join(r));
+        let wm = fs::symlink_metadata(&w).map_err(io("stat", &w))?;
+        let om = stat_opt(&o)?;
+        let owner = self.owner;
+        match kind(&wm) {
+            Kind::Other => Ok(false),
+            Kind::Dir => {
+                match &om {
+                    Some(m) if kind(m) == Kind::Dir => {
+                        if m.mode() & 0o777 != wm.mode() & 0o777
+                            && kept_mode(m.mode(), true) != wm.mode() & 0o777
+                        {
+                            set_mode(&o, wm.mode())?;
+                            self.out.written += 1;
+                        }
+                    }
+                    _ => {
+                        if om.is_none() && self.placeholders.iter().any(|p| p == r) && is_empty(&w)?
+                        {
+                            return Ok(false);
+                        }
+                        if let Some(m) = &om {
+                            remove(&o, m)?;
+                        }
+                        fs::create_dir(&o).map_err(io("create", &o))?;
+                        set_mode(&o, wm.mode())?;
+                        chown(&o, owner)?;
+                        self.out.written += 1;
+                    }
+                }
+                Ok(true)
+            }
+            Kind::File => {
+                let same = match &om {
+                    Some(m) if kind(m) == Kind::File => {
+                        m.len() == wm.len()
+                            && (wm.mode() & 0o777 == m.mode() & 0o777
+                                || wm.mode() & 0o777 == kept_mode(m.mode(), false))
+                            && same_content(&w, &o)?
+                    }
+                    _ => false,
+                };
+                if !same {
+                    self.out.bytes += replace_file(&w, &o, wm.mode(), owner)?;
+                    self.out.written += 1;
+                }
+                Ok(false)
+            }
+            Kind::Link => {
+                let target = fs::read_link(&w).map_err(io("readlink", &w))?;
+                let same = match &om {
+                    Some(m) if kind(m) == Kind::Link => {
+                        fs::read_link(&o).map_err(io("readlink", &o))? == target
+                    }
+                    _ => false,
+                };
+                if !same {
+                    if let Some(m) = om.as_ref().filter(|m| kind(m) == Kind::Dir) {
+                        remove(&o, m)?;
+                    }
+                    let tmp = temp_name(&o);
+                    std::os::unix::fs::symlink(&target, &tmp).map_err(io("symlink", &tmp))?;
+                    if let Some((u, g)) = owner {
+                        std::os::unix::fs::lchown(&tmp, Some(u), Some(g))
+                            .map_err(io("chown", &tmp))?;
+                    }
+                    fs::rename(&tmp, &o).map_err(io("rename", &o))?;
+                    self.out.written += 1;
+                }
+                Ok(false)
+            }
+        }
+    }
 }
 
 fn is_empty(dir: &Path) -> Result<bool, ApplyError> {
@@ -353,6 +465,84 @@ mod tests {
         // Applying again changes nothing.
         let again = apply(&copy, &ws, &[PathBuf::from(".env")], None).unwrap();
         assert_eq!(again, AppliedChanges::default());
+    }
+
+    /// Every entry below `a` and `b`: kind, mode bits, content or link target.
+    fn listing(root: &Path) -> Vec<(PathBuf, String)> {
+        let mut out = Vec::new();
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            for e in fs::read_dir(root.join(&rel)).unwrap() {
+                let r = rel.join(e.unwrap().file_name());
+                let p = root.join(&r);
+                let m = fs::symlink_metadata(&p).unwrap();
+                let what = match kind(&m) {
+                    Kind::Dir => {
+                        stack.push(r.clone());
+                        format!("dir {:o}", m.mode() & 0o777)
+                    }
+                    Kind::File => format!(
+                        "file {:o} {}",
+                        m.mode() & 0o777,
+                        fs::read_to_string(&p).unwrap()
+                    ),
+                    Kind::Link => format!("link {}", fs::read_link(&p).unwrap().display()),
+                    Kind::Other => "other".into(),
+                };
+                out.push((r, what));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Through a real overlay (root only): what the winner changed through the mount — a file
+    /// changed and chmodded, one removed, a directory replaced whole (opaque), a file replaced
+    /// by a directory, a new tree — reaches the workspace by the upper layer's walk alone, and
+    /// the workspace then lists exactly as the winner's view.
+    #[test]
+    fn an_overlay_winner_is_applied_from_its_upper_layer() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: mounting an overlay needs root");
+            return;
+        }
+        let d = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (ws, view) = (d.path().join("ws"), d.path().join("view"));
+        tree(
+            &ws,
+            &[
+                ("a.txt", "a"),
+                ("b.txt", "b"),
+                ("keep/k", "k"),
+                ("swap/x", "x"),
+                ("swap/y", "y"),
+                ("f", "file"),
+            ],
+        );
+        fs::create_dir(&view).unwrap();
+        crate::provision::layered::create(&view, &ws).unwrap();
+        if let Err(e) = crate::provision::layered::mount(&view) {
+            eprintln!("skipped: no overlay here: {e}");
+            return;
+        }
+        fs::write(view.join("a.txt"), "A").unwrap();
+        fs::set_permissions(view.join("a.txt"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::remove_file(view.join("b.txt")).unwrap();
+        fs::remove_dir_all(view.join("swap")).unwrap();
+        fs::create_dir(view.join("swap")).unwrap();
+        fs::write(view.join("swap/z"), "z").unwrap();
+        fs::remove_file(view.join("f")).unwrap();
+        tree(&view, &[("f/inside", "now a dir"), ("new/deep/n", "n")]);
+        symlink("a.txt", view.join("link")).unwrap();
+        let upper = crate::provision::layered::layer_dir(&view).join("upper");
+        let got = apply_overlay(&view, &upper, &ws, &[], None);
+        let expected = listing(&view);
+        crate::provision::layered::remove(&view).unwrap();
+        let got = got.unwrap();
+        assert_eq!(listing(&ws), expected);
+        assert!(!ws.join("swap/x").exists() && ws.join("swap/z").exists());
+        assert_eq!(fs::read_to_string(ws.join("keep/k")).unwrap(), "k");
+        assert!(got.removed >= 2, "{got:?}");
     }
 
     #[test]

@@ -75,7 +75,18 @@ impl JobRun<'_> {
                 match crate::store::journal::blocking(|| {
                     // The attempt's overlay was unmounted with its job: mounted again to be read.
                     layout::open(&copy, lay).map_err(|e| e.to_string())?;
-                    apply::apply(&copy, &ws, &placeholders, owner).map_err(|e| e.to_string())
+                    match lay {
+                        // Only what the upper layer holds can differ from the workspace.
+                        layout::Layout::Overlay => apply::apply_overlay(
+                            &copy,
+                            &crate::provision::layered::layer_dir(&copy).join("upper"),
+                            &ws,
+                            &placeholders,
+                            owner,
+                        ),
+                        layout::Layout::Copy => apply::apply(&copy, &ws, &placeholders, owner),
+                    }
+                    .map_err(|e| e.to_string())
                 }) {
                     Ok(a) => Some(a),
                     Err(e) => {
