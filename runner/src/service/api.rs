@@ -377,13 +377,10 @@ fn format_of(headers: &HeaderMap) -> Format {
     }
 }
 
-async fn create_jobs(
-    State(svc): Svc,
-    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
-    // A draining service would queue what it will not run (SPEC §8).
+/// Whether the service takes new jobs now (a submission, a batch's retry): not while it drains
+/// (it would queue what it will not run), nor while its state disk has no room to journal a job
+/// to its end (SPEC §8).
+pub(super) fn accepting_jobs(svc: &Service) -> Result<(), ApiError> {
     if svc.is_draining() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -391,10 +388,41 @@ async fn create_jobs(
             "the service is draining (stopping): submit again once it is back",
         ));
     }
-    // A job that could not be journalled to its end is not taken (SPEC §8).
-    if let Err(why) = svc.state_room() {
-        return Err(ApiError::disk_full(&why));
+    svc.state_room().map_err(|why| ApiError::disk_full(&why))
+}
+
+/// An optional JSON body (`what` names it in errors): absent or blank is `T::default()`; a
+/// malformed one is 400 naming the field at fault.
+pub(super) fn optional_body<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
     }
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let err = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            format!("{what}: {}", e.inner()),
+        );
+        if field.is_empty() || field == "." {
+            err
+        } else {
+            err.field(field)
+        }
+    })
+}
+
+async fn create_jobs(
+    State(svc): Svc,
+    axum::Extension(caller): axum::Extension<super::tokens::Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
+    accepting_jobs(&svc)?;
     let text = std::str::from_utf8(&body).map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -973,24 +1001,7 @@ async fn resume_job(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
-    let caps: crate::job::RaisedCaps = if body.iter().all(u8::is_ascii_whitespace) {
-        crate::job::RaisedCaps::default()
-    } else {
-        let de = &mut serde_json::Deserializer::from_slice(&body);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
-            let err = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_field",
-                format!("the raised caps: {}", e.inner()),
-            );
-            if field.is_empty() || field == "." {
-                err
-            } else {
-                err.field(field)
-            }
-        })?
-    };
+    let caps: crate::job::RaisedCaps = optional_body(&body, "the raised caps")?;
     let id = resolve(&svc, &id)?;
     check_own(&svc, &caller, &id)?;
     blocking(|| svc.engine().resume_by(&id, Some(&caller.name), &caps))?;

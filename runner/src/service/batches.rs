@@ -210,29 +210,8 @@ async fn retry(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, axum::Json<Value>), ApiError> {
-    if svc.is_draining() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "draining",
-            "the service is draining (stopping): retry once it is back",
-        ));
-    }
-    if let Err(why) = svc.state_room() {
-        return Err(ApiError::disk_full(&why));
-    }
-    let asked: RetryBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RetryBody::default()
-    } else {
-        let de = &mut serde_json::Deserializer::from_slice(&body);
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_field",
-                format!("the retry: {}", e.inner()),
-            )
-            .field("outcome")
-        })?
-    };
+    super::api::accepting_jobs(&svc)?;
+    let asked: RetryBody = super::api::optional_body(&body, "the retry")?;
     let outcomes = retried_outcomes(asked.outcome);
     let members = blocking(|| members(&svc, &id))?;
     let gone = superseded(&members);

@@ -80,13 +80,7 @@ pub fn apply(
     placeholders: &[PathBuf],
     owner: Option<(u32, u32)>,
 ) -> Result<AppliedChanges, ApplyError> {
-    let mut a = Apply {
-        winner,
-        workspace,
-        placeholders,
-        owner,
-        out: AppliedChanges::default(),
-    };
+    let mut a = Apply::new(winner, workspace, placeholders, owner);
     a.full(PathBuf::new())?;
     Ok(a.out)
 }
@@ -102,13 +96,7 @@ pub fn apply_overlay(
     placeholders: &[PathBuf],
     owner: Option<(u32, u32)>,
 ) -> Result<AppliedChanges, ApplyError> {
-    let mut a = Apply {
-        winner,
-        workspace,
-        placeholders,
-        owner,
-        out: AppliedChanges::default(),
-    };
+    let mut a = Apply::new(winner, workspace, placeholders, owner);
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let u_dir = upper.join(&rel);
@@ -171,7 +159,22 @@ fn stat_opt(p: &Path) -> Result<Option<fs::Metadata>, ApplyError> {
     }
 }
 
-impl Apply<'_> {
+impl<'a> Apply<'a> {
+    fn new(
+        winner: &'a Path,
+        workspace: &'a Path,
+        placeholders: &'a [PathBuf],
+        owner: Option<(u32, u32)>,
+    ) -> Self {
+        Apply {
+            winner,
+            workspace,
+            placeholders,
+            owner,
+            out: AppliedChanges::default(),
+        }
+    }
+
     /// Every entry below `rel` (a directory on both sides), compared.
     fn full(&mut self, rel: PathBuf) -> Result<(), ApplyError> {
         let mut stack = vec![rel];
