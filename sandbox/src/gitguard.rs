@@ -30,7 +30,7 @@
 //!
 //! The config reader is tested on hostile input and against `git config --list`
 //! (`gitguard/config_tests.rs`); inventory, comparison and sanitizing on real directories with
-//! hostile content, symlinks included (`gitguard/tests.rs`). `tests/git_boundary.rs` runs
+//! hostile content, symlinks included (`gitguard/tests.rs`). `tests/it/git_boundary.rs` runs
 //! hostile rounds on both backends and then the host's own git.
 
 mod config;

@@ -192,7 +192,7 @@ mod tests {
     }
 
     /// bollard's default is newer than the oldest engine we support, so the version must be
-    /// negotiated (see `tests/docker_backend.rs` for the live check against the engine).
+    /// negotiated (see `tests/it/docker_backend.rs` for the live check against the engine).
     #[test]
     fn bollard_is_newer_than_the_minimum_and_the_minimum_is_pinned() {
         let v = bollard::API_DEFAULT_VERSION;
@@ -203,7 +203,7 @@ mod tests {
             v.minor_version
         );
         assert_eq!(MIN_API, (1, 41), "Debian 12's docker.io speaks 1.41");
-        // Pinned: a bollard upgrade changes this; then run tests/docker_backend.rs against a
+        // Pinned: a bollard upgrade changes this; then run tests/it/docker_backend.rs against a
         // 1.41 engine (Debian 12's docker.io, as CI does) before moving the pin.
         assert_eq!(
             (v.major_version, v.minor_version),

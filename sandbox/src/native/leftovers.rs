@@ -8,7 +8,7 @@
 //! line names ([`super::protocol::GRACE_ARG_PREFIX`]; the init, a fork of the helper, shows the
 //! same) plus [`MARGIN`], and kills only what is still there then. Killing them at once cut the
 //! clean-up of a round whose runner had just been killed (issue 27: a `ralph serve` or a docker
-//! `ralph run` starting elsewhere on a busy host took the grace of `tests/kill_grace.rs`).
+//! `ralph run` starting elsewhere on a busy host took the grace of `tests/it/kill_grace.rs`).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};

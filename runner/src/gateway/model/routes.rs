@@ -6,7 +6,7 @@
 //! Only what agents use to talk to a model is here: the key opens the whole account (files,
 //! fine-tuning, batches, stored completions and responses, organisation and admin keys), and
 //! every route beyond the model would let a round read or spend elsewhere. What the real CLIs
-//! call (checked by `codex_check`, `claude_check` and `tests/gateway_agents.rs`): codex 0.169
+//! call (checked by `codex_check`, `claude_check` and `tests/it/gateway_agents.rs`): codex 0.169
 //! with the preset's provider only `POST responses` (no WebSocket, no `models`, no
 //! `responses/compact`, which it uses only with OpenAI's own provider); claude 2.1.328 only
 //! `POST v1/messages?beta=true` (its `HEAD /api/hello` probe is off with
