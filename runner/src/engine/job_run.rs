@@ -12,9 +12,18 @@ use super::cancel::Cancel;
 use super::round::{AttemptEnd, ReportPolicy};
 use super::verify::VerifyEnd;
 use crate::agent::Agent;
-use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome};
-use crate::report::Status;
+use crate::job::{FinishReason, JobKind, JobResult, JobSpec, Outcome, RoundFailure};
+use crate::report::{Report, Status};
 use crate::store::{EventKind, JobState, JobView, Journal, StoreError};
+
+/// Whether the job goes on (`Continue`, with what the step produced) or a step ended it
+/// (`Break`: the job is closed).
+type Flow<T = ()> = std::ops::ControlFlow<(), T>;
+
+/// A step that closed the job: `Break` once `finish` is recorded.
+fn ended<T>(finish: Result<(), EngineError>) -> Result<Flow<T>, EngineError> {
+    finish.map(|()| Flow::Break(()))
+}
 
 /// Longest pause between retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -328,172 +337,24 @@ impl<'e> JobRun<'e> {
         Ok(())
     }
 
+    /// The loop job: a round after another until one of them ends the job.
     async fn run_loop(&mut self) -> Result<(), EngineError> {
         let mut stall = self.stall_watch();
         loop {
-            if let Some(why) = self.state_disk_full() {
-                return self.finish_disk_full(&why);
+            if let Flow::Break(()) = self.end_before_round()? {
+                return Ok(());
             }
-            let view = self.journal.view();
-            if self.cancel.is_draining() {
-                return self.finish_cancelled();
-            }
-            if self.budget_spent() {
-                return self.finish_budget();
-            }
-            if view.rounds_started >= self.spec.max_rounds {
-                let msg = match view.verified {
-                    Some(false) => format!(
-                        "all {} rounds used; the last round reported completion but the verify command failed",
-                        self.spec.max_rounds
-                    ),
-                    _ => format!(
-                        "all {} rounds used without completion",
-                        self.spec.max_rounds
-                    ),
-                };
-                return self.finish(Outcome::BudgetLimited, FinishReason::MaxRounds, &msg, None);
-            }
-            if self.deadline_passed() {
-                return self.finish_deadline();
-            }
-            let round = view.rounds_started + 1;
+            let round = self.journal.view().rounds_started + 1;
             let before = stall.as_mut().and_then(Stall::digest);
-            let mut attempt = 1;
-            let mut retry_note: Option<String> = None;
-            let report = loop {
-                let a = self
-                    .attempt(
-                        round,
-                        attempt,
-                        retry_note.as_deref(),
-                        ReportPolicy::Required,
-                    )
-                    .await?;
-                match a.end {
-                    AttemptEnd::Reported(r) => break r,
-                    AttemptEnd::Exited => {
-                        return Err(EngineError::Internal {
-                            message: "a loop round ended without its required report".into(),
-                        });
-                    }
-                    AttemptEnd::Failed(reason, message) => {
-                        if attempt > self.spec.round_retries {
-                            let msg = format!(
-                                "round {round} failed after {attempt} attempt(s): {reason}: {message}"
-                            );
-                            return self.finish(
-                                Outcome::RoundFailed,
-                                FinishReason::RoundFailed,
-                                &msg,
-                                None,
-                            );
-                        }
-                        // A spent budget needs no backoff to be known.
-                        if self.budget_spent() {
-                            return self.finish_budget();
-                        }
-                        let pause = backoff(self.spec.retry_backoff.0, attempt);
-                        let left = self
-                            .deadline
-                            .map(|d| d.saturating_duration_since(Instant::now()));
-                        tokio::select! {
-                            () = tokio::time::sleep(pause) => {}
-                            () = self.cancel.cancelled() => {}
-                            () = tokio::time::sleep(left.unwrap_or(pause)), if left.is_some() => {}
-                        }
-                        if self.cancel.is_draining() {
-                            return self.finish_cancelled();
-                        }
-                        if self.deadline_passed() {
-                            return self.finish_deadline();
-                        }
-                        // The budget holds for every attempt, retries included.
-                        if self.budget_spent() {
-                            return self.finish_budget();
-                        }
-                        if let Some(why) = self.state_disk_full() {
-                            return self.finish_disk_full(&why);
-                        }
-                        // Journalled only now that the retry really starts.
-                        self.journal.record(EventKind::RoundRetried {
-                            round,
-                            attempt,
-                            reason,
-                            backoff_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-                        })?;
-                        retry_note = Some(format!("{reason}: {message}"));
-                        attempt += 1;
-                    }
-                    AttemptEnd::CannotRun(msg) => {
-                        return self.finish(
-                            Outcome::Error,
-                            FinishReason::Configuration,
-                            &msg,
-                            None,
-                        );
-                    }
-                    AttemptEnd::Cancelled => {
-                        return self.finish(
-                            Outcome::Cancelled,
-                            FinishReason::CancelRequested,
-                            &format!("cancelled by {}", self.cancel.by()),
-                            None,
-                        );
-                    }
-                    AttemptEnd::Deadline => return self.finish_deadline(),
-                    AttemptEnd::BudgetSpent => return self.finish_budget(),
-                    AttemptEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
-                    AttemptEnd::DiskFull(why) => return self.finish_disk_full(&why),
-                }
+            let report = match self.round_report(round).await? {
+                Flow::Continue(r) => r,
+                Flow::Break(()) => return Ok(()),
             };
             if let Some(s) = stall.as_mut() {
                 s.round_ended(before);
             }
-            match report.status {
-                Status::Continue => {}
-                Status::Blocked => {
-                    let msg = format!("worker reported blocked: {}", report.blocker);
-                    return self.finish(Outcome::Blocked, FinishReason::Reported, &msg, None);
-                }
-                Status::Complete => {
-                    let Some(command) = self.spec.verify.clone() else {
-                        let msg = "worker reported completion (not verified: no verify command)";
-                        return self.finish(Outcome::Complete, FinishReason::Reported, msg, None);
-                    };
-                    match self.verify(round, &command).await? {
-                        VerifyEnd::Passed => {
-                            let msg =
-                                format!("worker reported completion; verified by `{command}`");
-                            return self.finish(
-                                Outcome::Complete,
-                                FinishReason::Verified,
-                                &msg,
-                                None,
-                            );
-                        }
-                        VerifyEnd::Failed => {}
-                        VerifyEnd::Cancelled => {
-                            return self.finish(
-                                Outcome::Cancelled,
-                                FinishReason::CancelRequested,
-                                &format!("cancelled by {}", self.cancel.by()),
-                                None,
-                            );
-                        }
-                        VerifyEnd::Deadline => return self.finish_deadline(),
-                        VerifyEnd::SandboxFailed(e) => return self.finish_sandbox_error(&e),
-                        VerifyEnd::DiskFull(why) => return self.finish_disk_full(&why),
-                        VerifyEnd::CannotRun(msg) => {
-                            return self.finish(
-                                Outcome::Error,
-                                FinishReason::Configuration,
-                                &msg,
-                                None,
-                            );
-                        }
-                    }
-                }
+            if let Flow::Break(()) = self.on_report(round, &report).await? {
+                return Ok(());
             }
             if let Some(k) = stall.as_ref().and_then(Stall::stalled) {
                 let msg = format!(
@@ -502,6 +363,185 @@ impl<'e> JobRun<'e> {
                 return self.finish(Outcome::BudgetLimited, FinishReason::Stalled, &msg, None);
             }
         }
+    }
+
+    /// Ends the job before its next round when the disk, a cancel, the budget, the rounds or
+    /// the deadline say so.
+    fn end_before_round(&mut self) -> Result<Flow, EngineError> {
+        if let Some(why) = self.state_disk_full() {
+            return ended(self.finish_disk_full(&why));
+        }
+        let view = self.journal.view();
+        if self.cancel.is_draining() {
+            return ended(self.finish_cancelled());
+        }
+        if self.budget_spent() {
+            return ended(self.finish_budget());
+        }
+        if view.rounds_started >= self.spec.max_rounds {
+            let msg = match view.verified {
+                Some(false) => format!(
+                    "all {} rounds used; the last round reported completion but the verify command failed",
+                    self.spec.max_rounds
+                ),
+                _ => format!(
+                    "all {} rounds used without completion",
+                    self.spec.max_rounds
+                ),
+            };
+            return ended(self.finish(Outcome::BudgetLimited, FinishReason::MaxRounds, &msg, None));
+        }
+        if self.deadline_passed() {
+            return ended(self.finish_deadline());
+        }
+        Ok(Flow::Continue(()))
+    }
+
+    /// Runs round `round`, retried as the spec allows, to its report; the job ends instead
+    /// when an attempt says so.
+    async fn round_report(&mut self, round: u32) -> Result<Flow<Report>, EngineError> {
+        let mut attempt = 1;
+        let mut retry_note: Option<String> = None;
+        loop {
+            let a = self
+                .attempt(
+                    round,
+                    attempt,
+                    retry_note.as_deref(),
+                    ReportPolicy::Required,
+                )
+                .await?;
+            let (reason, message) = match a.end {
+                AttemptEnd::Reported(r) => return Ok(Flow::Continue(r)),
+                AttemptEnd::Exited => {
+                    return Err(EngineError::Internal {
+                        message: "a loop round ended without its required report".into(),
+                    });
+                }
+                AttemptEnd::Failed(reason, message) => (reason, message),
+                AttemptEnd::CannotRun(msg) => {
+                    return ended(self.finish(
+                        Outcome::Error,
+                        FinishReason::Configuration,
+                        &msg,
+                        None,
+                    ));
+                }
+                AttemptEnd::Cancelled => return ended(self.finish_cancel_requested(None)),
+                AttemptEnd::Deadline => return ended(self.finish_deadline()),
+                AttemptEnd::BudgetSpent => return ended(self.finish_budget()),
+                AttemptEnd::SandboxFailed(e) => return ended(self.finish_sandbox_error(&e)),
+                AttemptEnd::DiskFull(why) => return ended(self.finish_disk_full(&why)),
+            };
+            if attempt > self.spec.round_retries {
+                let msg =
+                    format!("round {round} failed after {attempt} attempt(s): {reason}: {message}");
+                return ended(self.finish(
+                    Outcome::RoundFailed,
+                    FinishReason::RoundFailed,
+                    &msg,
+                    None,
+                ));
+            }
+            if let Flow::Break(()) = self.pause_before_retry(round, attempt, reason).await? {
+                return Ok(Flow::Break(()));
+            }
+            retry_note = Some(format!("{reason}: {message}"));
+            attempt += 1;
+        }
+    }
+
+    /// The backoff before attempt `attempt + 1` of round `round`, then the checks a retry
+    /// passes before it is journalled; the job ends instead when one fails.
+    async fn pause_before_retry(
+        &mut self,
+        round: u32,
+        attempt: u32,
+        reason: RoundFailure,
+    ) -> Result<Flow, EngineError> {
+        // A spent budget needs no backoff to be known.
+        if self.budget_spent() {
+            return ended(self.finish_budget());
+        }
+        let pause = backoff(self.spec.retry_backoff.0, attempt);
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = self.cancel.cancelled() => {}
+            () = tokio::time::sleep(left.unwrap_or(pause)), if left.is_some() => {}
+        }
+        if self.cancel.is_draining() {
+            return ended(self.finish_cancelled());
+        }
+        if self.deadline_passed() {
+            return ended(self.finish_deadline());
+        }
+        // The budget holds for every attempt, retries included.
+        if self.budget_spent() {
+            return ended(self.finish_budget());
+        }
+        if let Some(why) = self.state_disk_full() {
+            return ended(self.finish_disk_full(&why));
+        }
+        // Journalled only now that the retry really starts.
+        self.journal.record(EventKind::RoundRetried {
+            round,
+            attempt,
+            reason,
+            backoff_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+        })?;
+        Ok(Flow::Continue(()))
+    }
+
+    /// What the round's report does to the job: `continue` goes on, `blocked` ends it, and
+    /// `complete` ends it once verified (a failed verify goes on).
+    async fn on_report(&mut self, round: u32, report: &Report) -> Result<Flow, EngineError> {
+        match report.status {
+            Status::Continue => Ok(Flow::Continue(())),
+            Status::Blocked => {
+                let msg = format!("worker reported blocked: {}", report.blocker);
+                ended(self.finish(Outcome::Blocked, FinishReason::Reported, &msg, None))
+            }
+            Status::Complete => {
+                let Some(command) = self.spec.verify.clone() else {
+                    let msg = "worker reported completion (not verified: no verify command)";
+                    return ended(self.finish(
+                        Outcome::Complete,
+                        FinishReason::Reported,
+                        msg,
+                        None,
+                    ));
+                };
+                match self.verify(round, &command).await? {
+                    VerifyEnd::Passed => {
+                        let msg = format!("worker reported completion; verified by `{command}`");
+                        ended(self.finish(Outcome::Complete, FinishReason::Verified, &msg, None))
+                    }
+                    VerifyEnd::Failed => Ok(Flow::Continue(())),
+                    VerifyEnd::Cancelled => ended(self.finish_cancel_requested(None)),
+                    VerifyEnd::Deadline => ended(self.finish_deadline()),
+                    VerifyEnd::SandboxFailed(e) => ended(self.finish_sandbox_error(&e)),
+                    VerifyEnd::DiskFull(why) => ended(self.finish_disk_full(&why)),
+                    VerifyEnd::CannotRun(msg) => {
+                        ended(self.finish(Outcome::Error, FinishReason::Configuration, &msg, None))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the job as cancelled by whoever asked (`code`: a task's exit status, if it had
+    /// one).
+    fn finish_cancel_requested(&mut self, code: Option<i32>) -> Result<(), EngineError> {
+        let msg = format!("cancelled by {}", self.cancel.by());
+        self.finish(
+            Outcome::Cancelled,
+            FinishReason::CancelRequested,
+            &msg,
+            code,
+        )
     }
 
     /// The change watch of `--max-stalled-rounds` (none when it is off).
@@ -537,12 +577,7 @@ impl<'e> JobRun<'e> {
         let a = self.attempt(1, 1, None, ReportPolicy::OptionalFile).await?;
         let code = a.exit.map(|t| t.shell_code());
         match a.end {
-            AttemptEnd::Cancelled => self.finish(
-                Outcome::Cancelled,
-                FinishReason::CancelRequested,
-                &format!("cancelled by {}", self.cancel.by()),
-                code,
-            ),
+            AttemptEnd::Cancelled => self.finish_cancel_requested(code),
             AttemptEnd::Deadline => self.finish(
                 Outcome::Failed,
                 FinishReason::JobTimeout,
@@ -595,12 +630,7 @@ impl<'e> JobRun<'e> {
                         &format!("the task exited 0 but `{command}` failed"),
                         code,
                     ),
-                    VerifyEnd::Cancelled => self.finish(
-                        Outcome::Cancelled,
-                        FinishReason::CancelRequested,
-                        &format!("cancelled by {}", self.cancel.by()),
-                        code,
-                    ),
+                    VerifyEnd::Cancelled => self.finish_cancel_requested(code),
                     VerifyEnd::Deadline => self.finish(
                         Outcome::Failed,
                         FinishReason::JobTimeout,
