@@ -29,6 +29,7 @@ pub mod client;
 pub mod client_tls;
 pub mod engine;
 pub mod gateway;
+pub mod host;
 pub mod job;
 pub mod logging;
 pub mod metrics;

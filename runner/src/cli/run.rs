@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use ralph_runner::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv, WorkspaceLockError};
+use ralph_runner::engine::{Cancel, EngineError, WorkspaceLockError};
+use ralph_runner::host::{Host, HostError, HostOptions, Recovery};
 use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
 use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
-use ralph_runner::store::{Observer, RunnerInfo, Store};
+use ralph_runner::store::Observer;
+use ralph_runner::store::postgres::pool::PoolOptions;
 use ralph_runner::util::terminal;
 
 use super::exit::Exit;
@@ -109,6 +111,19 @@ pub fn flag_of(field: &str) -> String {
     format!("--{}", field.replace('_', "-"))
 }
 
+/// A host that cannot be opened, as `ralph run` words it: a directory it cannot make or
+/// resolve and a newer store are usage errors naming `--state-dir`; the rest are internal.
+fn host_error(e: HostError, state_dir: &Path) -> CliError {
+    match e {
+        HostError::CreateDir(e) => CliError::usage(e.to_string()),
+        HostError::Resolve { source, .. } => {
+            CliError::usage(format!("--state-dir `{}`: {source}", state_dir.display()))
+        }
+        HostError::Open(e) => state_dir::open_error(e),
+        other => CliError::internal(other.to_string()),
+    }
+}
+
 /// Runs `ralph run`.
 pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let cwd = std::env::current_dir()
@@ -122,10 +137,6 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     } else {
         cwd.join(state_dir)
     };
-    ralph_runner::store::sqlite::create_private_dir(&state_dir)
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    let state_dir = std::fs::canonicalize(&state_dir)
-        .map_err(|e| CliError::usage(format!("--state-dir `{}`: {e}", state_dir.display())))?;
     if let Some(p) = &args.metrics_textfile {
         textfile::check_path(p).map_err(|e| CliError::usage(format!("--metrics-textfile: {e}")))?;
     }
@@ -135,21 +146,27 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     if let Some(p) = &args.summary {
         super::ci_files::check("--summary", p)?;
     }
-    let runner = RunnerInfo::current("run");
+    let metrics = Arc::new(Metrics::new(false).map_err(|e| CliError::internal(e.to_string()))?);
+    let host = Host::open(&HostOptions {
+        state_dir: &state_dir,
+        database_url: args.database_url.as_deref().filter(|u| !u.is_empty()),
+        pool: PoolOptions::default(),
+        role: "run",
+        names_state_dir: false,
+        exclusive: false,
+        // PostgreSQL: this run's lease, which its job names while it runs (SPEC §8).
+        lease_timeout: ralph_runner::store::lease::DEFAULT_LEASE_TIMEOUT,
+    })
+    .map_err(|e| host_error(e, &state_dir))?;
     let push_url = match &args.pushgateway {
         Some(u) => Some(
-            push::group_url(u, &runner.host)
+            push::group_url(u, &host.runner.host)
                 .map_err(|e| CliError::usage(format!("--pushgateway: {e}")))?,
         ),
         None => None,
     };
-    let metrics = Arc::new(Metrics::new(false).map_err(|e| CliError::internal(e.to_string()))?);
-    let database_url = args.database_url.as_deref().filter(|u| !u.is_empty());
-    let store = Arc::new(Store::open(&state_dir, database_url).map_err(state_dir::open_error)?);
-    // PostgreSQL: this run's lease, which its job names while it runs (SPEC §8).
-    let _lease = store
-        .start_lease(&runner, ralph_runner::store::lease::DEFAULT_LEASE_TIMEOUT)
-        .map_err(|e| CliError::internal(e.to_string()))?;
+    let state_dir = host.state_dir.clone();
+    let store = host.store.clone();
     // The job's paths are resolved once the store says where earlier rounds could write.
     let known = WritableTrees::new(
         store
@@ -164,16 +181,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
             spec.workspace.display()
         )));
     }
-    let engine = Engine::new(
-        store,
-        Backends::new("/proc/self/exe", super::sandbox_args::load_policies()?),
-        state_dir,
-        runner,
-        RunnerEnv::capture(),
-    )
-    .with_agent_user(args.agent_user.clone());
-    // Jobs of this store whose runner died are closed as interrupted first (SPEC §8).
-    match engine.close_orphans() {
+    let policies = super::sandbox_args::load_policies()?;
+    // Jobs of this store whose runner died are closed as interrupted first (SPEC §8), and
+    // their scratch and fan-out attempts removed.
+    match host.recover(Recovery::Jobs, &[]) {
         Ok(r) if !r.interrupted.is_empty() => warn(&format!(
             "closed {} job(s) whose runner died as interrupted: {}",
             r.interrupted.len(),
@@ -184,7 +195,8 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
             "warning: failed to close the jobs of dead runners: {e}"
         )),
     }
-    engine.sweep_scratch();
+    let (engine, _holds) = host.into_engine(policies);
+    let engine = engine.with_agent_user(args.agent_user.clone());
     // The workspace first: a job that cannot have it is refused before it is journalled, so
     // it leaves no record (and certainly no `running` job) behind.
     let workspace = engine

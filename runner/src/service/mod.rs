@@ -30,7 +30,6 @@ mod orphan_watch;
 pub mod path_admission;
 pub mod provisioned;
 pub mod rate_limit;
-pub mod recovery;
 pub mod refusal_log;
 pub mod repo_admission;
 pub mod results;
@@ -53,10 +52,11 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast};
 
-use crate::engine::{Backends, Cancel, Engine, EngineError, RunnerEnv};
+use crate::engine::{Cancel, Engine, EngineError};
+use crate::host::{Host, HostHolds, HostOptions, Recovery};
 use crate::job::{FinishReason, Outcome};
 use crate::metrics::{Metrics, MetricsObserver};
-use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer, RunnerInfo, Store};
+use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer};
 use config::ServiceConfig;
 
 /// A failure to start or run the service.
@@ -96,12 +96,9 @@ pub enum ServiceError {
     /// The sandbox policies are unusable.
     #[error(transparent)]
     Policy(#[from] ralph_sandbox::policy::PolicyError),
-    /// Another `ralph serve` holds this SQLite state directory.
-    #[error("{source} (another `ralph serve` runs on this state directory)")]
-    Busy {
-        /// Whose hold.
-        source: crate::store::hold::HoldError,
-    },
+    /// The state directory, the store, the serve lock or the lease.
+    #[error(transparent)]
+    Host(#[from] crate::host::HostError),
     /// Anything else.
     #[error("{0}")]
     Other(String),
@@ -148,10 +145,9 @@ pub struct Service {
     ready: AtomicBool,
     events: broadcast::Sender<Event>,
     metrics: Arc<Metrics>,
-    /// PostgreSQL: this host's runner lease, renewed while the service lives.
-    _lease: Option<crate::store::lease::LeaseGuard>,
-    /// SQLite: the state directory's serve lock (one `ralph serve` per directory).
-    _serve_lock: Option<crate::store::hold::ExclusiveFile>,
+    /// This host's runner lease (PostgreSQL, renewed while the service lives) and the state
+    /// directory's serve lock (SQLite: one `ralph serve` per directory).
+    _holds: HostHolds,
     /// Held by a submission naming an upload from its check until its jobs are queued, and by
     /// the uploads' sweep while it decides and removes: an upload a job is being queued with
     /// is never swept between the two.
@@ -168,8 +164,7 @@ impl std::fmt::Debug for Service {
     }
 }
 
-/// The serve lock of a SQLite state directory.
-pub const SERVE_LOCK: &str = "serve.lock";
+pub use crate::host::SERVE_LOCK;
 
 /// How often a job the engine could not finish is tried to be closed, and the pause between.
 const FAIL_TRIES: u32 = 12;
@@ -195,35 +190,6 @@ impl Service {
         if let Some(d) = &options.state_dir {
             config.state_dir = d.clone();
         }
-        crate::store::sqlite::create_private_dir(&config.state_dir)?;
-        let state_dir = std::fs::canonicalize(&config.state_dir).map_err(|e| {
-            ServiceError::Other(format!(
-                "failed to resolve `{}`: {e}",
-                config.state_dir.display()
-            ))
-        })?;
-        config.state_dir = state_dir.clone();
-        let database_url = config
-            .database_url
-            .as_ref()
-            .map(config::DatabaseUrl::as_str);
-        let store = Arc::new(Store::open_with(
-            &state_dir,
-            database_url,
-            config.pool_options(),
-        )?);
-        if config.database_url.is_some() {
-            tracing::info!(store = %store.location(), "state store: {}", store.location());
-        }
-        let serve_lock = if store.is_sqlite() {
-            let what = format!("the state directory `{}`", state_dir.display());
-            Some(
-                crate::store::hold::ExclusiveFile::try_acquire(&state_dir.join(SERVE_LOCK), &what)
-                    .map_err(|source| ServiceError::Busy { source })?,
-            )
-        } else {
-            None
-        };
         if !config.listen.is_empty()
             && config.tls_cert.is_none()
             && !tls::is_loopback(&config.listen)
@@ -235,6 +201,24 @@ impl Service {
             }
             tracing::warn!(address = %config.listen, "insecure_listen = true: serving plain HTTP on the non-loopback address {}; tokens, objectives and logs cross the network in clear", config.listen);
         }
+        let host = Host::open(&HostOptions {
+            state_dir: &config.state_dir,
+            database_url: config
+                .database_url
+                .as_ref()
+                .map(config::DatabaseUrl::as_str),
+            pool: config.pool_options(),
+            role: "serve",
+            names_state_dir: true,
+            exclusive: true,
+            lease_timeout: config.lease_timeout.0,
+        })?;
+        let state_dir = host.state_dir.clone();
+        config.state_dir = state_dir.clone();
+        let store = host.store.clone();
+        if config.database_url.is_some() {
+            tracing::info!(store = %store.location(), "state store: {}", store.location());
+        }
         let tls = config
             .tls_files()
             .map(tls::Reloadable::load)
@@ -243,8 +227,6 @@ impl Service {
         let token = auth::load_or_create(&config.token_path())?;
         let tokens = tokens::Tokens::load(&token, &state_dir, &config.tokens)?;
         let policies = ralph_sandbox::policy::PolicySet::load(Some(&options.policy_dir))?;
-        let runner = RunnerInfo::current("serve").with_state_dir(&state_dir);
-        let lease = store.start_lease(&runner, config.lease_timeout.0)?;
         let ceilings = crate::job::Ceilings {
             max_rounds: config.limits.max_rounds,
             handoff_cap: usize::try_from(config.limits.max_handoff_cap.0).unwrap_or(usize::MAX),
@@ -274,7 +256,7 @@ impl Service {
             )));
         }
         // Recovery before any work is taken.
-        let report = recovery::recover(&store, &state_dir, &runner, &observers)?;
+        let report = host.recover(Recovery::All, &observers)?;
         for id in &report.interrupted {
             tracing::warn!(job_id = %id, "job {id}: closed as interrupted at start (its runner died)");
         }
@@ -305,27 +287,22 @@ impl Service {
         } else {
             tracing::info!(interrupted = 0, "recovered: nothing to reconcile");
         }
-        let engine = Engine::new(
-            store,
-            Backends::new("/proc/self/exe", policies),
-            state_dir,
-            runner,
-            RunnerEnv::capture(),
-        )
-        .with_ceilings(ceilings)
-        .with_observers(observers)
-        .with_agent_user(config.agent_user.clone())
-        .with_cache_budget(
-            config
-                .cache_budget
-                .map_or(crate::cache::DEFAULT_BUDGET, |b| b.0),
-        )
-        .with_upstreams(config.gateway.upstreams())
-        .with_provision(crate::provision::ProvisionConfig {
-            allow_push: config.limits.allow_push,
-            agent_user: config.agent_user.clone(),
-            ..config.provision.clone()
-        });
+        let (engine, holds) = host.into_engine(policies);
+        let engine = engine
+            .with_ceilings(ceilings)
+            .with_observers(observers)
+            .with_agent_user(config.agent_user.clone())
+            .with_cache_budget(
+                config
+                    .cache_budget
+                    .map_or(crate::cache::DEFAULT_BUDGET, |b| b.0),
+            )
+            .with_upstreams(config.gateway.upstreams())
+            .with_provision(crate::provision::ProvisionConfig {
+                allow_push: config.limits.allow_push,
+                agent_user: config.agent_user.clone(),
+                ..config.provision.clone()
+            });
         Ok(Arc::new(Service {
             engine,
             config: RwLock::new(config),
@@ -340,8 +317,7 @@ impl Service {
             ready: AtomicBool::new(false),
             metrics,
             events,
-            _lease: lease,
-            _serve_lock: serve_lock,
+            _holds: holds,
             uploads_gate: tokio::sync::Mutex::new(()),
             disk_log: disk_room::LogGate::new(),
         }))

@@ -35,13 +35,24 @@ pub struct RecoveryReport {
     pub overlays_unmounted: usize,
 }
 
-/// Reconciles the store in `state_dir` for the runner `me`.
+/// Reconciles the store in `state_dir` for the runner `me`, as far as `scope` says.
 pub fn recover(
     store: &Arc<Store>,
     state_dir: &Path,
     me: &RunnerInfo,
     observers: &[Arc<dyn Observer>],
+    scope: super::Recovery,
 ) -> Result<RecoveryReport, StoreError> {
+    if scope == super::Recovery::Jobs {
+        let orphans = crate::engine::orphans::close_orphans(store, state_dir, me, observers)?;
+        crate::engine::sweep_attempts(store, state_dir);
+        return Ok(RecoveryReport {
+            interrupted: orphans.interrupted,
+            left_to_live_runners: orphans.left_to_live_runners,
+            scratch_removed: crate::engine::scratch_sweep::sweep(state_dir).removed.len(),
+            ..Default::default()
+        });
+    }
     let native = end_native_leftovers();
     let mut report = RecoveryReport {
         helpers_killed: native.helpers_killed,
