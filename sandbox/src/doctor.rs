@@ -130,8 +130,37 @@ fn user_ns_if_needed(euid: u32) -> Result<(), String> {
 
 /// Probes everything and resolves each mode.
 pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
-    let euid = host.euid;
     let mut checks = Vec::new();
+    landlock_checks(host, &mut checks);
+    checks.push(seccomp_check(host));
+    namespace_checks(host, &mut checks);
+    for (name, site) in [("cgroup memory", &host.memory), ("cgroup pids", &host.pids)] {
+        checks.push(Check::new(
+            name,
+            site.clone()
+                .map(|s| format!("v{} at {}", s.version, s.dir.display())),
+        ));
+    }
+    checks.push(Check::new(
+        "default limits",
+        Ok(default_limits(policies, &host.size)),
+    ));
+    checks.push(Check::new("docker", docker(docker_socket)));
+
+    let modes = Mode::ALL
+        .iter()
+        .map(|mode| mode_check(*mode, host, policies))
+        .collect();
+    Report {
+        checks,
+        modes,
+        policies: policies.sources(),
+    }
+}
+
+/// Landlock: the kernel's ABI, a ruleset restricting a child, and what it means for unix
+/// sockets in visible trees.
+fn landlock_checks(host: &Host, checks: &mut Vec<Check>) {
     checks.push(Check::new(
         "landlock",
         host.landlock
@@ -170,7 +199,11 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
             None => "masked before each run unless granted (--socket); without landlock a socket created after a round starts is reachable".into(),
         }),
     ));
-    checks.push(Check::new(
+}
+
+/// Seccomp: the allow-list and the guards installed in a child.
+fn seccomp_check(host: &Host) -> Check {
+    Check::new(
         "seccomp (filter in a child)",
         host.seccomp
             .clone()
@@ -198,7 +231,13 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
                 })
             })
             .map(|()| String::new()),
-    ));
+    )
+}
+
+/// The namespaces (each made in a child: a user namespace first when not root) and the gateway
+/// network.
+fn namespace_checks(host: &Host, checks: &mut Vec<Check>) {
+    let euid = host.euid;
     let userns = if euid == 0 {
         Ok("not needed as root".to_owned())
     } else {
@@ -235,70 +274,51 @@ pub fn run(host: &Host, policies: &PolicySet, docker_socket: &Path) -> Report {
         checks.push(Check::new(name, r.map(|()| String::new())));
     }
     checks.push(Check::new("gateway network", gateway_probe(euid)));
-    for (name, site) in [("cgroup memory", &host.memory), ("cgroup pids", &host.pids)] {
-        checks.push(Check::new(
-            name,
-            site.clone()
-                .map(|s| format!("v{} at {}", s.version, s.dir.display())),
-        ));
-    }
-    checks.push(Check::new(
-        "default limits",
-        Ok(default_limits(policies, &host.size)),
-    ));
-    checks.push(Check::new("docker", docker(docker_socket)));
+}
 
-    let modes = Mode::ALL
-        .iter()
-        .map(|mode| {
-            let dir = std::env::temp_dir();
-            let req = SandboxRequest {
-                mode: *mode,
-                network: None,
-                workspace: dir.clone(),
-                protect: Vec::new(),
-                read: Vec::new(),
-                write: Vec::new(),
-                sockets: Vec::new(),
-                private: PrivateDirs {
-                    home: dir.clone(),
-                    tmp: dir,
-                    readable: Vec::new(),
-                    writable: Vec::new(),
-                    report: None,
-                },
-                limits: Limits::default(),
-                image: None,
-                forbidden: Vec::new(),
-                agent_user: None,
-                gateway_ports: Vec::new(),
-            };
-            let r = policies
-                .get(*mode)
-                .map_err(|e| crate::error::SandboxError::invalid("policy", e.to_string()))
-                .and_then(|policy| crate::plan::resolve(policy, &req, host))
-                .map(|p| {
-                    let partial: Vec<String> = p
-                        .enforcement
-                        .restrictions
-                        .iter()
-                        .filter(|e| e.level == crate::outcome::Level::Partial)
-                        .map(|e| format!("{:?}: {}", e.restriction, e.detail))
-                        .collect();
-                    if partial.is_empty() {
-                        String::new()
-                    } else {
-                        format!("partial: {}", partial.join("; "))
-                    }
-                });
-            Check::new(mode.as_str(), r.map_err(|e| e.to_string()))
-        })
-        .collect();
-    Report {
-        checks,
-        modes,
-        policies: policies.sources(),
-    }
+/// Whether `mode` resolves against this host, and what it enforces only partly.
+fn mode_check(mode: Mode, host: &Host, policies: &PolicySet) -> Check {
+    let dir = std::env::temp_dir();
+    let req = SandboxRequest {
+        mode,
+        network: None,
+        workspace: dir.clone(),
+        protect: Vec::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        sockets: Vec::new(),
+        private: PrivateDirs {
+            home: dir.clone(),
+            tmp: dir,
+            readable: Vec::new(),
+            writable: Vec::new(),
+            report: None,
+        },
+        limits: Limits::default(),
+        image: None,
+        forbidden: Vec::new(),
+        agent_user: None,
+        gateway_ports: Vec::new(),
+    };
+    let r = policies
+        .get(mode)
+        .map_err(|e| crate::error::SandboxError::invalid("policy", e.to_string()))
+        .and_then(|policy| crate::plan::resolve(policy, &req, host))
+        .map(|p| {
+            let partial: Vec<String> = p
+                .enforcement
+                .restrictions
+                .iter()
+                .filter(|e| e.level == crate::outcome::Level::Partial)
+                .map(|e| format!("{:?}: {}", e.restriction, e.detail))
+                .collect();
+            if partial.is_empty() {
+                String::new()
+            } else {
+                format!("partial: {}", partial.join("; "))
+            }
+        });
+    Check::new(mode.as_str(), r.map_err(|e| e.to_string()))
 }
 
 /// `--network gateway` on the native backend, tried the way a round does it: in a child (in a

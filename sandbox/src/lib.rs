@@ -29,6 +29,7 @@ pub mod fd_pass;
 pub mod gitguard;
 pub mod host;
 pub mod identity;
+pub mod init_loop;
 pub mod mode;
 pub mod native;
 pub mod outcome;

@@ -33,13 +33,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{OFlag, open};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::signal::{SigmaskHow, sigprocmask};
+use nix::sys::signalfd::SignalFd;
 use nix::sys::stat::Mode;
-use nix::unistd::{ForkResult, Pid, execvp, fork};
+use nix::unistd::{ForkResult, execvp, fork};
 
-use crate::sys::{self, WaitAny};
+use crate::init_loop;
+use crate::sys;
 
 /// The hidden first argument of the `ralph` binary that runs [`init_main`].
 pub const INIT_ARG: &str = "__container-init";
@@ -316,99 +316,34 @@ pub fn exit_code(status: i32) -> i32 {
     }
 }
 
+/// A step of the init's own set-up failed: it runs nothing and exits [`CANNOT_START`].
+#[derive(Debug, thiserror::Error)]
+#[error("the container init failed to {0}")]
+struct SetupFailed(String);
+
+/// What the init holds once set up, before the command exists.
+struct Ready {
+    /// The stop requests and SIGCHLD ([`init_loop::WATCHED`], blocked).
+    sigfd: SignalFd,
+    /// The runner's liveness FIFO.
+    alive: Option<OwnedFd>,
+    /// The connection to the runner's status socket.
+    report: Option<UnixStream>,
+    /// The filter of syscalls newer than ralph's table, installed by the command's process.
+    allow_list: seccompiler::BpfProgram,
+}
+
 fn run(args: &InitArgs) -> i32 {
     let started = Instant::now();
-    let mut mask = SigSet::empty();
-    for s in [
-        Signal::SIGCHLD,
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        mask.add(s);
-    }
-    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None) {
-        eprintln!("ralph: the container init failed to block signals: {e}");
-        return CANNOT_START;
-    }
-    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
-        Ok(fd) => fd,
+    let Ready {
+        sigfd,
+        mut alive,
+        mut report,
+        allow_list,
+    } = match set_up(args) {
+        Ok(ready) => ready,
         Err(e) => {
-            eprintln!("ralph: the container init failed to watch signals (signalfd): {e}");
-            return CANNOT_START;
-        }
-    };
-    let mut alive: Option<OwnedFd> = match &args.alive {
-        None => None,
-        Some(p) => match open(
-            p,
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            // SAFETY: `open` returned a fresh descriptor that nothing else owns.
-            Ok(fd) => Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }),
-            Err(e) => {
-                eprintln!(
-                    "ralph: the container init failed to open the runner's liveness FIFO {}: {e}",
-                    p.display()
-                );
-                return CANNOT_START;
-            }
-        },
-    };
-    // Connected before the command exists: the runner reads this first connection only.
-    let mut report: Option<UnixStream> = match &args.status {
-        None => None,
-        Some(p) => match UnixStream::connect(p) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                eprintln!(
-                    "ralph: the container init failed to connect to the runner's status socket {}: {e}",
-                    p.display()
-                );
-                return CANNOT_START;
-            }
-        },
-    };
-    // The report directory's tmpfs goes to the runner before the command exists.
-    if let Some(dir) = &args.report_dir {
-        let sent = match &report {
-            Some(r) => crate::report_dir::open_for_handover(dir).and_then(|fd| {
-                crate::report_dir::send_fd(r.as_fd(), fd.as_fd(), crate::report_dir::HANDOVER_TAG)
-            }),
-            None => Err(std::io::Error::other("no status socket to send it on")),
-        };
-        if let Err(e) = sent {
-            eprintln!(
-                "ralph: the container init failed to hand the report directory {} over: {e}",
-                dir.display()
-            );
-            return CANNOT_START;
-        }
-    }
-    // The gateway's listeners, made in the container's namespace, go to the runner before the
-    // command exists (`super::gateway`).
-    if let Some((socket, ports)) = &args.gateway {
-        if let Err(e) = super::gateway::hand_over(socket, ports) {
-            eprintln!("ralph: the container init failed to hand the gateway listeners over: {e}");
-            return CANNOT_START;
-        }
-    }
-    // Not dumpable: the command (same user) cannot reach the init's descriptors through
-    // /proc/1/fd. The command's own `execve` makes it dumpable again.
-    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        eprintln!("ralph: the container init failed to make itself undumpable");
-        return CANNOT_START;
-    }
-    // The allow-list's second layer, installed by the child on top of the engine's profile
-    // (built here, before the fork): the profile names the syscalls ralph knows, this program
-    // answers ENOSYS to any newer one (docs/sandbox.md).
-    let allow_list = match crate::native::seccomp::newer_syscalls_program() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ralph: the container init failed to build the syscall allow-list: {e}");
+            eprintln!("ralph: {e}");
             return CANNOT_START;
         }
     };
@@ -422,111 +357,130 @@ fn run(args: &InitArgs) -> i32 {
             return CANNOT_START;
         }
     };
-    let mut status: Option<i32> = None;
-    // Once stopping, every process got SIGTERM; they all have until `kill_at`.
-    let mut kill_at: Option<Instant> = None;
-    let stop = |kill_at: &mut Option<Instant>| {
-        if kill_at.is_none() {
-            let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
-            let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
-            *kill_at = Some(Instant::now() + args.grace);
-        }
-    };
-    loop {
-        let mut all_gone = false;
-        loop {
-            match sys::wait_any_nohang() {
-                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
-                Ok(WaitAny::Reaped(_)) => {}
-                Ok(WaitAny::NoChildren) => {
-                    all_gone = true;
-                    break;
-                }
-                Ok(WaitAny::StillRunning) | Err(_) => break,
-            }
-        }
-        if status.is_some() && (kill_at.is_none() || all_gone) {
-            break;
-        }
-        let now = Instant::now();
-        if kill_at.is_some_and(|at| now >= at) {
-            break;
-        }
-        if kill_at.is_none() && args.deadline.is_some_and(|d| now >= started + d) {
-            stop(&mut kill_at);
-            continue;
-        }
-        let wake = match kill_at {
-            Some(at) => Some(at),
-            None => args.deadline.map(|d| started + d),
-        };
-        let timeout = wake.map_or(PollTimeout::NONE, |at| {
-            let ms = at
-                .saturating_duration_since(now)
-                .as_millis()
-                .saturating_add(1)
-                .min(60_000);
-            PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000)).unwrap_or(PollTimeout::MAX)
-        });
-        let mut fds = vec![PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
-        if let Some(a) = &alive {
-            fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
-        }
-        let _ = poll(&mut fds, timeout);
-        let runner_gone = fds
-            .get(1)
-            .and_then(|f| f.revents())
-            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
-        drop(fds);
-        while let Ok(Some(info)) = sigfd.read_signal() {
-            // A stop comes from the engine (outside the container's pid namespace); the same
-            // signal from the command, by any route, is ignored.
-            if !matches!(
-                Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)),
-                Ok(Signal::SIGCHLD) | Err(_)
-            ) && sys::from_outside(info.ssi_code, info.ssi_pid)
-            {
-                stop(&mut kill_at);
-            }
-        }
-        if runner_gone {
-            alive = None;
-            stop(&mut kill_at);
-        }
-    }
+    let status = init_loop::wait_for_command(init_loop::Watch {
+        command,
+        sigfd: &sigfd,
+        grace: args.grace,
+        deadline: args.deadline.map(|d| started + d),
+        alive: &mut alive,
+    });
     // The command is done (or the grace is over): whatever is left goes now.
-    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    loop {
-        match nix::sys::wait::waitpid(Pid::from_raw(-1), None) {
-            Ok(nix::sys::wait::WaitStatus::Exited(pid, code)) if pid == command => {
-                status = Some(code << 8);
-            }
-            Ok(nix::sys::wait::WaitStatus::Signaled(pid, sig, _)) if pid == command => {
-                status = Some(sig as i32);
-            }
-            Ok(_) | Err(nix::Error::EINTR) => {}
-            Err(_) => break,
-        }
-    }
+    let status = init_loop::kill_the_rest(command).command_status.or(status);
     drop(alive);
-    if let Some(mut r) = report {
-        // Every process is reaped: their CPU time and the largest resident set among them.
-        // SAFETY: getrusage fills the zeroed struct it is given.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `usage` is a valid, writable rusage.
-        if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } == 0 {
-            let _ = r.write_all(super::init_status::usage_line(&usage).as_bytes());
-        }
-        // How the command ended, in its own words (the container's exit status folds a signal
-        // and an exit code of 128 + n together), and whether the memory limit killed anything.
-        if let Some(raw) = status {
-            let _ = r.write_all(super::init_status::status_line(raw).as_bytes());
-        }
-        if let Some(n) = super::init_status::oom_kills(Path::new("/sys/fs/cgroup")) {
-            let _ = r.write_all(super::init_status::oom_kills_line(n).as_bytes());
-        }
+    if let Some(r) = report {
+        send_final_report(r, status);
     }
     status.map_or(128 + libc::SIGKILL, exit_code)
+}
+
+/// Everything before the fork: the signals watched, the liveness FIFO opened, the status socket
+/// connected (before the command exists: the runner reads this first connection only), the
+/// report directory and the gateway's listeners handed over, the init made undumpable and the
+/// command's allow-list built.
+fn set_up(args: &InitArgs) -> Result<Ready, SetupFailed> {
+    let sigfd = watch_signals()?;
+    let alive = args.alive.as_deref().map(open_alive).transpose()?;
+    let report = args.status.as_deref().map(connect_status).transpose()?;
+    // The report directory's tmpfs goes to the runner before the command exists.
+    if let Some(dir) = &args.report_dir {
+        hand_over_report_dir(dir, report.as_ref())?;
+    }
+    // The gateway's listeners, made in the container's namespace, go to the runner before the
+    // command exists (`super::gateway`).
+    if let Some((socket, ports)) = &args.gateway {
+        super::gateway::hand_over(socket, ports)
+            .map_err(|e| SetupFailed(format!("hand the gateway listeners over: {e}")))?;
+    }
+    let allow_list = harden()?;
+    Ok(Ready {
+        sigfd,
+        alive,
+        report,
+        allow_list,
+    })
+}
+
+/// Blocks the watched signals and reads them through a signalfd.
+fn watch_signals() -> Result<SignalFd, SetupFailed> {
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&init_loop::watched_set()), None)
+        .map_err(|e| SetupFailed(format!("block signals: {e}")))?;
+    init_loop::signalfd().map_err(|e| SetupFailed(format!("watch signals (signalfd): {e}")))
+}
+
+/// Opens the runner's liveness FIFO (read-only: end-of-file once the runner is gone).
+fn open_alive(path: &Path) -> Result<OwnedFd, SetupFailed> {
+    let fd = open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        SetupFailed(format!(
+            "open the runner's liveness FIFO {}: {e}",
+            path.display()
+        ))
+    })?;
+    // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Connects to the runner's status socket.
+fn connect_status(path: &Path) -> Result<UnixStream, SetupFailed> {
+    UnixStream::connect(path).map_err(|e| {
+        SetupFailed(format!(
+            "connect to the runner's status socket {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// Sends the report directory's descriptor on the status socket.
+fn hand_over_report_dir(dir: &Path, report: Option<&UnixStream>) -> Result<(), SetupFailed> {
+    match report {
+        Some(r) => crate::report_dir::open_for_handover(dir).and_then(|fd| {
+            crate::report_dir::send_fd(r.as_fd(), fd.as_fd(), crate::report_dir::HANDOVER_TAG)
+        }),
+        None => Err(std::io::Error::other("no status socket to send it on")),
+    }
+    .map_err(|e| {
+        SetupFailed(format!(
+            "hand the report directory {} over: {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// Makes the init undumpable and builds the command's allow-list.
+fn harden() -> Result<seccompiler::BpfProgram, SetupFailed> {
+    // Not dumpable: the command (same user) cannot reach the init's descriptors through
+    // /proc/1/fd. The command's own `execve` makes it dumpable again.
+    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(SetupFailed("make itself undumpable".into()));
+    }
+    // The allow-list's second layer, installed by the child on top of the engine's profile
+    // (built here, before the fork): the profile names the syscalls ralph knows, this program
+    // answers ENOSYS to any newer one (docs/sandbox.md).
+    crate::native::seccomp::newer_syscalls_program()
+        .map_err(|e| SetupFailed(format!("build the syscall allow-list: {e}")))
+}
+
+/// The report at the end, once every process is reaped: their CPU time and the largest resident
+/// set among them, how the command ended, in its own words (the container's exit status folds a
+/// signal and an exit code of 128 + n together), and whether the memory limit killed anything.
+fn send_final_report(mut r: UnixStream, status: Option<i32>) {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } == 0 {
+        let _ = r.write_all(super::init_status::usage_line(&usage).as_bytes());
+    }
+    if let Some(raw) = status {
+        let _ = r.write_all(super::init_status::status_line(raw).as_bytes());
+    }
+    if let Some(n) = super::init_status::oom_kills(Path::new("/sys/fs/cgroup")) {
+        let _ = r.write_all(super::init_status::oom_kills_line(n).as_bytes());
+    }
 }
 
 /// The command, in the forked child: a clean signal state, the filter of newer syscalls, then

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use bollard::models::ContainerWaitResponse;
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, WaitContainerOptions,
 };
@@ -482,98 +483,13 @@ fn write_result(control_dir: &std::path::Path, outcome: &ExecOutcome) {
 
 impl DockerRun {
     async fn wait_inner(&mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
-        let opts = WaitContainerOptions {
-            condition: "not-running".into(),
-        };
-        let mut waiting = self
-            .container
-            .engine
-            .docker
-            .wait_container(&self.container.id, Some(opts));
-        let deadline = self
-            .timeout
-            .map(|t| tokio::time::Instant::from_std(self.started) + t);
-        let mut ended_by = EndedBy::Exit;
-        let mut kill_at: Option<tokio::time::Instant> = None;
-        let waited = loop {
-            let timeout = async {
-                match deadline {
-                    Some(d) if ended_by == EndedBy::Exit => tokio::time::sleep_until(d).await,
-                    _ => std::future::pending().await,
-                }
-            };
-            let escalate = async {
-                match kill_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                r = waiting.next() => break r,
-                () = timeout => {
-                    ended_by = EndedBy::Timeout;
-                    self.container.kill("SIGTERM").await;
-                    kill_at = Some(tokio::time::Instant::now() + self.grace);
-                }
-                () = cancel.cancelled(), if ended_by == EndedBy::Exit => {
-                    ended_by = EndedBy::Cancel;
-                    self.container.kill("SIGTERM").await;
-                    kill_at = Some(tokio::time::Instant::now() + self.grace);
-                }
-                () = escalate => {
-                    self.container.kill("SIGKILL").await;
-                    kill_at = None;
-                }
-            }
-        };
+        let (waited, mut ended_by) = self.wait_for_stop(&cancel).await;
         let wall = self.started.elapsed();
-        let code = match waited {
-            Some(Ok(r)) => Some(r.status_code),
-            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Some(code),
-            // Stopped and removed by the engine (AutoRemove) before the wait was heard: the
-            // init's report says how the command ended.
-            Some(Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404,
-                ..
-            })) if self.init.is_some() => None,
-            Some(Err(e)) => {
-                return Err(EngineError::Request {
-                    action: "wait for the container",
-                    source: e,
-                }
-                .into());
-            }
-            None => {
-                return Err(SandboxError::Engine {
-                    message: "the wait for the container ended without a status".into(),
-                });
-            }
-        };
+        let code = self.exit_code(waited)?;
         if let Some(w) = self.stdin.take() {
             w.abort();
         }
-        let (stdout, stderr) = match tokio::time::timeout(DRAIN_LIMIT, &mut self.pump).await {
-            Ok(Ok(Ok(s))) => s,
-            Ok(Ok(Err(e))) => {
-                return Err(SandboxError::Engine {
-                    message: format!("failed to capture output: {e}"),
-                });
-            }
-            Ok(Err(e)) => {
-                return Err(SandboxError::Engine {
-                    message: format!("output capture task failed: {e}"),
-                });
-            }
-            Err(_) => {
-                self.pump.abort();
-                // Said, never silently empty: the runner marks the capture and its message.
-                let undrained = CaptureSummary {
-                    undrained: true,
-                    ..CaptureSummary::default()
-                };
-                (undrained.clone(), undrained)
-            }
-        };
+        let (stdout, stderr) = self.drain_output().await?;
         // The container is gone: what its init said (ralph's init only; unknown without it).
         let (said, tmpfs) = self
             .init
@@ -631,6 +547,109 @@ impl DockerRun {
             stdout,
             stderr,
         })
+    }
+}
+
+/// What the engine's wait for the container returned (`None`: its stream ended without a word).
+type Waited = Option<Result<ContainerWaitResponse, bollard::errors::Error>>;
+
+impl DockerRun {
+    /// Waits until the container is no longer running: SIGTERM at the timeout or on `cancel`
+    /// (once), SIGKILL a grace later. Returns what the wait said and why the run ended.
+    async fn wait_for_stop(&self, cancel: &CancellationToken) -> (Waited, EndedBy) {
+        let opts = WaitContainerOptions {
+            condition: "not-running".into(),
+        };
+        let mut waiting = self
+            .container
+            .engine
+            .docker
+            .wait_container(&self.container.id, Some(opts));
+        let deadline = self
+            .timeout
+            .map(|t| tokio::time::Instant::from_std(self.started) + t);
+        let mut ended_by = EndedBy::Exit;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let waited = loop {
+            let timeout = async {
+                match deadline {
+                    Some(d) if ended_by == EndedBy::Exit => tokio::time::sleep_until(d).await,
+                    _ => std::future::pending().await,
+                }
+            };
+            let escalate = async {
+                match kill_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = waiting.next() => break r,
+                () = timeout => {
+                    ended_by = EndedBy::Timeout;
+                    self.container.kill("SIGTERM").await;
+                    kill_at = Some(tokio::time::Instant::now() + self.grace);
+                }
+                () = cancel.cancelled(), if ended_by == EndedBy::Exit => {
+                    ended_by = EndedBy::Cancel;
+                    self.container.kill("SIGTERM").await;
+                    kill_at = Some(tokio::time::Instant::now() + self.grace);
+                }
+                () = escalate => {
+                    self.container.kill("SIGKILL").await;
+                    kill_at = None;
+                }
+            }
+        };
+        (waited, ended_by)
+    }
+
+    /// The container's exit code as the wait reported it; `None` when the engine removed it
+    /// before the wait was heard and ralph's init reports instead.
+    fn exit_code(&self, waited: Waited) -> Result<Option<i64>, SandboxError> {
+        match waited {
+            Some(Ok(r)) => Ok(Some(r.status_code)),
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                Ok(Some(code))
+            }
+            // Stopped and removed by the engine (AutoRemove) before the wait was heard: the
+            // init's report says how the command ended.
+            Some(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })) if self.init.is_some() => Ok(None),
+            Some(Err(e)) => Err(EngineError::Request {
+                action: "wait for the container",
+                source: e,
+            }
+            .into()),
+            None => Err(SandboxError::Engine {
+                message: "the wait for the container ended without a status".into(),
+            }),
+        }
+    }
+
+    /// The captured output, once the pump drained it (within [`DRAIN_LIMIT`]; past it the
+    /// capture is marked undrained, never silently empty).
+    async fn drain_output(&mut self) -> Result<(CaptureSummary, CaptureSummary), SandboxError> {
+        match tokio::time::timeout(DRAIN_LIMIT, &mut self.pump).await {
+            Ok(Ok(Ok(s))) => Ok(s),
+            Ok(Ok(Err(e))) => Err(SandboxError::Engine {
+                message: format!("failed to capture output: {e}"),
+            }),
+            Ok(Err(e)) => Err(SandboxError::Engine {
+                message: format!("output capture task failed: {e}"),
+            }),
+            Err(_) => {
+                self.pump.abort();
+                // Said, never silently empty: the runner marks the capture and its message.
+                let undrained = CaptureSummary {
+                    undrained: true,
+                    ..CaptureSummary::default()
+                };
+                Ok((undrained.clone(), undrained))
+            }
+        }
     }
 }
 

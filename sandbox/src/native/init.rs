@@ -13,17 +13,15 @@ use std::path::Path;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
-use nix::sys::signal::{Signal, kill};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::unistd::{ForkResult, Pid, fork};
+use nix::unistd::{ForkResult, fork};
 
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
 use super::step::StepFailure;
 use super::{gateway, mounts, net, ns};
+use crate::init_loop;
 use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
-use crate::sys::{self, WaitAny};
 
 /// The pipes the init shares with the supervisor.
 #[derive(Debug)]
@@ -68,85 +66,10 @@ pub fn run(
         gateway: handover,
         report,
     } = pipes;
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
-    // parent-death signal fires exactly when it dies. SIGHUP is a stop request below (with the
-    // grace, then SIGKILL to all); before the command exists it is ignored (pid 1, default
-    // disposition) and the closed `go` pipe ends the init instead.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP, 0, 0, 0) };
-    // A supervisor that died before the signal was armed never sends it: its end of the status
-    // pipe is closed by then (a process's descriptors close before its children are told), so
-    // the init ends here instead of running a command nobody would stop.
-    if supervisor_gone(&status_w) {
-        // SAFETY: _exit in a forked child.
-        unsafe { libc::_exit(1) }
-    }
-    let mut flags = CloneFlags::empty();
-    let mut names = Vec::new();
-    if plan.mount_namespace {
-        flags |= CloneFlags::CLONE_NEWNS;
-        names.push("CLONE_NEWNS");
-    }
-    if plan.net_namespace {
-        flags |= CloneFlags::CLONE_NEWNET;
-        names.push("CLONE_NEWNET");
-    }
-    if plan.ipc_namespace {
-        flags |= CloneFlags::CLONE_NEWIPC;
-        names.push("CLONE_NEWIPC");
-    }
-    if plan.uts_namespace {
-        flags |= CloneFlags::CLONE_NEWUTS;
-        names.push("CLONE_NEWUTS");
-    }
-    if !flags.is_empty() {
-        if let Err(f) = ns::enter(flags, &names.join("|")) {
-            die(&err_w, f);
-        }
-    }
-    if plan.mount_namespace {
-        if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
-            die(&err_w, f);
-        }
-    }
-    // The report directory's tmpfs goes to the supervisor, which copies its report files out
-    // once every process of the run is gone.
-    if let Err(f) = hand_over_report_dir(plan, report) {
-        die(&err_w, f);
-    }
-    if plan.net_namespace {
-        if let Err(f) = net::loopback_up() {
-            die(&err_w, f);
-        }
-    }
-    // The runner's gateway: listeners made here, inside the namespace, sent out, and closed
-    // (with the hand-over itself) before anything of the command exists.
-    if !plan.gateway_ports.is_empty() {
-        if let Err(f) = hand_over_listeners(plan, handover) {
-            die(&err_w, f);
-        }
-    } else {
-        drop(handover);
-    }
-    // The command must start inside the run's cgroups: wait until the supervisor has moved this
-    // init there (done while the namespaces above were being built; cgroup v1 migration waits
-    // for an RCU grace period, so the two overlap).
-    let mut go = [0u8; 1];
-    if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
-        // The supervisor is gone.
-        // SAFETY: _exit in a forked child.
-        unsafe { libc::_exit(1) }
-    }
-    let mut mask = nix::sys::signal::SigSet::empty();
-    for s in [
-        Signal::SIGCHLD,
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ] {
-        mask.add(s);
-    }
-    let sigfd = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+    arm_parent_death(&status_w);
+    build_inside(plan, hidden_file, idmaps, handover, report, &err_w);
+    wait_for_go(go_r);
+    let sigfd = match init_loop::signalfd() {
         Ok(fd) => fd,
         Err(e) => die(
             &err_w,
@@ -176,86 +99,115 @@ pub fn run(
         ),
     };
     drop(err_w);
-    let mut status: Option<i32> = None;
-    // Once the supervisor asked for a stop, every process got SIGTERM and its grace: the
-    // command (often only a `sh -c` wrapper) ending first must not cut the others' clean-up
-    // short. They are waited for; the supervisor kills this init when the grace is over.
-    let mut stopping = false;
-    // The grace runs out here too: the supervisor that would SIGKILL this init may be gone.
-    let mut kill_at: Option<std::time::Instant> = None;
-    loop {
-        let mut all_gone = false;
-        loop {
-            match sys::wait_any_nohang() {
-                Ok(WaitAny::Reaped(r)) if r.pid == command.as_raw() => status = Some(r.status),
-                Ok(WaitAny::Reaped(_)) => {}
-                Ok(WaitAny::NoChildren) => {
-                    all_gone = true;
-                    break;
-                }
-                Ok(WaitAny::StillRunning) | Err(_) => break,
-            }
-        }
-        if status.is_some() && (!stopping || all_gone) {
-            break;
-        }
-        let now = std::time::Instant::now();
-        if kill_at.is_some_and(|at| now >= at) {
-            break;
-        }
-        let timeout = kill_at.map_or(PollTimeout::NONE, |at| {
-            let ms = at
-                .saturating_duration_since(now)
-                .as_millis()
-                .saturating_add(1);
-            PollTimeout::try_from(i32::try_from(ms).unwrap_or(60_000).min(60_000))
-                .unwrap_or(PollTimeout::MAX)
-        });
-        let _ = poll(
-            &mut [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)],
-            timeout,
-        );
-        while let Ok(Some(info)) = sigfd.read_signal() {
-            if !matches!(
-                Signal::try_from(info.ssi_signo as i32),
-                Ok(Signal::SIGCHLD) | Err(_)
-            ) && !stopping
-                && sys::from_outside(info.ssi_code, info.ssi_pid)
-            {
-                // Stop request from the supervisor (or its death): everyone in the namespace. The
-                // same signal from inside (full-access has no filter for it) is ignored.
-                stopping = true;
-                kill_at = Some(std::time::Instant::now() + spec.kill_grace);
-                let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
-                let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
-            }
-        }
-    }
-    // The command is done: whatever it left behind goes now.
-    let leftovers = if plan.mount_namespace {
-        count_processes()
-    } else {
-        0
-    };
-    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    let mut reaped = 0u32;
-    loop {
-        match sys::wait_any_nohang() {
-            Ok(WaitAny::Reaped(_)) => reaped += 1,
-            Ok(WaitAny::StillRunning) => std::thread::sleep(std::time::Duration::from_millis(1)),
-            Ok(WaitAny::NoChildren) | Err(_) => break,
-        }
-    }
-    let leftovers = if plan.mount_namespace {
-        leftovers
-    } else {
-        reaped
-    };
+    // Once the supervisor asked for a stop (or died), every process got SIGTERM and its grace;
+    // they are waited for, and the supervisor kills this init when the grace is over (the grace
+    // runs out in the loop too: the supervisor that would SIGKILL this init may be gone).
+    let status = init_loop::wait_for_command(init_loop::Watch {
+        command,
+        sigfd: &sigfd,
+        grace: spec.kill_grace,
+        deadline: None,
+        alive: &mut None,
+    });
+    // The command is done: whatever it left behind goes now (counted first where this
+    // namespace's /proc is mounted, else as they are reaped).
+    let counted = plan.mount_namespace.then(count_processes);
+    let rest = init_loop::kill_the_rest(command);
+    let leftovers = counted.unwrap_or(rest.reaped);
+    // The command's status as the loop saw it: one the final reap found (the grace ran out) is
+    // not reported.
     let _ = std::fs::File::from(status_w)
         .write_all(format!("{} {}\n", status.unwrap_or(0), leftovers).as_bytes());
     let _ = sigfd.as_fd();
     // SAFETY: _exit in a forked child.
     unsafe { libc::_exit(0) }
+}
+
+/// Arms `PR_SET_PDEATHSIG`, or ends the init if the supervisor is already gone.
+fn arm_parent_death(status_w: &OwnedFd) {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the supervisor is single-threaded, so the
+    // parent-death signal fires exactly when it dies. SIGHUP is a stop request (with the grace,
+    // then SIGKILL to all: [`init_loop`]); before the command exists it is ignored (pid 1,
+    // default disposition) and the closed `go` pipe ends the init instead.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP, 0, 0, 0) };
+    // A supervisor that died before the signal was armed never sends it: its end of the status
+    // pipe is closed by then (a process's descriptors close before its children are told), so
+    // the init ends here instead of running a command nobody would stop.
+    if supervisor_gone(status_w) {
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(1) }
+    }
+}
+
+/// The set-up done inside: the namespaces, the mounts, the report directory's and the
+/// gateway's hand-overs, loopback. A failure is reported on `err_w` and ends the init (with
+/// every descriptor it still holds open until then).
+fn build_inside(
+    plan: &SandboxPlan,
+    hidden_file: Option<&Path>,
+    idmaps: &Idmaps,
+    handover: Option<OwnedFd>,
+    report: Option<OwnedFd>,
+    err_w: &OwnedFd,
+) {
+    enter_namespaces(plan, err_w);
+    if plan.mount_namespace {
+        if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
+            die(err_w, f);
+        }
+    }
+    // The report directory's tmpfs goes to the supervisor, which copies its report files out
+    // once every process of the run is gone.
+    if let Err(f) = hand_over_report_dir(plan, report) {
+        die(err_w, f);
+    }
+    if plan.net_namespace {
+        if let Err(f) = net::loopback_up() {
+            die(err_w, f);
+        }
+    }
+    // The runner's gateway: listeners made here, inside the namespace, sent out, and closed
+    // (with the hand-over itself) before anything of the command exists.
+    if !plan.gateway_ports.is_empty() {
+        if let Err(f) = hand_over_listeners(plan, handover) {
+            die(err_w, f);
+        }
+    } else {
+        drop(handover);
+    }
+}
+
+/// Enters the mount, network, ipc and uts namespaces the plan asks for (in one `unshare`).
+fn enter_namespaces(plan: &SandboxPlan, err_w: &OwnedFd) {
+    let mut flags = CloneFlags::empty();
+    let mut names = Vec::new();
+    for (wanted, flag, name) in [
+        (plan.mount_namespace, CloneFlags::CLONE_NEWNS, "CLONE_NEWNS"),
+        (plan.net_namespace, CloneFlags::CLONE_NEWNET, "CLONE_NEWNET"),
+        (plan.ipc_namespace, CloneFlags::CLONE_NEWIPC, "CLONE_NEWIPC"),
+        (plan.uts_namespace, CloneFlags::CLONE_NEWUTS, "CLONE_NEWUTS"),
+    ] {
+        if wanted {
+            flags |= flag;
+            names.push(name);
+        }
+    }
+    if !flags.is_empty() {
+        if let Err(f) = ns::enter(flags, &names.join("|")) {
+            die(err_w, f);
+        }
+    }
+}
+
+/// The command must start inside the run's cgroups: waits until the supervisor has moved this
+/// init there (done while the namespaces were being built; cgroup v1 migration waits for an RCU
+/// grace period, so the two overlap). Ends the init if the supervisor is gone.
+fn wait_for_go(go_r: OwnedFd) {
+    let mut go = [0u8; 1];
+    if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(1) }
+    }
 }
 
 /// Whether the read end of `status_w` (the supervisor's) is closed: a write end polls POLLERR

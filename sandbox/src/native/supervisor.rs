@@ -7,25 +7,22 @@
 //! itself (`ralph sandbox exec`). Either way no other thread exists, so everything between
 //! `fork` and `execve` is safe.
 
+mod start;
+
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sched::CloneFlags;
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::unistd::{ForkResult, Pid, fork, pipe2};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::signalfd::SignalFd;
+use nix::unistd::Pid;
 
 use super::cgroup::RunCgroups;
-use super::child::{self, ChildFailure, ExecPlan};
-use super::idmap::Idmaps;
-use super::init::{self, InitPipes};
 use super::protocol::{HelperResult, SetupFailure};
 use super::step::StepFailure;
-use super::{ns, tree};
+use super::tree;
 use crate::beneath::{self, TreePath};
 use crate::gitguard::{self, GitGuard, Inventory};
 use crate::mode::BackendKind;
@@ -38,15 +35,6 @@ use crate::protect;
 use crate::snapshot::Snapshot;
 use crate::spec::ExecSpec;
 use crate::sys::{self, WaitAny};
-
-/// Signals the supervisor handles itself (blocked and read through a signalfd).
-const HANDLED: [Signal; 5] = [
-    Signal::SIGCHLD,
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -172,267 +160,6 @@ fn base_enforcement(spec: &ExecSpec, plan: &SandboxPlan) -> Enforcement {
 }
 
 impl Supervisor {
-    fn start(
-        spec: &ExecSpec,
-        plan: &SandboxPlan,
-        parent_pid: Option<i32>,
-        gateway: Option<OwnedFd>,
-    ) -> Result<Started, String> {
-        let setup_began = Instant::now();
-        if !plan.gateway_ports.is_empty() && gateway.is_none() {
-            return Ok(Started::Failed(StepFailure::new(
-                super::step::restriction::GATEWAY,
-                "gateway",
-                "no channel to hand the gateway listeners to the runner (an in-process run cannot serve them)",
-            )));
-        }
-        let exec_plan =
-            ExecPlan::new(spec, Some(plan)).map_err(|e| format!("invalid command: {e}"))?;
-        nix::sys::prctl::set_child_subreaper(true)
-            .map_err(|e| format!("failed to become a child subreaper (prctl): {}", e.desc()))?;
-        let mut mask = SigSet::empty();
-        for s in HANDLED {
-            mask.add(s);
-        }
-        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
-            .map_err(|e| format!("failed to block signals (sigprocmask): {}", e.desc()))?;
-        let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-            .map_err(|e| format!("failed to create a signalfd: {}", e.desc()))?;
-        let parent = match parent_pid {
-            None => None,
-            Some(pid) => {
-                if nix::unistd::getppid().as_raw() != pid {
-                    return Err("the runner exited before the sandbox started".into());
-                }
-                Some(
-                    sys::pidfd_open(pid)
-                        .map_err(|e| format!("failed to watch the runner (pidfd_open): {e}"))?,
-                )
-            }
-        };
-        let spare_readers = if parent.is_some() {
-            spare_readers()
-        } else {
-            Vec::new()
-        };
-        if let Some(map) = plan.user_namespace {
-            if let Err(f) = ns::enter_user_namespace(map) {
-                return Ok(Started::Failed(f));
-            }
-        }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let run_id = format!("{}-{nanos}", std::process::id());
-        let mut cleanup = Cleanup::default();
-        match RunCgroups::create(
-            plan.memory.as_ref(),
-            plan.pids.as_ref(),
-            plan.cpu.as_ref(),
-            &run_id,
-        ) {
-            Ok(cg) => cleanup.cgroups = cg,
-            Err(f) => return Ok(Started::Failed(f)),
-        }
-        for ph in &plan.placeholders {
-            // Never through a symlink: a link planted in its parent fails the run closed.
-            match beneath::mkdir(&ph.at, 0o555) {
-                Ok(true) if ph.remove_after => cleanup.placeholders.push(ph.at.clone()),
-                Ok(_) => {}
-                Err(e) => {
-                    cleanup.run();
-                    return Ok(Started::Failed(StepFailure::new(
-                        super::step::restriction::MOUNTS,
-                        "mkdirat",
-                        format!("failed to create the protected placeholder: {e}"),
-                    )));
-                }
-            }
-        }
-        // What the protected paths hold, to find and undo any change after the run.
-        let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
-            Ok(s) => s,
-            Err(m) => {
-                cleanup.run();
-                return Ok(Started::Failed(StepFailure::new(
-                    super::step::restriction::MOUNTS,
-                    "snapshot",
-                    format!("failed to record the protected paths: {m}"),
-                )));
-            }
-        };
-        // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
-        // journal), created only when something is masked and removed once the mounts are made.
-        let needs_mask = plan
-            .mounts
-            .iter()
-            .any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
-        let hidden_file = if needs_mask {
-            match create_mask(&spec.control_dir, &run_id) {
-                Ok(path) => {
-                    cleanup.mask = Some(path.clone());
-                    Some(path)
-                }
-                Err(e) => {
-                    cleanup.run();
-                    return Err(format!("failed to create the mask file for secrets: {e}"));
-                }
-            }
-        } else {
-            None
-        };
-        // The command's own ids (a root runner's round): its run-owned directories handed over,
-        // and the user namespaces of the trees it sees idmapped.
-        if let Some(ids) = &plan.identity {
-            for p in &plan.hand_over {
-                if let Err(e) = std::os::unix::fs::chown(p, Some(ids.uid), Some(ids.gid)) {
-                    cleanup.run();
-                    return Ok(Started::Failed(StepFailure::io(
-                        super::step::restriction::PROCESS,
-                        "chown",
-                        &format!("hand `{}` to uid {}", p.display(), ids.uid),
-                        &e,
-                    )));
-                }
-            }
-        }
-        let idmaps = match Idmaps::create(plan) {
-            Ok(m) => m,
-            Err(f) => {
-                cleanup.run();
-                return Ok(Started::Failed(f));
-            }
-        };
-        // What git repositories the writable trees hold before anything of the run exists.
-        let git = plan
-            .git
-            .as_ref()
-            .map(|g| (g.clone(), gitguard::inventory(g)));
-        if plan.pid_namespace {
-            if let Err(f) = ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID") {
-                cleanup.run();
-                return Ok(Started::Failed(f));
-            }
-        }
-        let pipe = || {
-            pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create a pipe: {}", e.desc()))
-        };
-        let (err_r, err_w) = pipe()?;
-        let (status_r, status_w) = pipe()?;
-        let (go_r, go_w) = pipe()?;
-        // The report directory's tmpfs comes back on this (only with an init that mounts it).
-        let report_plan = plan.report_dir.clone();
-        let (report_r, report_w) = match &report_plan {
-            Some(r) if r.tmpfs && plan.pid_namespace => {
-                let (a, b) = crate::report_dir::channel().map_err(|e| {
-                    format!("failed to create the report directory's hand-over: {e}")
-                })?;
-                (Some(a), Some(b))
-            }
-            _ => (None, None),
-        };
-        let started = Instant::now();
-        // SAFETY: this process is single-threaded (the helper never starts a runtime, and
-        // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
-        // code until `execve`.
-        let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
-        let main = match forked {
-            ForkResult::Child => {
-                drop((err_r, status_r, go_w, sigfd, report_r));
-                if plan.pid_namespace {
-                    init::run(
-                        spec,
-                        plan,
-                        &exec_plan,
-                        hidden_file.as_deref(),
-                        &idmaps,
-                        InitPipes {
-                            err_w,
-                            status_w,
-                            go_r,
-                            gateway,
-                            report: report_w,
-                        },
-                    )
-                }
-                drop((status_w, go_r, gateway, report_w));
-                child::exec(spec, Some(plan), &exec_plan, &err_w)
-            }
-            ForkResult::Parent { child } => child,
-        };
-        // The init holds the gateway hand-over now: only its copy may stay open, so that the
-        // runner sees end-of-file if the init dies before sending.
-        drop((err_w, status_w, go_r, gateway, report_w));
-        if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
-            let _ = kill(main, Signal::SIGKILL);
-            let _ = nix::sys::wait::waitpid(main, None);
-            cleanup.run();
-            return Ok(Started::Failed(f));
-        }
-        let _ = nix::unistd::write(&go_w, b"g");
-        drop(go_w);
-        let mut buf = Vec::new();
-        let _ = std::fs::File::from(err_r).read_to_end(&mut buf);
-        let mut exec_error = None;
-        if !buf.is_empty() {
-            let failure: ChildFailure = match serde_json::from_slice(&buf) {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = kill(main, Signal::SIGKILL);
-                    let _ = nix::sys::wait::waitpid(main, None);
-                    cleanup.run();
-                    return Err(format!("unreadable report from the sandbox: {e}"));
-                }
-            };
-            if failure.step == "exec" {
-                exec_error = Some(failure.detail);
-            } else {
-                // Set-up failed: nothing of the command ran.
-                let _ = kill(main, Signal::SIGKILL);
-                let _ = nix::sys::wait::waitpid(main, None);
-                cleanup.run();
-                return Ok(Started::Failed(StepFailure {
-                    restriction: failure
-                        .restriction
-                        .unwrap_or_else(|| super::step::restriction::PROCESS.to_owned()),
-                    step: failure.step,
-                    reason: failure.detail,
-                    errno: failure.errno,
-                }));
-            }
-        }
-        // The command runs: the init's mounts are made, the mask file's name is no longer needed.
-        cleanup.drop_mask();
-        let setup = setup_began.elapsed();
-        Ok(Started::Running(Box::new(Supervisor {
-            main,
-            ns_init: plan.pid_namespace,
-            started,
-            setup,
-            deadline: spec.timeout.map(|t| started + t),
-            grace: spec.kill_grace,
-            sigfd,
-            parent,
-            status_r: Some(status_r),
-            phase: Phase::Running,
-            ended_by: EndedBy::Exit,
-            main_status: None,
-            main_wall: None,
-            leftovers_killed: 0,
-            exec_error,
-            enforcement: base_enforcement(spec, plan),
-            cleanup,
-            absent: plan.absent.clone(),
-            watch: plan.watch.clone(),
-            snapshot,
-            git,
-            control_dir: spec.control_dir.clone(),
-            spare_readers,
-            report: report_plan.map(|r| (r, report_r)),
-        })))
-    }
-
     fn me() -> i32 {
         nix::unistd::getpid().as_raw()
     }
@@ -651,49 +378,6 @@ impl Supervisor {
             enforcement: self.enforcement.clone(),
         })
     }
-}
-
-/// An empty file nobody can read (mode 000), to mount over secret files: created exclusively
-/// under /dev/shm (or, without tmpfs there, in the control directory).
-fn create_mask(fallback_dir: &Path, run_id: &str) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let name = format!("ralph-mask-{run_id}");
-    let create = |dir: &Path| -> std::io::Result<PathBuf> {
-        let path = dir.join(&name);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o000)
-            .open(&path)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o000))?;
-        Ok(path)
-    };
-    create(Path::new("/dev/shm")).or_else(|_| create(fallback_dir))
-}
-
-/// Second read ends of this process's stdout and stderr when they are pipes (the runner's),
-/// opened through `/proc/self/fd` (non-blocking, close-on-exec). Best effort.
-fn spare_readers() -> Vec<OwnedFd> {
-    let mut out = Vec::new();
-    for fd in [1, 2] {
-        let Ok(st) = nix::sys::stat::fstat(fd) else {
-            continue;
-        };
-        if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-            continue;
-        }
-        if let Ok(raw) = nix::fcntl::open(
-            format!("/proc/self/fd/{fd}").as_str(),
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_NONBLOCK
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        ) {
-            // SAFETY: `open` returned a fresh descriptor that nothing else owns.
-            out.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
-        }
-    }
-    out
 }
 
 /// Reads and drops whatever `fd` (non-blocking) holds now.

@@ -1,0 +1,472 @@
+//! The supervisor's start: what it watches (signals, the runner), what it sets up outside the
+//! sandbox (user namespace, cgroups, placeholders, the snapshot of protected paths, the mask
+//! file, idmaps, the pid namespace), the fork of the init (or the command), and the wait for the
+//! sandbox's set-up to end in the command's `execve`.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nix::fcntl::OFlag;
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigmaskHow, Signal, kill, sigprocmask};
+use nix::sys::signalfd::SignalFd;
+use nix::unistd::{ForkResult, Pid, fork, pipe2};
+
+use super::super::cgroup::RunCgroups;
+use super::super::child::{self, ChildFailure, ExecPlan};
+use super::super::idmap::Idmaps;
+use super::super::init::{self, InitPipes};
+use super::super::ns;
+use super::super::step::{StepFailure, restriction};
+use super::{Cleanup, Phase, Started, Supervisor, base_enforcement};
+use crate::beneath;
+use crate::gitguard::{self, GitGuard, Inventory};
+use crate::outcome::EndedBy;
+use crate::plan::SandboxPlan;
+use crate::snapshot::Snapshot;
+use crate::spec::ExecSpec;
+use crate::sys;
+
+/// Why the start failed: the sandbox's set-up (reported as such), or ralph itself.
+enum StartError {
+    Failed(StepFailure),
+    Internal(String),
+}
+
+impl From<StepFailure> for StartError {
+    fn from(f: StepFailure) -> Self {
+        Self::Failed(f)
+    }
+}
+
+impl From<String> for StartError {
+    fn from(message: String) -> Self {
+        Self::Internal(message)
+    }
+}
+
+/// What the supervisor watches from its start.
+struct Armed {
+    sigfd: SignalFd,
+    /// The runner's pidfd.
+    parent: Option<OwnedFd>,
+    /// See [`Supervisor::spare_readers`].
+    spare_readers: Vec<OwnedFd>,
+}
+
+/// What the set-up outside the sandbox made for the run (besides [`Cleanup`]).
+struct Outside {
+    snapshot: Snapshot,
+    /// The mask file for secrets, when something is masked.
+    hidden_file: Option<PathBuf>,
+    idmaps: Idmaps,
+    git: Option<(GitGuard, Inventory)>,
+}
+
+/// The supervisor's ends of the pipes it shares with the init (or the command).
+struct OurEnds {
+    err_r: OwnedFd,
+    status_r: OwnedFd,
+    go_w: OwnedFd,
+    report_r: Option<OwnedFd>,
+}
+
+/// The init's (or the command's) ends.
+struct TheirEnds {
+    err_w: OwnedFd,
+    status_w: OwnedFd,
+    go_r: OwnedFd,
+    report_w: Option<OwnedFd>,
+}
+
+impl Supervisor {
+    pub(super) fn start(
+        spec: &ExecSpec,
+        plan: &SandboxPlan,
+        parent_pid: Option<i32>,
+        gateway: Option<OwnedFd>,
+    ) -> Result<Started, String> {
+        match Self::start_inner(spec, plan, parent_pid, gateway) {
+            Ok(s) => Ok(Started::Running(s)),
+            Err(StartError::Failed(f)) => Ok(Started::Failed(f)),
+            Err(StartError::Internal(message)) => Err(message),
+        }
+    }
+
+    fn start_inner(
+        spec: &ExecSpec,
+        plan: &SandboxPlan,
+        parent_pid: Option<i32>,
+        gateway: Option<OwnedFd>,
+    ) -> Result<Box<Supervisor>, StartError> {
+        let setup_began = Instant::now();
+        if !plan.gateway_ports.is_empty() && gateway.is_none() {
+            return Err(StepFailure::new(
+                restriction::GATEWAY,
+                "gateway",
+                "no channel to hand the gateway listeners to the runner (an in-process run cannot serve them)",
+            )
+            .into());
+        }
+        let exec_plan =
+            ExecPlan::new(spec, Some(plan)).map_err(|e| format!("invalid command: {e}"))?;
+        let Armed {
+            sigfd,
+            parent,
+            spare_readers,
+        } = arm(parent_pid)?;
+        if let Some(map) = plan.user_namespace {
+            ns::enter_user_namespace(map)?;
+        }
+        let mut cleanup = Cleanup::default();
+        let outside = prepare_outside(spec, plan, &mut cleanup)?;
+        let (ours, theirs) = pipes(plan)?;
+        let started = Instant::now();
+        // SAFETY: this process is single-threaded (the helper never starts a runtime, and
+        // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
+        // code until `execve`.
+        let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
+        let main = match forked {
+            ForkResult::Child => {
+                drop((ours, sigfd));
+                become_main(spec, plan, &exec_plan, &outside, theirs, gateway)
+            }
+            ForkResult::Parent { child } => child,
+        };
+        // The init holds the gateway hand-over now: only its copy may stay open, so that the
+        // runner sees end-of-file if the init dies before sending.
+        drop((theirs, gateway));
+        let exec_error = await_setup(main, ours.err_r, ours.go_w, &mut cleanup)?;
+        // The command runs: the init's mounts are made, the mask file's name is no longer needed.
+        cleanup.drop_mask();
+        let setup = setup_began.elapsed();
+        Ok(Box::new(Supervisor {
+            main,
+            ns_init: plan.pid_namespace,
+            started,
+            setup,
+            deadline: spec.timeout.map(|t| started + t),
+            grace: spec.kill_grace,
+            sigfd,
+            parent,
+            status_r: Some(ours.status_r),
+            phase: Phase::Running,
+            ended_by: EndedBy::Exit,
+            main_status: None,
+            main_wall: None,
+            leftovers_killed: 0,
+            exec_error,
+            enforcement: base_enforcement(spec, plan),
+            cleanup,
+            absent: plan.absent.clone(),
+            watch: plan.watch.clone(),
+            snapshot: outside.snapshot,
+            git: outside.git,
+            control_dir: spec.control_dir.clone(),
+            spare_readers,
+            report: plan.report_dir.clone().map(|r| (r, ours.report_r)),
+        }))
+    }
+}
+
+/// Becomes a child subreaper, blocks the signals the supervisor handles (read through a
+/// signalfd; the init inherits the mask) and watches the runner `parent_pid`, if any.
+fn arm(parent_pid: Option<i32>) -> Result<Armed, String> {
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("failed to become a child subreaper (prctl): {}", e.desc()))?;
+    let mask = crate::init_loop::watched_set();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .map_err(|e| format!("failed to block signals (sigprocmask): {}", e.desc()))?;
+    let sigfd = crate::init_loop::signalfd()
+        .map_err(|e| format!("failed to create a signalfd: {}", e.desc()))?;
+    let parent = match parent_pid {
+        None => None,
+        Some(pid) => {
+            if nix::unistd::getppid().as_raw() != pid {
+                return Err("the runner exited before the sandbox started".into());
+            }
+            Some(
+                sys::pidfd_open(pid)
+                    .map_err(|e| format!("failed to watch the runner (pidfd_open): {e}"))?,
+            )
+        }
+    };
+    let spare_readers = if parent.is_some() {
+        spare_readers()
+    } else {
+        Vec::new()
+    };
+    Ok(Armed {
+        sigfd,
+        parent,
+        spare_readers,
+    })
+}
+
+/// The set-up outside the sandbox; on failure, what it made is removed again.
+fn prepare_outside(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    cleanup: &mut Cleanup,
+) -> Result<Outside, StartError> {
+    let outside = build_outside(spec, plan, cleanup);
+    if outside.is_err() {
+        cleanup.run();
+    }
+    outside
+}
+
+fn build_outside(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    cleanup: &mut Cleanup,
+) -> Result<Outside, StartError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let run_id = format!("{}-{nanos}", std::process::id());
+    cleanup.cgroups = RunCgroups::create(
+        plan.memory.as_ref(),
+        plan.pids.as_ref(),
+        plan.cpu.as_ref(),
+        &run_id,
+    )?;
+    make_placeholders(plan, cleanup)?;
+    // What the protected paths hold, to find and undo any change after the run.
+    let snapshot =
+        Snapshot::take(&plan.protected, &spec.control_dir.join("protected")).map_err(|m| {
+            StepFailure::new(
+                restriction::MOUNTS,
+                "snapshot",
+                format!("failed to record the protected paths: {m}"),
+            )
+        })?;
+    // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
+    // journal), created only when something is masked and removed once the mounts are made.
+    let needs_mask = plan
+        .mounts
+        .iter()
+        .any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
+    let hidden_file = if needs_mask {
+        let path = create_mask(&spec.control_dir, &run_id)
+            .map_err(|e| format!("failed to create the mask file for secrets: {e}"))?;
+        cleanup.mask = Some(path.clone());
+        Some(path)
+    } else {
+        None
+    };
+    hand_over_dirs(plan)?;
+    let idmaps = Idmaps::create(plan)?;
+    // What git repositories the writable trees hold before anything of the run exists.
+    let git = plan
+        .git
+        .as_ref()
+        .map(|g| (g.clone(), gitguard::inventory(g)));
+    if plan.pid_namespace {
+        ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID")?;
+    }
+    Ok(Outside {
+        snapshot,
+        hidden_file,
+        idmaps,
+        git,
+    })
+}
+
+/// Creates the protected placeholders (never through a symlink: a link planted in its parent
+/// fails the run closed); those to remove after the run are recorded in `cleanup`.
+fn make_placeholders(plan: &SandboxPlan, cleanup: &mut Cleanup) -> Result<(), StepFailure> {
+    for ph in &plan.placeholders {
+        match beneath::mkdir(&ph.at, 0o555) {
+            Ok(true) if ph.remove_after => cleanup.placeholders.push(ph.at.clone()),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(StepFailure::new(
+                    restriction::MOUNTS,
+                    "mkdirat",
+                    format!("failed to create the protected placeholder: {e}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The command's own ids (a root runner's round): its run-owned directories handed over (the
+/// user namespaces of the trees it sees idmapped are made by [`Idmaps::create`]).
+fn hand_over_dirs(plan: &SandboxPlan) -> Result<(), StepFailure> {
+    let Some(ids) = &plan.identity else {
+        return Ok(());
+    };
+    for p in &plan.hand_over {
+        std::os::unix::fs::chown(p, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+            StepFailure::io(
+                restriction::PROCESS,
+                "chown",
+                &format!("hand `{}` to uid {}", p.display(), ids.uid),
+                &e,
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The pipes between the supervisor and the init (or the command): set-up failures, the
+/// command's status, the go-ahead, and the report directory's tmpfs (only with an init that
+/// mounts it).
+fn pipes(plan: &SandboxPlan) -> Result<(OurEnds, TheirEnds), String> {
+    let pipe =
+        || pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("failed to create a pipe: {}", e.desc()));
+    let (err_r, err_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let (report_r, report_w) = match &plan.report_dir {
+        Some(r) if r.tmpfs && plan.pid_namespace => {
+            let (a, b) = crate::report_dir::channel()
+                .map_err(|e| format!("failed to create the report directory's hand-over: {e}"))?;
+            (Some(a), Some(b))
+        }
+        _ => (None, None),
+    };
+    Ok((
+        OurEnds {
+            err_r,
+            status_r,
+            go_w,
+            report_r,
+        },
+        TheirEnds {
+            err_w,
+            status_w,
+            go_r,
+            report_w,
+        },
+    ))
+}
+
+/// In the forked child: the init of the new pid namespace, or (without one) the command.
+fn become_main(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    exec_plan: &ExecPlan,
+    outside: &Outside,
+    theirs: TheirEnds,
+    gateway: Option<OwnedFd>,
+) -> ! {
+    let TheirEnds {
+        err_w,
+        status_w,
+        go_r,
+        report_w,
+    } = theirs;
+    if plan.pid_namespace {
+        init::run(
+            spec,
+            plan,
+            exec_plan,
+            outside.hidden_file.as_deref(),
+            &outside.idmaps,
+            InitPipes {
+                err_w,
+                status_w,
+                go_r,
+                gateway,
+                report: report_w,
+            },
+        )
+    }
+    drop((status_w, go_r, gateway, report_w));
+    child::exec(spec, Some(plan), exec_plan, &err_w)
+}
+
+/// Moves `main` into the run's cgroups, lets it go on, and waits for its set-up to end: `None`
+/// once the command runs, the `execve` failure when that is what ended it. A failed set-up
+/// kills `main` and removes what `cleanup` holds.
+fn await_setup(
+    main: Pid,
+    err_r: OwnedFd,
+    go_w: OwnedFd,
+    cleanup: &mut Cleanup,
+) -> Result<Option<String>, StartError> {
+    let abandon = |cleanup: &mut Cleanup| {
+        let _ = kill(main, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(main, None);
+        cleanup.run();
+    };
+    if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
+        abandon(cleanup);
+        return Err(f.into());
+    }
+    let _ = nix::unistd::write(&go_w, b"g");
+    drop(go_w);
+    let mut buf = Vec::new();
+    let _ = std::fs::File::from(err_r).read_to_end(&mut buf);
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let failure: ChildFailure = match serde_json::from_slice(&buf) {
+        Ok(f) => f,
+        Err(e) => {
+            abandon(cleanup);
+            return Err(format!("unreadable report from the sandbox: {e}").into());
+        }
+    };
+    if failure.step == "exec" {
+        return Ok(Some(failure.detail));
+    }
+    // Set-up failed: nothing of the command ran.
+    abandon(cleanup);
+    Err(StepFailure {
+        restriction: failure
+            .restriction
+            .unwrap_or_else(|| restriction::PROCESS.to_owned()),
+        step: failure.step,
+        reason: failure.detail,
+        errno: failure.errno,
+    }
+    .into())
+}
+
+/// An empty file nobody can read (mode 000), to mount over secret files: created exclusively
+/// under /dev/shm (or, without tmpfs there, in the control directory).
+fn create_mask(fallback_dir: &Path, run_id: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = format!("ralph-mask-{run_id}");
+    let create = |dir: &Path| -> std::io::Result<PathBuf> {
+        let path = dir.join(&name);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&path)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o000))?;
+        Ok(path)
+    };
+    create(Path::new("/dev/shm")).or_else(|_| create(fallback_dir))
+}
+
+/// Second read ends of this process's stdout and stderr when they are pipes (the runner's),
+/// opened through `/proc/self/fd` (non-blocking, close-on-exec). Best effort.
+fn spare_readers() -> Vec<OwnedFd> {
+    let mut out = Vec::new();
+    for fd in [1, 2] {
+        let Ok(st) = nix::sys::stat::fstat(fd) else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+            continue;
+        }
+        if let Ok(raw) = nix::fcntl::open(
+            format!("/proc/self/fd/{fd}").as_str(),
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+            out.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+        }
+    }
+    out
+}
