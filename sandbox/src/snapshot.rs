@@ -26,6 +26,52 @@ pub const COPY_BUDGET: u64 = 64 * 1024 * 1024;
 /// Entries walked per run (a bound on a protected tree's size).
 pub const ENTRY_LIMIT: usize = 100_000;
 
+/// Why the protected paths could not be recorded, checked or put back.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// A step inside a tree (never through a link) failed.
+    #[error(transparent)]
+    Beneath(#[from] beneath::BeneathError),
+    /// A file operation on a named path failed.
+    #[error("failed to {op} `{}`: {source}", path.display())]
+    Path {
+        /// What was done (`fstatat`, `list`, `read`, `create`, `copy`).
+        op: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A call on an entry reached through its directory failed.
+    #[error("{call}: {source}")]
+    Call {
+        /// The call (`openat`, `fchmodat`, `fchmod`, `symlinkat`).
+        call: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Reading a copy back or writing an entry failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A name or a link target holds a NUL byte.
+    #[error("NUL in a {0}")]
+    Nul(&'static str),
+    /// The protected paths are too big to walk.
+    #[error("the protected paths hold more than {ENTRY_LIMIT} entries; protect less")]
+    TooManyEntries,
+    /// An entry that cannot be put back as it was.
+    #[error("{0}")]
+    NotRestorable(&'static str),
+}
+
+/// The last OS error of a raw call, as a [`SnapshotError::Call`].
+fn call_failed(call: &'static str) -> SnapshotError {
+    SnapshotError::Call {
+        call,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
 /// What identifies an entry's state (atime left out: reading is not a change).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Ident {
@@ -59,8 +105,12 @@ pub struct Snapshot {
     store: Option<PathBuf>,
 }
 
-fn lstat_ident(dir: &Dir, name: &std::ffi::OsStr, path: &Path) -> Result<Option<Ident>, String> {
-    let c = std::ffi::CString::new(name.as_bytes()).map_err(|_| "NUL in a name".to_owned())?;
+fn lstat_ident(
+    dir: &Dir,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<Option<Ident>, SnapshotError> {
+    let c = cname(name)?;
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: a valid descriptor, a NUL-terminated name and a stat buffer of the right size.
     let rc = unsafe {
@@ -76,7 +126,11 @@ fn lstat_ident(dir: &Dir, name: &std::ffi::OsStr, path: &Path) -> Result<Option<
         if e.raw_os_error() == Some(libc::ENOENT) {
             return Ok(None);
         }
-        return Err(format!("failed to fstatat `{}`: {e}", path.display()));
+        return Err(SnapshotError::Path {
+            op: "fstatat",
+            path: path.to_owned(),
+            source: e,
+        });
     }
     // SAFETY: fstatat returned 0, so it filled the buffer.
     let st = unsafe { st.assume_init() };
@@ -109,9 +163,9 @@ fn child(p: &TreePath, name: &std::ffi::OsStr) -> TreePath {
 
 /// Walks `root` (a protected path) and what is below it, never following a symlink: each entry
 /// with its identity, directories before what they hold.
-fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, String> {
+fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, SnapshotError> {
     let mut out = Vec::new();
-    let parent = Dir::parent_of(root).map_err(|e| e.to_string())?;
+    let parent = Dir::parent_of(root)?;
     let name = root.rel.file_name().unwrap_or_default();
     let Some(top) = lstat_ident(&parent, name, &root.full())? else {
         return Ok(out);
@@ -123,14 +177,12 @@ fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, String> {
         Vec::new()
     };
     while let Some(d) = dirs.pop() {
-        let dir = Dir::open(&d).map_err(|e| e.to_string())?;
+        let dir = Dir::open(&d)?;
         let mut names: Vec<OsString> = list(&dir, &d)?;
         names.sort();
         for n in names {
             if out.len() >= ENTRY_LIMIT {
-                return Err(format!(
-                    "the protected paths hold more than {ENTRY_LIMIT} entries; protect less"
-                ));
+                return Err(SnapshotError::TooManyEntries);
             }
             let at = child(&d, &n);
             if let Some(ident) = lstat_ident(&dir, &n, &at.full())? {
@@ -145,16 +197,20 @@ fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, String> {
 }
 
 /// The names in a directory (reached through its verified descriptor).
-fn list(dir: &Dir, at: &TreePath) -> Result<Vec<OsString>, String> {
+fn list(dir: &Dir, at: &TreePath) -> Result<Vec<OsString>, SnapshotError> {
     let via = format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&dir.fd())
     );
-    let rd = std::fs::read_dir(&via)
-        .map_err(|e| format!("failed to list `{}`: {e}", at.full().display()))?;
+    let failed = |source| SnapshotError::Path {
+        op: "list",
+        path: at.full(),
+        source,
+    };
+    let rd = std::fs::read_dir(&via).map_err(failed)?;
     let mut out = Vec::new();
     for e in rd {
-        let e = e.map_err(|e| format!("failed to list `{}`: {e}", at.full().display()))?;
+        let e = e.map_err(failed)?;
         out.push(e.file_name());
     }
     Ok(out)
@@ -173,7 +229,7 @@ fn open_file(at: &TreePath) -> std::io::Result<std::fs::File> {
 /// Refuses protected regular files with more than one hard link (before a run).
 pub fn refuse_hard_links(protected: &[TreePath]) -> Result<(), SandboxError> {
     for root in protected {
-        let entries = walk(root).map_err(|m| SandboxError::invalid("protect", m))?;
+        let entries = walk(root).map_err(|e| SandboxError::invalid("protect", e.to_string()))?;
         if let Some((at, ident)) = entries
             .iter()
             .find(|(_, i)| i.kind == Kind::File && i.nlink > 1)
@@ -194,7 +250,7 @@ pub fn refuse_hard_links(protected: &[TreePath]) -> Result<(), SandboxError> {
 impl Snapshot {
     /// Records `protected` (after the run's placeholders exist), copying content into `store`
     /// (a runner-owned directory, created here).
-    pub fn take(protected: &[TreePath], store: &Path) -> Result<Snapshot, String> {
+    pub fn take(protected: &[TreePath], store: &Path) -> Result<Snapshot, SnapshotError> {
         let mut snap = Snapshot {
             roots: protected.to_vec(),
             entries: Vec::new(),
@@ -212,24 +268,34 @@ impl Snapshot {
                 match ident.kind {
                     Kind::File if ident.size <= budget => {
                         if snap.store.is_none() {
-                            std::fs::create_dir_all(store).map_err(|e| {
-                                format!("failed to create `{}`: {e}", store.display())
+                            std::fs::create_dir_all(store).map_err(|source| {
+                                SnapshotError::Path {
+                                    op: "create",
+                                    path: store.to_owned(),
+                                    source,
+                                }
                             })?;
                             snap.store = Some(store.to_owned());
                         }
                         let copy = store.join(snap.entries.len().to_string());
-                        let mut src = open_file(&entry.at).map_err(|e| {
-                            format!("failed to read `{}`: {e}", entry.at.full().display())
-                        })?;
-                        let mut dst = std::fs::File::create(&copy)
-                            .map_err(|e| format!("failed to create `{}`: {e}", copy.display()))?;
+                        let mut src =
+                            open_file(&entry.at).map_err(|source| SnapshotError::Path {
+                                op: "read",
+                                path: entry.at.full(),
+                                source,
+                            })?;
+                        let on_copy = |op| {
+                            let path = copy.clone();
+                            move |source| SnapshotError::Path { op, path, source }
+                        };
+                        let mut dst = std::fs::File::create(&copy).map_err(on_copy("create"))?;
                         let n = std::io::copy(&mut (&mut src).take(budget), &mut dst)
-                            .map_err(|e| format!("failed to copy `{}`: {e}", copy.display()))?;
+                            .map_err(on_copy("copy"))?;
                         budget = budget.saturating_sub(n);
                         entry.copy = Some(copy);
                     }
                     Kind::Symlink => {
-                        let dir = Dir::parent_of(&entry.at).map_err(|e| e.to_string())?;
+                        let dir = Dir::parent_of(&entry.at)?;
                         let name = entry.at.rel.file_name().unwrap_or_default();
                         let via = format!(
                             "/proc/self/fd/{}",
@@ -327,8 +393,8 @@ impl Snapshot {
     }
 
     /// Puts `e` back as recorded.
-    fn restore(&self, e: &Entry, exists: bool) -> Result<(), String> {
-        let dir = Dir::parent_of(&e.at).map_err(|x| x.to_string())?;
+    fn restore(&self, e: &Entry, exists: bool) -> Result<(), SnapshotError> {
+        let dir = Dir::parent_of(&e.at)?;
         let name = e.at.rel.file_name().unwrap_or_default();
         let mode = e.ident.mode & 0o7777;
         match e.ident.kind {
@@ -336,48 +402,52 @@ impl Snapshot {
                 if exists {
                     if let Ok(Found::Exists(st)) = beneath::inspect(&e.at) {
                         if st.kind != Kind::Dir {
-                            dir.unlink(name, false).map_err(|x| x.to_string())?;
+                            dir.unlink(name, false)?;
                         }
                     }
                 }
-                dir.mkdir(name, mode).map_err(|x| x.to_string())?;
+                dir.mkdir(name, mode)?;
                 chmod_at(&dir, name, mode)
             }
             Kind::File => {
-                let copy = e
-                    .copy
-                    .as_ref()
-                    .ok_or("its content was over the copy budget")?;
+                let copy = e.copy.as_ref().ok_or(SnapshotError::NotRestorable(
+                    "its content was over the copy budget",
+                ))?;
                 if exists {
-                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                    beneath::remove_all(&e.at)?;
                 }
-                let mut src = std::fs::File::open(copy).map_err(|x| x.to_string())?;
+                let mut src = std::fs::File::open(copy)?;
                 let mut data = Vec::new();
-                src.read_to_end(&mut data).map_err(|x| x.to_string())?;
+                src.read_to_end(&mut data)?;
                 write_new_at(&dir, name, mode, &data)
             }
             Kind::Symlink => {
-                let target = e.link.as_ref().ok_or("its target was not recorded")?;
+                let target = e
+                    .link
+                    .as_ref()
+                    .ok_or(SnapshotError::NotRestorable("its target was not recorded"))?;
                 if exists {
-                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                    beneath::remove_all(&e.at)?;
                 }
                 symlink_at(&dir, name, target)
             }
             Kind::Special => {
                 if exists {
-                    beneath::remove_all(&e.at).map_err(|x| x.to_string())?;
+                    beneath::remove_all(&e.at)?;
                 }
-                Err("special files are removed, not recreated".into())
+                Err(SnapshotError::NotRestorable(
+                    "special files are removed, not recreated",
+                ))
             }
         }
     }
 }
 
-fn cname(name: &std::ffi::OsStr) -> Result<std::ffi::CString, String> {
-    std::ffi::CString::new(name.as_bytes()).map_err(|_| "NUL in a name".to_owned())
+fn cname(name: &std::ffi::OsStr) -> Result<std::ffi::CString, SnapshotError> {
+    std::ffi::CString::new(name.as_bytes()).map_err(|_| SnapshotError::Nul("name"))
 }
 
-fn chmod_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32) -> Result<(), String> {
+fn chmod_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32) -> Result<(), SnapshotError> {
     let c = cname(name)?;
     // SAFETY: a valid descriptor and a NUL-terminated name; AT_SYMLINK_NOFOLLOW is refused by
     // some kernels for fchmodat, so the entry is checked to be a directory by the caller.
@@ -390,13 +460,18 @@ fn chmod_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32) -> Result<(), String> 
         )
     };
     if rc != 0 {
-        return Err(format!("fchmodat: {}", std::io::Error::last_os_error()));
+        return Err(call_failed("fchmodat"));
     }
     Ok(())
 }
 
 /// Creates `name` in `dir` exclusively (no symlink followed) with `data` and `mode`.
-fn write_new_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32, data: &[u8]) -> Result<(), String> {
+fn write_new_at(
+    dir: &Dir,
+    name: &std::ffi::OsStr,
+    mode: u32,
+    data: &[u8],
+) -> Result<(), SnapshotError> {
     use std::os::fd::FromRawFd;
     let c = cname(name)?;
     // SAFETY: a valid descriptor and a NUL-terminated name; O_EXCL|O_NOFOLLOW never follows.
@@ -409,21 +484,21 @@ fn write_new_at(dir: &Dir, name: &std::ffi::OsStr, mode: u32, data: &[u8]) -> Re
         )
     };
     if fd < 0 {
-        return Err(format!("openat: {}", std::io::Error::last_os_error()));
+        return Err(call_failed("openat"));
     }
     // SAFETY: the kernel just returned this descriptor.
     let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-    f.write_all(data).map_err(|e| e.to_string())?;
+    f.write_all(data)?;
     // SAFETY: fchmod on a descriptor we own.
     if unsafe { libc::fchmod(fd, mode) } != 0 {
-        return Err(format!("fchmod: {}", std::io::Error::last_os_error()));
+        return Err(call_failed("fchmod"));
     }
     Ok(())
 }
 
-fn symlink_at(dir: &Dir, name: &std::ffi::OsStr, target: &OsString) -> Result<(), String> {
+fn symlink_at(dir: &Dir, name: &std::ffi::OsStr, target: &OsString) -> Result<(), SnapshotError> {
     let c = cname(name)?;
-    let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| "NUL in a target")?;
+    let t = std::ffi::CString::new(target.as_bytes()).map_err(|_| SnapshotError::Nul("target"))?;
     // SAFETY: two NUL-terminated strings and a valid descriptor.
     let rc = unsafe {
         libc::symlinkat(
@@ -433,7 +508,7 @@ fn symlink_at(dir: &Dir, name: &std::ffi::OsStr, target: &OsString) -> Result<()
         )
     };
     if rc != 0 {
-        return Err(format!("symlinkat: {}", std::io::Error::last_os_error()));
+        return Err(call_failed("symlinkat"));
     }
     Ok(())
 }

@@ -206,12 +206,12 @@ pub async fn start(
     // What the protected paths hold, to find and undo any change after the run.
     let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
         Ok(s) => s,
-        Err(m) => {
+        Err(e) => {
             cleanup_host(&placeholders);
             return Err(SandboxError::Io {
                 action: "record the protected paths",
                 path: spec.control_dir.join("protected"),
-                source: std::io::Error::other(m),
+                source: std::io::Error::other(e.to_string()),
             });
         }
     };
