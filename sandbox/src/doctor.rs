@@ -226,7 +226,7 @@ fn seccomp_check(host: &Host) -> Check {
                             protect_init: true,
                         },
                     };
-                    let progs = crate::native::seccomp::build(&plan)?;
+                    let progs = crate::native::seccomp::build(&plan).map_err(|e| e.to_string())?;
                     crate::native::seccomp::install(&progs).map_err(|f| f.reason)
                 })
             })

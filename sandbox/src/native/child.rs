@@ -88,7 +88,7 @@ impl ExecPlan {
             .map(|c| cstr("the program path", c.as_os_str().as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         let seccomp = match plan {
-            Some(p) => seccomp::build(&p.seccomp)?,
+            Some(p) => seccomp::build(&p.seccomp).map_err(|e| e.to_string())?,
             None => Vec::new(),
         };
         Ok(Self {

@@ -36,9 +36,40 @@ const NS_CLONE_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
-fn arch() -> Result<TargetArch, String> {
-    TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|e| format!("unsupported architecture: {e:?}"))
+/// Why a filter program could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// Not an architecture seccompiler knows.
+    #[error("unsupported architecture: {0}")]
+    Arch(String),
+    /// The policy names a syscall ralph's table does not.
+    #[error("unknown syscall `{0}` in a guard")]
+    UnknownSyscall(String),
+    /// A guard answers with something else than EPERM (or a plain ENOSYS).
+    #[error("guard on `{0}`: only EPERM or a plain ENOSYS")]
+    GuardErrno(String),
+    /// seccompiler refused a condition, a rule or the filter.
+    #[error("{0}")]
+    Seccompiler(#[from] seccompiler::Error),
+    /// seccompiler could not compile the filter.
+    #[error("{0}")]
+    Backend(#[from] seccompiler::BackendError),
+    /// The program is over the kernel's limit.
+    #[error("the filter has {0} instructions, over the kernel's limit of 4096")]
+    TooLong(usize),
+    /// The allow-list exists for x86_64 only.
+    #[error("the syscall allow-list is defined for x86_64 only")]
+    AllowListArch,
+    /// The allow-list's ranges do not fit one program's jumps.
+    #[error("the allow-list has too many ranges ({0}) for one program")]
+    TooManyRanges(usize),
+    /// A syscall number outside 32 bits.
+    #[error("syscall number {0} out of range")]
+    Number(i64),
+}
+
+fn arch() -> Result<TargetArch, FilterError> {
+    TargetArch::try_from(std::env::consts::ARCH).map_err(|e| FilterError::Arch(format!("{e:?}")))
 }
 
 fn cond(
@@ -46,17 +77,17 @@ fn cond(
     op: SeccompCmpOp,
     value: u64,
     len: SeccompCmpArgLen,
-) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, len, op, value).map_err(|e| format!("{e}"))
+) -> Result<SeccompCondition, FilterError> {
+    Ok(SeccompCondition::new(arg, len, op, value)?)
 }
 
-fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conds).map_err(|e| format!("{e}"))
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, FilterError> {
+    Ok(SeccompRule::new(conds)?)
 }
 
 /// Builds the filter for `plan`: one BPF program (a short prefix for x32 and clone3, then
 /// seccompiler's arch-checked rule program).
-pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
+pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, FilterError> {
     let arch = arch()?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in &plan.deny {
@@ -126,16 +157,13 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
     }
     for g in guards::guards(plan.guards) {
         let nr = syscalls::number(g.syscall)
-            .ok_or_else(|| format!("unknown syscall `{}` in a guard", g.syscall))?;
+            .ok_or_else(|| FilterError::UnknownSyscall(g.syscall.to_string()))?;
         if g.errno == libc::ENOSYS && g.conds.is_empty() {
             enosys.push(nr);
             continue;
         }
         if g.errno != libc::EPERM {
-            return Err(format!(
-                "guard on `{}`: only EPERM or a plain ENOSYS",
-                g.syscall
-            ));
+            return Err(FilterError::GuardErrno(g.syscall.to_string()));
         }
         let conds = g
             .conds
@@ -163,18 +191,12 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
         }
     }
     let eperm = SeccompAction::Errno(libc::EPERM as u32);
-    let main =
-        SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch).map_err(|e| format!("{e}"))?;
-    let main: BpfProgram = main
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| format!("{e}"))?;
+    let main = SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch)?;
+    let main: BpfProgram = main.try_into()?;
     let mut program = prefix(&enosys);
     program.extend(main);
     if program.len() > 4096 {
-        return Err(format!(
-            "the filter has {} instructions, over the kernel's limit of 4096",
-            program.len()
-        ));
+        return Err(FilterError::TooLong(program.len()));
     }
     match &plan.allow {
         // Installed first, so that the deny program's answers win (see the module comment).
@@ -187,7 +209,7 @@ pub fn build(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, String> {
 /// profile: every syscall of ralph's table passes (the engine's profile answers for those: the
 /// allow-list by name, the deny list, the guards), any other number — a syscall newer than the
 /// table, which the profile cannot name — answers ENOSYS.
-pub fn newer_syscalls_program() -> Result<BpfProgram, String> {
+pub fn newer_syscalls_program() -> Result<BpfProgram, FilterError> {
     let known: Vec<i64> = crate::policy::syscall_table::X86_64
         .iter()
         .map(|(_, nr)| *nr)
@@ -198,9 +220,9 @@ pub fn newer_syscalls_program() -> Result<BpfProgram, String> {
 /// The allow-list program: on x86_64, ALLOW for the listed numbers (a chain of ranges, in
 /// ascending order), ENOSYS for anything else — an x32 number, a foreign architecture and a
 /// syscall a newer kernel adds included.
-fn allow_program(allowed: &[i64]) -> Result<BpfProgram, String> {
+fn allow_program(allowed: &[i64]) -> Result<BpfProgram, FilterError> {
     if !cfg!(target_arch = "x86_64") {
-        return Err("the syscall allow-list is defined for x86_64 only".into());
+        return Err(FilterError::AllowListArch);
     }
     const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
     let list: Vec<(String, i64)> = allowed.iter().map(|nr| (String::new(), *nr)).collect();
@@ -210,8 +232,7 @@ fn allow_program(allowed: &[i64]) -> Result<BpfProgram, String> {
     let enosys_at = 3 + 2 * n;
     let allow_at = enosys_at + 1;
     let off = |from: usize, to: usize| {
-        u8::try_from(to - from - 1)
-            .map_err(|_| format!("the allow-list has too many ranges ({n}) for one program"))
+        u8::try_from(to - from - 1).map_err(|_| FilterError::TooManyRanges(n))
     };
     let mut prog = vec![
         ins(LD_W_ABS, 0, 0, OFFSET_ARCH),
@@ -220,8 +241,8 @@ fn allow_program(allowed: &[i64]) -> Result<BpfProgram, String> {
     ];
     for (i, (lo, hi)) in ranges.iter().enumerate() {
         let at = 3 + 2 * i;
-        let lo = u32::try_from(*lo).map_err(|_| format!("syscall number {lo} out of range"))?;
-        let hi = u32::try_from(*hi).map_err(|_| format!("syscall number {hi} out of range"))?;
+        let lo = u32::try_from(*lo).map_err(|_| FilterError::Number(*lo))?;
+        let hi = u32::try_from(*hi).map_err(|_| FilterError::Number(*hi))?;
         // Above this range: on to the next one.
         prog.push(ins(JMP_JGT_K, 1, 0, hi));
         // In it: allowed; below it (and above the previous one): refused.
