@@ -15,6 +15,7 @@ use crate::host::Host;
 use crate::identity::{self, Ids};
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::policy::admit::{self, admit};
 use crate::policy::guards::Switches;
 use crate::policy::network::{self, SocketFamily};
 use crate::policy::{Policy, WorkspaceAccess, kernel_paths, syscalls};
@@ -22,8 +23,7 @@ use crate::protect::{self, Placeholder};
 use crate::sockets;
 use crate::spec::{ReportDir, SandboxRequest};
 
-/// Size of each private HOME and TMPDIR tmpfs when neither the job nor the policy sets one.
-pub const DEFAULT_SCRATCH_SIZE: u64 = 1 << 30;
+pub use crate::policy::admit::DEFAULT_SCRATCH_SIZE;
 
 /// Lowest Landlock ABI whose filesystem rules cover every write path (ABI 3 adds truncate).
 pub const MIN_LANDLOCK_ABI_FS: i32 = 3;
@@ -407,7 +407,6 @@ fn report_dir_plan(
     let Some(dir) = &req.private.report else {
         return Ok(None);
     };
-    dir.check()?;
     if can_ns {
         e.record(
             Restriction::ReportDir,
@@ -436,19 +435,13 @@ pub fn resolve(
     req: &SandboxRequest,
     host: &Host,
 ) -> Result<SandboxPlan, SandboxError> {
+    let admitted = admit(policy, req, BackendKind::Native)?;
     let mode = req.mode;
     let mut e = Enforcement::new(BackendKind::Native, mode);
     let fs = &policy.filesystem;
 
     // Network.
-    let network = req.network.unwrap_or(policy.network.default);
-    if network == Network::Full && !policy.network.allow_full {
-        return Err(SandboxError::invalid(
-            "network",
-            format!("mode `{mode}` does not allow `--network full`"),
-        ));
-    }
-    req.check_gateway_ports(network)?;
+    let network = admitted.network;
     let net_off = network == Network::None;
     let net_private = network.private_namespace();
 
@@ -519,12 +512,6 @@ pub fn resolve(
             Level::NotRequested,
             format!("full-access: the runner's uid {}", host.euid),
         );
-        if !req.protect.is_empty() {
-            return Err(SandboxError::invalid(
-                "protect",
-                "protected paths need a filesystem sandbox; mode `full-access` has none",
-            ));
-        }
         mounts.extend(floor);
         None
     } else {
@@ -602,26 +589,18 @@ pub fn resolve(
             write: fs.workspace == WorkspaceAccess::Write,
             idmap: None,
         });
-        if !req.write.is_empty() {
-            if !fs.extra_write {
+        for p in &req.write {
+            if !p.is_dir() {
                 return Err(SandboxError::invalid(
                     "write",
-                    format!("mode `{mode}` does not allow extra writable directories"),
+                    format!("`{}` is not a directory", p.display()),
                 ));
             }
-            for p in &req.write {
-                if !p.is_dir() {
-                    return Err(SandboxError::invalid(
-                        "write",
-                        format!("`{}` is not a directory", p.display()),
-                    ));
-                }
-                binds.push(Bind {
-                    path: p.clone(),
-                    write: true,
-                    idmap: None,
-                });
-            }
+            binds.push(Bind {
+                path: p.clone(),
+                write: true,
+                idmap: None,
+            });
         }
         binds.extend(req.private.writable.iter().map(|p| Bind {
             path: p.clone(),
@@ -640,14 +619,7 @@ pub fn resolve(
         // The runner's own state stays invisible: no bound tree may contain it.
         for f in &req.forbidden {
             if let Some(b) = binds.iter().find(|b| f.starts_with(&b.path)) {
-                return Err(SandboxError::invalid(
-                    "state-dir",
-                    format!(
-                        "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
-                        f.display(),
-                        b.path.display()
-                    ),
-                ));
+                return Err(admit::state_visible(f, &b.path));
             }
         }
         // Who the command is: a root runner's round never holds host uid 0.
@@ -805,11 +777,7 @@ pub fn resolve(
                 Some(abi),
             ),
         );
-        let scratch_size = req
-            .limits
-            .tmp_bytes
-            .or(policy.limits.tmp_size.map(|t| t.0))
-            .unwrap_or(DEFAULT_SCRATCH_SIZE);
+        let scratch_size = admitted.scratch_size;
         let scratch_owner = identity
             .as_ref()
             .map_or((host.euid, host.egid), |i: &Ids| (i.uid, i.gid));
@@ -851,7 +819,7 @@ pub fn resolve(
     }
 
     // Network.
-    let socket_families = network::socket_families(network).map(<[SocketFamily]>::to_vec);
+    let socket_families = admitted.socket_families.map(<[SocketFamily]>::to_vec);
     if net_private && !can_ns {
         return Err(unavailable(
             "network isolation",

@@ -10,6 +10,7 @@ use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
 use crate::mode::{BackendKind, Mode, Network};
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::policy::admit::{self, admit};
 use crate::policy::{Policy, WorkspaceAccess, kernel_paths};
 use crate::protect::{self, Placeholder};
 use crate::spec::SandboxRequest;
@@ -164,14 +165,7 @@ fn check_mount(
         ));
     }
     if let Some(f) = forbidden.iter().find(|f| f.starts_with(&m.path)) {
-        return Err(invalid(
-            "state-dir",
-            format!(
-                "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
-                f.display(),
-                m.path.display()
-            ),
-        ));
+        return Err(admit::state_visible(f, &m.path));
     }
     match beneath::first_symlink(&m.path) {
         Ok(None) => {}
@@ -230,30 +224,11 @@ pub fn resolve(
     nofile_hard: u64,
     size: &crate::policy::host_share::HostSize,
 ) -> Result<ContainerPlan, SandboxError> {
+    let admitted = admit(policy, req, BackendKind::Docker)?;
     let mode = req.mode;
     let fs = &policy.filesystem;
     let mut e = Enforcement::new(BackendKind::Docker, mode);
-
-    let network = req.network.unwrap_or(policy.network.default);
-    if network == Network::Full && !policy.network.allow_full {
-        return Err(invalid(
-            "network",
-            format!("mode `{mode}` does not allow `--network full`"),
-        ));
-    }
-    req.check_gateway_ports(network)?;
-    if !req.write.is_empty() && !fs.extra_write {
-        return Err(invalid(
-            "write",
-            format!("mode `{mode}` does not allow extra writable directories"),
-        ));
-    }
-    if fs.unrestricted && !req.protect.is_empty() {
-        return Err(invalid(
-            "protect",
-            "protected paths need a filesystem sandbox; mode `full-access` has none".into(),
-        ));
-    }
+    let network = admitted.network;
     let meta = std::fs::metadata(&req.workspace)
         .map_err(|err| invalid("workspace", format!("`{}`: {err}", req.workspace.display())))?;
     let owner = {
@@ -502,18 +477,13 @@ pub fn resolve(
             None,
         ),
     );
-    let scratch_size = req
-        .limits
-        .tmp_bytes
-        .or(policy.limits.tmp_size.map(|t| t.0))
-        .unwrap_or(crate::plan::DEFAULT_SCRATCH_SIZE);
+    let scratch_size = admitted.scratch_size;
     e.record(
         Restriction::ScratchSpace,
         Level::Full,
         format!("HOME, TMPDIR and /tmp: a tmpfs of {scratch_size} bytes each"),
     );
     if let Some(dir) = &req.private.report {
-        dir.check()?;
         e.record(
             Restriction::ReportDir,
             Level::Full,
@@ -532,7 +502,7 @@ pub fn resolve(
     // Network. `--network gateway`: the container's own network namespace with loopback only
     // (network mode none), where ralph's init makes the gateway's listeners and hands them to
     // the runner before the command exists (`super::gateway`), as the native init does.
-    let families = crate::policy::network::socket_families(network);
+    let families = admitted.socket_families;
     match network {
         Network::None => e.record(
             Restriction::Network,
