@@ -251,7 +251,7 @@ pub fn resolve(
             format!("full-access: the workspace's owner, uid {uid} gid {gid}"),
         );
     } else if root_owned && runner_euid == 0 {
-        let agent = crate::plan::command_identity(req)?;
+        let agent = crate::plan::command_identity(&crate::plan::probe::HostFs, req)?;
         let map = |(disk_uid, disk_gid): (u32, u32)| crate::plan::OwnerMap {
             disk_uid,
             disk_gid,
