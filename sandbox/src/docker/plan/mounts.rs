@@ -30,7 +30,8 @@ fn mount(path: &std::path::Path, read_only: bool, origin: &'static str) -> BindM
 }
 
 /// The workspace, the job's paths (each checked on the host) and the run's private
-/// directories; records the filesystem line.
+/// directories; records the filesystem line. In every mode, full-access included (natively a
+/// full-access round binds nothing and checks none of them): a backend difference, kept.
 pub(super) fn request_mounts(
     probe: &dyn FsProbe,
     policy: &Policy,

@@ -64,7 +64,10 @@ pub(super) fn filesystem(
     }
 }
 
-/// full-access: the host's view, no Landlock, the runner's own ids.
+/// full-access: the host's view, no Landlock, the runner's own ids. Nothing is bound, so the
+/// job's `--read`, `--write` and `--socket` paths are not checked on the host and no tree is
+/// checked for the runner's state (the host's whole view is visible anyway); docker binds them
+/// in every mode and checks them there (`crate::docker::plan`): a backend difference, kept.
 fn full_access(probe: &dyn FsProbe, host: &Host, e: &mut Enforcement) -> FsPlan {
     let floor = full_access_mounts(probe);
     e.record(

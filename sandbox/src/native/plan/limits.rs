@@ -55,7 +55,9 @@ fn limit(site: &CgroupSite, value: u64) -> CgroupLimit {
     }
 }
 
-/// The policy's open-files and file-size limits, capped at the host's hard limits.
+/// The policy's open-files and file-size limits, capped at the host's hard limits. The job's
+/// own values are applied by the helper only where the policy sets none (`native::child`);
+/// docker takes the job's first (`crate::docker::plan`): a backend difference, kept.
 fn rlimits(policy: &Policy, host: &Host, e: &mut Enforcement) -> (Option<u64>, Option<u64>) {
     let open_files = policy.limits.open_files.map(|n| n.min(host.nofile_hard));
     let file_size = policy.limits.file_size.map(|s| s.0.min(host.fsize_hard));
