@@ -2,19 +2,34 @@
 //! the container gets — bind mounts (every path at its host path, so the round's environment
 //! needs no translation), the user, network, limits and the seccomp profile — plus the
 //! enforcement report. Pure data; every refusal happens here, before the engine is asked.
+//! [`resolve`] admits the request ([`crate::policy::admit`]), then plans each concern in its
+//! own module, in the order of the enforcement report: `user`, `mounts`, `masks`, `process`
+//! (network, syscalls and the process-wide restrictions), `limits`. The host's filesystem is
+//! read only through [`FsProbe`].
+
+mod limits;
+mod masks;
+mod mounts;
+mod process;
+mod user;
 
 use std::path::{Path, PathBuf};
 
-use crate::beneath::{self, TreePath};
+use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
 use crate::mode::{BackendKind, Mode, Network};
-use crate::outcome::{Enforcement, Level, Restriction};
-use crate::policy::{Policy, WorkspaceAccess, kernel_paths};
-use crate::protect::{self, Placeholder};
+use crate::outcome::Enforcement;
+use crate::plan::paths;
+use crate::plan::probe::{FsProbe, HostFs};
+use crate::policy::Policy;
+use crate::policy::admit::admit;
+use crate::policy::host_share::HostSize;
+use crate::policy::kernel_paths;
+use crate::protect::Placeholder;
 use crate::spec::SandboxRequest;
 
-use super::seccomp::{self, Profile};
+use super::seccomp::Profile;
 
 /// The image used when a request names none.
 pub const DEFAULT_IMAGE: &str = "ralph-agent-base:latest";
@@ -95,10 +110,6 @@ pub struct ContainerPlan {
     pub enforcement: Enforcement,
 }
 
-fn invalid(field: &str, message: String) -> SandboxError {
-    SandboxError::invalid(field, message)
-}
-
 /// Who a container round of `mode` on `workspace` runs as: the workspace's owner; for a root
 /// runner's confined round on a root-owned workspace, the agent user (`agent_user`, the
 /// workspace bound idmapped). What [`resolve`] decides, for callers that need it before a plan
@@ -109,19 +120,12 @@ pub fn command_uid(
     agent_user: Option<&str>,
     runner_euid: u32,
 ) -> Result<u32, SandboxError> {
-    let (uid, gid) = owner_ids(workspace, "workspace")?;
+    let probe = HostFs;
+    let (uid, gid) = paths::owner(&probe, workspace, "workspace")?;
     if runner_euid == 0 && mode != Mode::FullAccess && (uid == 0 || gid == 0) {
-        return crate::identity::agent_user(agent_user, Path::new("/etc")).map(|i| i.uid);
+        return probe.agent_user(agent_user).map(|i| i.uid);
     }
     Ok(uid)
-}
-
-/// The owner (uid, gid) of `path`, a refusal naming `field` when it cannot be read.
-fn owner_ids(path: &Path, field: &str) -> Result<(u32, u32), SandboxError> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path)
-        .map(|m| (m.uid(), m.gid()))
-        .map_err(|err| invalid(field, format!("`{}`: {err}", path.display())))
 }
 
 /// The engine sockets a container must never see (the one in use and the usual ones).
@@ -143,78 +147,19 @@ pub fn engine_sockets(socket: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The checks every bind mount passes, whoever asked for it: its source is free of symlinks
-/// (the engine would mount what they point to, and a round could have planted one), it is not
-/// and does not contain an engine socket (a command that reaches one controls the host), and it
-/// does not contain the runner's own state.
-fn check_mount(
-    m: &BindMount,
-    sockets: &[PathBuf],
-    forbidden: &[PathBuf],
-) -> Result<(), SandboxError> {
-    let flag = m.origin;
-    if let Some(s) = sockets.iter().find(|s| s.starts_with(&m.path)) {
-        return Err(invalid(
-            flag,
-            format!(
-                "`{}` is or contains the container engine's socket `{}`: a command that can reach it controls the host; it is never mounted",
-                m.path.display(),
-                s.display()
-            ),
-        ));
-    }
-    if let Some(f) = forbidden.iter().find(|f| f.starts_with(&m.path)) {
-        return Err(invalid(
-            "state-dir",
-            format!(
-                "the runner's state `{}` lies inside the sandbox-visible path `{}`; move the state directory elsewhere",
-                f.display(),
-                m.path.display()
-            ),
-        ));
-    }
-    match beneath::first_symlink(&m.path) {
-        Ok(None) => {}
-        Ok(Some(link)) => {
-            return Err(invalid(
-                flag,
-                format!(
-                    "`{}` resolves through the symlink `{}`; the engine would mount what it points to, so every mounted path must be real",
-                    m.path.display(),
-                    link.display()
-                ),
-            ));
-        }
-        Err(e) => {
-            return Err(invalid(
-                flag,
-                format!("cannot check `{}`: {e}", m.path.display()),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The engine's masked paths ([`kernel_paths::MASKED`], in every mode) plus the policy's hidden
-/// kernel paths (under `/proc` and `/sys`), in every mode but full-access.
-fn masked_paths(policy: &Policy) -> Vec<String> {
-    let mut out: Vec<String> = kernel_paths::MASKED
-        .iter()
-        .map(|p| (*p).to_owned())
-        .collect();
-    if !policy.filesystem.unrestricted {
-        out.extend(
-            policy
-                .filesystem
-                .hidden
-                .iter()
-                .filter(|p| p.starts_with("/proc") || p.starts_with("/sys"))
-                .map(|p| p.display().to_string()),
-        );
-    }
-    out.sort();
-    out.dedup();
-    out
+/// What the plan needs to know of the runner and its engine.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Runner<'a> {
+    /// The engine sockets ([`engine_sockets`]).
+    pub sockets: &'a [PathBuf],
+    /// The runner's effective uid: a root runner hands run-owned paths over and idmaps
+    /// root-owned trees.
+    pub euid: u32,
+    /// The open-files hard limit (an engine cannot raise it above its own, which on the usual
+    /// setup is the runner's too).
+    pub nofile_hard: u64,
+    /// The host's size, for the policy's limit defaults given as a share of it.
+    pub size: &'a HostSize,
 }
 
 /// Resolves the plan for `req` under `policy`. `sockets` are the engine sockets
@@ -228,475 +173,84 @@ pub fn resolve(
     sockets: &[PathBuf],
     runner_euid: u32,
     nofile_hard: u64,
-    size: &crate::policy::host_share::HostSize,
+    size: &HostSize,
 ) -> Result<ContainerPlan, SandboxError> {
-    let mode = req.mode;
-    let fs = &policy.filesystem;
-    let mut e = Enforcement::new(BackendKind::Docker, mode);
-
-    let network = req.network.unwrap_or(policy.network.default);
-    if network == Network::Full && !policy.network.allow_full {
-        return Err(invalid(
-            "network",
-            format!("mode `{mode}` does not allow `--network full`"),
-        ));
-    }
-    req.check_gateway_ports(network)?;
-    if !req.write.is_empty() && !fs.extra_write {
-        return Err(invalid(
-            "write",
-            format!("mode `{mode}` does not allow extra writable directories"),
-        ));
-    }
-    if fs.unrestricted && !req.protect.is_empty() {
-        return Err(invalid(
-            "protect",
-            "protected paths need a filesystem sandbox; mode `full-access` has none".into(),
-        ));
-    }
-    let meta = std::fs::metadata(&req.workspace)
-        .map_err(|err| invalid("workspace", format!("`{}`: {err}", req.workspace.display())))?;
-    let owner = {
-        use std::os::unix::fs::MetadataExt;
-        (meta.uid(), meta.gid())
+    let runner = Runner {
+        sockets,
+        euid: runner_euid,
+        nofile_hard,
+        size,
     };
-    // Who the command is: the workspace's owner, or on a root-owned workspace of a root runner
-    // the agent user, the workspace (and each root-owned `--write` tree) bound idmapped so its
-    // files are the agent's inside and what it creates is the owner's on the host (as
-    // natively; Docker Engine 20.10 cannot idmap a bind, so the runner makes the idmapped
-    // mount the bind takes as its source, `super::idmap`).
-    let (mut uid, mut gid) = owner;
-    let root_owned = uid == 0 || gid == 0;
-    let mut idmapped = Vec::new();
-    let workspace_rw = fs.unrestricted || fs.workspace == WorkspaceAccess::Write;
-    if fs.unrestricted {
-        e.record(
-            Restriction::Identity,
-            Level::NotRequested,
-            format!("full-access: the workspace's owner, uid {uid} gid {gid}"),
-        );
-    } else if root_owned && runner_euid == 0 {
-        let agent = crate::plan::command_identity(req)?;
-        let map = |(disk_uid, disk_gid): (u32, u32)| crate::plan::OwnerMap {
-            disk_uid,
-            disk_gid,
-            uid: agent.uid,
-            gid: agent.gid,
-        };
-        idmapped.push((req.workspace.clone(), map(owner), !workspace_rw));
-        for w in &req.write {
-            let o = owner_ids(w, "write")?;
-            if o.0 == 0 || o.1 == 0 {
-                idmapped.push((w.clone(), map(o), false));
-            }
-        }
-        e.record(
-            Restriction::Identity,
-            Level::Full,
-            format!(
-                "{}, uid {} gid {}, never host uid 0: the workspace is root's and bound idmapped (its files are the agent's inside, what it creates is uid {} gid {} on the host)",
-                agent.name, agent.uid, agent.gid, owner.0, owner.1
-            ),
-        );
-        (uid, gid) = (agent.uid, agent.gid);
-    } else if root_owned {
-        e.record(
-            Restriction::Identity,
-            Level::Partial,
-            format!(
-                "the workspace is root's: uid {uid} gid {gid} without any capability, with the set-id, device and init guards (an unprivileged runner cannot idmap it; chown the workspace to an unprivileged user)"
-            ),
-        );
-    } else {
-        e.record(
-            Restriction::Identity,
-            Level::Full,
-            format!("the workspace's owner, uid {uid} gid {gid}, never host uid 0"),
-        );
-    }
+    resolve_with(&HostFs, policy, req, &runner)
+}
 
-    // Mounts: the workspace, the job's paths, the run's private directories.
-    let mut mounts = vec![BindMount {
-        path: req.workspace.clone(),
-        read_only: !workspace_rw,
-        origin: "workspace",
-    }];
-    for p in &req.read {
-        if std::fs::symlink_metadata(p).is_err() {
-            return Err(invalid("read", format!("`{}` does not exist", p.display())));
-        }
-        mounts.push(BindMount {
-            path: p.clone(),
-            read_only: true,
-            origin: "read",
-        });
-    }
-    for p in &req.write {
-        if !p.is_dir() {
-            return Err(invalid(
-                "write",
-                format!("`{}` is not a directory", p.display()),
-            ));
-        }
-        mounts.push(BindMount {
-            path: p.clone(),
-            read_only: false,
-            origin: "write",
-        });
-    }
-    // Granted sockets: mounted where no other mount shows them already.
-    for s in &req.sockets {
-        if !crate::sockets::is_socket(s) {
-            return Err(invalid(
-                "socket",
-                format!("`{}` is not a unix socket", s.display()),
-            ));
-        }
-        let shown = std::iter::once(&req.workspace)
-            .chain(&req.read)
-            .chain(&req.write)
-            .any(|t| s.starts_with(t));
-        if !shown {
-            mounts.push(BindMount {
-                path: s.clone(),
-                read_only: true,
-                origin: "socket",
-            });
-        }
-    }
-    // HOME and TMPDIR are size-limited tmpfs mounts (see `scratch`), not binds.
-    mounts.extend(req.private.writable.iter().map(|p| BindMount {
-        path: p.clone(),
-        read_only: false,
-        origin: "private directory",
-    }));
-    mounts.extend(req.private.readable.iter().map(|p| BindMount {
-        path: p.clone(),
-        read_only: true,
-        origin: "private directory",
-    }));
-    let chown = if runner_euid == 0 && uid != 0 {
-        [&req.private.home, &req.private.tmp]
-            .into_iter()
-            .chain(&req.private.writable)
-            .chain(&req.private.readable)
-            .cloned()
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let requested = mounts.len();
-    e.record(
-        Restriction::Filesystem,
-        if fs.unrestricted {
-            Level::Partial
-        } else {
-            Level::Full
-        },
-        format!(
-            "read-only image root, tmpfs /tmp, {requested} bind mount(s) ({} read-only); nothing else of the host{}",
-            mounts.iter().filter(|m| m.read_only).count(),
-            if fs.unrestricted {
-                "; full-access in docker: workspace writable, no host filesystem"
-            } else {
-                ""
-            }
-        ),
-    );
-
-    // Protected paths, resolved without following a symlink: each parent directory bound onto
-    // itself (a mount point cannot be renamed), the path itself bound read-only.
-    let mut placeholders = Vec::new();
-    let mut absent = Vec::new();
-    let mut watch = Vec::new();
-    let mut protected_paths = Vec::new();
-    let mut git = None;
-    if fs.unrestricted {
-        e.record(
-            Restriction::ProtectedPaths,
-            Level::NotRequested,
-            "full-access",
-        );
-    } else if fs.workspace == WorkspaceAccess::Write {
-        let set = protect::resolve(policy, req)?;
-        let (anchors, protected) = (set.anchors, set.protected);
-        protected_paths.extend(protected.iter().cloned());
-        let guard = GitGuard::new(
-            &req.workspace,
-            &req.write,
-            protected.iter().map(TreePath::full).collect(),
-        );
-        placeholders.extend(set.placeholders);
-        absent.extend(set.absent);
-        watch.extend(set.watch);
-        e.record(
-            Restriction::ProtectedPaths,
-            Level::Full,
-            format!(
-                "{} path(s) bound read-only, their parents pinned against rename; {} path(s) kept absent; git repositories the run creates or changes in {} writable tree(s) made safe after it",
-                protected.len(),
-                absent.len(),
-                guard.trees.len()
-            ),
-        );
-        git = Some(guard);
-        mounts.extend(anchors.iter().map(|at| BindMount {
-            path: at.full(),
-            read_only: false,
-            origin: "protected path's parent",
-        }));
-        mounts.extend(protected.iter().map(|at| BindMount {
-            path: at.full(),
-            read_only: true,
-            origin: "protected path",
-        }));
-    } else {
-        e.record(
-            Restriction::ProtectedPaths,
-            Level::Full,
-            "the whole workspace is read-only",
-        );
-    }
-    // Parents before children; the same path twice is writable only if every mount says so
-    // (a protected path stays read-only whatever else names it).
-    mounts.sort_by(|a, b| a.path.cmp(&b.path));
-    mounts.dedup_by(|later, earlier| {
-        let same = later.path == earlier.path;
-        if same {
-            earlier.read_only |= later.read_only;
-        }
-        same
-    });
-    // Every mount, whatever asked for it, passes the same checks: the engine resolves a source
-    // path itself (following symlinks), so a source must be free of them; no engine socket and
-    // none of the runner's own state may be in what is mounted.
-    for m in &mounts {
-        check_mount(m, sockets, &req.forbidden)?;
-    }
-    let mut masked = masked_paths(policy);
-    // Unix sockets in the mounted trees: masked unless granted.
-    let candidates = std::iter::once(req.workspace.clone())
-        .chain(req.read.iter().cloned())
-        .chain(req.write.iter().cloned())
-        .collect();
-    let found = crate::sockets::scan(&crate::sockets::roots(candidates));
-    let before = masked.len();
-    masked.extend(
-        found
-            .sockets
-            .iter()
-            .filter(|s| !req.sockets.contains(s))
-            .map(|s| s.display().to_string()),
-    );
-    e.record(
-        Restriction::UnixSockets,
-        if found.incomplete.is_empty() {
-            Level::Full
-        } else {
-            Level::Partial
-        },
-        crate::plan::sockets_detail(
-            masked.len() - before,
-            req.sockets.len(),
-            &found.incomplete,
-            None,
-        ),
-    );
-    let scratch_size = req
-        .limits
-        .tmp_bytes
-        .or(policy.limits.tmp_size.map(|t| t.0))
-        .unwrap_or(crate::plan::DEFAULT_SCRATCH_SIZE);
-    e.record(
-        Restriction::ScratchSpace,
-        Level::Full,
-        format!("HOME, TMPDIR and /tmp: a tmpfs of {scratch_size} bytes each"),
-    );
-    if let Some(dir) = &req.private.report {
-        dir.check()?;
-        e.record(
-            Restriction::ReportDir,
-            Level::Full,
-            crate::report_dir::describe(dir),
-        );
-    }
-    e.record(
-        Restriction::HiddenSecrets,
-        Level::Full,
-        format!(
-            "the host's /etc, /root and home directories are not mounted (the image has its own); {} kernel path(s) masked",
-            masked.len()
-        ),
-    );
-
-    // Network. `--network gateway`: the container's own network namespace with loopback only
-    // (network mode none), where ralph's init makes the gateway's listeners and hands them to
-    // the runner before the command exists (`super::gateway`), as the native init does.
-    let families = crate::policy::network::socket_families(network);
-    match network {
-        Network::None => e.record(
-            Restriction::Network,
-            Level::Full,
-            "network mode none (loopback only), non-AF_UNIX sockets refused",
-        ),
-        Network::Gateway => {
-            e.record(
-                Restriction::Network,
-                Level::Full,
-                crate::plan::gateway_detail(&req.gateway_ports, families.unwrap_or(&[]))
-                    .replace("private network namespace", "network mode none"),
-            );
-            e.network = Some(crate::outcome::NetworkEnforced {
-                network,
-                gateway_ports: req.gateway_ports.clone(),
-            });
-        }
-        Network::Full => e.record(Restriction::Network, Level::NotRequested, "bridge network"),
-    }
-
-    let seccomp =
-        seccomp::profile(policy, families).map_err(|m| SandboxError::invalid("policy", m))?;
-    e.record(
-        Restriction::Syscalls,
-        Level::Full,
-        format!(
-            "seccomp profile: {} rule(s), io_uring refused",
-            seccomp.syscalls.len()
-        ),
-    );
-    e.record(Restriction::Capabilities, Level::Full, "cap_drop ALL");
-    e.record(
-        Restriction::NoNewPrivs,
-        Level::Full,
-        "security_opt no-new-privileges",
-    );
-    e.record(
-        Restriction::Environment,
-        Level::Full,
-        "only the request's environment",
-    );
-    e.record(
-        Restriction::Descriptors,
-        Level::Full,
-        "a fresh container: only stdin, stdout and stderr",
-    );
-    e.record(
-        Restriction::ProcessTree,
-        Level::Full,
-        "own pid namespace with an init; the container is killed and removed at the end",
-    );
-    e.record(Restriction::CoreDumps, Level::Full, "ulimit core 0");
-    e.record(
-        Restriction::Scoping,
-        Level::Full,
-        "own pid, ipc and network namespaces",
-    );
-
-    let memory = req
-        .limits
-        .memory_bytes
-        .or(policy.limits.memory.and_then(|m| m.bytes(size)));
-    let default_note = |asked: bool| if asked { "" } else { " (policy default)" };
-    match memory {
-        Some(m) => e.record(
-            Restriction::Memory,
-            Level::Full,
-            format!(
-                "cgroup memory {m} bytes, memory-swap the same{}",
-                default_note(req.limits.memory_bytes.is_some())
-            ),
-        ),
-        None => e.record(Restriction::Memory, Level::NotRequested, "no memory limit"),
-    }
-    let cpu_millis = req
-        .limits
-        .cpu_millis
-        .or(policy.limits.cpus.map(|c| c.millis(size)));
-    match cpu_millis {
-        Some(m) => e.record(
-            Restriction::Cpu,
-            Level::Full,
-            format!(
-                "NanoCpus {}{}",
-                m.saturating_mul(1_000_000),
-                default_note(req.limits.cpu_millis.is_some())
-            ),
-        ),
-        None => e.record(Restriction::Cpu, Level::NotRequested, "no cpu limit"),
-    }
-    let pids = req.limits.pids.or(policy.limits.pids);
-    match pids {
-        Some(n) => e.record(Restriction::Pids, Level::Full, format!("pids_limit {n}")),
-        None => e.record(Restriction::Pids, Level::NotRequested, "no process limit"),
-    }
-    let open_files = req
-        .limits
-        .open_files
-        .or(policy.limits.open_files)
-        .map(|n| n.min(nofile_hard));
-    match open_files {
-        Some(n) => e.record(
-            Restriction::OpenFiles,
-            Level::Full,
-            format!("ulimit nofile {n}"),
-        ),
-        None => e.record(
-            Restriction::OpenFiles,
-            Level::NotRequested,
-            "engine default",
-        ),
-    }
-    let file_size = req
-        .limits
-        .file_size_bytes
-        .or(policy.limits.file_size.map(|s| s.0));
-    match file_size {
-        Some(n) => e.record(
-            Restriction::FileSize,
-            Level::Full,
-            format!("ulimit fsize {n}"),
-        ),
-        None => e.record(Restriction::FileSize, Level::NotRequested, "engine default"),
-    }
-    if let Some(n) = memory.filter(|m| *m < 6 * 1024 * 1024) {
-        return Err(invalid(
-            "memory",
-            format!("the docker engine needs at least 6 MiB of memory; {n} bytes requested"),
-        ));
-    }
-
+/// [`resolve`] with the host's filesystem seen through `probe`.
+pub(crate) fn resolve_with(
+    probe: &dyn FsProbe,
+    policy: &Policy,
+    req: &SandboxRequest,
+    runner: &Runner<'_>,
+) -> Result<ContainerPlan, SandboxError> {
+    let admitted = admit(policy, req, BackendKind::Docker)?;
+    let mut e = Enforcement::new(BackendKind::Docker, req.mode);
+    let user = user::command_user(probe, policy, req, runner.euid, &mut e)?;
+    let mut mounts = mounts::request_mounts(probe, policy, req, &mut e)?;
+    let chown = mounts::hand_over(req, runner.euid, user.uid);
+    let guarded = mounts::protected(probe, policy, req, &mut mounts, &mut e)?;
+    mounts::sort_and_check(probe, &mut mounts, runner.sockets, &req.forbidden)?;
+    let masked = masks::masked(probe, policy, req, &admitted, &mut e);
+    let seccomp = process::process(policy, req, &admitted, &mut e)?;
+    let limits = limits::limits(policy, req, runner, &mut e)?;
     Ok(ContainerPlan {
-        mode,
+        mode: req.mode,
         image: req
             .image
             .clone()
             .unwrap_or_else(|| DEFAULT_IMAGE.to_owned()),
-        uid,
-        gid,
+        uid: user.uid,
+        gid: user.gid,
         mounts,
-        placeholders,
-        absent,
-        watch,
-        protected: protected_paths,
-        git,
+        placeholders: guarded.placeholders,
+        absent: guarded.absent,
+        watch: guarded.watch,
+        protected: guarded.protected,
+        git: guarded.git,
         chown,
-        idmapped,
+        idmapped: user.idmapped,
         scratch: vec![req.private.home.clone(), req.private.tmp.clone()],
-        scratch_size,
+        scratch_size: admitted.scratch_size,
         report_dir: req.private.report.clone(),
         gateway_ports: req.gateway_ports.clone(),
         masked,
         read_only: kernel_paths::read_only().map(str::to_owned).collect(),
-        network,
-        memory,
-        pids,
-        cpu_millis,
-        open_files,
-        file_size,
+        network: admitted.network,
+        memory: limits.memory,
+        pids: limits.pids,
+        cpu_millis: limits.cpu_millis,
+        open_files: limits.open_files,
+        file_size: limits.file_size,
         seccomp,
         enforcement: e,
     })
 }
 
+/// What the protected paths of the writable trees make of a round
+/// ([`crate::protect::ProtectedSet`]); empty unless the workspace is writable.
+#[derive(Debug, Default)]
+pub(crate) struct Guarded {
+    /// Missing protected paths to create as placeholders.
+    pub placeholders: Vec<Placeholder>,
+    /// Paths that must not be created.
+    pub absent: Vec<TreePath>,
+    /// Paths on whose way no symlink may stand after the run.
+    pub watch: Vec<TreePath>,
+    /// The protected paths bound read-only.
+    pub protected: Vec<TreePath>,
+    /// The git check of the writable trees.
+    pub git: Option<GitGuard>,
+}
+
+#[cfg(test)]
+mod fake_tests;
 #[cfg(test)]
 mod tests;

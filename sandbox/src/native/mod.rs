@@ -28,6 +28,7 @@ pub mod leftovers;
 pub mod mounts;
 pub mod net;
 pub mod ns;
+pub mod plan;
 pub mod protocol;
 pub mod seccomp;
 pub mod step;

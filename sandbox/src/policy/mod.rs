@@ -2,6 +2,7 @@
 //! write, which paths stay protected or hidden, the network default, the syscall deny list and
 //! default limits. The three files are embedded; a config directory can replace any of them.
 
+pub mod admit;
 pub mod allow_list;
 pub mod guards;
 pub mod host_share;

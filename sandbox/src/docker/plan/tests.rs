@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::outcome::{Level, Restriction};
 use crate::policy::PolicySet;
 use crate::spec::{Limits, PrivateDirs};
 

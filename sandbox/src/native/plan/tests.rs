@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::host::{CgroupSite, LandlockSupport};
+use crate::outcome::{Level, Restriction};
 use crate::policy::PolicySet;
 use crate::policy::network::SocketFamily;
 use crate::spec::{Limits, PrivateDirs};

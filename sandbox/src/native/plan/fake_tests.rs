@@ -1,0 +1,343 @@
+//! Planning rules against a fake host filesystem ([`crate::plan::fake::FakeFs`]): nothing here
+//! reads the real one.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::beneath::TreePath;
+use crate::host::{CgroupSite, LandlockSupport};
+use crate::outcome::Restriction;
+use crate::plan::fake::FakeFs;
+use crate::policy::PolicySet;
+use crate::protect::ProtectedSet;
+use crate::spec::{Limits, PrivateDirs};
+
+fn host(euid: u32) -> Host {
+    let site = || {
+        Ok(CgroupSite {
+            version: 2,
+            dir: PathBuf::from("/sys/fs/cgroup/ralph"),
+        })
+    };
+    Host {
+        euid,
+        egid: euid,
+        landlock: LandlockSupport::Available { abi: 7 },
+        seccomp: Ok(()),
+        user_namespaces: Ok(()),
+        memory: site(),
+        pids: site(),
+        cpu: site(),
+        nofile_hard: 1 << 20,
+        fsize_hard: u64::MAX,
+        size: crate::policy::host_share::HostSize {
+            memory: Some(16 << 30),
+            cpus: 8,
+        },
+    }
+}
+
+fn req(mode: Mode) -> SandboxRequest {
+    SandboxRequest {
+        mode,
+        network: None,
+        workspace: PathBuf::from("/ws"),
+        protect: Vec::new(),
+        read: Vec::new(),
+        write: Vec::new(),
+        sockets: Vec::new(),
+        private: PrivateDirs {
+            home: PathBuf::from("/state/home"),
+            tmp: PathBuf::from("/state/tmp"),
+            readable: Vec::new(),
+            writable: Vec::new(),
+            report: None,
+        },
+        limits: Limits::default(),
+        image: None,
+        forbidden: Vec::new(),
+        agent_user: None,
+        gateway_ports: Vec::new(),
+    }
+}
+
+/// The mode's policy with `/usr`, `/bin` and `/opt` as its readable trees, `/usr/secret` and
+/// `/etc/shadow` hidden, `/dev/null` its only device.
+fn policy(mode: Mode) -> Policy {
+    let mut p = PolicySet::embedded().unwrap().get(mode).unwrap().clone();
+    if !p.filesystem.unrestricted {
+        p.filesystem.read = ["/usr", "/bin", "/opt"].map(PathBuf::from).to_vec();
+        p.filesystem.hidden = ["/usr/secret", "/usr/keys", "/etc/shadow", "/usr/gone"]
+            .map(PathBuf::from)
+            .to_vec();
+        p.filesystem.devices = ["/dev/null", "/dev/kvm"].map(PathBuf::from).to_vec();
+        p.filesystem.scan_sockets = vec![PathBuf::from("/usr")];
+    }
+    p
+}
+
+/// A host with a user-owned workspace, `/usr` (with a secret file and a key directory), `/bin`
+/// a symlink into it, no `/opt`.
+fn fake() -> FakeFs {
+    FakeFs::default()
+        .dir("/ws", (1000, 1000))
+        .dir("/usr", (0, 0))
+        .file("/usr/secret")
+        .dir("/usr/keys", (0, 0))
+        .symlink("/bin", "usr/bin")
+        .dir("/usr/bin", (0, 0))
+        .file("/etc/shadow")
+        .file("/dev/null")
+}
+
+fn plan_on(fs: &FakeFs, r: &SandboxRequest, h: &Host) -> Result<SandboxPlan, SandboxError> {
+    resolve_with(fs, &policy(r.mode), r, h)
+}
+
+fn refusal(r: Result<SandboxPlan, SandboxError>) -> (String, String) {
+    match r {
+        Err(SandboxError::InvalidRequest { field, message }) => (field, message),
+        other => panic!("expected InvalidRequest, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_policys_trees_are_bound_recreated_or_skipped() {
+    let p = plan_on(&fake(), &req(Mode::ReadOnly), &host(1000)).unwrap();
+    let root = p.root.unwrap();
+    let bound: Vec<&Path> = root.binds.iter().map(|b| b.path.as_path()).collect();
+    assert_eq!(bound, [Path::new("/usr"), Path::new("/ws")]);
+    assert_eq!(
+        root.symlinks,
+        [(PathBuf::from("/bin"), PathBuf::from("usr/bin"))]
+    );
+    assert_eq!(
+        root.devices,
+        [PathBuf::from("/dev/null")],
+        "/dev/kvm is absent"
+    );
+    let line = p
+        .enforcement
+        .restrictions
+        .iter()
+        .find(|e| e.restriction == Restriction::Filesystem)
+        .unwrap();
+    assert!(
+        line.detail.ends_with("(absent on this host: /opt)"),
+        "{}",
+        line.detail
+    );
+}
+
+#[test]
+fn the_jobs_paths_are_checked_on_the_host() {
+    let fs = fake()
+        .file("/data/file")
+        .dir("/data/dir", (1000, 1000))
+        .socket("/run/agent.sock");
+    let mut r = req(Mode::WorkspaceWrite);
+    r.read = vec![PathBuf::from("/data/missing")];
+    assert_eq!(
+        refusal(plan_on(&fs, &r, &host(1000))),
+        ("read".into(), "`/data/missing` does not exist".into())
+    );
+    let mut r = req(Mode::WorkspaceWrite);
+    r.write = vec![PathBuf::from("/data/file")];
+    assert_eq!(
+        refusal(plan_on(&fs, &r, &host(1000))),
+        ("write".into(), "`/data/file` is not a directory".into())
+    );
+    let mut r = req(Mode::WorkspaceWrite);
+    r.sockets = vec![PathBuf::from("/data/file")];
+    assert_eq!(
+        refusal(plan_on(&fs, &r, &host(1000))),
+        ("socket".into(), "`/data/file` is not a unix socket".into())
+    );
+    // All fine: bound (the socket read-only, where no tree shows it already).
+    let mut r = req(Mode::WorkspaceWrite);
+    r.read = vec![PathBuf::from("/data/file")];
+    r.write = vec![PathBuf::from("/data/dir")];
+    r.sockets = vec![PathBuf::from("/run/agent.sock")];
+    let p = plan_on(&fs, &r, &host(1000)).unwrap();
+    let root = p.root.unwrap();
+    let write_of = |p: &str| {
+        root.binds
+            .iter()
+            .find(|b| b.path == Path::new(p))
+            .map(|b| b.write)
+    };
+    assert_eq!(write_of("/data/file"), Some(false));
+    assert_eq!(write_of("/data/dir"), Some(true));
+    assert_eq!(write_of("/run/agent.sock"), Some(false));
+}
+
+#[test]
+fn the_runners_state_may_not_be_in_a_bound_tree() {
+    let mut r = req(Mode::ReadOnly);
+    r.forbidden = vec![PathBuf::from("/usr/lib/ralph")];
+    assert_eq!(refusal(plan_on(&fake(), &r, &host(1000))).0, "state-dir");
+    // A policy tree this host does not have shows nothing.
+    r.forbidden = vec![PathBuf::from("/opt/ralph")];
+    assert!(plan_on(&fake(), &r, &host(1000)).is_ok());
+}
+
+#[test]
+fn a_root_runners_round_runs_as_the_owner_or_the_agent_with_idmapped_trees() {
+    // The workspace's owner, when that is not root: nothing idmapped, the private dirs handed
+    // over.
+    let p = plan_on(&fake(), &req(Mode::WorkspaceWrite), &host(0)).unwrap();
+    let id = p.identity.as_ref().unwrap();
+    assert_eq!((id.uid, id.gid), (1000, 1000));
+    assert!(
+        p.root
+            .as_ref()
+            .unwrap()
+            .binds
+            .iter()
+            .all(|b| b.idmap.is_none())
+    );
+    assert_eq!(
+        p.hand_over,
+        [PathBuf::from("/state/home"), PathBuf::from("/state/tmp")]
+    );
+    assert_eq!(p.root.unwrap().scratch_owner, (1000, 1000));
+    // A root-owned workspace: the agent user, the workspace idmapped from root's ids; a
+    // `--write` tree the agent owns stays as it is.
+    let fs = fake().dir("/ws", (0, 0)).dir("/w", (2000, 2000));
+    let mut r = req(Mode::WorkspaceWrite);
+    r.write = vec![PathBuf::from("/w")];
+    let p = plan_on(&fs, &r, &host(0)).unwrap();
+    assert_eq!(p.identity.as_ref().unwrap().name, "fake-agent");
+    let map = |path: &str| {
+        p.root
+            .as_ref()
+            .unwrap()
+            .binds
+            .iter()
+            .find(|b| b.path == Path::new(path))
+            .unwrap()
+            .idmap
+    };
+    assert_eq!(
+        map("/ws"),
+        Some(crate::plan::OwnerMap {
+            disk_uid: 0,
+            disk_gid: 0,
+            uid: 2000,
+            gid: 2000
+        })
+    );
+    assert_eq!(map("/w"), None);
+    // A non-root runner is itself, in its user namespace.
+    let p = plan_on(&fs, &r, &host(1000)).unwrap();
+    assert!(p.identity.is_none() && p.hand_over.is_empty());
+    assert!(p.user_namespace.is_some());
+}
+
+#[test]
+fn secrets_are_masked_where_they_are_visible() {
+    let p = plan_on(&fake(), &req(Mode::ReadOnly), &host(1000)).unwrap();
+    assert_eq!(
+        p.mounts,
+        [
+            MountStep::HideFile {
+                path: PathBuf::from("/usr/secret")
+            },
+            MountStep::HideDir {
+                path: PathBuf::from("/usr/keys")
+            },
+        ],
+        "/etc is not bound, /usr/gone does not exist"
+    );
+}
+
+#[test]
+fn sockets_in_visible_trees_are_masked_unless_granted() {
+    let fs = fake()
+        .socket("/ws/.git/fsmonitor.ipc")
+        .socket("/usr/run/varlink")
+        .socket("/ws/granted.sock")
+        .socket("/elsewhere/x.sock");
+    let mut r = req(Mode::WorkspaceWrite);
+    r.sockets = vec![PathBuf::from("/ws/granted.sock")];
+    let p = plan_on(&fs, &r, &host(1000)).unwrap();
+    let hidden: Vec<&Path> = p
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountStep::HideFile { path } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        hidden,
+        [
+            Path::new("/usr/secret"),
+            Path::new("/usr/run/varlink"),
+            Path::new("/ws/.git/fsmonitor.ipc")
+        ],
+        "the secret, then the sockets; /elsewhere is not visible"
+    );
+    // The granted socket is in the workspace: no bind of its own.
+    assert!(
+        !p.root
+            .unwrap()
+            .binds
+            .iter()
+            .any(|b| b.path == Path::new("/ws/granted.sock"))
+    );
+}
+
+#[test]
+fn protected_paths_pin_their_parents_before_they_are_bound_read_only() {
+    let mut fs = fake();
+    fs.protected = Some(|r| {
+        let at = |rel: &str| TreePath::new(&r.workspace, Path::new(rel)).unwrap();
+        Ok(ProtectedSet {
+            anchors: vec![at(".git")],
+            protected: vec![at(".git/hooks")],
+            absent: vec![at(".git/commondir")],
+            placeholders: Vec::new(),
+            watch: vec![at(".git/hooks"), at(".git/commondir")],
+        })
+    });
+    let p = plan_on(&fs, &req(Mode::WorkspaceWrite), &host(1000)).unwrap();
+    assert!(matches!(
+        &p.mounts[..2],
+        [MountStep::Anchor { at: a }, MountStep::ProtectReadOnly { at: b }]
+            if a.full() == Path::new("/ws/.git") && b.full() == Path::new("/ws/.git/hooks")
+    ));
+    assert_eq!(p.absent.len(), 1);
+    assert_eq!(p.watch.len(), 2);
+    assert_eq!(p.git.unwrap().protected, [PathBuf::from("/ws/.git/hooks")]);
+    // A read-only workspace has nothing to protect, whatever the host says.
+    let p = plan_on(&fs, &req(Mode::ReadOnly), &host(1000)).unwrap();
+    assert!(p.protected.is_empty() && p.git.is_none());
+}
+
+#[test]
+fn full_access_masks_and_binds_only_the_kernel_paths_this_host_has() {
+    let fs = FakeFs::default()
+        .file("/proc/kcore")
+        .dir("/proc/acpi", (0, 0))
+        .dir("/proc/sys", (0, 0));
+    let p = plan_on(&fs, &req(Mode::FullAccess), &host(1000)).unwrap();
+    assert_eq!(
+        p.mounts,
+        [
+            MountStep::Proc,
+            MountStep::BindReadOnly {
+                path: PathBuf::from("/proc/sys")
+            },
+            MountStep::HideDir {
+                path: PathBuf::from("/proc/acpi")
+            },
+            MountStep::HideFile {
+                path: PathBuf::from("/proc/kcore")
+            },
+            MountStep::ReadOnly {
+                path: PathBuf::from("/sys")
+            },
+        ]
+    );
+}
