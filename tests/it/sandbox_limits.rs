@@ -220,6 +220,12 @@ fn memory_bomb_in_a_round_is_reported() {
 /// The agent floods stdout with 300 MB: the round's `stdout.log` is capped at `--output-cap`
 /// with the truncation marker, and the runner's own memory stays small (ru_maxrss of `ralph`
 /// and what it waited for, from wait4).
+///
+/// `ralph` is started by a small Python parent that waits for it with `wait4` and writes the
+/// usage: a process's ru_maxrss includes the memory of what it was before its `execve` (the
+/// kernel keeps the old image's high-water mark), and a child spawned straight from this test
+/// process — the one binary of every end-to-end test, hundreds of MiB while other tests run —
+/// would carry that process's size, not ralph's.
 #[test]
 fn output_flood_is_capped_and_the_runner_stays_small() {
     if !can_test("output_flood_is_capped_and_the_runner_stays_small") {
@@ -228,25 +234,39 @@ fn output_flood_is_capped_and_the_runner_stays_small() {
     let f = Fixture::new();
     let out_path = f.root.path().join("ralph.out");
     let err_path = f.root.path().join("ralph.err");
+    let usage_path = f.root.path().join("ralph.usage");
     let flood = 300u64 << 20;
-    let mut cmd = run_round(&f, &format!("{} flood {flood} 2>&1", probe().display()))
+    let ralph = run_round(&f, &format!("{} flood {flood} 2>&1", probe().display()))
         .args(["--output-cap", "1M"])
         .command();
-    // Reaped by wait4(2) below, which also reports the resource usage.
-    #[allow(clippy::zombie_processes)]
-    let child = cmd
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args([
+        "-c",
+        "import os, subprocess, sys\n\
+         p = subprocess.Popen(sys.argv[2:])\n\
+         _, status, ru = os.wait4(p.pid, 0)\n\
+         open(sys.argv[1], 'w').write(f'{status} {ru.ru_maxrss}')\n",
+    ])
+    .arg(&usage_path)
+    .arg(ralph.get_program())
+    .args(ralph.get_args());
+    for (k, v) in ralph.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let status = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
+        .status()
         .unwrap();
-    let pid = i32::try_from(child.id()).unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data for which all-zero bytes are a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `status` and `usage` are live and writable; `pid` is our own child.
-    let ret = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(ret, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(status.success(), "the python parent failed: {status}");
+    let usage = std::fs::read_to_string(&usage_path).unwrap();
+    let (status, max_rss_kib) = usage.split_once(' ').unwrap();
+    let status: i32 = status.parse().unwrap();
+    let max_rss_kib: i64 = max_rss_kib.parse().unwrap();
     let stdout = std::fs::read_to_string(&out_path).unwrap();
     let stderr = std::fs::read_to_string(&err_path).unwrap();
     assert!(
@@ -270,7 +290,6 @@ fn output_flood_is_capped_and_the_runner_stays_small() {
         log.display(),
         String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(200)..])
     );
-    let max_rss_kib = usage.ru_maxrss;
     eprintln!("ralph peak RSS: {max_rss_kib} KiB for a {flood}-byte flood");
     assert!(
         max_rss_kib < 100 * 1024,
