@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::host::Host;
 use crate::mode::Mode;
 use crate::policy::PolicySet;
-use crate::spec::{Limits, PrivateDirs, SandboxRequest};
+use crate::spec::SandboxRequest;
 
 /// One line of the report.
 #[derive(Clone, Debug, Serialize)]
@@ -279,27 +279,7 @@ fn namespace_checks(host: &Host, checks: &mut Vec<Check>) {
 /// Whether `mode` resolves against this host, and what it enforces only partly.
 fn mode_check(mode: Mode, host: &Host, policies: &PolicySet) -> Check {
     let dir = std::env::temp_dir();
-    let req = SandboxRequest {
-        mode,
-        network: None,
-        workspace: dir.clone(),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: dir.clone(),
-            tmp: dir,
-            readable: Vec::new(),
-            writable: Vec::new(),
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    };
+    let req = SandboxRequest::minimal(mode, dir.clone(), dir.clone(), dir);
     let r = policies
         .get(mode)
         .map_err(|e| crate::error::SandboxError::invalid("policy", e.to_string()))

@@ -111,6 +111,33 @@ pub const GATEWAY_HOST: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 0, 
 pub const MAX_GATEWAY_PORTS: usize = 16;
 
 impl SandboxRequest {
+    /// The least a request can be: `mode` on `workspace` with the run's private `HOME` and
+    /// `TMPDIR`, and nothing else granted, limited or forbidden (the rest filled in with
+    /// struct-update syntax where more is wanted).
+    pub fn minimal(mode: Mode, workspace: PathBuf, home: PathBuf, tmp: PathBuf) -> Self {
+        Self {
+            mode,
+            network: None,
+            workspace,
+            protect: Vec::new(),
+            read: Vec::new(),
+            write: Vec::new(),
+            sockets: Vec::new(),
+            private: PrivateDirs {
+                home,
+                tmp,
+                readable: Vec::new(),
+                writable: Vec::new(),
+                report: None,
+            },
+            limits: Limits::default(),
+            image: None,
+            forbidden: Vec::new(),
+            agent_user: None,
+            gateway_ports: Vec::new(),
+        }
+    }
+
     /// Checks [`SandboxRequest::gateway_ports`] against the resolved `network`: ports only with
     /// `gateway`, none 0, no duplicates, at most [`MAX_GATEWAY_PORTS`]. The error names the
     /// field (a usage error).

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use super::*;
 use crate::mode::Mode;
 use crate::policy::PolicySet;
-use crate::spec::{Limits, PrivateDirs};
 
 struct World {
     _dir: tempfile::TempDir,
@@ -32,25 +31,13 @@ fn world() -> World {
 
 fn req(w: &World, protect: &[&str]) -> SandboxRequest {
     SandboxRequest {
-        mode: Mode::WorkspaceWrite,
-        network: None,
-        workspace: w.ws.clone(),
         protect: protect.iter().map(PathBuf::from).collect(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: PathBuf::from("/nonexistent/home"),
-            tmp: PathBuf::from("/nonexistent/tmp"),
-            readable: Vec::new(),
-            writable: Vec::new(),
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
+        ..SandboxRequest::minimal(
+            Mode::WorkspaceWrite,
+            w.ws.clone(),
+            PathBuf::from("/nonexistent/home"),
+            PathBuf::from("/nonexistent/tmp"),
+        )
     }
 }
 

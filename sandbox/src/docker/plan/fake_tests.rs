@@ -8,7 +8,6 @@ use crate::outcome::{Level, Restriction};
 use crate::plan::fake::FakeFs;
 use crate::policy::PolicySet;
 use crate::protect::ProtectedSet;
-use crate::spec::{Limits, PrivateDirs};
 
 const SIZE: HostSize = HostSize {
     memory: Some(16 << 30),
@@ -16,27 +15,14 @@ const SIZE: HostSize = HostSize {
 };
 
 fn req(mode: Mode) -> SandboxRequest {
-    SandboxRequest {
+    let mut r = SandboxRequest::minimal(
         mode,
-        network: None,
-        workspace: PathBuf::from("/ws"),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: PathBuf::from("/state/home"),
-            tmp: PathBuf::from("/state/tmp"),
-            readable: Vec::new(),
-            writable: vec![PathBuf::from("/state/out")],
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    }
+        PathBuf::from("/ws"),
+        PathBuf::from("/state/home"),
+        PathBuf::from("/state/tmp"),
+    );
+    r.private.writable = vec![PathBuf::from("/state/out")];
+    r
 }
 
 fn fake() -> FakeFs {

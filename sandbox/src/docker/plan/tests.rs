@@ -3,7 +3,6 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::outcome::{Level, Restriction};
 use crate::policy::PolicySet;
-use crate::spec::{Limits, PrivateDirs};
 
 struct World {
     _dir: tempfile::TempDir,
@@ -27,27 +26,12 @@ fn world() -> World {
 }
 
 fn req(w: &World, mode: Mode) -> SandboxRequest {
-    SandboxRequest {
+    SandboxRequest::minimal(
         mode,
-        network: None,
-        workspace: w.ws.clone(),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: w.private.join("home"),
-            tmp: w.private.join("tmp"),
-            readable: Vec::new(),
-            writable: Vec::new(),
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    }
+        w.ws.clone(),
+        w.private.join("home"),
+        w.private.join("tmp"),
+    )
 }
 
 fn resolve_in(r: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {

@@ -10,7 +10,6 @@ use crate::outcome::Restriction;
 use crate::plan::fake::FakeFs;
 use crate::policy::PolicySet;
 use crate::protect::ProtectedSet;
-use crate::spec::{Limits, PrivateDirs};
 
 fn host(euid: u32) -> Host {
     let site = || {
@@ -38,27 +37,12 @@ fn host(euid: u32) -> Host {
 }
 
 fn req(mode: Mode) -> SandboxRequest {
-    SandboxRequest {
+    SandboxRequest::minimal(
         mode,
-        network: None,
-        workspace: PathBuf::from("/ws"),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: PathBuf::from("/state/home"),
-            tmp: PathBuf::from("/state/tmp"),
-            readable: Vec::new(),
-            writable: Vec::new(),
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    }
+        PathBuf::from("/ws"),
+        PathBuf::from("/state/home"),
+        PathBuf::from("/state/tmp"),
+    )
 }
 
 /// The mode's policy with `/usr`, `/bin` and `/opt` as its readable trees, `/usr/secret` and

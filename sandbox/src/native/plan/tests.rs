@@ -7,7 +7,6 @@ use crate::host::{CgroupSite, LandlockSupport};
 use crate::outcome::{Level, Restriction};
 use crate::policy::PolicySet;
 use crate::policy::network::SocketFamily;
-use crate::spec::{Limits, PrivateDirs};
 
 fn host() -> Host {
     Host {
@@ -63,27 +62,14 @@ fn world() -> World {
 }
 
 fn req(w: &World, mode: Mode) -> SandboxRequest {
-    SandboxRequest {
+    let mut r = SandboxRequest::minimal(
         mode,
-        network: None,
-        workspace: w.ws.clone(),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: w.state.join("home"),
-            tmp: w.state.join("tmp"),
-            readable: Vec::new(),
-            writable: vec![w.state.join("out")],
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    }
+        w.ws.clone(),
+        w.state.join("home"),
+        w.state.join("tmp"),
+    );
+    r.private.writable = vec![w.state.join("out")];
+    r
 }
 
 fn plan(r: &SandboxRequest, h: &Host) -> Result<SandboxPlan, SandboxError> {

@@ -5,31 +5,16 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::mode::Mode;
 use crate::policy::PolicySet;
-use crate::spec::{Limits, PrivateDirs, ReportDir, ReportFile};
+use crate::spec::{ReportDir, ReportFile};
 
 /// A request whose paths need not exist: admission never looks at them.
 fn req(mode: Mode) -> SandboxRequest {
-    SandboxRequest {
+    SandboxRequest::minimal(
         mode,
-        network: None,
-        workspace: PathBuf::from("/nonexistent/ws"),
-        protect: Vec::new(),
-        read: Vec::new(),
-        write: Vec::new(),
-        sockets: Vec::new(),
-        private: PrivateDirs {
-            home: PathBuf::from("/nonexistent/state/home"),
-            tmp: PathBuf::from("/nonexistent/state/tmp"),
-            readable: Vec::new(),
-            writable: Vec::new(),
-            report: None,
-        },
-        limits: Limits::default(),
-        image: None,
-        forbidden: Vec::new(),
-        agent_user: None,
-        gateway_ports: Vec::new(),
-    }
+        PathBuf::from("/nonexistent/ws"),
+        PathBuf::from("/nonexistent/state/home"),
+        PathBuf::from("/nonexistent/state/tmp"),
+    )
 }
 
 fn policy(mode: Mode) -> Policy {
