@@ -29,6 +29,22 @@ pub use crate::native::plan::{
 pub use crate::policy::admit::DEFAULT_SCRATCH_SIZE;
 use probe::{FsProbe, HostFs};
 
+/// What the protected paths of the writable trees make of a run, on either backend
+/// ([`crate::protect::ProtectedSet`]); empty unless the workspace is writable.
+#[derive(Debug, Default)]
+pub(crate) struct Guarded {
+    /// Missing protected paths to create as placeholders.
+    pub placeholders: Vec<crate::protect::Placeholder>,
+    /// Paths that must not be created.
+    pub absent: Vec<crate::beneath::TreePath>,
+    /// Paths on whose way no symlink may stand after the run.
+    pub watch: Vec<crate::beneath::TreePath>,
+    /// The protected paths bound read-only.
+    pub protected: Vec<crate::beneath::TreePath>,
+    /// The git check of the writable trees.
+    pub git: Option<crate::gitguard::GitGuard>,
+}
+
 /// An idmapped bind: the tree's owner on disk ↔ the command's ids inside.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OwnerMap {

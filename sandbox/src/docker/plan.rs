@@ -234,22 +234,6 @@ pub(crate) fn resolve_with(
     })
 }
 
-/// What the protected paths of the writable trees make of a round
-/// ([`crate::protect::ProtectedSet`]); empty unless the workspace is writable.
-#[derive(Debug, Default)]
-pub(crate) struct Guarded {
-    /// Missing protected paths to create as placeholders.
-    pub placeholders: Vec<Placeholder>,
-    /// Paths that must not be created.
-    pub absent: Vec<TreePath>,
-    /// Paths on whose way no symlink may stand after the run.
-    pub watch: Vec<TreePath>,
-    /// The protected paths bound read-only.
-    pub protected: Vec<TreePath>,
-    /// The git check of the writable trees.
-    pub git: Option<GitGuard>,
-}
-
 #[cfg(test)]
 mod fake_tests;
 #[cfg(test)]

@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 
-use super::{BindMount, Guarded};
+use super::BindMount;
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::plan::Guarded;
 use crate::plan::paths;
 use crate::plan::probe::FsProbe;
 use crate::policy::admit;

@@ -4,33 +4,15 @@
 use std::path::PathBuf;
 
 use super::{LandlockPlan, MountStep, RootPlan, root};
-use crate::beneath::TreePath;
 use crate::error::SandboxError;
-use crate::gitguard::GitGuard;
 use crate::host::Host;
 use crate::identity::Ids;
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::plan::Guarded;
 use crate::plan::probe::{FsProbe, Kind};
 use crate::policy::admit::Admitted;
 use crate::policy::{Policy, kernel_paths};
-use crate::protect::Placeholder;
 use crate::spec::SandboxRequest;
-
-/// What the protected paths of the writable trees make of a run
-/// ([`crate::protect::ProtectedSet`]); empty unless the workspace is writable.
-#[derive(Debug, Default)]
-pub(super) struct Guarded {
-    /// Missing protected paths to create as placeholders.
-    pub placeholders: Vec<Placeholder>,
-    /// Paths that must not be created.
-    pub absent: Vec<TreePath>,
-    /// Paths on whose way no symlink may stand after the run.
-    pub watch: Vec<TreePath>,
-    /// The protected paths bound read-only.
-    pub protected: Vec<TreePath>,
-    /// The git check of the writable trees.
-    pub git: Option<GitGuard>,
-}
 
 /// The filesystem part of a plan.
 pub(super) struct FsPlan {

@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::fs::Guarded;
 use super::{Bind, MountStep};
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
 use crate::outcome::{Enforcement, Level, Restriction};
+use crate::plan::Guarded;
 use crate::plan::probe::{FsProbe, Kind};
 use crate::plan::sockets_detail;
 use crate::policy::{FilesystemPolicy, Policy, WorkspaceAccess};
