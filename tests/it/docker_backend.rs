@@ -20,8 +20,7 @@ use ralph_sandbox::docker::{DockerBackend, labels};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
-    Backend, ExecIo, ExecSpec, Limits, Mode, PrivateDirs, Running, SandboxRequest, StderrMode,
-    StdinMode, Termination,
+    Backend, ExecIo, ExecSpec, Mode, Running, SandboxRequest, StderrMode, StdinMode, Termination,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -52,25 +51,8 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
         timeout: Some(Duration::from_secs(60)),
         kill_grace: Duration::from_secs(1),
         sandbox: SandboxRequest {
-            mode: Mode::WorkspaceWrite,
-            network: None,
-            workspace: ws,
-            protect: Vec::new(),
-            read: Vec::new(),
-            write: Vec::new(),
-            sockets: Vec::new(),
-            private: PrivateDirs {
-                home,
-                tmp,
-                readable: Vec::new(),
-                writable: Vec::new(),
-                report: None,
-            },
-            limits: Limits::default(),
             image: Some(IMAGE.into()),
-            forbidden: Vec::new(),
-            agent_user: None,
-            gateway_ports: Vec::new(),
+            ..SandboxRequest::minimal(Mode::WorkspaceWrite, ws, home, tmp)
         },
         control_dir: dir.join("control"),
     }

@@ -30,8 +30,8 @@ use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::outcome::{CaptureSummary, Level, Restriction};
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
-    Backend, ExecIo, ExecReport, ExecSpec, Limits, Mode, Network, PrivateDirs, Running,
-    SandboxError, SandboxRequest, StderrMode, StdinMode,
+    Backend, ExecIo, ExecReport, ExecSpec, Mode, Network, Running, SandboxError, SandboxRequest,
+    StderrMode, StdinMode,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -132,25 +132,9 @@ fn spec(w: &World, mode: Mode, network: Network, ports: &[u16], script: &str) ->
         timeout: Some(Duration::from_secs(60)),
         kill_grace: Duration::from_secs(1),
         sandbox: SandboxRequest {
-            mode,
             network: Some(network),
-            workspace: ws,
-            protect: Vec::new(),
-            read: Vec::new(),
-            write: Vec::new(),
-            sockets: Vec::new(),
-            private: PrivateDirs {
-                home: w.root.join("home"),
-                tmp: w.root.join("tmp"),
-                readable: Vec::new(),
-                writable: Vec::new(),
-                report: None,
-            },
-            limits: Limits::default(),
-            image: None,
-            forbidden: Vec::new(),
-            agent_user: None,
             gateway_ports: ports.to_vec(),
+            ..SandboxRequest::minimal(mode, ws, w.root.join("home"), w.root.join("tmp"))
         },
         control_dir: w.root.join("control"),
     }
