@@ -9,6 +9,7 @@
 
 pub(crate) mod paths;
 pub mod probe;
+pub mod visible;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -28,6 +29,7 @@ pub use crate::native::plan::{
 };
 pub use crate::policy::admit::DEFAULT_SCRATCH_SIZE;
 use probe::{FsProbe, HostFs};
+pub use visible::can_see;
 
 /// What the protected paths of the writable trees make of a run, on either backend
 /// ([`crate::protect::ProtectedSet`]); empty unless the workspace is writable.

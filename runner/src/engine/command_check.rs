@@ -23,7 +23,7 @@ use super::env::{DEFAULT_PATH, RunnerEnv};
 use super::preset_check::grant_for;
 use crate::job::JobSpec;
 use crate::toolchain::program::{candidates, interpreter};
-use crate::toolchain::{RealFs, ToolchainGrant, ToolchainMode};
+use crate::toolchain::{RealFs, ToolchainMode};
 
 pub use crate::toolchain::program::first_program;
 
@@ -31,12 +31,11 @@ pub use crate::toolchain::program::first_program;
 pub(super) struct View<'a> {
     spec: &'a JobSpec,
     env: &'a RunnerEnv,
-    /// The policy's read trees.
-    read: Vec<PathBuf>,
-    /// The policy's hidden paths.
-    hidden: Vec<PathBuf>,
-    /// The job's toolchain grant.
-    grant: ToolchainGrant,
+    /// The mode's policy.
+    policy: ralph_sandbox::policy::Policy,
+    /// The request the sandbox is asked what it shows: the job's trees and its toolchain
+    /// grant's (the private directories, which hold nothing of the runner, left empty).
+    req: ralph_sandbox::SandboxRequest,
 }
 
 impl<'a> View<'a> {
@@ -54,30 +53,36 @@ impl<'a> View<'a> {
             .native()
             .policies()
             .get(spec.sandbox.mode)
-            .map_err(|e| e.to_string())?;
-        let fs = &policy.filesystem;
-        let grant = crate::toolchain::for_job(spec, env, &fs.read, &[]);
+            .map_err(|e| e.to_string())?
+            .clone();
+        let grant = crate::toolchain::for_job(spec, env, &policy.filesystem.read, &[]);
+        let s = &spec.sandbox;
+        let req = ralph_sandbox::SandboxRequest {
+            read: s
+                .read
+                .iter()
+                .chain(grant.toolchains.iter().flat_map(|t| &t.read))
+                .cloned()
+                .collect(),
+            write: s.write.clone(),
+            ..ralph_sandbox::SandboxRequest::minimal(
+                s.mode,
+                spec.workspace.clone(),
+                PathBuf::new(),
+                PathBuf::new(),
+            )
+        };
         Ok(Some(Self {
             spec,
             env,
-            read: fs.read.clone(),
-            hidden: fs.hidden.clone(),
-            grant,
+            policy,
+            req,
         }))
     }
 
-    /// Whether the round can see `p`.
+    /// Whether the round can see `p` (the sandbox says: [`ralph_sandbox::plan::can_see`]).
     fn visible(&self, p: &Path) -> bool {
-        let s = &self.spec.sandbox;
-        let granted = self
-            .read
-            .iter()
-            .chain(std::iter::once(&self.spec.workspace))
-            .chain(&s.read)
-            .chain(&s.write)
-            .any(|root| p.starts_with(root))
-            || self.grant.shows(p);
-        granted && !self.hidden.iter().any(|h| p.starts_with(h))
+        ralph_sandbox::plan::can_see(&self.policy, &self.req, p)
     }
 
     fn path(&self) -> &str {
@@ -139,7 +144,7 @@ impl<'a> View<'a> {
         let auto = (self.spec.toolchain == ToolchainMode::None).then(|| {
             let mut spec = self.spec.clone();
             spec.toolchain = ToolchainMode::Auto;
-            crate::toolchain::for_job(&spec, self.env, &self.read, &[])
+            crate::toolchain::for_job(&spec, self.env, &self.policy.filesystem.read, &[])
         });
         let home = self.env.get("HOME").map(Path::new);
         let cargo_home = self
