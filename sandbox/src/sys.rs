@@ -96,6 +96,50 @@ pub fn rusage_children() -> io::Result<libc::rusage> {
     Ok(usage)
 }
 
+/// Closes every descriptor above 2 but `keep`, in a child forked from a process whose other
+/// threads may hold descriptors of their own (their pipes, the runner's listeners and locks):
+/// nothing allocated (`close_range(2)`, or `close(2)` up to the descriptor limit on an older
+/// kernel), so it is safe between `fork` and `_exit`.
+pub fn close_all_but(keep: [RawFd; 2]) {
+    let (lo, hi) = if keep[0] < keep[1] {
+        (keep[0], keep[1])
+    } else {
+        (keep[1], keep[0])
+    };
+    let mut limit: libc::rlimit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid out-pointer for the call.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        RawFd::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20)
+    } else {
+        1 << 20
+    };
+    for (first, last) in [(3, lo - 1), (lo + 1, hi - 1), (hi + 1, RawFd::MAX)] {
+        let first = first.max(3);
+        if first > last {
+            continue;
+        }
+        // SAFETY: close_range closes descriptors of this process only and touches no memory.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                u32::try_from(first).unwrap_or(u32::MAX),
+                u32::try_from(last).unwrap_or(u32::MAX),
+                0u32,
+            )
+        };
+        if rc != 0 {
+            for fd in first..=last.min(max) {
+                // SAFETY: closing a descriptor number this process may not hold is harmless
+                // (EBADF); nothing else in this single-threaded child uses them.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+}
+
 /// Marks every descriptor from `first` upwards close-on-exec (`close_range(2)` with
 /// `CLOSE_RANGE_CLOEXEC`), so nothing the process inherited crosses the coming `execve`.
 pub fn cloexec_from(first: u32) -> io::Result<()> {

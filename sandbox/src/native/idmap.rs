@@ -55,11 +55,16 @@ pub(crate) fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
         .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
     let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
-    // SAFETY: the supervisor is single-threaded; the child only calls async-signal-safe
-    // functions (unshare, write, read, _exit).
+    // SAFETY: the child only calls async-signal-safe functions (close, close_range, unshare,
+    // write, read, _exit): the caller may be multi-threaded (the docker backend's idmapped
+    // clones are made by the runner itself).
     let child = match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             drop((ready_r, done_w));
+            // Only its own two pipe ends: a copy of another thread's pipe (another round's
+            // idmap child) would keep that child waiting for an end-of-file that never comes,
+            // and the runner's listeners and locks must not outlive the runner here.
+            crate::sys::close_all_but([ready_w.as_raw_fd(), done_r.as_raw_fd()]);
             let ok = nix::sched::unshare(CloneFlags::CLONE_NEWUSER).is_ok();
             let _ = nix::unistd::write(&ready_w, if ok { b"1" } else { b"0" });
             let mut b = [0u8; 1];
@@ -100,4 +105,49 @@ pub(crate) fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
         });
     reap(done_w);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The docker backend makes these namespaces from the multi-threaded runner: two rounds
+    /// starting at once fork at the same time, and a child must not hold the other's pipe (or
+    /// any other descriptor of the runner). Each side's child then waited for the other's
+    /// end-of-file, both rounds hung, and after the runner was killed the two children kept its
+    /// listening port and workspace locks for ever.
+    #[test]
+    fn concurrent_namespaces_from_a_threaded_process_never_wait_for_each_other() {
+        let id = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        let map = OwnerMap {
+            disk_uid: id,
+            disk_gid: gid,
+            uid: id,
+            gid,
+        };
+        if userns(&map).is_err() {
+            eprintln!("skipped: this host makes no user namespace here");
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..4 {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..150 {
+                    userns(&map).unwrap();
+                }
+                tx.send(()).unwrap();
+            });
+        }
+        for done in 0..4 {
+            assert!(
+                rx.recv_timeout(Duration::from_secs(120)).is_ok(),
+                "{done} of 4 threads finished: the others' idmap children wait for each other"
+            );
+        }
+    }
 }
