@@ -27,12 +27,12 @@ pub mod test_db;
 pub mod tls_serve;
 pub mod webhook_receiver;
 
-/// The `ralph` binary under test.
 /// A port for a server a test starts (`ralph serve`, PostgreSQL) that is free right now, taken
 /// outside the kernel's ephemeral range (`ip_local_port_range`, 32768–60999 by default): a port
 /// from `bind(:0)` is one any outgoing connection of another test may take as its local port
-/// before the server listens ("Address already in use"). Test binaries run one at a time, and
-/// the ports a binary hands out are spread from its pid, so parallel tests rarely meet.
+/// before the server listens ("Address already in use"). The end-to-end tests are one process
+/// (`tests/it`): it hands out each port once per run (a stride through the range, started from
+/// its pid), so a server restarted on its port meets no other test's there.
 pub fn listen_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -49,6 +49,7 @@ pub fn listen_port() -> u16 {
     panic!("no free port between {LOW} and {}", LOW + SPAN)
 }
 
+/// The `ralph` binary under test.
 pub fn ralph_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ralph"))
 }
