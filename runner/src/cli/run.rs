@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use ralph_runner::engine::{Cancel, EngineError, WorkspaceLockError};
-use ralph_runner::host::{Host, HostError, HostOptions, Recovery};
+use ralph_runner::host::{Host, HostError, HostOptions, Recovery, Role};
 use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::job::{JobResult, JobSpec, SpecError};
 use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
@@ -151,9 +151,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         state_dir: &state_dir,
         database_url: args.database_url.as_deref().filter(|u| !u.is_empty()),
         pool: PoolOptions::default(),
-        role: "run",
-        names_state_dir: false,
-        exclusive: false,
+        role: Role::Run,
         // PostgreSQL: this run's lease, which its job names while it runs (SPEC §8).
         lease_timeout: ralph_runner::store::lease::DEFAULT_LEASE_TIMEOUT,
     })

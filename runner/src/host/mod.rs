@@ -33,14 +33,30 @@ pub struct HostOptions<'a> {
     pub database_url: Option<&'a str>,
     /// The PostgreSQL pool's size and wait bound.
     pub pool: PoolOptions,
-    /// This runner's role (`run`, `serve`).
-    pub role: &'a str,
-    /// Whether the runner record names the state directory (a service does).
-    pub names_state_dir: bool,
-    /// Whether this process must be the directory's only service (SQLite: the serve lock).
-    pub exclusive: bool,
+    /// Which command this is.
+    pub role: Role,
     /// How long this runner's PostgreSQL lease lives unrenewed.
     pub lease_timeout: Duration,
+}
+
+/// Which command opens the host. `serve` is the directory's only service (SQLite: the serve
+/// lock) and its runner record names the state directory; `run` shares the directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// `ralph run`.
+    Run,
+    /// `ralph serve`.
+    Serve,
+}
+
+impl Role {
+    /// The runner record's role.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Run => "run",
+            Role::Serve => "serve",
+        }
+    }
 }
 
 /// Why a host could not be opened.
@@ -99,7 +115,7 @@ impl Host {
         let store = Arc::new(
             Store::open_with(&state_dir, o.database_url, o.pool).map_err(HostError::Open)?,
         );
-        let serve_lock = if o.exclusive && store.is_sqlite() {
+        let serve_lock = if o.role == Role::Serve && store.is_sqlite() {
             let what = format!("the state directory `{}`", state_dir.display());
             Some(
                 ExclusiveFile::try_acquire(&state_dir.join(SERVE_LOCK), &what)
@@ -108,8 +124,8 @@ impl Host {
         } else {
             None
         };
-        let mut runner = RunnerInfo::current(o.role);
-        if o.names_state_dir {
+        let mut runner = RunnerInfo::current(o.role.name());
+        if o.role == Role::Serve {
             runner = runner.with_state_dir(&state_dir);
         }
         let lease = store

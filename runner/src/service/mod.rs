@@ -53,7 +53,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast};
 
 use crate::engine::{Cancel, Engine, EngineError};
-use crate::host::{Host, HostHolds, HostOptions, Recovery};
+use crate::host::{Host, HostHolds, HostOptions, Recovery, Role};
 use crate::job::{FinishReason, Outcome};
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::store::{Event, EventKind, JobState, JobView, Journal, Observer};
@@ -208,9 +208,7 @@ impl Service {
                 .as_ref()
                 .map(config::DatabaseUrl::as_str),
             pool: config.pool_options(),
-            role: "serve",
-            names_state_dir: true,
-            exclusive: true,
+            role: Role::Serve,
             lease_timeout: config.lease_timeout.0,
         })?;
         let state_dir = host.state_dir.clone();
