@@ -16,6 +16,7 @@
 //! Before round 1, once per job: the set-up command ([`setup`], SPEC §12); set-up and verify
 //! run as runner steps ([`runner_step`]) with the rounds' sandbox and egress, never more.
 
+mod accept;
 mod artifacts;
 mod backends;
 mod caches;
@@ -274,8 +275,7 @@ impl Engine {
 
     /// Validates and journals a new job.
     pub fn submit(&self, spec: &JobSpec) -> Result<JobId, EngineError> {
-        self.check(spec)?;
-        Ok(self.store.submit(spec)?)
+        self.submit_with_priority(spec, 0)
     }
 
     /// Validates and journals a new job as started by this runner (`ralph run`): it is never in
@@ -324,7 +324,7 @@ impl Engine {
         priority: i32,
     ) -> Result<JobId, EngineError> {
         self.check(spec)?;
-        Ok(self.store.submit_with_priority(spec, priority)?)
+        Ok(self.accept(None, spec, priority)?)
     }
 
     /// The writable trees this engine knows of: the workspaces and `write` directories of the

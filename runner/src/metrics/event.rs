@@ -195,6 +195,12 @@ pub enum MetricEvent {
         /// Bytes.
         total: u64,
     },
+    /// A job was submitted through the API (`ralph_jobs_submitted_total{token}`).
+    JobSubmitted {
+        /// The name of the token that submitted it (token names are few: the operator makes
+        /// them).
+        token: String,
+    },
     /// A job ended.
     JobFinished {
         /// Its outcome.

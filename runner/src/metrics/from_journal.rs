@@ -192,6 +192,16 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         EventKind::CacheSaved { total_bytes, .. } => vec![MetricEvent::CacheBytes {
             total: *total_bytes,
         }],
+        // Submissions through the API, by the token that made them (`ralph run`'s own job has
+        // none; an attempt of a fan-out job is not a submission).
+        EventKind::JobSubmitted { .. } if view.spec.attempt_of.is_none() => view
+            .spec
+            .submitted_by
+            .iter()
+            .map(|token| MetricEvent::JobSubmitted {
+                token: token.clone(),
+            })
+            .collect(),
         EventKind::JobSubmitted { .. }
         | EventKind::UsageMismatch { .. }
         | EventKind::RoundStarted { .. }
@@ -205,5 +215,48 @@ pub fn metric_events(view: &JobView, event: &Event) -> Vec<MetricEvent> {
         | EventKind::WorkspaceProvisioned { .. }
         | EventKind::ToolchainGranted { .. }
         | EventKind::ResultWritten { .. } => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobSpec;
+
+    fn submitted(spec: JobSpec) -> (JobView, Event) {
+        let event = Event {
+            job_id: "j".into(),
+            seq: 1,
+            at: "2026-12-05T00:00:00Z".into(),
+            kind: EventKind::JobSubmitted {
+                spec: Box::new(spec),
+            },
+        };
+        (JobView::submitted(&event).unwrap(), event)
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec::new(
+            "o",
+            "/w",
+            crate::job::AgentSpec::Command {
+                command: "true".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_submission_counts_by_the_token_that_made_it_and_only_then() {
+        let mut by_token = spec();
+        by_token.submitted_by = Some("ci".into());
+        let (view, event) = submitted(by_token);
+        let m = metric_events(&view, &event);
+        assert!(
+            matches!(m.as_slice(), [MetricEvent::JobSubmitted { token }] if token == "ci"),
+            "{m:?}"
+        );
+        // `ralph run`'s own job was not submitted through the API.
+        let (view, event) = submitted(spec());
+        assert!(metric_events(&view, &event).is_empty());
     }
 }

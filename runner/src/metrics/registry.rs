@@ -358,15 +358,12 @@ impl Metrics {
         }
     }
 
-    /// Counts `n` jobs submitted through the API with the token `token` (token names are few:
-    /// the operator makes them).
-    pub fn jobs_submitted(&self, token: &str, n: u64) {
-        self.jobs_submitted.with_label_values(&[token]).inc_by(n);
-    }
-
     /// Counts one event.
     pub fn record(&self, event: &MetricEvent) {
         match event {
+            MetricEvent::JobSubmitted { token } => {
+                self.jobs_submitted.with_label_values(&[token]).inc();
+            }
             MetricEvent::JobStarted { queue_wait } => {
                 self.jobs_started.inc();
                 if let Some(w) = queue_wait {

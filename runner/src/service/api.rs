@@ -550,14 +550,12 @@ async fn create_jobs(
         let id = match provisioned {
             Some(p) => {
                 // Its workspace is made by the host that takes it (the scheduler).
-                blocking(|| svc.engine().store().submit_as(p.id.clone(), spec, *prio))?
+                blocking(|| svc.engine().accept(Some(p.id.clone()), spec, *prio))?
             }
-            None => blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?,
+            None => blocking(|| svc.engine().accept(None, spec, *prio))?,
         };
         jobs.push(json!({"id": id, "state": "queued"}));
     }
-    svc.metrics_handle()
-        .jobs_submitted(&caller.name, jobs.len() as u64);
     svc.wake();
     Ok((
         StatusCode::CREATED,

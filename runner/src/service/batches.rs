@@ -262,14 +262,12 @@ async fn retry(
     let mut jobs = Vec::new();
     for (spec, prio, planned) in &specs {
         let new = match planned {
-            Some(p) => blocking(|| svc.engine().store().submit_as(p.id.clone(), spec, *prio))?,
-            None => blocking(|| svc.engine().store().submit_with_priority(spec, *prio))?,
+            Some(p) => blocking(|| svc.engine().accept(Some(p.id.clone()), spec, *prio))?,
+            None => blocking(|| svc.engine().accept(None, spec, *prio))?,
         };
         jobs.push(json!({"id": new, "state": "queued", "retry_of": spec.retry_of}));
     }
     if !jobs.is_empty() {
-        svc.metrics_handle()
-            .jobs_submitted(&caller.name, jobs.len() as u64);
         svc.wake();
     }
     Ok((

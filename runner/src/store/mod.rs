@@ -370,6 +370,18 @@ impl Store {
     /// [`Store::submit_with_priority`] with the id chosen by the caller (a provisioned job's
     /// workspace is named after it).
     pub fn submit_as(&self, id: JobId, spec: &JobSpec, priority: i32) -> Result<JobId, StoreError> {
+        self.submit_event(id.clone(), spec, priority)?;
+        Ok(id)
+    }
+
+    /// [`Store::submit_as`], returning the journalled `job_submitted` and the projection after
+    /// it (for the observers: [`crate::engine::Engine::submit`]).
+    pub fn submit_event(
+        &self,
+        id: JobId,
+        spec: &JobSpec,
+        priority: i32,
+    ) -> Result<(JobView, Event), StoreError> {
         let event = Event {
             job_id: id.clone(),
             seq: 1,
@@ -379,8 +391,8 @@ impl Store {
             },
         };
         let view = JobView::submitted(&event)?;
-        dispatch!(self.insert_job(&[event], &view, priority))?;
-        Ok(id)
+        dispatch!(self.insert_job(std::slice::from_ref(&event), &view, priority))?;
+        Ok((view, event))
     }
 
     /// Accepts a new job already started by `runner` (`ralph run`): journals `job_submitted`
