@@ -149,7 +149,6 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 impl JobArgs {
     /// The request these flags make.
     pub fn to_request(&self) -> JobRequest {
-        let s = &self.sandbox;
         JobRequest {
             objective: self.objective.clone(),
             objective_file: self.objective_file.clone(),
@@ -177,18 +176,6 @@ impl JobArgs {
             setup_timeout: self.setup_timeout,
             cache: self.cache.clone(),
             cache_key: self.cache_key.clone(),
-            backend: s.backend,
-            mode: s.mode,
-            protect: s.protect.clone(),
-            read: s.read.clone(),
-            write: s.write.clone(),
-            socket: s.socket.clone(),
-            network: s.network,
-            memory: s.memory,
-            tmp_size: s.tmp_size,
-            pids: s.pids,
-            cpus: s.cpus,
-            image: s.image.clone(),
             output_cap: self.output_cap,
             env: self.env.clone(),
             toolchain: self.toolchain,
@@ -198,10 +185,10 @@ impl JobArgs {
             model: self.model.clone(),
             agent_arg: self.agent_arg.clone(),
             agent_max_steps: self.agent_max_steps,
-            allow_host: s.allow_host.clone(),
             name: self.name.clone(),
             labels: self.label.iter().cloned().collect(),
             notify_url: self.notify_url.clone(),
+            ..self.sandbox.request()
         }
     }
 

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use ralph_runner::job::paths::{Requested, SandboxPaths, resolve_paths};
+use ralph_runner::job::request::JobRequest;
 use ralph_runner::job::resolve::WritableTrees;
 use ralph_runner::util::units::ByteSize;
 use ralph_sandbox::{BackendKind, Mode, Network};
@@ -95,6 +96,38 @@ where
 }
 
 impl SandboxArgs {
+    /// The limits these flags ask for (`ralph sandbox exec`; `None`: the policy's).
+    pub fn limits(&self) -> ralph_sandbox::Limits {
+        ralph_sandbox::Limits {
+            memory_bytes: self.memory.map(|m| m.0),
+            pids: self.pids,
+            open_files: None,
+            file_size_bytes: None,
+            tmp_bytes: self.tmp_size.map(|t| t.0),
+            cpu_millis: self.cpus.map(|c| c.0),
+        }
+    }
+
+    /// The part of a job request these flags make (`ralph run`, `ralph submit`).
+    pub fn request(&self) -> JobRequest {
+        JobRequest {
+            backend: self.backend,
+            mode: self.mode,
+            protect: self.protect.clone(),
+            read: self.read.clone(),
+            write: self.write.clone(),
+            socket: self.socket.clone(),
+            network: self.network,
+            memory: self.memory,
+            tmp_size: self.tmp_size,
+            pids: self.pids,
+            cpus: self.cpus,
+            image: self.image.clone(),
+            allow_host: self.allow_host.clone(),
+            ..JobRequest::default()
+        }
+    }
+
     /// The workspace (`--workspace`), `--read`, `--write` and `--socket` paths, made absolute
     /// against `cwd` and resolved together: they must exist, and no symlink a round could have
     /// planted is followed on the way — one not root's (or in a directory someone else can

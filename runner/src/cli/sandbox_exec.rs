@@ -12,8 +12,7 @@ use ralph_sandbox::native::{NativeBackend, exec_inline};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::outcome::git::GitCheck;
 use ralph_sandbox::{
-    BackendKind, ErrorClass, ExecSpec, Limits, Network, PrivateDirs, SandboxRequest, StderrMode,
-    StdinMode,
+    BackendKind, ErrorClass, ExecSpec, Network, PrivateDirs, SandboxRequest, StderrMode, StdinMode,
 };
 
 use super::CliError;
@@ -188,6 +187,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     } else {
         workspace.clone()
     };
+    let limits = args.sandbox.limits();
     let spec = ExecSpec {
         argv: args.command,
         cwd,
@@ -217,14 +217,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
                 writable: Vec::new(),
                 report: None,
             },
-            limits: Limits {
-                memory_bytes: args.sandbox.memory.map(|m| m.0),
-                pids: args.sandbox.pids,
-                open_files: None,
-                file_size_bytes: None,
-                tmp_bytes: args.sandbox.tmp_size.map(|t| t.0),
-                cpu_millis: args.sandbox.cpus.map(|c| c.0),
-            },
+            limits,
             image: args.sandbox.image,
             forbidden: Vec::new(),
             agent_user: args.agent_user,

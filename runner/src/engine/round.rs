@@ -10,8 +10,8 @@ use std::time::Instant;
 use ralph_sandbox::capture::{CappedFile, OutputSink};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::{
-    ExecIo, ExecReport, ExecSpec, Limits, Network, PrivateDirs, SandboxError, SandboxRequest,
-    StderrMode, StdinMode, Termination,
+    ExecIo, ExecReport, ExecSpec, Network, PrivateDirs, SandboxError, SandboxRequest, StderrMode,
+    StdinMode, Termination,
 };
 
 use super::artifacts::AttemptDirs;
@@ -834,14 +834,7 @@ impl JobRun<'_> {
                 writable,
                 report: None,
             },
-            limits: Limits {
-                memory_bytes: s.memory.map(|m| m.0),
-                pids: s.pids,
-                open_files: None,
-                file_size_bytes: None,
-                tmp_bytes: s.tmp_size.map(|t| t.0),
-                cpu_millis: s.cpus.map(|c| c.0),
-            },
+            limits: s.limits(),
             image: s.image.clone(),
             // The journal and other jobs' artifacts stay out of the agent's reach.
             forbidden: vec![self.engine.state_dir.clone()],

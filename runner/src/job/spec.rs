@@ -121,6 +121,20 @@ impl Default for SandboxSettings {
     }
 }
 
+impl SandboxSettings {
+    /// The limits a round of this job asks its sandbox for (`None`: the policy's).
+    pub fn limits(&self) -> ralph_sandbox::Limits {
+        ralph_sandbox::Limits {
+            memory_bytes: self.memory.map(|m| m.0),
+            pids: self.pids,
+            open_files: None,
+            file_size_bytes: None,
+            tmp_bytes: self.tmp_size.map(|t| t.0),
+            cpu_millis: self.cpus.map(|c| c.0),
+        }
+    }
+}
+
 /// The job's set-up step (SPEC §12): a runner-owned command run once per job, before round 1,
 /// in the job's sandbox on the workspace, with the job's egress and the runner's variables that
 /// `env` names (those reach the set-up only, never a round or verify).
