@@ -44,6 +44,7 @@ mod mixed_versions;
 mod model_server;
 mod network_tls;
 mod network_tokens;
+mod open_files;
 mod packaging;
 mod path_flags;
 mod postgres_pool;

@@ -6,6 +6,7 @@ use clap::Args;
 use ralph_runner::job::paths::{Requested, SandboxPaths, resolve_paths};
 use ralph_runner::job::request::JobRequest;
 use ralph_runner::job::resolve::WritableTrees;
+use ralph_runner::job::spec::MIN_NOFILE;
 use ralph_runner::util::units::ByteSize;
 use ralph_sandbox::{BackendKind, Mode, Network};
 
@@ -59,6 +60,10 @@ pub struct SandboxArgs {
     /// Process limit of the process tree.
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
+    /// Open-files limit (RLIMIT_NOFILE) of each process of the tree, at least 64 (default: the
+    /// policy's, 65536; at most this host's hard limit).
+    #[arg(long, value_name = "N", value_parser = parse_nofile)]
+    pub nofile: Option<u64>,
     /// CPU limit of the process tree in CPUs, e.g. 1.5 (over 0, at most this host's CPUs).
     #[arg(long, value_name = "N", value_parser = parse_cpus)]
     pub cpus: Option<ralph_sandbox::policy::Cpus>,
@@ -88,6 +93,16 @@ fn parse_cpus(s: &str) -> Result<ralph_sandbox::policy::Cpus, String> {
     }
 }
 
+fn parse_nofile(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= MIN_NOFILE => Ok(n),
+        Ok(_) => Err(format!("must be at least {MIN_NOFILE}")),
+        Err(_) => Err(format!(
+            "expected a whole number of files, at least {MIN_NOFILE}"
+        )),
+    }
+}
+
 fn parse_word<T: std::str::FromStr>(s: &str) -> Result<T, String>
 where
     T::Err: std::fmt::Display,
@@ -101,7 +116,7 @@ impl SandboxArgs {
         ralph_sandbox::Limits {
             memory_bytes: self.memory.map(|m| m.0),
             pids: self.pids,
-            open_files: None,
+            open_files: self.nofile,
             file_size_bytes: None,
             tmp_bytes: self.tmp_size.map(|t| t.0),
             cpu_millis: self.cpus.map(|c| c.0),
@@ -121,6 +136,7 @@ impl SandboxArgs {
             memory: self.memory,
             tmp_size: self.tmp_size,
             pids: self.pids,
+            nofile: self.nofile,
             cpus: self.cpus,
             image: self.image.clone(),
             allow_host: self.allow_host.clone(),

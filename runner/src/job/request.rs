@@ -98,6 +98,8 @@ pub struct JobRequest {
     pub tmp_size: Option<ByteSize>,
     /// Process limit.
     pub pids: Option<u64>,
+    /// Open-files limit of each process.
+    pub nofile: Option<u64>,
     /// CPU limit, in CPUs.
     #[serde(default)]
     pub cpus: Option<ralph_sandbox::policy::Cpus>,
@@ -473,6 +475,7 @@ impl JobRequest {
             memory: self.memory,
             tmp_size: self.tmp_size,
             pids: self.pids,
+            nofile: self.nofile,
             cpus: self.cpus,
             image: self.image,
             output_cap: self.output_cap.unwrap_or(defaults.output_cap),

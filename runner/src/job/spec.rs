@@ -66,6 +66,10 @@ pub enum AgentSpec {
     },
 }
 
+/// The least open-files limit a job may ask for: below it a shell, and the container's init,
+/// cannot work.
+pub const MIN_NOFILE: u64 = 64;
+
 /// Sandbox settings of a job (SPEC §5).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +96,9 @@ pub struct SandboxSettings {
     pub tmp_size: Option<ByteSize>,
     /// Process limit of a round's tree.
     pub pids: Option<u64>,
+    /// Open-files limit (`RLIMIT_NOFILE`) of each process of a round (`None`: the policy's).
+    #[serde(default)]
+    pub nofile: Option<u64>,
     /// CPU limit of a round's tree, in CPUs (e.g. 1.5).
     #[serde(default)]
     pub cpus: Option<ralph_sandbox::policy::Cpus>,
@@ -114,6 +121,7 @@ impl Default for SandboxSettings {
             memory: None,
             tmp_size: None,
             pids: None,
+            nofile: None,
             cpus: None,
             image: None,
             output_cap: ByteSize(DEFAULT_OUTPUT_CAP),
@@ -127,7 +135,7 @@ impl SandboxSettings {
         ralph_sandbox::Limits {
             memory_bytes: self.memory.map(|m| m.0),
             pids: self.pids,
-            open_files: None,
+            open_files: self.nofile,
             file_size_bytes: None,
             tmp_bytes: self.tmp_size.map(|t| t.0),
             cpu_millis: self.cpus.map(|c| c.0),
@@ -611,6 +619,9 @@ impl JobSpec {
         if self.sandbox.pids == Some(0) {
             return Err(err("pids", "must be at least 1"));
         }
+        if self.sandbox.nofile.is_some_and(|n| n < MIN_NOFILE) {
+            return Err(err("nofile", format!("must be at least {MIN_NOFILE}")));
+        }
         if self.sandbox.tmp_size.is_some_and(|m| m.0 < (1 << 20)) {
             return Err(err("tmp_size", "must be at least 1M"));
         }
@@ -669,6 +680,22 @@ mod tests {
             s.validate(&Ceilings::default()).unwrap_err().field,
             "max_rounds"
         );
+    }
+
+    #[test]
+    fn an_open_files_limit_below_the_least_that_works_is_refused() {
+        let mut s = spec();
+        s.sandbox.nofile = Some(MIN_NOFILE - 1);
+        let e = s.validate(&Ceilings::default()).unwrap_err();
+        assert_eq!(
+            (e.field, e.message.as_str()),
+            ("nofile", "must be at least 64")
+        );
+        s.sandbox.nofile = Some(MIN_NOFILE);
+        s.validate(&Ceilings::default()).unwrap();
+        assert_eq!(s.sandbox.limits().open_files, Some(MIN_NOFILE));
+        // None asks for nothing: the policy's applies.
+        assert_eq!(spec().sandbox.limits().open_files, None);
     }
 
     #[test]

@@ -325,3 +325,29 @@ fn full_access_masks_and_binds_only_the_kernel_paths_this_host_has() {
         ]
     );
 }
+
+#[test]
+fn the_jobs_open_files_limit_wins_over_the_policys_and_is_capped_at_the_hosts() {
+    let detail = |p: &SandboxPlan| {
+        p.enforcement
+            .restrictions
+            .iter()
+            .find(|r| r.restriction == Restriction::OpenFiles)
+            .map(|r| r.detail.clone())
+    };
+    let mut r = req(Mode::WorkspaceWrite);
+    let p = plan_on(&fake(), &r, &host(1000)).unwrap();
+    assert_eq!(p.open_files, Some(65536), "the policy's default");
+    assert_eq!(
+        detail(&p).as_deref(),
+        Some("RLIMIT_NOFILE 65536 (policy default)")
+    );
+    r.limits.open_files = Some(100);
+    let p = plan_on(&fake(), &r, &host(1000)).unwrap();
+    assert_eq!(p.open_files, Some(100));
+    assert_eq!(detail(&p).as_deref(), Some("RLIMIT_NOFILE 100"));
+    // Never above what the runner itself may have.
+    r.limits.open_files = Some(1 << 30);
+    let p = plan_on(&fake(), &r, &host(1000)).unwrap();
+    assert_eq!(p.open_files, Some(1 << 20));
+}

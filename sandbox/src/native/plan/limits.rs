@@ -33,7 +33,7 @@ pub(super) fn limits(
     user_namespace: Option<IdMap>,
     e: &mut Enforcement,
 ) -> Result<LimitsPlan, SandboxError> {
-    let (open_files, file_size) = rlimits(policy, host, e);
+    let (open_files, file_size) = rlimits(policy, req, host, e);
     let memory = memory(policy, req, host, e)?;
     let (pids, nproc) = pids(policy, req, host, user_namespace, e)?;
     let cpu = cpu(policy, req, host, e)?;
@@ -55,17 +55,29 @@ fn limit(site: &CgroupSite, value: u64) -> CgroupLimit {
     }
 }
 
-/// The policy's open-files and file-size limits, capped at the host's hard limits. The job's
-/// own values are applied by the helper only where the policy sets none (`native::child`);
-/// docker takes the job's first (`crate::docker::plan`): a backend difference, kept.
-fn rlimits(policy: &Policy, host: &Host, e: &mut Enforcement) -> (Option<u64>, Option<u64>) {
-    let open_files = policy.limits.open_files.map(|n| n.min(host.nofile_hard));
-    let file_size = policy.limits.file_size.map(|s| s.0.min(host.fsize_hard));
+/// The open-files and file-size limits: the job's (`--nofile`), else the policy's, capped at the
+/// host's hard limits (as docker: `crate::docker::plan::limits`).
+fn rlimits(
+    policy: &Policy,
+    req: &SandboxRequest,
+    host: &Host,
+    e: &mut Enforcement,
+) -> (Option<u64>, Option<u64>) {
+    let asked = &req.limits;
+    let open_files = asked
+        .open_files
+        .or(policy.limits.open_files)
+        .map(|n| n.min(host.nofile_hard));
+    let file_size = asked
+        .file_size_bytes
+        .or(policy.limits.file_size.map(|s| s.0))
+        .map(|n| n.min(host.fsize_hard));
+    let note = |asked: bool| if asked { "" } else { " (policy default)" };
     match open_files {
         Some(n) => e.record(
             Restriction::OpenFiles,
             Level::Full,
-            format!("RLIMIT_NOFILE {n}"),
+            format!("RLIMIT_NOFILE {n}{}", note(asked.open_files.is_some())),
         ),
         None => e.record(Restriction::OpenFiles, Level::NotRequested, "inherited"),
     }
@@ -73,7 +85,7 @@ fn rlimits(policy: &Policy, host: &Host, e: &mut Enforcement) -> (Option<u64>, O
         Some(n) => e.record(
             Restriction::FileSize,
             Level::Full,
-            format!("RLIMIT_FSIZE {n}"),
+            format!("RLIMIT_FSIZE {n}{}", note(asked.file_size_bytes.is_some())),
         ),
         None => e.record(Restriction::FileSize, Level::NotRequested, "inherited"),
     }
