@@ -54,6 +54,24 @@ fn the_round_sees_what_the_job_asked(backend: &[&str]) {
         task_limit(&f, &[backend, &["--nofile", "64"]].concat()),
         "64"
     );
+    // The round cannot raise its own limit back (soft and hard are both set; no
+    // CAP_SYS_RESOURCE inside).
+    let out = f
+        .run_cmd("if ulimit -n 4096 2>/dev/null; then echo raised; else echo refused; fi > r.txt")
+        .args([
+            "--kind",
+            "task",
+            "--max-rounds",
+            "1",
+            "--round-retries",
+            "0",
+        ])
+        .args(backend)
+        .args(["--nofile", "100"])
+        .output();
+    out.expect_code(0);
+    let r = std::fs::read_to_string(f.ws.join("r.txt")).unwrap();
+    assert_eq!(r.trim(), "refused");
 }
 
 #[test]
