@@ -141,6 +141,15 @@ impl Cleanup {
     }
 }
 
+/// Whatever way the supervisor ends, set-up failing half-way included (a pipe or the fork
+/// refused after the cgroups, placeholders and mask file were made), what it made goes. `run`
+/// is idempotent: the end of a run calls it first, this then finds nothing left.
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
 fn base_enforcement(spec: &ExecSpec, plan: &SandboxPlan) -> Enforcement {
     let mut e = Enforcement::new(BackendKind::Native, spec.sandbox.mode);
     e.record(
@@ -385,5 +394,49 @@ fn discard_available(fd: &OwnedFd) {
     let mut buf = [0u8; 8192];
     while matches!(nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(fd), &mut buf), Ok(n) if n > 0)
     {
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// A set-up abandoned at any `?` drops its `Cleanup`: the placeholders (only while still
+    /// empty) and the mask file go, and running it again finds nothing.
+    #[test]
+    fn a_dropped_cleanup_removes_what_the_setup_made() {
+        let root = tempfile::tempdir().unwrap();
+        let empty = root.path().join("empty");
+        let used = root.path().join("used");
+        let mask = root.path().join("mask");
+        std::fs::create_dir(&empty).unwrap();
+        std::fs::create_dir(&used).unwrap();
+        std::fs::write(used.join("kept"), b"x").unwrap();
+        std::fs::write(&mask, b"").unwrap();
+        let at = |rel: &str| TreePath::new(root.path(), Path::new(rel)).unwrap();
+        let mut c = Cleanup::default();
+        c.placeholders = vec![at("empty"), at("used")];
+        c.mask = Some(mask.clone());
+        c.run();
+        assert!(!empty.exists() && !mask.exists());
+        assert!(
+            used.join("kept").exists(),
+            "a written placeholder is not removed"
+        );
+        std::fs::create_dir(&empty).unwrap();
+        std::fs::write(&mask, b"").unwrap();
+        drop(c);
+        assert!(
+            empty.exists() && mask.exists(),
+            "a second run removes nothing"
+        );
+
+        let mut c = Cleanup::default();
+        c.placeholders = vec![at("empty")];
+        c.mask = Some(mask.clone());
+        drop(c);
+        assert!(!empty.exists() && !mask.exists());
     }
 }
