@@ -4,6 +4,10 @@ use std::io;
 use std::path::PathBuf;
 
 /// Which kind of failure an error is, for exit-code mapping by callers.
+///
+/// Deliberately exhaustive (no `#[non_exhaustive]`, unlike the crate's other public errors):
+/// the runner maps each class to an exit code and a finish reason with a `match` that must stop
+/// compiling when a class is added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// The requested isolation cannot be enforced on this host (SPEC exit 69).
@@ -14,7 +18,8 @@ pub enum ErrorClass {
     Internal,
 }
 
-/// A failure to run a command in the sandbox.
+/// A failure to run a command in the sandbox. Exhaustive for the same reason as
+/// [`ErrorClass`].
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// A requested restriction cannot be enforced; nothing ran.

@@ -28,6 +28,7 @@ pub const ENTRY_LIMIT: usize = 100_000;
 
 /// Why the protected paths could not be recorded, checked or put back.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// A step inside a tree (never through a link) failed.
     #[error(transparent)]

@@ -135,6 +135,7 @@ pub async fn bounded<T>(
 
 /// A failed engine request.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The engine answered with an error.
     #[error("failed to {action}: {source}")]

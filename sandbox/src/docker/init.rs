@@ -72,6 +72,7 @@ pub struct InitSetup {
 
 /// A failure to make the liveness FIFO.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InitError {
     /// A system call on the FIFO failed.
     #[error("failed to {action} the container's liveness FIFO {}: {source}", path.display())]

@@ -33,6 +33,7 @@ const REPORT_CAP: u64 = 64 * 1024;
 
 /// A failure to set up the status socket.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StatusError {
     /// A system call on the socket failed.
     #[error("failed to {action} the container's status socket {}: {source}", path.display())]

@@ -146,6 +146,7 @@ pub fn send(chan: &OwnedFd, ports: &[u16], listeners: &[OwnedFd]) -> Result<(), 
 
 /// Why the runner did not get its listeners.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RecvError {
     /// The other end closed without a message: the sandbox failed (or was killed) before the
     /// hand-over; its result says why.

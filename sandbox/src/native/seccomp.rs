@@ -38,6 +38,7 @@ const NS_CLONE_FLAGS: [u64; 7] = [
 
 /// Why a filter program could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FilterError {
     /// Not an architecture seccompiler knows.
     #[error("unsupported architecture: {0}")]
