@@ -20,7 +20,9 @@ use super::{QueuedJob, StoreError};
 /// Database file name inside the state directory.
 pub const DB_FILE: &str = "ralph.db";
 
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 adds what the service asks of a big queue without reading every job's request
+/// ([`INDEXES`]).
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS jobs (
@@ -50,14 +52,49 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 "#;
 
-/// The workspaces and `write` directories of the stored jobs whose rounds could write.
-const WRITABLE_TREES: &str = "
-WITH w AS (
-    SELECT spec FROM jobs WHERE json_extract(spec, '$.sandbox.mode') IS NOT 'read-only'
-)
-SELECT json_extract(spec, '$.workspace') FROM w
-UNION
-SELECT e.value FROM w, json_each(w.spec, '$.sandbox.write') AS e";
+/// Version 2: what the service asks of a big queue, answered without reading every job's request.
+/// The writable trees and the labels are kept by a trigger on `jobs`, so that every writer keeps
+/// them, whatever code it runs; a version 1 store is filled in once, when it is upgraded.
+const INDEXES: &str = "
+CREATE TABLE IF NOT EXISTS writable_trees (path TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_labels (
+    key     TEXT NOT NULL,
+    value   TEXT NOT NULL,
+    job_id  TEXT NOT NULL REFERENCES jobs(id),
+    PRIMARY KEY (key, value, job_id)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS jobs_indexed AFTER INSERT ON jobs
+BEGIN
+    INSERT OR IGNORE INTO writable_trees
+        SELECT json_extract(NEW.spec, '$.workspace')
+        WHERE json_extract(NEW.spec, '$.sandbox.mode') IS NOT 'read-only'
+          AND json_extract(NEW.spec, '$.workspace') IS NOT NULL;
+    INSERT OR IGNORE INTO writable_trees
+        SELECT e.value FROM json_each(NEW.spec, '$.sandbox.write') AS e
+        WHERE json_extract(NEW.spec, '$.sandbox.mode') IS NOT 'read-only';
+    INSERT OR IGNORE INTO job_labels
+        SELECT l.key, l.value, NEW.id FROM json_each(NEW.spec, '$.labels') AS l;
+END;
+CREATE INDEX IF NOT EXISTS jobs_state_id ON jobs(state, id);
+CREATE INDEX IF NOT EXISTS jobs_outcome_id ON jobs(outcome, id) WHERE outcome IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs(json_extract(spec, '$.name'))
+    WHERE json_extract(spec, '$.name') IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_batch ON jobs(json_extract(spec, '$.batch'))
+    WHERE json_extract(spec, '$.batch') IS NOT NULL;
+";
+
+/// Fills the version 2 tables from the jobs a version 1 store holds (as the trigger would have).
+const BACKFILL_V2: &str = "
+INSERT OR IGNORE INTO writable_trees
+    SELECT json_extract(spec, '$.workspace') FROM jobs
+    WHERE json_extract(spec, '$.sandbox.mode') IS NOT 'read-only'
+      AND json_extract(spec, '$.workspace') IS NOT NULL;
+INSERT OR IGNORE INTO writable_trees
+    SELECT e.value FROM jobs AS j, json_each(j.spec, '$.sandbox.write') AS e
+    WHERE json_extract(j.spec, '$.sandbox.mode') IS NOT 'read-only';
+INSERT OR IGNORE INTO job_labels
+    SELECT l.key, l.value, j.id FROM jobs AS j, json_each(j.spec, '$.labels') AS l;
+";
 
 /// The SQLite store.
 #[derive(Debug)]
@@ -95,6 +132,15 @@ fn db_err<'a>(path: &'a Path, action: &'static str) -> impl Fn(rusqlite::Error) 
     }
 }
 
+/// Creates the schema, or upgrades a store of `from` to [`SCHEMA_VERSION`], in one transaction
+/// (a crash half-way leaves the old version, upgraded again at the next open).
+fn upgrade(conn: &Connection, from: i64) -> rusqlite::Result<()> {
+    let backfill = if from >= 1 { BACKFILL_V2 } else { "" };
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; {SCHEMA} {INDEXES} {backfill} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+    ))
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
@@ -120,10 +166,9 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        conn.execute_batch(SCHEMA)
-            .map_err(db_err(&path, "create the schema of"))?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(db_err(&path, "configure"))?;
+        if version < SCHEMA_VERSION {
+            upgrade(&conn, version).map_err(db_err(&path, "create the schema of"))?;
+        }
         Ok(Self {
             conn: Mutex::new(Conn {
                 db: conn,
@@ -420,47 +465,68 @@ impl SqliteStore {
     pub fn list(&self, filter: &super::JobFilter) -> Result<Vec<super::JobSummary>, StoreError> {
         let conn = self.conn()?;
         let err = db_err(&self.path, "list jobs in");
-        let mut stmt = conn
-            .db
-            .prepare_cached(
-                "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
-                        json_extract(spec, '$.name'), json_extract(spec, '$.labels') FROM jobs
-                 WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR outcome = ?2) AND (?3 IS NULL OR id < ?3)
-                   AND (?5 IS NULL OR json_extract(spec, '$.name') = ?5)
-                   AND NOT EXISTS (
-                       SELECT 1 FROM json_each(?6) AS want WHERE NOT EXISTS (
-                           SELECT 1 FROM json_each(jobs.spec, '$.labels') AS have
-                           WHERE have.key = want.key AND have.value = want.value))
-                   AND (?7 IS NULL OR json_extract(spec, '$.batch') = ?7)
-                 ORDER BY id DESC LIMIT ?4",
-            )
-            .map_err(&err)?;
+        // Only the conditions the filter has, so that the planner can use the index each one
+        // has (a generic `?1 IS NULL OR …` shape would scan every job).
+        let labels = serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?;
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let mut conds: Vec<&str> = Vec::new();
+        let mut values: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        let state = filter.state.map(|s| s.as_str());
+        let outcome = filter.outcome.map(|o| o.as_str());
+        if let Some(v) = &state {
+            conds.push("state = :state");
+            values.push((":state", v));
+        }
+        if let Some(v) = &outcome {
+            conds.push("outcome = :outcome");
+            values.push((":outcome", v));
+        }
+        if let Some(v) = &filter.before {
+            conds.push("id < :before");
+            values.push((":before", v));
+        }
+        if let Some(v) = &filter.name {
+            conds.push("json_extract(spec, '$.name') = :name");
+            values.push((":name", v));
+        }
+        if !filter.labels.is_empty() {
+            conds.push(
+                "id IN (SELECT l.job_id FROM job_labels AS l, json_each(:labels) AS want
+                        WHERE l.key = want.key AND l.value = want.value
+                        GROUP BY l.job_id
+                        HAVING count(*) = (SELECT count(*) FROM json_each(:labels)))",
+            );
+            values.push((":labels", &labels));
+        }
+        if let Some(v) = &filter.batch {
+            conds.push("json_extract(spec, '$.batch') = :batch");
+            values.push((":batch", v));
+        }
+        let mut sql = String::from(
+            "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
+                    json_extract(spec, '$.name'), json_extract(spec, '$.labels') FROM jobs",
+        );
+        if !conds.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conds.join(" AND "));
+        }
+        sql.push_str(" ORDER BY id DESC LIMIT :limit");
+        let mut stmt = conn.db.prepare_cached(&sql).map_err(&err)?;
         let rows = stmt
-            .query_map(
-                params![
-                    filter.state.map(|s| s.as_str()),
-                    filter.outcome.map(|o| o.as_str()),
-                    filter.before,
-                    filter.limit as i64,
-                    filter.name,
-                    serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?,
-                    filter.batch
-                ],
-                |r| {
-                    Ok(super::JobSummary {
-                        id: r.get(0)?,
-                        kind: r.get(1)?,
-                        state: r.get(2)?,
-                        outcome: r.get(3)?,
-                        rounds: r.get(4)?,
-                        priority: r.get(5)?,
-                        created_at: r.get(6)?,
-                        updated_at: r.get(7)?,
-                        name: r.get(8)?,
-                        labels: super::labels_of(r.get::<_, Option<String>>(9)?.as_deref()),
-                    })
-                },
-            )
+            .query_map(values.as_slice(), |r| {
+                Ok(super::JobSummary {
+                    id: r.get(0)?,
+                    kind: r.get(1)?,
+                    state: r.get(2)?,
+                    outcome: r.get(3)?,
+                    rounds: r.get(4)?,
+                    priority: r.get(5)?,
+                    created_at: r.get(6)?,
+                    updated_at: r.get(7)?,
+                    name: r.get(8)?,
+                    labels: super::labels_of(r.get::<_, Option<String>>(9)?.as_deref()),
+                })
+            })
             .map_err(&err)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(&err)
     }
@@ -504,7 +570,10 @@ impl SqliteStore {
     pub fn writable_trees(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.conn()?;
         let err = db_err(&self.path, "list the workspaces in");
-        let mut stmt = conn.db.prepare_cached(WRITABLE_TREES).map_err(&err)?;
+        let mut stmt = conn
+            .db
+            .prepare_cached("SELECT path FROM writable_trees")
+            .map_err(&err)?;
         let rows = stmt
             .query_map([], |r| r.get::<_, Option<String>>(0))
             .map_err(&err)?;

@@ -97,6 +97,7 @@ on_both_backends!(
     a_runner_does_not_repair_over_another_runners_write,
     id_prefixes_resolve_to_one_job,
     names_and_labels_filter_listings,
+    an_upgraded_store_knows_its_old_jobs_trees_and_labels,
 );
 
 /// Makes the store forget a job's events after `keep`, as a database crash does with commits it
@@ -863,7 +864,7 @@ fn a_newer_schema_is_refused(db: &Db) {
         Db::Postgres(t) => Store::open_postgres(&t.url).unwrap_err(),
     };
     let ours = match db {
-        Db::Sqlite(_) => 1,
+        Db::Sqlite(_) => super::sqlite::SCHEMA_VERSION,
         Db::Postgres(_) => i64::from(super::postgres::schema::SCHEMA_VERSION),
     };
     assert!(
@@ -1213,4 +1214,63 @@ fn names_and_labels_filter_listings(db: &Db) {
     assert_eq!(first.name.as_deref(), Some("nightly"));
     assert_eq!(first.labels["ticket"], "T-12");
     assert!(all.iter().all(|j| j.id == a || j.name.is_none()));
+}
+
+/// A store written before the writable trees and the labels had their own tables (SQLite
+/// version 1, PostgreSQL version 4): the upgrade fills them from the jobs already there, and
+/// the trigger keeps them for the jobs after.
+fn an_upgraded_store_knows_its_old_jobs_trees_and_labels(db: &Db) {
+    let store = db.store();
+    let mut old = spec();
+    old.workspace = "/srv/old".into();
+    old.sandbox.write = vec!["/var/cache/old".into()];
+    old.labels = [("team".into(), "infra".into())].into();
+    let a = store.submit(&old).unwrap();
+    drop(store);
+    match db {
+        Db::Sqlite(_) => db.exec(
+            "DROP TRIGGER jobs_indexed; DROP TABLE job_labels; DROP TABLE writable_trees;
+             PRAGMA user_version = 1;",
+        ),
+        Db::Postgres(_) => db.exec(
+            "DROP TRIGGER jobs_indexed ON jobs; DROP TABLE job_labels; DROP TABLE writable_trees;
+             UPDATE ralph_schema SET version = 4;",
+        ),
+    }
+    .unwrap();
+    let store = db.store();
+    let mut new = spec();
+    new.workspace = "/srv/new".into();
+    new.labels = [("team".into(), "infra".into()), ("k".into(), "v".into())].into();
+    let b = store.submit(&new).unwrap();
+    let trees: Vec<String> = store
+        .writable_trees()
+        .unwrap()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(trees, ["/srv/new", "/srv/old", "/var/cache/old"]);
+    let by = |state: Option<JobState>, labels: &[(&str, &str)]| -> Vec<String> {
+        store
+            .list(&JobFilter {
+                limit: 10,
+                state,
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect()
+    };
+    let mut both = by(Some(JobState::Queued), &[("team", "infra")]);
+    both.sort();
+    let mut expected = vec![a, b.clone()];
+    expected.sort();
+    assert_eq!(both, expected);
+    assert_eq!(by(None, &[("team", "infra"), ("k", "v")]), vec![b]);
+    assert!(by(Some(JobState::Running), &[("team", "infra")]).is_empty());
 }

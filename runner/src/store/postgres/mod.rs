@@ -334,19 +334,52 @@ impl PgStore {
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
         let name = filter.name.clone();
         let labels = serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?;
+        let has_labels = !filter.labels.is_empty();
         let batch = filter.batch.clone();
         self.conn.call("list jobs in", move |client, _| {
-            let rows = client.query(
+            // Only the conditions the filter has (see the SQLite store): each can use its index.
+            let mut conds: Vec<String> = Vec::new();
+            let mut values: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&limit];
+            if let Some(v) = &state {
+                values.push(v);
+                conds.push(format!("state = ${}", values.len()));
+            }
+            if let Some(v) = &outcome {
+                values.push(v);
+                conds.push(format!("outcome = ${}", values.len()));
+            }
+            if let Some(v) = &before {
+                values.push(v);
+                conds.push(format!("id < ${}", values.len()));
+            }
+            if let Some(v) = &name {
+                values.push(v);
+                conds.push(format!("spec::jsonb ->> 'name' = ${}", values.len()));
+            }
+            if has_labels {
+                values.push(&labels);
+                let n = values.len();
+                conds.push(format!(
+                    "id IN (SELECT l.job_id FROM job_labels AS l, jsonb_each_text(${n}::text::jsonb) AS w
+                            WHERE l.key = w.key AND l.value = w.value
+                            GROUP BY l.job_id
+                            HAVING count(*) = (SELECT count(*) FROM jsonb_each_text(${n}::text::jsonb)))"
+                ));
+            }
+            if let Some(v) = &batch {
+                values.push(v);
+                conds.push(format!("spec::jsonb ->> 'batch' = ${}", values.len()));
+            }
+            let mut sql = String::from(
                 "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
-                        spec::jsonb ->> 'name', (spec::jsonb -> 'labels')::text FROM jobs
-                 WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR outcome = $2)
-                   AND ($3::text IS NULL OR id < $3)
-                   AND ($5::text IS NULL OR spec::jsonb ->> 'name' = $5)
-                   AND coalesce(spec::jsonb -> 'labels', '{}'::jsonb) @> $6::text::jsonb
-                   AND ($7::text IS NULL OR spec::jsonb ->> 'batch' = $7)
-                 ORDER BY id DESC LIMIT $4",
-                &[&state, &outcome, &before, &limit, &name, &labels, &batch],
-            )?;
+                        spec::jsonb ->> 'name', (spec::jsonb -> 'labels')::text FROM jobs",
+            );
+            if !conds.is_empty() {
+                sql.push_str(" WHERE ");
+                sql.push_str(&conds.join(" AND "));
+            }
+            sql.push_str(" ORDER BY id DESC LIMIT $1");
+            let rows = client.query(sql.as_str(), &values)?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 let rounds: i32 = r.try_get(4)?;
@@ -370,16 +403,7 @@ impl PgStore {
     /// The distinct workspaces and `write` directories of jobs not run `read-only`.
     pub fn writable_trees(&self) -> Result<Vec<String>, StoreError> {
         self.conn.call("list the workspaces in", move |client, _| {
-            let rows = client.query(
-                "WITH w AS (
-                     SELECT spec::jsonb AS s FROM jobs
-                     WHERE (spec::jsonb #>> '{sandbox,mode}') IS DISTINCT FROM 'read-only'
-                 )
-                 SELECT s ->> 'workspace' FROM w
-                 UNION
-                 SELECT jsonb_array_elements_text(s #> '{sandbox,write}') FROM w",
-                &[],
-            )?;
+            let rows = client.query("SELECT path FROM writable_trees", &[])?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
                 if let Some(p) = r.try_get::<_, Option<String>>(0)? {

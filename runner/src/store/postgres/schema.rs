@@ -1,5 +1,6 @@
 //! The PostgreSQL schema (`schema.sql`, then the version 2 migration: runner leases, version
-//! 3: the id prefix index, and version 4: the jobs' kept result files) and its
+//! 3: the id prefix index, version 4: the jobs' kept result files, and version 5: what a big
+//! queue is asked without reading every request — writable trees, labels, indexes) and its
 //! version, kept in `ralph_schema`. Created once,
 //! under an advisory lock so that several runners starting together do not race; a database
 //! written by a newer ralph is refused, like SQLite's `user_version`.
@@ -9,7 +10,7 @@ use super::worker::CallError;
 use crate::store::StoreError;
 
 /// The schema version this ralph writes.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 const SCHEMA: &str = include_str!("schema.sql");
 
@@ -43,6 +44,57 @@ CREATE TABLE IF NOT EXISTS job_files (
     data    bytea,
     PRIMARY KEY (job_id, name)
 );
+";
+
+/// Version 5: the writable trees (path checks of every submission) and the labels (listing by
+/// label) kept by a trigger on `jobs`, so that every writer keeps them whatever code it runs,
+/// filled in once from the jobs already there; the listings' indexes.
+const INDEXES: &str = "
+CREATE TABLE IF NOT EXISTS writable_trees (path text PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS job_labels (
+    key     text NOT NULL,
+    value   text NOT NULL,
+    job_id  text NOT NULL REFERENCES jobs (id),
+    PRIMARY KEY (key, value, job_id)
+);
+CREATE OR REPLACE FUNCTION ralph_job_trees(s jsonb) RETURNS SETOF text LANGUAGE sql IMMUTABLE AS $$
+    SELECT p FROM (
+        SELECT s ->> 'workspace' AS p
+        UNION ALL
+        SELECT jsonb_array_elements_text(CASE WHEN jsonb_typeof(s #> '{sandbox,write}') = 'array'
+                                              THEN s #> '{sandbox,write}' ELSE '[]'::jsonb END)
+    ) AS t
+    WHERE p IS NOT NULL AND (s #>> '{sandbox,mode}') IS DISTINCT FROM 'read-only'
+$$;
+CREATE OR REPLACE FUNCTION ralph_job_labels(s jsonb) RETURNS TABLE (key text, value text)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT l.key, l.value FROM jsonb_each_text(CASE WHEN jsonb_typeof(s -> 'labels') = 'object'
+                                                    THEN s -> 'labels' ELSE '{}'::jsonb END) AS l
+$$;
+CREATE OR REPLACE FUNCTION ralph_job_indexed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO writable_trees (path) SELECT ralph_job_trees(NEW.spec::jsonb)
+        ON CONFLICT DO NOTHING;
+    INSERT INTO job_labels (key, value, job_id)
+        SELECT l.key, l.value, NEW.id FROM ralph_job_labels(NEW.spec::jsonb) AS l
+        ON CONFLICT DO NOTHING;
+    RETURN NEW;
+END
+$$;
+DROP TRIGGER IF EXISTS jobs_indexed ON jobs;
+CREATE TRIGGER jobs_indexed AFTER INSERT ON jobs
+    FOR EACH ROW EXECUTE FUNCTION ralph_job_indexed();
+INSERT INTO writable_trees (path) SELECT ralph_job_trees(spec::jsonb) FROM jobs
+    ON CONFLICT DO NOTHING;
+INSERT INTO job_labels (key, value, job_id)
+    SELECT l.key, l.value, j.id FROM jobs AS j, ralph_job_labels(j.spec::jsonb) AS l
+    ON CONFLICT DO NOTHING;
+CREATE INDEX IF NOT EXISTS jobs_state_id ON jobs (state, id);
+CREATE INDEX IF NOT EXISTS jobs_outcome_id ON jobs (outcome, id) WHERE outcome IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_name ON jobs ((spec::jsonb ->> 'name'))
+    WHERE (spec::jsonb ->> 'name') IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_batch ON jobs ((spec::jsonb ->> 'batch'))
+    WHERE (spec::jsonb ->> 'batch') IS NOT NULL;
 ";
 
 /// Key of the transaction-scoped advisory lock taken while the schema is checked or created.
@@ -80,6 +132,7 @@ pub fn ensure(conn: &Connection) -> Result<(), StoreError> {
             }
             tx.batch_execute(ID_PREFIXES)?;
             tx.batch_execute(JOB_FILES)?;
+            tx.batch_execute(INDEXES)?;
             tx.execute(
                 "INSERT INTO ralph_schema (version) VALUES ($1)
                  ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",
