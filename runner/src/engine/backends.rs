@@ -1,15 +1,14 @@
-//! The backends a job can ask for, behind one enum so the loop does not care which runs it.
+//! The backends a job can ask for, so the loop does not care which runs it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ralph_sandbox::docker::{DockerBackend, DockerRun};
-use ralph_sandbox::native::{NativeBackend, NativeRun};
+use ralph_sandbox::docker::DockerBackend;
+use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
-    Backend, BackendKind, ExecIo, ExecReport, ExecSpec, Running, SandboxError, SandboxRequest,
+    BackendKind, ExecIo, ExecSpec, Running, Sandbox, SandboxError, SandboxRequest,
 };
-use tokio_util::sync::CancellationToken;
 
 /// Every backend this runner has.
 #[derive(Clone, Debug)]
@@ -18,15 +17,6 @@ pub struct Backends {
     docker: DockerBackend,
     /// This executable's real path (what a round runs for the built-in agent).
     self_exe: PathBuf,
-}
-
-/// A run in progress on some backend.
-#[derive(Debug)]
-pub enum Run {
-    /// On the native backend.
-    Native(NativeRun),
-    /// In a container.
-    Docker(DockerRun),
 }
 
 impl Backends {
@@ -85,37 +75,10 @@ impl Backends {
         kind: BackendKind,
         spec: &ExecSpec,
         io: ExecIo,
-    ) -> Result<Run, SandboxError> {
+    ) -> Result<Box<dyn Running>, SandboxError> {
         match kind {
-            BackendKind::Native => Ok(Run::Native(self.native.spawn(spec, io).await?)),
-            BackendKind::Docker => Ok(Run::Docker(self.docker.spawn(spec, io).await?)),
-        }
-    }
-}
-
-impl Run {
-    /// Host pid of the supervising process (none for a container).
-    pub fn pid(&self) -> Option<u32> {
-        match self {
-            Run::Native(r) => r.pid(),
-            Run::Docker(r) => r.pid(),
-        }
-    }
-
-    /// The gateway listeners the sandbox created inside the run's network namespace (see
-    /// `ralph_sandbox::Running::take_gateway_listeners`).
-    pub fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
-        match self {
-            Run::Native(r) => r.take_gateway_listeners(),
-            Run::Docker(r) => r.take_gateway_listeners(),
-        }
-    }
-
-    /// Waits for the end; `cancel` stops the whole tree.
-    pub async fn wait(self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
-        match self {
-            Run::Native(r) => r.wait(cancel).await,
-            Run::Docker(r) => r.wait(cancel).await,
+            BackendKind::Native => self.native.spawn(spec, io).await,
+            BackendKind::Docker => self.docker.spawn(spec, io).await,
         }
     }
 }

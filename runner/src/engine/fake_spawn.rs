@@ -252,6 +252,7 @@ impl Spawner for FakeSpawner {
     }
 }
 
+#[derive(Debug)]
 struct FakeRun {
     script: Script,
     io: ExecIo,

@@ -63,7 +63,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use artifacts::{AttemptDirs, job_dir};
-pub use backends::{Backends, Run};
+pub use backends::Backends;
 pub use cancel::Cancel;
 pub use command_check::command_visible;
 pub use env::RunnerEnv;

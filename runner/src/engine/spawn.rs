@@ -3,13 +3,13 @@
 //! verify) can be driven by a scripted fake in tests. [`SandboxSpawner`] is the production
 //! implementation over the sandbox [`Backends`].
 
-use std::net::TcpListener;
-
 use futures_util::future::BoxFuture;
-use ralph_sandbox::{BackendKind, ExecIo, ExecReport, ExecSpec, SandboxError, SandboxRequest};
-use tokio_util::sync::CancellationToken;
+use ralph_sandbox::{BackendKind, ExecIo, ExecSpec, SandboxError, SandboxRequest};
 
-use super::backends::{Backends, Run};
+use super::backends::Backends;
+
+/// A started process: the sandbox's own run.
+pub(crate) use ralph_sandbox::Running as Spawned;
 
 /// Starts processes in the sandbox: the agent of an attempt and the verify command.
 pub(crate) trait Spawner: Send + Sync {
@@ -33,19 +33,6 @@ pub(crate) trait Spawner: Send + Sync {
         spec: &'a ExecSpec,
         io: ExecIo,
     ) -> BoxFuture<'a, Result<Box<dyn Spawned>, SandboxError>>;
-}
-
-/// A started process.
-pub(crate) trait Spawned: Send {
-    /// Host pid of the supervising process, if any.
-    fn pid(&self) -> Option<u32>;
-    /// The gateway listeners the sandbox created for the run.
-    fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)>;
-    /// Waits for the end; `cancel` stops the whole tree.
-    fn wait(
-        self: Box<Self>,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<ExecReport, SandboxError>>;
 }
 
 /// The production spawner: today's sandbox backends.
@@ -73,26 +60,6 @@ impl Spawner for SandboxSpawner {
         spec: &'a ExecSpec,
         io: ExecIo,
     ) -> BoxFuture<'a, Result<Box<dyn Spawned>, SandboxError>> {
-        Box::pin(async move {
-            let run = self.0.spawn(kind, spec, io).await?;
-            Ok(Box::new(run) as Box<dyn Spawned>)
-        })
-    }
-}
-
-impl Spawned for Run {
-    fn pid(&self) -> Option<u32> {
-        Run::pid(self)
-    }
-
-    fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)> {
-        Run::take_gateway_listeners(self)
-    }
-
-    fn wait(
-        self: Box<Self>,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, Result<ExecReport, SandboxError>> {
-        Box::pin(Run::wait(*self, cancel))
+        Box::pin(self.0.spawn(kind, spec, io))
     }
 }
