@@ -1,5 +1,5 @@
 //! The interface every backend implements, object-safe so a caller can hold any of them (or a
-//! test's fake) as `dyn` [`Sandbox`]: check a request up front, say what a
+//! test's fake, [`crate::testing`]) as `dyn` [`Sandbox`]: check a request up front, say what a
 //! run would see of the host, spawn a command from an [`ExecSpec`] with its stdin and output
 //! sinks, then wait for it (or cancel it) and get an [`ExecReport`].
 

@@ -3,7 +3,7 @@
 //!
 //! - [`spec`]: what to run and under which restrictions (plain data).
 //! - [`backend`]: the interface every backend implements, object-safe ([`Sandbox`],
-//!   [`Running`]).
+//!   [`Running`]); [`testing`] (feature `testing`): a recording fake of it for callers' tests.
 //! - [`native`]: the native backend (a helper process supervises the command).
 //! - [`docker`]: the docker backend (a fresh hardened container per run).
 //! - [`capture`]: bounded output capture.
@@ -42,6 +42,8 @@ pub mod snapshot;
 pub mod sockets;
 pub mod spec;
 pub mod sys;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod units;
 
 pub use backend::{ExecIo, Running, Sandbox, SpawnFuture, WaitFuture};
