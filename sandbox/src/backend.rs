@@ -1,7 +1,11 @@
-//! The interface every backend implements: spawn a command from an [`ExecSpec`] with its
-//! stdin and output sinks, then wait for it (or cancel it) and get an [`ExecReport`].
+//! The interface every backend implements, object-safe so a caller can hold any of them (or a
+//! test's fake, [`crate::testing`]) as `dyn` [`Sandbox`]: check a request up front, say what a
+//! run would see of the host, spawn a command from an [`ExecSpec`] with its stdin and output
+//! sinks, then wait for it (or cancel it) and get an [`ExecReport`].
 
 use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
 
 use tokio_util::sync::CancellationToken;
 
@@ -9,7 +13,7 @@ use crate::capture::OutputSink;
 use crate::error::SandboxError;
 use crate::mode::BackendKind;
 use crate::outcome::ExecReport;
-use crate::spec::ExecSpec;
+use crate::spec::{ExecSpec, SandboxRequest};
 
 /// The caller's side of a run's standard streams.
 pub struct ExecIo {
@@ -29,25 +33,37 @@ impl std::fmt::Debug for ExecIo {
     }
 }
 
-/// A way of running commands in isolation.
-pub trait Backend: Send + Sync {
-    /// The run in progress.
-    type Running: Running;
+/// What [`Sandbox::spawn`] returns: the run once it started.
+pub type SpawnFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Box<dyn Running>, SandboxError>> + Send + 'a>>;
 
+/// What [`Running::wait`] returns: the run's report once it ended.
+pub type WaitFuture = Pin<Box<dyn Future<Output = Result<ExecReport, SandboxError>> + Send>>;
+
+/// A way of running commands in isolation.
+pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
+    /// Checks up front, without starting anything, that `req` can be enforced here. Fails
+    /// closed, as [`Sandbox::spawn`] would: [`SandboxError::Unavailable`] when a requested
+    /// restriction cannot be enforced, [`SandboxError::InvalidRequest`] when the request (or
+    /// its mode's policy) is wrong. What only a run can find out (e.g. the container engine
+    /// itself) is checked by the run.
+    fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError>;
+
+    /// Whether a run of `req` sees `path` (absolute, as the host names it) of the host's
+    /// filesystem, under the policy of `req`'s mode; [`SandboxError::InvalidRequest`] when that
+    /// policy cannot be had.
+    fn can_see(&self, req: &SandboxRequest, path: &Path) -> Result<bool, SandboxError>;
+
     /// Starts `spec`. Fails closed: if any requested restriction cannot be enforced, nothing runs
     /// and the error is [`SandboxError::Unavailable`].
-    fn spawn(
-        &self,
-        spec: &ExecSpec,
-        io: ExecIo,
-    ) -> impl Future<Output = Result<Self::Running, SandboxError>> + Send;
+    fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a>;
 }
 
-/// A command running under a backend.
-pub trait Running: Send {
+/// A command running under a [`Sandbox`].
+pub trait Running: Send + std::fmt::Debug {
     /// The host pid of the process that supervises the run, when there is one.
     fn pid(&self) -> Option<u32>;
 
@@ -66,8 +82,5 @@ pub trait Running: Send {
     }
 
     /// Waits for the end. Cancelling `cancel` stops the whole tree (TERM, grace, KILL).
-    fn wait(
-        self,
-        cancel: CancellationToken,
-    ) -> impl Future<Output = Result<ExecReport, SandboxError>> + Send;
+    fn wait(self: Box<Self>, cancel: CancellationToken) -> WaitFuture;
 }

@@ -2,7 +2,8 @@
 //! cleared environment, capped output, a timeout, and a kill of the whole tree at the end.
 //!
 //! - [`spec`]: what to run and under which restrictions (plain data).
-//! - [`backend`]: the interface every backend implements ([`Backend`], [`Running`]).
+//! - [`backend`]: the interface every backend implements, object-safe ([`Sandbox`],
+//!   [`Running`]); [`testing`] (feature `testing`): a recording fake of it for callers' tests.
 //! - [`native`]: the native backend (a helper process supervises the command).
 //! - [`docker`]: the docker backend (a fresh hardened container per run).
 //! - [`capture`]: bounded output capture.
@@ -41,9 +42,11 @@ pub mod snapshot;
 pub mod sockets;
 pub mod spec;
 pub mod sys;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod units;
 
-pub use backend::{Backend, ExecIo, Running};
+pub use backend::{ExecIo, Running, Sandbox, SpawnFuture, WaitFuture};
 pub use error::{ErrorClass, SandboxError};
 pub use mode::{BackendKind, Mode, Network};
 pub use outcome::{EndedBy, Enforcement, ExecOutcome, ExecReport, Termination};

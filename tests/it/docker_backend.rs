@@ -20,7 +20,7 @@ use ralph_sandbox::docker::{DockerBackend, labels};
 use ralph_sandbox::outcome::EndedBy;
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
-    Backend, ExecIo, ExecSpec, Mode, Running, SandboxRequest, StderrMode, StdinMode, Termination,
+    ExecIo, ExecSpec, Mode, Sandbox, SandboxRequest, StderrMode, StdinMode, Termination,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

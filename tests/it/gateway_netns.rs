@@ -30,7 +30,7 @@ use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::outcome::{CaptureSummary, Level, Restriction};
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
-    Backend, ExecIo, ExecReport, ExecSpec, Mode, Network, Running, SandboxError, SandboxRequest,
+    ExecIo, ExecReport, ExecSpec, Mode, Network, Running, Sandbox, SandboxError, SandboxRequest,
     StderrMode, StdinMode,
 };
 use tokio_util::sync::CancellationToken;
@@ -46,37 +46,16 @@ enum Sb {
     Docker,
 }
 
-/// A run of either backend.
-enum AnyRun {
-    Native(<NativeBackend as Backend>::Running),
-    Docker(ralph_sandbox::docker::DockerRun),
-}
-
-impl AnyRun {
-    fn take_gateway_listeners(&mut self) -> Vec<(u16, TcpListener)> {
-        match self {
-            AnyRun::Native(r) => r.take_gateway_listeners(),
-            AnyRun::Docker(r) => r.take_gateway_listeners(),
-        }
-    }
-
-    async fn wait(self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
-        match self {
-            AnyRun::Native(r) => r.wait(cancel).await,
-            AnyRun::Docker(r) => r.wait(cancel).await,
-        }
-    }
-}
-
 /// Spawns `spec` on `sb` (docker: ralph's init, the image of the docker tests).
-async fn spawn(sb: Sb, spec: &ExecSpec, io: ExecIo) -> Result<AnyRun, SandboxError> {
+async fn spawn(sb: Sb, spec: &ExecSpec, io: ExecIo) -> Result<Box<dyn Running>, SandboxError> {
     match sb {
-        Sb::Native => backend().spawn(spec, io).await.map(AnyRun::Native),
-        Sb::Docker => DockerBackend::new(std::sync::Arc::new(PolicySet::embedded().unwrap()))
-            .with_init_program(env!("CARGO_BIN_EXE_ralph"))
-            .spawn(spec, io)
-            .await
-            .map(AnyRun::Docker),
+        Sb::Native => backend().spawn(spec, io).await,
+        Sb::Docker => {
+            DockerBackend::new(std::sync::Arc::new(PolicySet::embedded().unwrap()))
+                .with_init_program(env!("CARGO_BIN_EXE_ralph"))
+                .spawn(spec, io)
+                .await
+        }
     }
 }
 
@@ -599,7 +578,7 @@ mod egress {
     use ralph_runner::gateway::{
         AllowHost, EgressConfig, EgressDecision, GatewaySink, ModelRequest, Resolve, serve_egress,
     };
-    use ralph_sandbox::{Backend, Mode, Network, Running};
+    use ralph_sandbox::{Mode, Network, Sandbox};
     use tokio_util::sync::CancellationToken;
 
     use super::{backend, free_port, io, rt, spec, world};

@@ -246,12 +246,11 @@ fn toolchains(args: &DoctorArgs, workspace: &std::path::Path) -> Result<Toolchai
         ralph_sandbox::Mode::FullAccess => ralph_sandbox::Mode::WorkspaceWrite,
         m => m,
     };
-    let backends = ralph_runner::engine::Backends::new(
+    let sandboxes = ralph_runner::engine::Sandboxes::new(
         "/proc/self/exe",
         super::sandbox_args::load_policies()?,
     );
-    let shown = backends
-        .native()
+    let shown = sandboxes
         .policies()
         .get(policy_mode)
         .map(|p| p.filesystem.read.clone())
@@ -266,7 +265,7 @@ fn toolchains(args: &DoctorArgs, workspace: &std::path::Path) -> Result<Toolchai
     ] {
         let Some(command) = command else { continue };
         let answer = if native {
-            ralph_runner::engine::command_visible(what, command, &spec, &env, &backends)
+            ralph_runner::engine::command_visible(what, command, &spec, &env, &sandboxes)
         } else {
             Ok(())
         };

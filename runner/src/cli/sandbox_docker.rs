@@ -9,7 +9,7 @@ use ralph_sandbox::capture::OutputSink;
 use ralph_sandbox::docker::DockerBackend;
 use ralph_sandbox::outcome::{CaptureSummary, ExecOutcome};
 use ralph_sandbox::policy::PolicySet;
-use ralph_sandbox::{Backend, ExecIo, ExecSpec, Running, SandboxError};
+use ralph_sandbox::{ExecIo, ExecSpec, Sandbox, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 /// Writes a stream straight to one of this process's own streams.

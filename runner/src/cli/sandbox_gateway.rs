@@ -11,7 +11,7 @@ use ralph_runner::gateway::{
 };
 use ralph_sandbox::native::NativeBackend;
 use ralph_sandbox::outcome::ExecOutcome;
-use ralph_sandbox::{Backend, ExecSpec, Running, SandboxError};
+use ralph_sandbox::{ExecSpec, Sandbox, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 use super::sandbox_docker::{passthrough_io, watch_signals};

@@ -6,21 +6,22 @@
 //! job finds out in round 1 (`not found`, exit 127, or `No module named pytest`) after a round is
 //! spent, and every later round fails the same way.
 //!
-//! What the round will see is the policy's trees, the workspace, the job's `--read`/`--write`
-//! paths and its toolchain grant ([`crate::toolchain`]); a program in a toolchain the grant
-//! covers needs no hint. Otherwise the answer is a fix that works: `--toolchain auto` where the
-//! job turned toolchains off and a toolchain rule covers the program, else the `--read` paths of
-//! the program, what its links lead to and its script's interpreter (a file rather than a
-//! directory that would show credentials). Which programs can be judged without running the
-//! shell: [`crate::toolchain::program::first_program`].
+//! What the round will see, the job's sandbox says ([`ralph_sandbox::Sandbox::can_see`]: the
+//! policy's trees, the workspace, the job's `--read`/`--write` paths and its toolchain grant
+//! ([`crate::toolchain`])); a program in a toolchain the grant covers needs no hint. Otherwise
+//! the answer is a fix that works: `--toolchain auto` where the job turned toolchains off and a
+//! toolchain rule covers the program, else the `--read` paths of the program, what its links
+//! lead to and its script's interpreter (a file rather than a directory that would show
+//! credentials). Which programs can be judged without running the shell:
+//! [`crate::toolchain::program::first_program`].
 
 use std::path::{Path, PathBuf};
 
 use ralph_sandbox::Mode;
 
-use super::backends::Backends;
 use super::env::{DEFAULT_PATH, RunnerEnv};
 use super::preset_check::grant_for;
+use super::sandboxes::Sandboxes;
 use crate::job::JobSpec;
 use crate::toolchain::program::{candidates, interpreter};
 use crate::toolchain::{RealFs, ToolchainMode};
@@ -31,6 +32,8 @@ pub use crate::toolchain::program::first_program;
 pub(super) struct View<'a> {
     spec: &'a JobSpec,
     env: &'a RunnerEnv,
+    /// The job's sandbox, which says what it shows.
+    sandbox: &'a dyn ralph_sandbox::Sandbox,
     /// The mode's policy.
     policy: ralph_sandbox::policy::Policy,
     /// The request the sandbox is asked what it shows: the job's trees and its toolchain
@@ -44,13 +47,12 @@ impl<'a> View<'a> {
     pub(super) fn of(
         spec: &'a JobSpec,
         env: &'a RunnerEnv,
-        backends: &Backends,
+        sandboxes: &'a Sandboxes,
     ) -> Result<Option<Self>, String> {
         if spec.sandbox.mode == Mode::FullAccess {
             return Ok(None);
         }
-        let policy = backends
-            .native()
+        let policy = sandboxes
             .policies()
             .get(spec.sandbox.mode)
             .map_err(|e| e.to_string())?
@@ -72,17 +74,24 @@ impl<'a> View<'a> {
                 PathBuf::new(),
             )
         };
+        let sandbox = sandboxes.get(s.backend);
+        // The sandbox's answer needs the mode's policy: a failure to have it is said here, once.
+        sandbox
+            .can_see(&req, &spec.workspace)
+            .map_err(|e| e.to_string())?;
         Ok(Some(Self {
             spec,
             env,
+            sandbox,
             policy,
             req,
         }))
     }
 
-    /// Whether the round can see `p` (the sandbox says: [`ralph_sandbox::plan::can_see`]).
+    /// Whether the round can see `p` (the sandbox says: [`ralph_sandbox::Sandbox::can_see`]);
+    /// not when it cannot say (fails closed: the check above had its answer).
     fn visible(&self, p: &Path) -> bool {
-        ralph_sandbox::plan::can_see(&self.policy, &self.req, p)
+        self.sandbox.can_see(&self.req, p).unwrap_or(false)
     }
 
     fn path(&self) -> &str {
@@ -251,7 +260,7 @@ pub fn command_visible(
     command: &str,
     spec: &JobSpec,
     env: &RunnerEnv,
-    backends: &Backends,
+    sandboxes: &Sandboxes,
 ) -> Result<(), String> {
     let Some(program) = first_program(command) else {
         return Ok(());
@@ -268,7 +277,7 @@ pub fn command_visible(
             )
         }
     };
-    let Some(view) = View::of(spec, env, backends)? else {
+    let Some(view) = View::of(spec, env, sandboxes)? else {
         // Full access sees everything; the program must still exist.
         return if candidates(&RealFs, program, path).is_empty() {
             Err(missing())

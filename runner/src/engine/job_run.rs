@@ -256,8 +256,9 @@ impl<'e> JobRun<'e> {
         // The rounds' own network (the gateway is refused up front where it cannot be had).
         req.network = Some(self.spec.network());
         self.engine
-            .spawner
-            .preflight(self.spec.sandbox.backend, &req)
+            .sandboxes
+            .get(self.spec.sandbox.backend)
+            .preflight(&req)
             .map_err(|e| (finish_reason_of(e.class()), e.to_string()))
     }
 
@@ -275,7 +276,7 @@ impl<'e> JobRun<'e> {
                     p,
                     &self.spec,
                     &self.engine.env,
-                    &self.engine.backends,
+                    &self.engine.sandboxes,
                 )
                 .map_err(config)?;
             }
@@ -297,10 +298,14 @@ impl<'e> JobRun<'e> {
                 self.spec.verify.as_ref().map(|v| ("the verify command", v)),
             ];
             for (what, command) in commands.into_iter().flatten() {
-                self.engine
-                    .spawner
-                    .program_visible(what, command, &self.spec, &self.engine.env)
-                    .map_err(config)?;
+                super::command_check::command_visible(
+                    what,
+                    command,
+                    &self.spec,
+                    &self.engine.env,
+                    &self.engine.sandboxes,
+                )
+                .map_err(config)?;
             }
         }
         if self.spec.network() == ralph_sandbox::Network::Gateway {
@@ -553,8 +558,7 @@ impl<'e> JobRun<'e> {
         // The runner's placeholders: the mode's protected paths and the job's own.
         let mut placeholders: Vec<std::path::PathBuf> = self
             .engine
-            .backends
-            .native()
+            .sandboxes
             .policies()
             .get(self.spec.sandbox.mode)
             .map(|p| p.protect.paths.clone())

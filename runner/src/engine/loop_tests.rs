@@ -1,5 +1,5 @@
-//! The loop's orderings (SPEC §3), driven through the [`super::spawn::Spawner`] seam by a
-//! scripted [`FakeSpawner`] against a real SQLite journal: retries, the budget before every
+//! The loop's orderings (SPEC §3), driven through the sandbox seam ([`ralph_sandbox::Sandbox`])
+//! by the scripted fake ([`FakeRounds`]) against a real SQLite journal: retries, the budget before every
 //! attempt, the job deadline during an attempt and a backoff, cancel during a backoff, verify
 //! only after a complete report, max_rounds, and the outcome invariant checked before the
 //! outcome is journalled.
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::fake_spawn::{CallKind, FakeSpawner, Script};
-use super::{Backends, Cancel, Engine, RunnerEnv};
+use super::fake_sandbox::{CallKind, FakeRounds, RoundScript, Script, stub_programs};
+use super::{Cancel, Engine, RunnerEnv, Sandboxes};
 use crate::job::{AgentSpec, FinishReason, JobResult, JobSpec, Outcome};
 use crate::store::{Event, EventKind, JobView, Observer, RunnerInfo, Store};
 use crate::util::units::HumanDuration;
@@ -24,8 +24,10 @@ const PROMPTLY: Duration = Duration::from_secs(60);
 pub(super) struct Harness {
     _dir: tempfile::TempDir,
     pub(super) engine: Engine,
-    pub(super) fake: Arc<FakeSpawner>,
+    pub(super) fake: FakeRounds,
     pub(super) spec: JobSpec,
+    /// The fake world's programs (first on the runner's `PATH`).
+    bin: std::path::PathBuf,
 }
 
 pub(super) fn cont() -> serde_json::Value {
@@ -51,21 +53,24 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         let state = dir.path().join("state");
-        std::fs::create_dir_all(&ws).unwrap();
-        std::fs::create_dir_all(&state).unwrap();
+        let bin = dir.path().join("bin");
+        for d in [&ws, &state, &bin] {
+            std::fs::create_dir_all(d).unwrap();
+        }
         let ws = ws.canonicalize().unwrap();
         let state = state.canonicalize().unwrap();
+        let bin = bin.canonicalize().unwrap();
         let store = Arc::new(Store::open_sqlite(&state).unwrap());
-        let fake = Arc::new(FakeSpawner::new(agent, verify).with_setup(setup));
-        let env = RunnerEnv::from_pairs(
-            std::iter::once(("PATH".to_owned(), "/usr/bin:/bin".to_owned())).chain(env),
-        );
-        let backends = Backends::new(
+        let fake = FakeRounds::new(agent, verify, setup);
+        let path = format!("{}:/usr/bin:/bin", bin.display());
+        let env = RunnerEnv::from_pairs(std::iter::once(("PATH".to_owned(), path)).chain(env));
+        let sandboxes = Sandboxes::new(
             "/proc/self/exe",
             ralph_sandbox::policy::PolicySet::lazy(None),
         );
-        let engine = Engine::new(store, backends, state, RunnerInfo::current("test"), env)
-            .with_spawner(fake.clone());
+        let engine = Engine::new(store, sandboxes, state, RunnerInfo::current("test"), env)
+            .with_sandbox(fake.sandbox());
+        stub_programs(&bin, ["agent"]);
         let mut spec = JobSpec::new(
             "objective",
             ws,
@@ -79,7 +84,22 @@ impl Harness {
             engine,
             fake,
             spec,
+            bin,
         }
+    }
+
+    /// Stubs the programs the spec's commands start with (the fake world has every program).
+    fn stub_programs(&self) {
+        let s = &self.spec;
+        let agent = match &s.agent {
+            AgentSpec::Command { command } => Some(command.as_str()),
+            AgentSpec::Preset { .. } => None,
+        };
+        let setup = s.setup.as_ref().map(|x| x.command.as_str());
+        stub_programs(
+            &self.bin,
+            [agent, setup, s.verify.as_deref()].into_iter().flatten(),
+        );
     }
 
     pub(super) async fn run_with(
@@ -87,6 +107,7 @@ impl Harness {
         cancel: Cancel,
         observers: Vec<Arc<dyn Observer>>,
     ) -> (String, JobResult) {
+        self.stub_programs();
         let id = self.engine.submit_started(&self.spec).unwrap();
         (id.clone(), self.resume_run(&id, cancel, observers).await)
     }
@@ -97,6 +118,7 @@ impl Harness {
         cancel: Cancel,
         observers: Vec<Arc<dyn Observer>>,
     ) -> JobResult {
+        self.stub_programs();
         let lock = self.engine.lock_workspace(&self.spec.workspace).unwrap();
         self.engine.run(id, lock, cancel, observers).await.unwrap()
     }
@@ -280,7 +302,7 @@ impl Observer for CancelAtSpawn {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_that_tears_down_the_sandbox_set_up_ends_the_job_cancelled() {
     let h = Harness::new(
-        vec![Script::exit(0).taking(LONG).setup_fails_on_cancel()],
+        vec![Script::exit(0).taking(LONG).failing_on_cancel()],
         vec![],
     );
     let cancel = Cancel::new();

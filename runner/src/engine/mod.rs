@@ -1,7 +1,7 @@
-//! The engine runs jobs: it owns the state store, the sandbox backends and the runner's view of
-//! its environment, and drives each job through [`job_run`]'s fixed orchestration. A job runs
-//! only while it holds its workspace's lock ([`workspace_lock`]: one job per workspace on a
-//! host), which its caller takes before the job starts.
+//! The engine runs jobs: it owns the state store, the sandboxes ([`Sandboxes`]) and the
+//! runner's view of its environment, and drives each job through [`job_run`]'s fixed
+//! orchestration. A job runs only while it holds its workspace's lock ([`workspace_lock`]: one
+//! job per workspace on a host), which its caller takes before the job starts.
 //!
 //! One round, end to end:
 //!
@@ -18,7 +18,6 @@
 
 mod accept;
 mod artifacts;
-mod backends;
 mod caches;
 mod cancel;
 mod cancel_watch;
@@ -27,7 +26,7 @@ pub(crate) mod close;
 mod command_check;
 pub mod env;
 #[cfg(test)]
-mod fake_spawn;
+mod fake_sandbox;
 mod fanout;
 mod job_run;
 mod judge;
@@ -45,12 +44,12 @@ mod resume_tests;
 mod round;
 pub mod round_gateway;
 mod runner_step;
+mod sandboxes;
 mod sanitized;
 pub mod scratch_sweep;
 mod setup;
 #[cfg(test)]
 mod setup_tests;
-mod spawn;
 #[cfg(test)]
 mod stall_tests;
 pub mod stdout_report;
@@ -64,11 +63,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use artifacts::{AttemptDirs, job_dir};
-pub use backends::{Backends, Run};
 pub use cancel::Cancel;
 pub use command_check::command_visible;
 pub use env::RunnerEnv;
 pub use job_run::backoff;
+pub use sandboxes::Sandboxes;
 pub use workspace_lock::{Holder, WorkspaceLock, WorkspaceLockError};
 
 use crate::agent::Agent;
@@ -167,7 +166,8 @@ pub enum CancelRequest {
 /// Runs jobs.
 pub struct Engine {
     store: Arc<Store>,
-    backends: Backends,
+    /// What starts the agent, set-up and verify processes (a test's fake in its tests).
+    sandboxes: Sandboxes,
     state_dir: PathBuf,
     runner: RunnerInfo,
     env: RunnerEnv,
@@ -175,8 +175,6 @@ pub struct Engine {
     observers: Vec<Arc<dyn Observer>>,
     pub(crate) agent_user: Option<String>,
     upstreams: upstream::Upstreams,
-    /// What starts the agent and verify processes (the sandbox backends, or a test's fake).
-    spawner: Arc<dyn spawn::Spawner>,
     /// The runner's side of provisioned workspaces (credentials, push).
     provision: crate::provision::ProvisionConfig,
     /// The bytes of request bodies all the model gateways of this process may hold at once
@@ -197,19 +195,17 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// An engine over `store` (in `state_dir`), running rounds on `backends`.
+    /// An engine over `store` (in `state_dir`), running rounds in `sandboxes`.
     pub fn new(
         store: Arc<Store>,
-        backends: Backends,
+        sandboxes: Sandboxes,
         state_dir: PathBuf,
         runner: RunnerInfo,
         env: RunnerEnv,
     ) -> Self {
-        let spawner: Arc<dyn spawn::Spawner> = Arc::new(spawn::SandboxSpawner(backends.clone()));
         Self {
             store,
-            backends,
-            spawner,
+            sandboxes,
             state_dir,
             runner,
             env,
@@ -542,16 +538,17 @@ impl Engine {
         &self.state_dir
     }
 
-    /// Replaces what starts the agent and verify processes (tests drive the loop with a fake).
+    /// Runs every process in `sandbox` instead (tests drive the loop with a fake,
+    /// `ralph_sandbox::testing`).
     #[cfg(test)]
-    pub(crate) fn with_spawner(mut self, spawner: Arc<dyn spawn::Spawner>) -> Self {
-        self.spawner = spawner;
+    pub(crate) fn with_sandbox(mut self, sandbox: Arc<dyn ralph_sandbox::Sandbox>) -> Self {
+        self.sandboxes = self.sandboxes.replaced_by(sandbox);
         self
     }
 
-    /// The sandbox backends.
-    pub fn backends(&self) -> &Backends {
-        &self.backends
+    /// The sandboxes.
+    pub fn sandboxes(&self) -> &Sandboxes {
+        &self.sandboxes
     }
 
     /// Where a job's artifacts are.

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use ralph_sandbox::Mode;
 
-use super::backends::Backends;
 use super::command_check::View;
 use super::env::{DEFAULT_PATH, RunnerEnv};
+use super::sandboxes::Sandboxes;
 use crate::agent::Preset;
 use crate::job::JobSpec;
 use crate::toolchain::ToolchainMode;
@@ -48,7 +48,7 @@ pub fn program_visible(
     preset: &dyn Preset,
     spec: &JobSpec,
     env: &RunnerEnv,
-    backends: &Backends,
+    sandboxes: &Sandboxes,
 ) -> Result<(), String> {
     if preset.runs_ralph() {
         // The runner shows the round its own executable ([`show_ralph`]).
@@ -63,7 +63,7 @@ pub fn program_visible(
     if find_on_path(name, path).is_none() {
         return Err(missing);
     }
-    let Some(view) = View::of(spec, env, backends)? else {
+    let Some(view) = View::of(spec, env, sandboxes)? else {
         return Ok(());
     };
     view.judge(name).map_err(|p| {

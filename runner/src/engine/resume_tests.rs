@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::Cancel;
-use super::fake_spawn::Script;
+use super::fake_sandbox::{RoundScript, Script};
 use super::loop_tests::{Harness, complete, cont};
 use crate::job::{FinishReason, Outcome, RaisedCaps};
 use crate::store::EventKind;

@@ -174,7 +174,7 @@ impl JobRun<'_> {
         let runs_ralph = preset.is_some_and(|p| p.runs_ralph());
         let (ralph_exe, show_exe) = self
             .engine
-            .backends
+            .sandboxes
             .ralph_in_round(self.spec.sandbox.backend);
         let options = AgentOptions {
             gateway_url: gateway_url.as_deref(),
@@ -393,8 +393,9 @@ impl JobRun<'_> {
         let spawned = match self.paths_unchanged(known) {
             Ok(()) => {
                 self.engine
-                    .spawner
-                    .spawn(self.spec.sandbox.backend, spec, io)
+                    .sandboxes
+                    .get(self.spec.sandbox.backend)
+                    .spawn(spec, io)
                     .await
             }
             Err(e) => Err(e),
@@ -674,7 +675,7 @@ impl JobRun<'_> {
     /// value says why, and the rest of its gateway events are counted, not journalled.
     pub(super) async fn wait_with_gateway(
         &mut self,
-        run: Box<dyn super::spawn::Spawned>,
+        run: Box<dyn ralph_sandbox::Running>,
         mut gw: RunningGateway,
         round_stop: &tokio_util::sync::CancellationToken,
         site: Site,

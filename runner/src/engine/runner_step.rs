@@ -184,8 +184,9 @@ impl JobRun<'_> {
         let spawned = match self.paths_unchanged(&known) {
             Ok(()) => {
                 self.engine
-                    .spawner
-                    .spawn(self.spec.sandbox.backend, &spec, io)
+                    .sandboxes
+                    .get(self.spec.sandbox.backend)
+                    .spawn(&spec, io)
                     .await
             }
             Err(e) => Err(e),

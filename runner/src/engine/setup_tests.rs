@@ -1,5 +1,5 @@
-//! The set-up step and the runner steps' network (SPEC §3, §12), driven through the
-//! [`super::spawn::Spawner`] seam by the scripted fake against a real SQLite journal: a failed
+//! The set-up step and the runner steps' network (SPEC §3, §12), driven through the sandbox
+//! seam ([`ralph_sandbox::Sandbox`]) by the scripted fake against a real SQLite journal: a failed
 //! set-up ends the job `error`/`setup_failed` before any round; a set-up that passed is never
 //! run again, one that never finished is; `--setup-env` reaches the set-up only; set-up and
 //! verify get the rounds' egress proxy (never the model gateway) and git's runner-written
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::fake_spawn::{CallKind, Script};
+use super::fake_sandbox::{CallKind, RoundScript, Script};
 use super::loop_tests::{Harness, complete};
 use super::{Cancel, round_gateway::EGRESS_PORT};
 use crate::job::{FinishReason, JobKind, Outcome, SetupSpec};
@@ -21,7 +21,7 @@ fn with_setup(h: &mut Harness, command: &str) {
     h.spec.setup = Some(SetupSpec::new(command));
 }
 
-fn env_of(call: &super::fake_spawn::Call, name: &str) -> Option<String> {
+fn env_of(call: &super::fake_sandbox::Call, name: &str) -> Option<String> {
     call.env
         .iter()
         .find(|(k, _)| k == name)

@@ -28,8 +28,7 @@ impl JobRun<'_> {
         };
         let shown: Vec<PathBuf> = self
             .engine
-            .backends
-            .native()
+            .sandboxes
             .policies()
             .get(mode)
             .map(|p| p.filesystem.read.clone())

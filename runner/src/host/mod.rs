@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ralph_sandbox::policy::PolicySet;
 
-use crate::engine::{Backends, Engine, RunnerEnv};
+use crate::engine::{Engine, RunnerEnv, Sandboxes};
 use crate::store::hold::{ExclusiveFile, HoldError};
 use crate::store::lease::LeaseGuard;
 use crate::store::postgres::pool::PoolOptions;
@@ -156,7 +156,7 @@ impl Host {
     pub fn into_engine(self, policies: PolicySet) -> (Engine, HostHolds) {
         let engine = Engine::new(
             self.store,
-            Backends::new("/proc/self/exe", policies),
+            Sandboxes::new("/proc/self/exe", policies),
             self.state_dir,
             self.runner,
             RunnerEnv::capture(),

@@ -38,13 +38,13 @@ pub mod run;
 pub mod seccomp;
 pub mod streams;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::OnceCell;
 
-use crate::backend::{Backend, ExecIo};
+use crate::backend::{ExecIo, Running, Sandbox, SpawnFuture};
 use crate::error::SandboxError;
 use crate::mode::BackendKind;
 use crate::policy::PolicySet;
@@ -128,22 +128,40 @@ impl DockerBackend {
             &crate::policy::host_share::HostSize::probe(),
         )
     }
-
-    /// Checks up front what can be checked without the engine (the engine itself is checked
-    /// when the first container is created).
-    pub fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
-        self.plan(req).map(|_| ())
-    }
 }
 
-impl Backend for DockerBackend {
-    type Running = DockerRun;
-
+impl Sandbox for DockerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Docker
     }
 
-    async fn spawn(&self, spec: &ExecSpec, io: ExecIo) -> Result<DockerRun, SandboxError> {
+    /// Checks up front what can be checked without the engine (the engine itself is checked
+    /// when the first container is created).
+    fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
+        self.plan(req).map(|_| ())
+    }
+
+    /// What the container is shown of the host ([`plan::can_see`]): its bind mounts, less the
+    /// policy's hidden paths. The image's own files are not the host's.
+    fn can_see(&self, req: &SandboxRequest, path: &Path) -> Result<bool, SandboxError> {
+        let policy = self
+            .policies
+            .get(req.mode)
+            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        Ok(plan::can_see(policy, req, path))
+    }
+
+    fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a> {
+        Box::pin(async move {
+            let run = self.start(spec, io).await?;
+            Ok(Box::new(run) as Box<dyn Running>)
+        })
+    }
+}
+
+impl DockerBackend {
+    /// Starts `spec` in a new container ([`Sandbox::spawn`], as the concrete run).
+    async fn start(&self, spec: &ExecSpec, io: ExecIo) -> Result<DockerRun, SandboxError> {
         crate::native::validate(spec)?;
         let plan = self.plan(&spec.sandbox)?;
         let engine = self.engine().await?;

@@ -5,13 +5,14 @@
 //! [`resolve`] admits the request ([`crate::policy::admit`]), then plans each concern in its
 //! own module, in the order of the enforcement report: `user`, `mounts`, `masks`, `process`
 //! (network, syscalls and the process-wide restrictions), `limits`. The host's filesystem is
-//! read only through [`FsProbe`].
+//! read only through [`FsProbe`]. [`visible`]: what a container sees of the host.
 
 mod limits;
 mod masks;
 mod mounts;
 mod process;
 mod user;
+pub mod visible;
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,8 @@ use crate::protect::Placeholder;
 use crate::spec::SandboxRequest;
 
 use super::seccomp::Profile;
+
+pub use visible::can_see;
 
 /// The image used when a request names none.
 pub const DEFAULT_IMAGE: &str = "ralph-agent-base:latest";

@@ -20,7 +20,7 @@ use super::handle::Container;
 use super::plan::ContainerPlan;
 use super::streams::{forward_own_stdin, pump};
 use super::{container, image};
-use crate::backend::{ExecIo, Running};
+use crate::backend::{ExecIo, Running, WaitFuture};
 use crate::beneath::{self, TreePath};
 use crate::error::SandboxError;
 use crate::gitguard::{self, GitGuard, Inventory};
@@ -419,7 +419,14 @@ impl Running for DockerRun {
         self.gateway.take().map(Vec::from).unwrap_or_default()
     }
 
-    async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+    fn wait(self: Box<Self>, cancel: CancellationToken) -> WaitFuture {
+        Box::pin(self.finish(cancel))
+    }
+}
+
+impl DockerRun {
+    /// Waits for the end ([`Running::wait`], on the concrete run), then removes the container.
+    async fn finish(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
         let mut result = self.wait_inner(cancel).await;
         let removed = self.container.remove().await;
         // Nothing of the run is left once the container stopped (the wait said so) or is gone:

@@ -14,7 +14,7 @@
 //! With `--network gateway` and ports, `spawn` also hands the helper one end of a socketpair;
 //! the init, once loopback is up, makes a listener on `127.0.0.2:PORT` (`spec::GATEWAY_HOST`)
 //! per port in the run's network namespace and sends them back on it before the command exists ([`gateway`]), and
-//! `spawn` returns only once they arrived ([`Running::take_gateway_listeners`]).
+//! `spawn` returns only once they arrived ([`crate::Running::take_gateway_listeners`]).
 
 pub mod caps;
 pub mod cgroup;
@@ -44,7 +44,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{Backend, ExecIo, Running};
+use crate::backend::{ExecIo, Running, Sandbox, SpawnFuture, WaitFuture};
 use crate::capture::OutputSink;
 use crate::error::SandboxError;
 use crate::host::Host;
@@ -108,11 +108,6 @@ impl NativeBackend {
             .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
         crate::plan::resolve(policy, req, self.host())
     }
-
-    /// Checks up front that `req` can be enforced by this host; fails closed.
-    pub fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
-        self.plan(req).map(|_| ())
-    }
 }
 
 /// Shape checks every backend applies.
@@ -152,14 +147,36 @@ pub struct NativeRun {
     gateway: Vec<(u16, std::net::TcpListener)>,
 }
 
-impl Backend for NativeBackend {
-    type Running = NativeRun;
-
+impl Sandbox for NativeBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Native
     }
 
-    async fn spawn(&self, spec: &ExecSpec, io: ExecIo) -> Result<NativeRun, SandboxError> {
+    /// Resolves the plan for `req` on this host (fails closed), without starting anything.
+    fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
+        self.plan(req).map(|_| ())
+    }
+
+    /// As the native plan shows the host ([`crate::plan::can_see`]).
+    fn can_see(&self, req: &SandboxRequest, path: &Path) -> Result<bool, SandboxError> {
+        let policy = self
+            .policies
+            .get(req.mode)
+            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        Ok(crate::plan::can_see(policy, req, path))
+    }
+
+    fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a> {
+        Box::pin(async move {
+            let run = self.start(spec, io).await?;
+            Ok(Box::new(run) as Box<dyn Running>)
+        })
+    }
+}
+
+impl NativeBackend {
+    /// Starts `spec` ([`Sandbox::spawn`], as the concrete run).
+    async fn start(&self, spec: &ExecSpec, io: ExecIo) -> Result<NativeRun, SandboxError> {
         validate(spec)?;
         let plan = self.plan(&spec.sandbox)?;
         std::fs::create_dir_all(&spec.control_dir).map_err(|source| SandboxError::Io {
@@ -378,7 +395,14 @@ impl Running for NativeRun {
         std::mem::take(&mut self.gateway)
     }
 
-    async fn wait(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+    fn wait(self: Box<Self>, cancel: CancellationToken) -> WaitFuture {
+        Box::pin(self.finish(cancel))
+    }
+}
+
+impl NativeRun {
+    /// Waits for the end ([`Running::wait`], on the concrete run).
+    async fn finish(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid).unwrap_or(0));
         let mut backstop = self
             .timeout
