@@ -26,6 +26,7 @@ pub mod docker;
 pub mod doctor;
 pub mod error;
 pub mod fd_pass;
+pub mod fsat;
 pub mod gitguard;
 pub mod host;
 pub mod identity;
