@@ -80,10 +80,12 @@ fn open(root: &Path, rel: &Path) -> Result<beneath::Dir, SanitizeError> {
         beneath::Dir::root(root)
     } else {
         TreePath::new(root, rel)
-            .map_err(|e| beneath::BeneathError::Io {
-                call: "resolve",
-                path: root.join(rel),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            .map_err(|e| {
+                beneath::BeneathError::from(crate::fsat::FsError::Os {
+                    call: "resolve",
+                    path: root.join(rel),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+                })
             })
             .and_then(|tp| beneath::Dir::open(&tp))
     };
