@@ -26,6 +26,13 @@ pub enum FsError {
         /// The name (or path, once anchored).
         path: PathBuf,
     },
+    /// What was given as one name in a directory is empty or holds a `/`: the kernel would
+    /// resolve, and follow symlinks in, the components before the last.
+    #[error("`{}` is not a single file name", path.display())]
+    NotAName {
+        /// The name.
+        path: PathBuf,
+    },
     /// What must be a regular file is something else (a FIFO, a device, a directory).
     #[error("`{}` is not a regular file", path.display())]
     NotRegular {
@@ -46,13 +53,19 @@ impl FsError {
     /// The path the error names.
     pub fn path(&self) -> &Path {
         match self {
-            FsError::Os { path, .. } | FsError::Nul { path } | FsError::NotRegular { path } => path,
+            FsError::Os { path, .. }
+            | FsError::Nul { path }
+            | FsError::NotAName { path }
+            | FsError::NotRegular { path } => path,
         }
     }
 
     fn path_mut(&mut self) -> &mut PathBuf {
         match self {
-            FsError::Os { path, .. } | FsError::Nul { path } | FsError::NotRegular { path } => path,
+            FsError::Os { path, .. }
+            | FsError::Nul { path }
+            | FsError::NotAName { path }
+            | FsError::NotRegular { path } => path,
         }
     }
 
@@ -80,7 +93,7 @@ impl FsError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             FsError::Os { source, .. } => source.raw_os_error(),
-            FsError::Nul { .. } | FsError::NotRegular { .. } => None,
+            FsError::Nul { .. } | FsError::NotAName { .. } | FsError::NotRegular { .. } => None,
         }
     }
 
@@ -99,7 +112,7 @@ impl FsError {
     pub fn into_io(self) -> io::Error {
         match self {
             FsError::Os { source, .. } => source,
-            e @ (FsError::Nul { .. } | FsError::NotRegular { .. }) => {
+            e @ (FsError::Nul { .. } | FsError::NotAName { .. } | FsError::NotRegular { .. }) => {
                 io::Error::new(io::ErrorKind::InvalidInput, e.cause().to_string())
             }
         }
@@ -115,6 +128,7 @@ impl fmt::Display for Cause<'_> {
         match self.0 {
             FsError::Os { source, .. } => write!(f, "{source}"),
             FsError::Nul { .. } => write!(f, "a NUL byte in a name"),
+            FsError::NotAName { .. } => write!(f, "not a single file name"),
             FsError::NotRegular { .. } => write!(f, "not a regular file"),
         }
     }
@@ -123,4 +137,14 @@ impl fmt::Display for Cause<'_> {
 /// `name` as a C string for a system call.
 pub(super) fn c_name(name: &OsStr) -> Result<CString, FsError> {
     CString::new(name.as_bytes()).map_err(|_| FsError::Nul { path: name.into() })
+}
+
+/// `name`, one name in a directory, as a C string for a `*at` call: a `/` in it is refused
+/// ([`FsError::NotAName`]), since `O_NOFOLLOW` and `AT_SYMLINK_NOFOLLOW` hold for the last
+/// component only.
+pub(super) fn c_component(name: &OsStr) -> Result<CString, FsError> {
+    if name.is_empty() || name.as_bytes().contains(&b'/') {
+        return Err(FsError::NotAName { path: name.into() });
+    }
+    c_name(name)
 }

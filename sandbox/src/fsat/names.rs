@@ -7,24 +7,24 @@ use std::ffi::OsStr;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
-use super::error::{FsError, c_name};
+use super::error::{FsError, c_component, c_name};
 use super::sys;
 
 /// `mkdirat(dir, name, mode)`; a name already taken, whatever it is, fails (`EEXIST`).
 pub fn mkdir(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Result<(), FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::mkdirat(dir, &c, mode).map_err(|e| FsError::os("mkdirat", name, e))
 }
 
 /// `unlinkat(dir, name, 0)`: removes a non-directory (a symlink itself, never its target).
 pub fn unlink(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::unlinkat(dir, &c, 0).map_err(|e| FsError::os("unlinkat", name, e))
 }
 
 /// `unlinkat(dir, name, AT_REMOVEDIR)`: removes an empty directory.
 pub fn rmdir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::unlinkat(dir, &c, libc::AT_REMOVEDIR).map_err(|e| FsError::os("unlinkat", name, e))
 }
 
@@ -32,7 +32,7 @@ pub fn rmdir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), FsError> {
 /// the caller; nothing here resolves it). A name already taken fails (`EEXIST`).
 pub fn symlink(target: &OsStr, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), FsError> {
     let t = c_name(target)?;
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::symlinkat(&t, dir, &c).map_err(|e| FsError::os("symlinkat", name, e))
 }
 
@@ -45,8 +45,8 @@ pub fn hard_link(
     dir: BorrowedFd<'_>,
     name: &OsStr,
 ) -> Result<(), FsError> {
-    let f = c_name(from)?;
-    let c = c_name(name)?;
+    let f = c_component(from)?;
+    let c = c_component(name)?;
     sys::linkat(from_dir, &f, dir, &c).map_err(|e| FsError::os("linkat", name, e))
 }
 
@@ -58,8 +58,8 @@ pub fn rename_noreplace(
     to_dir: BorrowedFd<'_>,
     to: &OsStr,
 ) -> Result<(), FsError> {
-    let f = c_name(from)?;
-    let t = c_name(to)?;
+    let f = c_component(from)?;
+    let t = c_component(to)?;
     sys::renameat2_noreplace(from_dir, &f, to_dir, &t)
         .map_err(|e| FsError::os("renameat2", from, e))
 }
@@ -69,7 +69,7 @@ const MAX_LINK: usize = 1 << 20;
 
 /// The target of the symlink `name` in `dir`, as bytes (all of them).
 pub fn read_link(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Vec<u8>, FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     let mut buf = vec![0u8; 4096];
     loop {
         let n =

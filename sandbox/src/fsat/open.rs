@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use super::error::{FsError, c_name};
+use super::error::{FsError, c_component, c_name};
 use super::stat::{Kind, Stat, fstat};
 use super::{names, sys};
 
@@ -58,7 +58,7 @@ pub fn open_root_nofollow(path: &Path, access: Access) -> Result<OwnedFd, FsErro
 /// Opens the directory `name` in `dir`; a symlink (`ELOOP`) or anything but a directory
 /// (`ENOTDIR`) fails.
 pub fn open_dir(dir: BorrowedFd<'_>, name: &OsStr, access: Access) -> Result<OwnedFd, FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::openat(dir, &c, access.flags() | libc::O_DIRECTORY, 0)
         .map_err(|e| FsError::os("openat", name, e))
 }
@@ -66,7 +66,7 @@ pub fn open_dir(dir: BorrowedFd<'_>, name: &OsStr, access: Access) -> Result<Own
 /// An `O_PATH` descriptor of `name` in `dir`, whatever it is. A symlink is not followed: the
 /// descriptor then stands for the link itself (its [`fstat`] says [`Kind::Symlink`]).
 pub fn open_path(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::openat(dir, &c, libc::O_PATH, 0).map_err(|e| FsError::os("openat", name, e))
 }
 
@@ -74,7 +74,7 @@ pub fn open_path(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, FsError> 
 /// (`ELOOP`); a FIFO or device is never waited on (the open is non-blocking) and fails as
 /// [`FsError::NotRegular`], the kind being read from the descriptor.
 pub fn open_regular(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(File, Stat), FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     let fd = sys::openat(
         dir,
         &c,
@@ -110,7 +110,7 @@ pub fn read_regular(
 /// `O_CREAT | O_EXCL`, so a name already taken fails (`EEXIST`), a symlink there too (it is
 /// never followed to create its target).
 pub fn create_new(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Result<File, FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     sys::openat(dir, &c, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, mode)
         .map(File::from)
         .map_err(|e| FsError::os("openat", name, e))

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::error::{FsError, c_name};
+use super::error::{FsError, c_component};
 use super::sys;
 
 /// What kind of file a name is (never following a symlink).
@@ -83,7 +83,7 @@ impl Stat {
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; `None` when nothing has that name.
 pub fn lstat(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Stat>, FsError> {
-    let c = c_name(name)?;
+    let c = c_component(name)?;
     match sys::lstatat(dir, &c) {
         Ok(st) => Ok(Some(Stat::of(&st))),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),

@@ -322,3 +322,43 @@ fn errors_name_the_call_and_the_path() {
     assert_eq!(e.errno(), None);
     assert!(e.to_string().contains("NUL byte"), "{e}");
 }
+
+/// A name with a `/` would have the kernel resolve (and follow symlinks in) its first
+/// components: every call that takes a name in a directory refuses it, before any system call.
+#[test]
+fn a_name_with_a_slash_is_refused_before_the_kernel_sees_it() {
+    let (d, o) = chain();
+    // `a/link` leads outside: through it, `link/secret` would be the outside's file.
+    ln_s(o.path(), d.path().join("a/link")).unwrap();
+    let r = root(d.path());
+    let a = open_dir(r.as_fd(), os("a"), Access::Read).unwrap();
+    let not_a_name = |e: FsError| matches!(e, FsError::NotAName { .. });
+    assert!(not_a_name(
+        open_regular(a.as_fd(), os("link/secret")).unwrap_err()
+    ));
+    assert!(not_a_name(
+        open_path(a.as_fd(), os("link/secret")).unwrap_err()
+    ));
+    assert!(not_a_name(lstat(a.as_fd(), os("link/secret")).unwrap_err()));
+    assert!(not_a_name(
+        open_dir(a.as_fd(), os("link/b"), Access::Read).unwrap_err()
+    ));
+    assert!(not_a_name(
+        create_new(a.as_fd(), os("link/new"), 0o600).unwrap_err()
+    ));
+    assert!(not_a_name(
+        mkdir(a.as_fd(), os("link/new"), 0o700).unwrap_err()
+    ));
+    assert!(not_a_name(
+        unlink(a.as_fd(), os("link/secret")).unwrap_err()
+    ));
+    assert!(not_a_name(
+        symlink(os("x"), a.as_fd(), os("link/l")).unwrap_err()
+    ));
+    assert!(not_a_name(mkdir(a.as_fd(), os(""), 0o700).unwrap_err()));
+    // The outside is untouched, and a symlink's target may hold slashes.
+    assert!(o.path().join("secret").exists() && !o.path().join("new").exists());
+    symlink(os("../x/y"), a.as_fd(), os("l")).unwrap();
+    let e = open_regular(a.as_fd(), os("a/b")).unwrap_err();
+    assert_eq!(e.to_string(), "`a/b` is not a single file name");
+}
