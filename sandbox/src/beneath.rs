@@ -6,15 +6,20 @@
 //! parent's descriptor (`fstatat(AT_SYMLINK_NOFOLLOW)`, `mkdirat`, `unlinkat`). A symlink in
 //! the way is reported, never resolved, so nothing done here for a round can land on a host path
 //! the round pointed it at.
+//!
+//! The calls themselves are [`crate::fsat`]'s (this module has no `unsafe`); what it adds is the
+//! [`TreePath`] level: walks that say where they ended ([`Found`]) or which component was in the
+//! way ([`BeneathError`], a symlink named with its target), and errors naming host paths.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fmt;
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::fsat::{self, Access, FsError};
+pub use crate::fsat::{Kind, Stat};
 
 /// A path inside a writable tree: the tree's root (an absolute host path the caller trusts, e.g.
 /// the canonical workspace) and a relative path of plain components below it.
@@ -118,66 +123,9 @@ pub enum BeneathError {
         /// The first missing component.
         at: TreePath,
     },
-    /// A system call failed.
-    #[error("failed to {call} `{}`: {source}", path.display())]
-    Io {
-        /// The call (`openat`, `mkdirat`, ...).
-        call: &'static str,
-        /// The path it was made on.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-}
-
-/// What kind of file a path is (never following a symlink).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A directory.
-    Dir,
-    /// A regular file.
-    File,
-    /// A symlink.
-    Symlink,
-    /// A FIFO, socket or device node.
-    Special,
-}
-
-/// What a path is, as `fstatat(AT_SYMLINK_NOFOLLOW)` saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// The kind.
-    pub kind: Kind,
-    /// Device.
-    pub dev: u64,
-    /// Inode.
-    pub ino: u64,
-    /// Link count.
-    pub nlink: u64,
-    /// Owner.
-    pub uid: u32,
-    /// Mode bits (type included).
-    pub mode: u32,
-}
-
-impl Stat {
-    fn of(st: &libc::stat) -> Self {
-        let kind = match st.st_mode & libc::S_IFMT {
-            libc::S_IFDIR => Kind::Dir,
-            libc::S_IFREG => Kind::File,
-            libc::S_IFLNK => Kind::Symlink,
-            _ => Kind::Special,
-        };
-        Self {
-            kind,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            nlink: st.st_nlink,
-            uid: st.st_uid,
-            mode: st.st_mode,
-        }
-    }
+    /// A system call failed (the error names the call and the host path).
+    #[error(transparent)]
+    Fs(#[from] FsError),
 }
 
 /// Where a walk of a [`TreePath`] ended.
@@ -202,90 +150,13 @@ pub enum Found {
     },
 }
 
-fn cstr(name: &OsStr, path: &Path) -> Result<CString, BeneathError> {
-    CString::new(name.as_bytes()).map_err(|_| BeneathError::Io {
-        call: "encode",
-        path: path.to_owned(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, "the path contains a NUL byte"),
-    })
-}
-
-fn last_error(call: &'static str, path: &Path) -> BeneathError {
-    BeneathError::Io {
-        call,
-        path: path.to_owned(),
-        source: io::Error::last_os_error(),
-    }
-}
-
-/// `openat(dir, name, flags | O_CLOEXEC | O_NOFOLLOW)`.
-fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32) -> io::Result<OwnedFd> {
-    let c = CString::new(name.as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte"))?;
-    // SAFETY: a valid descriptor, a NUL-terminated name alive for the call, plain flags.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; `None` when it does not exist.
-fn lstatat(dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<Option<Stat>, BeneathError> {
-    let c = cstr(name, path)?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor, a NUL-terminated name and a stat buffer of the right size, all
-    // alive for the call.
-    let rc = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOENT) => Ok(None),
-            _ => Err(BeneathError::Io {
-                call: "fstatat",
-                path: path.to_owned(),
-                source: e,
-            }),
-        };
-    }
-    // SAFETY: fstatat returned 0, so it filled the buffer.
-    let st = unsafe { st.assume_init() };
-    Ok(Some(Stat::of(&st)))
-}
-
-/// The target of the symlink `name` in `dir`, quoted and bounded for messages.
+/// The target of the symlink `name` in `dir`, quoted and bounded for messages (`?` when it
+/// cannot be read).
 fn link_target(dir: BorrowedFd<'_>, name: &OsStr) -> String {
-    let Ok(c) = CString::new(name.as_bytes()) else {
+    let Ok(target) = fsat::read_link(dir, name) else {
         return "?".into();
     };
-    let mut buf = [0u8; 512];
-    // SAFETY: a valid descriptor, a NUL-terminated name and a buffer of the given length.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let Ok(n) = usize::try_from(n) else {
-        return "?".into();
-    };
-    let text = String::from_utf8_lossy(&buf[..n]);
+    let text = String::from_utf8_lossy(target.get(..LINK_SHOWN).unwrap_or(&target));
     let cut: String = text.chars().take(200).collect();
     if cut.len() < text.len() {
         format!("{cut:?}…")
@@ -294,22 +165,8 @@ fn link_target(dir: BorrowedFd<'_>, name: &OsStr) -> String {
     }
 }
 
-/// Opens the root of a tree (trusted path) as an `O_PATH` directory descriptor.
-fn open_root(root: &Path) -> Result<OwnedFd, BeneathError> {
-    let c = cstr(root.as_os_str(), root)?;
-    // SAFETY: a NUL-terminated path alive for the call.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(last_error("open", root));
-    }
-    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+/// Bytes of a symlink's target looked at for a message.
+const LINK_SHOWN: usize = 512;
 
 /// A directory inside a tree, reached without following any symlink.
 #[derive(Debug)]
@@ -323,7 +180,7 @@ impl Dir {
     /// The tree's root itself.
     pub fn root(root: &Path) -> Result<Dir, BeneathError> {
         Ok(Dir {
-            fd: open_root(root)?,
+            fd: fsat::open_root(root, Access::Path)?,
             at: None,
             root: root.to_owned(),
         })
@@ -355,7 +212,7 @@ impl Dir {
     /// Steps into `child` (whose last component is a name in this directory).
     fn child(&self, child: &TreePath) -> Result<Dir, BeneathError> {
         let name = last_name(child);
-        match lstatat(self.fd.as_fd(), name, &child.full())? {
+        match self.stat(name)? {
             None => Err(BeneathError::Missing { at: child.clone() }),
             Some(st) if st.kind == Kind::Symlink => Err(BeneathError::Symlink {
                 at: child.clone(),
@@ -365,19 +222,15 @@ impl Dir {
                 Err(BeneathError::NotDirectory { at: child.clone() })
             }
             Some(_) => {
-                let fd = openat(self.fd.as_fd(), name, libc::O_PATH | libc::O_DIRECTORY).map_err(
-                    |source| match source.raw_os_error() {
+                let fd = fsat::open_dir(self.fd.as_fd(), name, Access::Path).map_err(|e| {
+                    match e.errno() {
                         // Replaced by a symlink or a file between the check and the open.
                         Some(libc::ELOOP | libc::ENOTDIR) => {
                             BeneathError::NotDirectory { at: child.clone() }
                         }
-                        _ => BeneathError::Io {
-                            call: "openat",
-                            path: child.full(),
-                            source,
-                        },
-                    },
-                )?;
+                        _ => e.at(child.full()).into(),
+                    }
+                })?;
                 Ok(Dir {
                     fd,
                     at: Some(child.clone()),
@@ -394,7 +247,7 @@ impl Dir {
 
     /// What `name` in this directory is (not following a symlink); `None` when absent.
     pub fn stat(&self, name: &OsStr) -> Result<Option<Stat>, BeneathError> {
-        lstatat(self.fd.as_fd(), name, &self.here().join(name))
+        fsat::lstat(self.fd.as_fd(), name).map_err(|e| e.under(&self.here()).into())
     }
 
     /// The target of symlink `name`, quoted and bounded.
@@ -404,36 +257,22 @@ impl Dir {
 
     /// `mkdirat(name, mode)`; `Ok(false)` when something already exists there.
     pub fn mkdir(&self, name: &OsStr, mode: u32) -> Result<bool, BeneathError> {
-        let path = self.here().join(name);
-        let c = cstr(name, &path)?;
-        // SAFETY: a valid descriptor and a NUL-terminated name alive for the call.
-        let rc = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), mode) };
-        if rc == 0 {
-            return Ok(true);
+        match fsat::mkdir(self.fd.as_fd(), name, mode) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(libc::EEXIST) => Ok(false),
+            Err(e) => Err(e.under(&self.here()).into()),
         }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EEXIST) {
-            return Ok(false);
-        }
-        Err(BeneathError::Io {
-            call: "mkdirat",
-            path,
-            source: e,
-        })
     }
 
     /// `unlinkat(name)` (with `AT_REMOVEDIR` for an empty directory). A symlink is removed
     /// itself.
     pub fn unlink(&self, name: &OsStr, dir: bool) -> Result<(), BeneathError> {
-        let path = self.here().join(name);
-        let c = cstr(name, &path)?;
-        let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
-        // SAFETY: a valid descriptor and a NUL-terminated name alive for the call.
-        let rc = unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), flags) };
-        if rc != 0 {
-            return Err(last_error("unlinkat", &path));
-        }
-        Ok(())
+        let removed = if dir {
+            fsat::rmdir(self.fd.as_fd(), name)
+        } else {
+            fsat::unlink(self.fd.as_fd(), name)
+        };
+        removed.map_err(|e| e.under(&self.here()).into())
     }
 
     /// Removes `name` whatever it is: a symlink or file itself, a directory with everything in
@@ -488,16 +327,11 @@ pub fn inspect(p: &TreePath) -> Result<Found, BeneathError> {
 pub fn open_path(p: &TreePath) -> Result<(OwnedFd, Stat), BeneathError> {
     let dir = Dir::parent_of(p)?;
     let name = last_name(p);
-    let fd =
-        openat(dir.fd(), name, libc::O_PATH).map_err(|source| match source.raw_os_error() {
-            Some(libc::ENOENT) => BeneathError::Missing { at: p.clone() },
-            _ => BeneathError::Io {
-                call: "openat",
-                path: p.full(),
-                source,
-            },
-        })?;
-    let st = fstat(&fd, &p.full())?;
+    let fd = fsat::open_path(dir.fd(), name).map_err(|e| match e.errno() {
+        Some(libc::ENOENT) => BeneathError::Missing { at: p.clone() },
+        _ => e.at(p.full()).into(),
+    })?;
+    let st = fsat::fstat(fd.as_fd()).map_err(|e| e.at(p.full()))?;
     if st.kind == Kind::Symlink {
         return Err(BeneathError::Symlink {
             at: p.clone(),
@@ -505,18 +339,6 @@ pub fn open_path(p: &TreePath) -> Result<(OwnedFd, Stat), BeneathError> {
         });
     }
     Ok((fd, st))
-}
-
-fn fstat(fd: &OwnedFd, path: &Path) -> Result<Stat, BeneathError> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor and a stat buffer of the right size, alive for the call.
-    let rc = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(last_error("fstat", path));
-    }
-    // SAFETY: fstat returned 0, so it filled the buffer.
-    let st = unsafe { st.assume_init() };
-    Ok(Stat::of(&st))
 }
 
 /// Creates the directory `p` (its parent must exist, every component a real directory).
@@ -536,9 +358,9 @@ pub fn rmdir_if_empty(p: &TreePath) -> Result<bool, BeneathError> {
     let dir = Dir::parent_of(p)?;
     match dir.unlink(last_name(p), true) {
         Ok(()) => Ok(true),
-        Err(BeneathError::Io { source, .. })
+        Err(BeneathError::Fs(e))
             if matches!(
-                source.raw_os_error(),
+                e.errno(),
                 Some(libc::ENOENT | libc::ENOTEMPTY | libc::EEXIST | libc::ENOTDIR)
             ) =>
         {
@@ -552,7 +374,7 @@ pub fn rmdir_if_empty(p: &TreePath) -> Result<bool, BeneathError> {
 /// the first one found, or `None` when the path is free of them. Used for paths a caller will
 /// hand to something that resolves them (a bind mount by the container engine).
 pub fn first_symlink(path: &Path) -> Result<Option<PathBuf>, BeneathError> {
-    let mut dir = open_root(Path::new("/"))?;
+    let mut dir = fsat::open_root(Path::new("/"), Access::Path)?;
     let mut here = PathBuf::from("/");
     let comps: Vec<_> = path
         .components()
@@ -563,19 +385,13 @@ pub fn first_symlink(path: &Path) -> Result<Option<PathBuf>, BeneathError> {
         .collect();
     for (i, name) in comps.iter().enumerate() {
         here.push(name);
-        match lstatat(dir.as_fd(), name, &here)? {
+        match fsat::lstat(dir.as_fd(), name).map_err(|e| e.at(&here))? {
             None => return Ok(None),
             Some(st) if st.kind == Kind::Symlink => return Ok(Some(here)),
             Some(st) if st.kind != Kind::Dir => return Ok(None),
             Some(_) if i + 1 == comps.len() => return Ok(None),
             Some(_) => {
-                dir = openat(dir.as_fd(), name, libc::O_PATH | libc::O_DIRECTORY).map_err(
-                    |source| BeneathError::Io {
-                        call: "openat",
-                        path: here.clone(),
-                        source,
-                    },
-                )?;
+                dir = fsat::open_dir(dir.as_fd(), name, Access::Path).map_err(|e| e.at(&here))?;
             }
         }
     }

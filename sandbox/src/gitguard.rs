@@ -36,7 +36,6 @@
 mod config;
 mod diff;
 mod digest;
-mod fsat;
 mod originals;
 mod pointer;
 mod quote;

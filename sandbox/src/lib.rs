@@ -10,7 +10,8 @@
 //! - [`outcome`]: how a run ended, what it used, and how much isolation was enforced.
 //! - [`protect`], [`gitguard`], [`beneath`]: the host boundary inside writable trees (protected
 //!   paths, git repositories a run leaves, host-side file operations that never follow a
-//!   symlink; [`beneath::tree`]: whole trees removed with bounded descriptors).
+//!   symlink; [`beneath::tree`]: whole trees removed with bounded descriptors), all on
+//!   [`fsat`], the descriptor-relative calls that never follow a symlink.
 //! - [`report_dir`]: the run's report directory, a bounded tmpfs whose report files only are
 //!   copied to the host after the run.
 //!
@@ -27,6 +28,7 @@ pub mod docker;
 pub mod doctor;
 pub mod error;
 pub mod fd_pass;
+pub mod fsat;
 pub mod gitguard;
 pub mod host;
 pub mod identity;

@@ -2,15 +2,17 @@
 //! (SPEC §11, `ralph submit --upload DIR`).
 //!
 //! [`unpack`] parses with the `tar` crate but creates every entry itself beneath `dest`'s
-//! open fd without following a symlink ([`beneath`]), so nothing is ever written outside
-//! `dest`. It refuses, naming the entry and the rule: absolute paths, `..`, a path through a
-//! symlink or a file, symlinks that are absolute or climb out, hard links other than to an
-//! earlier regular file of the same upload, devices, fifos and other special entries, and
-//! uploads over [`UnpackLimits`] (counted on the bytes actually written and on the raw stream).
-//! Modes are masked (no setuid/setgid/sticky/world-write), owners and times are not applied.
-//! On any error `dest` is emptied again.
+//! open fd without following a symlink ([`ralph_sandbox::fsat`]: every directory opened
+//! component by component with `O_NOFOLLOW | O_DIRECTORY`, every final name created with a
+//! `*at` call that does not follow it, so a symlink made earlier in the same upload cannot
+//! redirect a write), so nothing is ever written outside `dest`. It refuses, naming the entry
+//! and the rule: absolute paths, `..`, a path through a symlink or a file, symlinks that are
+//! absolute or climb out, hard links other than to an earlier regular file of the same upload,
+//! devices, fifos and other special entries, and uploads over [`UnpackLimits`] (counted on the
+//! bytes actually written and on the raw stream). Modes are masked (no
+//! setuid/setgid/sticky/world-write), owners and times are not applied. On any error `dest` is
+//! emptied again.
 
-mod beneath;
 mod entry_path;
 mod pack;
 
@@ -18,12 +20,13 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use ralph_sandbox::fsat::{self, Access, Create, FsError};
 use tar::EntryType;
 
 use entry_path::{Components, Step};
@@ -254,12 +257,21 @@ fn open_dest(dest: &Path) -> Result<OwnedFd, UntarError> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(bad(format!("cannot create it: {e}"))),
     }
-    let root = beneath::open_root(dest).map_err(|e| bad(format!("cannot open it: {e}")))?;
+    let root = fsat::open_root_nofollow(dest, Access::Read)
+        .map_err(|e| bad(format!("cannot open it: {}", errno_text(&e))))?;
     let mut listing = std::fs::read_dir(dest).map_err(|e| bad(format!("cannot list it: {e}")))?;
     if listing.next().is_some() {
         return Err(bad("it is not empty".to_string()));
     }
     Ok(root)
+}
+
+/// Why `e` failed, in `nix`'s words (`ENOTDIR: Not a directory`).
+fn errno_text(e: &FsError) -> String {
+    match e.errno() {
+        Some(n) => Errno::from_raw(n).to_string(),
+        None => e.cause().to_string(),
+    }
 }
 
 /// Removes everything in `dest` (symlinks removed, never followed).
@@ -274,6 +286,9 @@ fn empty_dir(dest: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Mode of directories created on the way to an entry (the archive did not list them).
+const PARENT_MODE: u32 = 0o755;
 
 /// A reader that fails once `left` bytes were read.
 struct Capped<R> {
@@ -367,22 +382,26 @@ fn unpack_entry<R: Read>(
         path: path.clone(),
         source,
     };
-    let parent = beneath::walk(root, parents, true).map_err(|e| match e {
-        Errno::ELOOP | Errno::ENOTDIR => refused(Rule::ThroughLink),
-        e => io_err("create the parent directories of", e.into()),
+    let parent = fsat::walk(root.as_fd(), parents, Create::Missing(PARENT_MODE)).map_err(|e| {
+        match e.errno() {
+            Some(libc::ELOOP | libc::ENOTDIR) => refused(Rule::ThroughLink),
+            _ => io_err("create the parent directories of", e.into_io()),
+        }
     })?;
     state.regular.remove(&comps);
     let mode = entry.header().mode().unwrap_or(0o644) & 0o775;
     match kind {
         EntryType::Directory => {
-            match beneath::mkdir(&parent, name, 0o700) {
+            match fsat::mkdir(parent.as_fd(), name, 0o700) {
                 Ok(()) => {}
-                Err(Errno::EEXIST) => {}
-                Err(e) => return Err(io_err("create the directory", e.into())),
+                Err(e) if e.is(libc::EEXIST) => {}
+                Err(e) => return Err(io_err("create the directory", e.into_io())),
             }
-            let dir = beneath::open_dir(&parent, name).map_err(|e| match e {
-                Errno::ELOOP | Errno::ENOTDIR => refused(Rule::ThroughLink),
-                e => io_err("open the directory", e.into()),
+            let dir = fsat::open_dir(parent.as_fd(), name, Access::Read).map_err(|e| {
+                match e.errno() {
+                    Some(libc::ELOOP | libc::ENOTDIR) => refused(Rule::ThroughLink),
+                    _ => io_err("open the directory", e.into_io()),
+                }
             })?;
             set_mode(std::fs::File::from(dir), mode | 0o700)
                 .map_err(|e| io_err("set the mode of", e))?;
@@ -398,8 +417,8 @@ fn unpack_entry<R: Read>(
             let steps = entry_path::link_steps(parents, &target).map_err(link_refused)?;
             check_ups(root, parents, &steps).map_err(link_refused)?;
             let target = std::ffi::OsStr::from_bytes(&target);
-            make_new(&parent, name, &refused, &io_err, |at, n| {
-                beneath::symlink(target, at, n)
+            make_new(parent.as_fd(), name, &refused, &io_err, |at, n| {
+                fsat::symlink(target, at, n)
             })?;
         }
         EntryType::Link => {
@@ -417,10 +436,10 @@ fn unpack_entry<R: Read>(
             let Some((to_name, to_parents)) = to.split_last() else {
                 return Err(link_refused(Rule::HardLinkTarget));
             };
-            let from = beneath::walk(root, to_parents, false)
+            let from = fsat::walk(root.as_fd(), to_parents, Create::No)
                 .map_err(|_| link_refused(Rule::HardLinkTarget))?;
-            make_new(&parent, name, &refused, &io_err, |at, n| {
-                beneath::hard_link(&from, to_name, at, n)
+            make_new(parent.as_fd(), name, &refused, &io_err, |at, n| {
+                fsat::hard_link(from.as_fd(), to_name, at, n)
             })?;
             state.regular.insert(comps.clone());
         }
@@ -430,8 +449,8 @@ fn unpack_entry<R: Read>(
                 return Err(refused(Rule::TooManyBytes(limits.max_bytes)));
             }
             let mut file = None;
-            make_new(&parent, name, &refused, &io_err, |at, n| {
-                file = Some(beneath::create_file(at, n)?);
+            make_new(parent.as_fd(), name, &refused, &io_err, |at, n| {
+                file = Some(fsat::create_new(at, n, 0o600)?);
                 Ok(())
             })?;
             let Some(mut file) = file else {
@@ -459,21 +478,24 @@ fn unpack_entry<R: Read>(
 /// Creates a non-directory entry with `make`; a name already taken by a non-directory of the
 /// upload (a duplicate entry) is removed first, never opened or followed.
 fn make_new(
-    parent: &OwnedFd,
+    parent: BorrowedFd<'_>,
     name: &std::ffi::OsStr,
     refused: &dyn Fn(Rule) -> UntarError,
     io_err: &dyn Fn(&'static str, io::Error) -> UntarError,
-    mut make: impl FnMut(&OwnedFd, &std::ffi::OsStr) -> nix::Result<()>,
+    mut make: impl FnMut(BorrowedFd<'_>, &std::ffi::OsStr) -> Result<(), FsError>,
 ) -> Result<(), UntarError> {
     match make(parent, name) {
-        Err(Errno::EEXIST) => {}
-        other => return other.map_err(|e| io_err("create", e.into())),
+        Err(e) if e.is(libc::EEXIST) => {}
+        other => return other.map_err(|e| io_err("create", e.into_io())),
     }
-    if beneath::is_dir(parent, name).map_err(|e| io_err("inspect", e.into()))? {
-        return Err(refused(Rule::IsDirectory));
+    let st = fsat::lstat(parent, name).map_err(|e| io_err("inspect", e.into_io()))?;
+    match st.map(|st| st.kind) {
+        Some(fsat::Kind::Dir) => return Err(refused(Rule::IsDirectory)),
+        Some(_) => {}
+        None => return Err(io_err("inspect", Errno::ENOENT.into())),
     }
-    beneath::remove(parent, name).map_err(|e| io_err("replace", e.into()))?;
-    make(parent, name).map_err(|e| io_err("create", e.into()))
+    fsat::unlink(parent, name).map_err(|e| io_err("replace", e.into_io()))?;
+    make(parent, name).map_err(|e| io_err("create", e.into_io()))
 }
 
 /// Checks that every `..` of a symlink's target climbs out of a real directory of the upload
@@ -485,7 +507,7 @@ fn check_ups(root: &OwnedFd, parents: &[OsString], steps: &[Step]) -> Result<(),
         match step {
             Step::Down(name) => at.push(name.clone()),
             Step::Up => {
-                beneath::walk(root, &at, false).map_err(|_| Rule::LinkThroughLink)?;
+                fsat::walk(root.as_fd(), &at, Create::No).map_err(|_| Rule::LinkThroughLink)?;
                 at.pop().ok_or(Rule::LinkOutside)?;
             }
         }

@@ -8,11 +8,10 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use super::fsat;
-use crate::beneath::Kind;
+use crate::fsat::{self, Access, Kind};
 use crate::outcome::git::Surface;
 
 /// The surfaces of a git directory, in the order they are looked at.
@@ -39,7 +38,7 @@ pub type Surfaces = BTreeMap<Surface, u64>;
 /// The digests of the surfaces of the git directory `dir` whose names are in `present`,
 /// except those `skip` says are protected (read-only mounts during the run).
 pub fn surfaces(
-    dir: RawFd,
+    dir: BorrowedFd<'_>,
     present: &[fsat::Entry],
     keys: &impl BuildHasher,
     skip: impl Fn(Surface) -> bool,
@@ -58,7 +57,7 @@ pub fn surfaces(
 }
 
 /// The digest of `name` in `dir` (not following it).
-pub fn entry(dir: RawFd, name: &OsStr, keys: &impl BuildHasher, depth: usize) -> u64 {
+pub fn entry(dir: BorrowedFd<'_>, name: &OsStr, keys: &impl BuildHasher, depth: usize) -> u64 {
     let mut h = keys.build_hasher();
     let st = match fsat::lstat(dir, name) {
         Ok(Some(st)) => st,
@@ -68,32 +67,32 @@ pub fn entry(dir: RawFd, name: &OsStr, keys: &impl BuildHasher, depth: usize) ->
         }
         Err(e) => {
             h.write(b"error");
-            h.write_i32(e.raw_os_error().unwrap_or(0));
+            h.write_i32(e.errno().unwrap_or(0));
             return h.finish();
         }
     };
-    h.write_u32(st.st_mode);
-    match fsat::kind_of(&st) {
+    h.write_u32(st.mode);
+    match st.kind {
         Kind::File => file(dir, name, &mut h),
         Kind::Symlink => match fsat::read_link(dir, name) {
             Ok(t) => h.write(&t),
-            Err(e) => h.write_i32(e.raw_os_error().unwrap_or(-1)),
+            Err(e) => h.write_i32(e.errno().unwrap_or(-1)),
         },
         Kind::Dir => directory(dir, name, keys, depth, &mut h),
-        Kind::Special => h.write_u64(st.st_rdev),
+        Kind::Special => h.write_u64(st.rdev),
     }
     h.finish()
 }
 
-fn file(dir: RawFd, name: &OsStr, h: &mut impl Hasher) {
+fn file(dir: BorrowedFd<'_>, name: &OsStr, h: &mut impl Hasher) {
     let (f, st) = match fsat::open_regular(dir, name) {
         Ok(x) => x,
         Err(e) => {
-            h.write_i32(e.raw_os_error().unwrap_or(-1));
+            h.write_i32(e.errno().unwrap_or(-1));
             return;
         }
     };
-    let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    let size = st.size;
     h.write_u64(size);
     let mut buf = vec![0u8; 64 * 1024];
     let mut r = f.take(MAX_HASHED);
@@ -109,30 +108,36 @@ fn file(dir: RawFd, name: &OsStr, h: &mut impl Hasher) {
     }
     if size > MAX_HASHED {
         // Beyond what is hashed: the inode and times (a write changes the ctime).
-        h.write_u64(st.st_ino);
-        h.write_i64(st.st_ctime);
-        h.write_i64(st.st_ctime_nsec);
-        h.write_i64(st.st_mtime);
-        h.write_i64(st.st_mtime_nsec);
+        h.write_u64(st.ino);
+        h.write_i64(st.ctime.0);
+        h.write_i64(st.ctime.1);
+        h.write_i64(st.mtime.0);
+        h.write_i64(st.mtime.1);
     }
 }
 
-fn directory(dir: RawFd, name: &OsStr, keys: &impl BuildHasher, depth: usize, h: &mut impl Hasher) {
+fn directory(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    keys: &impl BuildHasher,
+    depth: usize,
+    h: &mut impl Hasher,
+) {
     if depth >= MAX_DEPTH {
         h.write(b"deep");
         return;
     }
-    let d = match fsat::open_dir(dir, name) {
+    let d = match fsat::open_dir(dir, name, Access::Read) {
         Ok(d) => d,
         Err(e) => {
-            h.write_i32(e.raw_os_error().unwrap_or(-1));
+            h.write_i32(e.errno().unwrap_or(-1));
             return;
         }
     };
-    let mut entries = match fsat::entries(d.as_raw_fd()) {
+    let mut entries = match fsat::entries(d.as_fd()) {
         Ok(e) => e,
         Err(e) => {
-            h.write_i32(e.raw_os_error().unwrap_or(-1));
+            h.write_i32(e.errno().unwrap_or(-1));
             return;
         }
     };
@@ -141,6 +146,6 @@ fn directory(dir: RawFd, name: &OsStr, keys: &impl BuildHasher, depth: usize, h:
     for e in entries.iter().take(MAX_ENTRIES) {
         h.write(e.name.as_bytes());
         h.write_u8(0);
-        h.write_u64(entry(d.as_raw_fd(), &e.name, keys, depth + 1));
+        h.write_u64(entry(d.as_fd(), &e.name, keys, depth + 1));
     }
 }

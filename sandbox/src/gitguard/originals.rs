@@ -4,20 +4,19 @@
 //! to keep). All of it is bounded by one budget per run ([`BUDGET`]); beyond it, an original is
 //! noted in the manifest and not kept. The control directory is the runner's and never visible
 //! to the run, so plain paths are safe here; what is read comes from the tree through
-//! descriptors ([`super::fsat`]).
+//! descriptors ([`crate::fsat`]).
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::fsat;
 use super::quote::escape;
-use crate::beneath::Kind;
+use crate::fsat::{self, Access, Kind};
 
 /// Bytes of originals kept per run, at most.
 pub const BUDGET: u64 = 16 * 1024 * 1024;
@@ -104,14 +103,14 @@ impl Originals {
 
     /// Keeps `name` of the directory `from` (whatever it is; never following it) as `as_name`
     /// in `slot`.
-    pub fn keep(&mut self, slot: &mut Slot, from: RawFd, name: &OsStr, as_name: &Path) {
+    pub fn keep(&mut self, slot: &mut Slot, from: BorrowedFd<'_>, name: &OsStr, as_name: &Path) {
         self.keep_at(slot, from, name, as_name, 0);
     }
 
     fn keep_at(
         &mut self,
         slot: &mut Slot,
-        from: RawFd,
+        from: BorrowedFd<'_>,
         name: &OsStr,
         as_name: &Path,
         depth: usize,
@@ -125,12 +124,12 @@ impl Originals {
                     name: label,
                     kind: "unknown",
                     kept: false,
-                    note: Some(format!("could not be inspected: {e}")),
+                    note: Some(format!("could not be inspected: {}", e.cause())),
                 });
                 return;
             }
         };
-        let kind = fsat::kind_of(&st);
+        let kind = st.kind;
         let mut item = Item {
             name: label,
             kind: kind_name(kind),
@@ -148,7 +147,7 @@ impl Originals {
                         "a symlink to \"{}\" (removed, never followed)",
                         escape(&t, 512)
                     ),
-                    Err(e) => format!("a symlink (its target could not be read: {e})"),
+                    Err(e) => format!("a symlink (its target could not be read: {})", e.cause()),
                 });
             }
             Kind::Dir => {
@@ -161,10 +160,10 @@ impl Originals {
         slot.items.push(item);
     }
 
-    fn copy_file(&mut self, from: RawFd, name: &OsStr, to: &Path) -> Result<(), String> {
-        let (f, st) =
-            fsat::open_regular(from, name).map_err(|e| format!("could not be read: {e}"))?;
-        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+    fn copy_file(&mut self, from: BorrowedFd<'_>, name: &OsStr, to: &Path) -> Result<(), String> {
+        let (f, st) = fsat::open_regular(from, name)
+            .map_err(|e| format!("could not be read: {}", e.cause()))?;
+        let size = st.size;
         if size > self.left {
             return Err(format!(
                 "not kept: {size} bytes, over what is left of the {BUDGET}-byte budget for originals"
@@ -191,7 +190,7 @@ impl Originals {
     fn copy_dir(
         &mut self,
         slot: &mut Slot,
-        from: RawFd,
+        from: BorrowedFd<'_>,
         name: &OsStr,
         as_name: &Path,
         depth: usize,
@@ -213,13 +212,13 @@ impl Originals {
         {
             return fail(slot, format!("could not be kept: {e}"));
         }
-        let d = match fsat::open_dir(from, name) {
+        let d = match fsat::open_dir(from, name, Access::Read) {
             Ok(d) => d,
-            Err(e) => return fail(slot, format!("could not be opened: {e}")),
+            Err(e) => return fail(slot, format!("could not be opened: {}", e.cause())),
         };
-        let entries = match fsat::entries(d.as_raw_fd()) {
+        let entries = match fsat::entries(d.as_fd()) {
             Ok(e) => e,
-            Err(e) => return fail(slot, format!("could not be listed: {e}")),
+            Err(e) => return fail(slot, format!("could not be listed: {}", e.cause())),
         };
         if entries.len() > MAX_ENTRIES {
             fail(
@@ -231,13 +230,7 @@ impl Originals {
             );
         }
         for e in entries.iter().take(MAX_ENTRIES) {
-            self.keep_at(
-                slot,
-                d.as_raw_fd(),
-                &e.name,
-                &as_name.join(&e.name),
-                depth + 1,
-            );
+            self.keep_at(slot, d.as_fd(), &e.name, &as_name.join(&e.name), depth + 1);
         }
     }
 }

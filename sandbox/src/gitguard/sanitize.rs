@@ -9,18 +9,18 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::config;
 use super::diff::{Action, What};
-use super::fsat;
 use super::originals::{Originals, Slot};
 use super::pointer;
 use super::quote::escape;
 use super::walk::{MAX_GITFILE, TreeInventory};
 use crate::beneath::{self, TreePath};
+use crate::fsat::{self, Access, FsError};
 use crate::outcome::git::{RepoKind, Sanitized, Surface};
 use crate::outcome::{Violation, ViolationKind};
 
@@ -80,10 +80,12 @@ fn open(root: &Path, rel: &Path) -> Result<beneath::Dir, SanitizeError> {
         beneath::Dir::root(root)
     } else {
         TreePath::new(root, rel)
-            .map_err(|e| beneath::BeneathError::Io {
-                call: "resolve",
-                path: root.join(rel),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            .map_err(|e| {
+                beneath::BeneathError::from(FsError::Os {
+                    call: "resolve",
+                    path: root.join(rel),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+                })
             })
             .and_then(|tp| beneath::Dir::open(&tp))
     };
@@ -94,14 +96,14 @@ fn open(root: &Path, rel: &Path) -> Result<beneath::Dir, SanitizeError> {
 }
 
 /// The owner new files get: the git directory's (when this process may hand files over).
-fn owner(fd: RawFd) -> Option<(u32, u32)> {
+fn owner(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
-    fsat::fstat(fd).ok().map(|st| (st.st_uid, st.st_gid))
+    fsat::fstat(fd).ok().map(|st| (st.uid, st.gid))
 }
 
-fn give(fd: RawFd, to: Option<(u32, u32)>) {
+fn give(fd: BorrowedFd<'_>, to: Option<(u32, u32)>) {
     if let Some((uid, gid)) = to {
         // Best effort: the file is safe whoever owns it; this only keeps it the user's.
         let _ = fsat::chown(fd, uid, gid);
@@ -175,7 +177,7 @@ fn git_dir(
     surfaces: &[Surface],
 ) -> Result<Option<Sanitized>, SanitizeError> {
     let dir = open(ctx.root, &action.rel)?;
-    let fd = dir.fd().as_raw_fd();
+    let fd = dir.fd();
     let mut todo = Vec::new();
     for &s in surfaces {
         let name = OsStr::new(s.name());
@@ -221,12 +223,13 @@ fn git_dir(
                     })?;
                 let text = config::render(&reading.safe);
                 let f = fsat::create_new(fd, name, 0o644)
+                    .map_err(FsError::into_io)
                     .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
                     .map_err(|source| SanitizeError::Replace {
                         name: "config",
                         source,
                     })?;
-                give(f.as_raw_fd(), to);
+                give(f.as_fd(), to);
                 s.dropped = reading.dropped;
                 s.notes.extend(reading.unreadable);
             }
@@ -241,8 +244,8 @@ fn git_dir(
                         name: "hooks",
                         source,
                     })?;
-                if let Ok(d) = fsat::open_dir(fd, name) {
-                    give(d.as_raw_fd(), to);
+                if let Ok(d) = fsat::open_dir(fd, name, Access::Read) {
+                    give(d.as_fd(), to);
                 }
             }
             Surface::ConfigWorktree | Surface::Commondir => {
@@ -261,12 +264,13 @@ fn git_dir(
 }
 
 /// The original `config`, read if it is a regular file (anything else keeps nothing).
-fn read_config(fd: RawFd) -> config::Reading {
+fn read_config(fd: BorrowedFd<'_>) -> config::Reading {
     match fsat::read_regular(fd, OsStr::new("config"), config::MAX_CONFIG_BYTES) {
         Ok((bytes, complete)) => config::read(&bytes, complete),
         Err(e) => config::Reading {
             unreadable: Some(format!(
-                "the original `config` could not be read as a regular file ({e}): nothing of it was kept"
+                "the original `config` could not be read as a regular file ({}): nothing of it was kept",
+                e.cause()
             )),
             ..config::Reading::default()
         },
@@ -274,7 +278,7 @@ fn read_config(fd: RawFd) -> config::Reading {
 }
 
 /// Whether the git directory's `commondir` points at a git directory this walk checked.
-fn commondir_is_checked(ctx: &Ctx<'_>, rel: &Path, fd: RawFd) -> bool {
+fn commondir_is_checked(ctx: &Ctx<'_>, rel: &Path, fd: BorrowedFd<'_>) -> bool {
     let Ok((bytes, true)) = fsat::read_regular(fd, OsStr::new("commondir"), 4096) else {
         return false;
     };
@@ -294,7 +298,7 @@ fn git_file(
 ) -> Result<Option<Sanitized>, SanitizeError> {
     let base = parent(&action.rel);
     let dir = open(ctx.root, base)?;
-    let fd = dir.fd().as_raw_fd();
+    let fd = dir.fd();
     let name = OsStr::new(".git");
     let current = fsat::read_regular(fd, name, MAX_GITFILE).ok();
     if let Some((bytes, true)) = &current {
@@ -318,12 +322,13 @@ fn git_file(
     match previous {
         Some(before) => {
             let f = fsat::create_new(fd, name, 0o644)
+                .map_err(FsError::into_io)
                 .and_then(|mut f| f.write_all(before).map(|()| f))
                 .map_err(|source| SanitizeError::Replace {
                     name: ".git",
                     source,
                 })?;
-            give(f.as_raw_fd(), owner(fd));
+            give(f.as_fd(), owner(fd));
             s.notes.push(
                 "it pointed elsewhere than a git directory of this tree: the content it had before the run was put back".into(),
             );
@@ -344,7 +349,7 @@ fn git_link(ctx: &mut Ctx<'_>, action: &Action) -> Result<Option<Sanitized>, San
     let mut slot = slot(ctx, action, &mut s);
     if let Some(slot) = slot.as_mut() {
         ctx.originals
-            .keep(slot, dir.fd().as_raw_fd(), name, Path::new("git-link"));
+            .keep(slot, dir.fd(), name, Path::new("git-link"));
     }
     s.notes.push(format!(
         "a symlink (to {}): removed, never followed",

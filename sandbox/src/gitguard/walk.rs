@@ -8,13 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::hash::BuildHasher;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::digest;
 use super::quote::escape;
-use super::{digest, fsat};
-use crate::beneath::Kind;
+use crate::fsat::{self, Access, Kind};
 use crate::outcome::git::Surface;
 
 /// Bytes of a `.git` file read (git itself refuses larger ones).
@@ -131,14 +131,15 @@ pub fn walk<K: BuildHasher>(
         limits,
     };
     // The root is a trusted path (canonical, outside the agent's reach).
-    match fsat::open_root(root) {
+    match fsat::open_root(root, Access::Read) {
         Ok(d) => {
             w.dir(d, PathBuf::new(), 0);
         }
         Err(e) => {
-            w.inv
-                .unchecked
-                .insert(PathBuf::new(), format!("could not be opened: {e}"));
+            w.inv.unchecked.insert(
+                PathBuf::new(),
+                format!("could not be opened: {}", e.cause()),
+            );
         }
     }
     w.inv
@@ -156,12 +157,12 @@ impl<K: BuildHasher> Walker<'_, K> {
     /// Looks at one directory (open for listing) and below. Returns false once the walk must
     /// stop.
     fn dir(&mut self, d: OwnedFd, rel: PathBuf, depth: usize) -> bool {
-        let entries = match fsat::entries(d.as_raw_fd()) {
+        let entries = match fsat::entries(d.as_fd()) {
             Ok(e) => e,
             Err(e) => {
                 self.inv
                     .unchecked
-                    .insert(rel, format!("could not be listed: {e}"));
+                    .insert(rel, format!("could not be listed: {}", e.cause()));
                 return true;
             }
         };
@@ -174,7 +175,7 @@ impl<K: BuildHasher> Walker<'_, K> {
             ));
             return false;
         }
-        let fd = d.as_raw_fd();
+        let fd = d.as_fd();
         if looks_like_git_dir(&entries) {
             match fsat::fstat(fd) {
                 Ok(st) => {
@@ -184,16 +185,17 @@ impl<K: BuildHasher> Walker<'_, K> {
                     self.inv.repos.insert(
                         rel.clone(),
                         Found::Dir {
-                            dev: st.st_dev,
-                            ino: st.st_ino,
+                            dev: st.dev,
+                            ino: st.ino,
                             surfaces,
                         },
                     );
                 }
                 Err(e) => {
-                    self.inv
-                        .unchecked
-                        .insert(rel.clone(), format!("could not be inspected: {e}"));
+                    self.inv.unchecked.insert(
+                        rel.clone(),
+                        format!("could not be inspected: {}", e.cause()),
+                    );
                 }
             }
         }
@@ -227,7 +229,7 @@ impl<K: BuildHasher> Walker<'_, K> {
                 );
                 continue;
             }
-            match fsat::open_dir(fd, &e.name) {
+            match fsat::open_dir(fd, &e.name, Access::Read) {
                 Ok(sub) => {
                     if !self.dir(sub, child, depth + 1) {
                         return false;
@@ -236,14 +238,14 @@ impl<K: BuildHasher> Walker<'_, K> {
                 Err(err) => {
                     self.inv
                         .unchecked
-                        .insert(child, format!("could not be opened: {err}"));
+                        .insert(child, format!("could not be opened: {}", err.cause()));
                 }
             }
         }
         true
     }
 
-    fn git_file(&mut self, dir: i32, name: &OsStr, rel: PathBuf) {
+    fn git_file(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: PathBuf) {
         match fsat::open_regular(dir, name) {
             Ok((f, st)) => {
                 use std::hash::Hasher;
@@ -251,7 +253,7 @@ impl<K: BuildHasher> Walker<'_, K> {
                 let mut content = Vec::new();
                 let read = f.take(MAX_GITFILE + 1).read_to_end(&mut content);
                 let mut h = self.keys.build_hasher();
-                h.write_u64(u64::try_from(st.st_size).unwrap_or(u64::MAX));
+                h.write_u64(st.size);
                 h.write(&content);
                 if let Err(e) = read {
                     h.write_i32(e.raw_os_error().unwrap_or(-1));
@@ -259,8 +261,8 @@ impl<K: BuildHasher> Walker<'_, K> {
                 self.inv.repos.insert(
                     rel,
                     Found::File {
-                        dev: st.st_dev,
-                        ino: st.st_ino,
+                        dev: st.dev,
+                        ino: st.ino,
                         digest: h.finish(),
                         content: (content.len() <= KEEP_GITFILE).then_some(content),
                     },
@@ -269,12 +271,12 @@ impl<K: BuildHasher> Walker<'_, K> {
             Err(e) => {
                 self.inv
                     .unchecked
-                    .insert(rel, format!("could not be read: {e}"));
+                    .insert(rel, format!("could not be read: {}", e.cause()));
             }
         }
     }
 
-    fn git_link(&mut self, dir: i32, name: &OsStr, rel: PathBuf) {
+    fn git_link(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: PathBuf) {
         match fsat::read_link(dir, name) {
             Ok(target) => {
                 self.inv.repos.insert(rel, Found::Link { target });
@@ -282,7 +284,7 @@ impl<K: BuildHasher> Walker<'_, K> {
             Err(e) => {
                 self.inv
                     .unchecked
-                    .insert(rel, format!("could not be read: {e}"));
+                    .insert(rel, format!("could not be read: {}", e.cause()));
             }
         }
     }

@@ -7,43 +7,24 @@ use super::*;
 /// longer than `PATH_MAX`), with a file at every 100th level, a symlink to `canary` halfway and
 /// a file at the bottom.
 fn chain(root: &Path, depth: usize, canary: &Path) -> Totals {
-    let d = c_name(b"d").unwrap();
+    let d = OsStr::new("d");
     let mut fd = open_dir(
         open_parent(&root.join("x")).unwrap().0.as_fd(),
-        &c_name(b".").unwrap(),
+        OsStr::new("."),
+        Access::Read,
     )
     .unwrap();
     let mut expect = Totals::default();
     for i in 0..depth {
-        // SAFETY: a valid descriptor and a NUL-terminated name.
-        let rc = unsafe { libc::mkdirat(fd.as_raw_fd(), d.as_ptr(), 0o700) };
-        assert_eq!(rc, 0);
-        fd = open_dir(fd.as_fd(), &d).unwrap();
+        fsat::mkdir(fd.as_fd(), d, 0o700).unwrap();
+        fd = open_dir(fd.as_fd(), d, Access::Read).unwrap();
         if i % 100 == 0 {
-            let f = c_name(b"f").unwrap();
-            // SAFETY: as above; the new descriptor is closed at once.
-            let file = unsafe {
-                libc::openat(
-                    fd.as_raw_fd(),
-                    f.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o600,
-                )
-            };
-            assert!(file >= 0);
-            // SAFETY: writing 3 bytes from a static buffer, then closing our descriptor.
-            unsafe {
-                assert_eq!(libc::write(file, b"abc".as_ptr().cast(), 3), 3);
-                libc::close(file);
-            }
+            let mut file = fsat::create_new(fd.as_fd(), OsStr::new("f"), 0o600).unwrap();
+            std::io::Write::write_all(&mut file, b"abc").unwrap();
             expect.add(Totals { files: 1, bytes: 3 });
         }
         if i == depth / 2 {
-            let target = c_name(canary.as_os_str().as_bytes()).unwrap();
-            let link = c_name(b"link").unwrap();
-            // SAFETY: two NUL-terminated strings and a valid descriptor.
-            let rc = unsafe { libc::symlinkat(target.as_ptr(), fd.as_raw_fd(), link.as_ptr()) };
-            assert_eq!(rc, 0);
+            fsat::symlink(canary.as_os_str(), fd.as_fd(), OsStr::new("link")).unwrap();
             expect.add(Totals {
                 files: 1,
                 bytes: canary.as_os_str().len() as u64,
