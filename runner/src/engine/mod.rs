@@ -42,6 +42,7 @@ pub mod prune;
 #[cfg(test)]
 mod resume_tests;
 mod round;
+mod round_finished;
 pub mod round_gateway;
 mod runner_step;
 mod sandboxes;

@@ -18,6 +18,7 @@ use super::artifacts::AttemptDirs;
 use super::job_run::JobRun;
 use super::judge::{AttemptFacts, judge};
 use super::prompt::{self, PromptInput};
+use super::round_finished::{Concluded, round_finished};
 use super::round_gateway::{GatewayEvent, GatewayPlan, RunningGateway};
 use super::stdout_report::{ReportLineSink, Slot};
 use super::{EngineError, env};
@@ -25,7 +26,7 @@ use crate::agent::output::{BudgetWatch, PresetOutput, PresetSink, ReaderSlot};
 use crate::agent::{AgentOptions, RoundFiles};
 use crate::job::RoundFailure;
 use crate::report::{self, Report, ReportError};
-use crate::store::{AttemptResult, EventKind, RefusalCount};
+use crate::store::{EventKind, RefusalCount};
 use crate::usage::{self, RoundUsage};
 use crate::util::text::{bounded, bounded_tail};
 
@@ -455,7 +456,8 @@ impl JobRun<'_> {
     }
 
     /// Decides how an executed attempt ended (the report, the process's end, the policy, a
-    /// full disk) and journals it: its usage, its git check and `round_finished`.
+    /// full disk) and journals it: its usage, its git check and `round_finished` (decided by the
+    /// pure [`round_finished`]).
     fn conclude_attempt(
         &mut self,
         round: u32,
@@ -478,59 +480,19 @@ impl JobRun<'_> {
         }
         let (usage, agent_retries) =
             self.attempt_usage(round, attempt, dirs, read, exec.as_ref(), gateway_usage)?;
-        let result = match &end {
-            AttemptEnd::Reported(r) => AttemptResult::Reported {
-                report: serde_json::to_value(r).map_err(|e| EngineError::Internal {
-                    message: e.to_string(),
-                })?,
-            },
-            AttemptEnd::Exited => AttemptResult::Exited,
-            AttemptEnd::Failed(reason, message) => AttemptResult::Failed {
-                reason: *reason,
-                message: message.clone(),
-            },
-            AttemptEnd::CannotRun(message) => AttemptResult::Failed {
-                reason: RoundFailure::ExecFailed,
-                message: bounded(message, 2048),
-            },
-            AttemptEnd::Cancelled => AttemptResult::Cancelled,
-            AttemptEnd::Deadline => AttemptResult::DeadlineReached,
-            AttemptEnd::BudgetSpent => AttemptResult::BudgetSpent,
-            AttemptEnd::SandboxFailed(e) => AttemptResult::SandboxFailed {
-                message: bounded(&e.to_string(), 2048),
-                reason: e.reason_label().to_owned(),
-            },
-            AttemptEnd::DiskFull(_) => AttemptResult::Interrupted,
-        };
         if let Some(e) = &exec {
             self.record_git_check(round, Some(attempt), &e.outcome.git)?;
         }
-        let exit = exec.as_ref().map(|e| e.outcome.termination);
-        self.journal.record(EventKind::RoundFinished {
+        self.journal.record(round_finished(Concluded {
             round,
             attempt,
-            result,
-            exit,
-            ended_by: exec.as_ref().map(|e| e.outcome.ended_by),
+            end: &end,
+            exec: exec.as_ref(),
             duration_ms,
             usage,
-            resources: exec.as_ref().and_then(|e| e.outcome.resources),
-            sandbox_violations: exec
-                .as_ref()
-                .map(|e| {
-                    e.outcome
-                        .violations
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            sandbox_setup_ms: exec
-                .as_ref()
-                .and_then(|e| e.outcome.setup)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             agent_retries,
-        })?;
+        })?)?;
+        let exit = exec.as_ref().map(|e| e.outcome.termination);
         // HOME and TMPDIR are scratch space, not artifacts.
         let _ = dirs.remove_private();
         Ok(Attempt { end, exit })

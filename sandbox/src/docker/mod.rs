@@ -114,10 +114,7 @@ impl DockerBackend {
 
     /// Resolves the plan for `req`, failing closed when it cannot be enforced.
     pub fn plan(&self, req: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {
-        let policy = self
-            .policies
-            .get(req.mode)
-            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        let policy = self.policies.for_request(req.mode)?;
         plan::resolve(
             policy,
             req,
@@ -144,10 +141,7 @@ impl Sandbox for DockerBackend {
     /// What the container is shown of the host ([`plan::can_see`]): its bind mounts, less the
     /// policy's hidden paths. The image's own files are not the host's.
     fn can_see(&self, req: &SandboxRequest, path: &Path) -> Result<bool, SandboxError> {
-        let policy = self
-            .policies
-            .get(req.mode)
-            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        let policy = self.policies.for_request(req.mode)?;
         Ok(plan::can_see(policy, req, path))
     }
 

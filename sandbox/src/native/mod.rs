@@ -102,10 +102,7 @@ impl NativeBackend {
 
     /// Resolves the plan for `req`, failing closed when it cannot be enforced here.
     pub fn plan(&self, req: &SandboxRequest) -> Result<SandboxPlan, SandboxError> {
-        let policy = self
-            .policies
-            .get(req.mode)
-            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        let policy = self.policies.for_request(req.mode)?;
         crate::plan::resolve(policy, req, self.host())
     }
 }
@@ -159,10 +156,7 @@ impl Sandbox for NativeBackend {
 
     /// As the native plan shows the host ([`crate::plan::can_see`]).
     fn can_see(&self, req: &SandboxRequest, path: &Path) -> Result<bool, SandboxError> {
-        let policy = self
-            .policies
-            .get(req.mode)
-            .map_err(|e| SandboxError::invalid("policy", e.to_string()))?;
+        let policy = self.policies.for_request(req.mode)?;
         Ok(crate::plan::can_see(policy, req, path))
     }
 

@@ -358,6 +358,13 @@ impl PolicySet {
         }
     }
 
+    /// The policy of a request's `mode`; one that cannot be loaded is the request's refusal
+    /// (field `policy`), as each backend reports it.
+    pub fn for_request(&self, mode: Mode) -> Result<&Policy, crate::error::SandboxError> {
+        self.get(mode)
+            .map_err(|e| crate::error::SandboxError::invalid("policy", e.to_string()))
+    }
+
     /// Where each loaded policy came from.
     pub fn sources(&self) -> Vec<(Mode, String)> {
         Mode::ALL
