@@ -25,6 +25,7 @@ mod change_watch;
 pub(crate) mod close;
 mod command_check;
 pub mod env;
+mod execute;
 #[cfg(test)]
 mod fake_sandbox;
 mod fanout;

@@ -5,7 +5,6 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use ralph_sandbox::capture::{CappedFile, OutputSink};
 use ralph_sandbox::outcome::EndedBy;
@@ -15,6 +14,7 @@ use ralph_sandbox::{
 };
 
 use super::artifacts::AttemptDirs;
+use super::execute::Execution;
 use super::job_run::JobRun;
 use super::judge::{AttemptFacts, judge};
 use super::prompt::{self, PromptInput};
@@ -383,74 +383,37 @@ impl JobRun<'_> {
             message: "an attempt was executed twice".into(),
         })?;
         let plan = plan.take();
-        let (known, round_stop, budget_crossed) = (&*known, &*round_stop, &*budget_crossed);
-        // The start is durable before the process exists.
-        self.journal.record(EventKind::RoundStarted {
-            round,
-            attempt,
-            dir: dirs.root.clone(),
-        })?;
-        let started = Instant::now();
-        let spawned = match self.paths_unchanged(known) {
-            Ok(()) => {
-                self.engine
-                    .sandboxes
-                    .get(self.spec.sandbox.backend)
-                    .spawn(spec, io)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        let mut gateway_usage: Option<RoundUsage> = None;
-        // Set when a journal write found the disk full while the round ran (it was stopped).
-        let mut disk_stop: Option<String> = None;
-        let outcome = match spawned {
-            Ok(mut run) => {
-                self.journal.record(EventKind::RoundSpawned {
+        let ran = self
+            .execute(Execution {
+                started: EventKind::RoundStarted {
                     round,
                     attempt,
-                    pid: run.pid(),
-                })?;
-                match plan {
-                    None => run.wait(round_stop.clone()).await,
-                    Some(plan) => {
-                        let listeners = run.take_gateway_listeners();
-                        match plan.start(listeners, round_stop.clone(), budget_crossed.clone()) {
-                            Ok(gw) => {
-                                let site = Site {
-                                    round,
-                                    attempt,
-                                    step: None,
-                                };
-                                let (outcome, usage, full) =
-                                    self.wait_with_gateway(run, gw, round_stop, site).await?;
-                                gateway_usage = Some(usage);
-                                disk_stop = full;
-                                outcome
-                            }
-                            Err(e) => {
-                                // Nothing may run without its gateway: stop it, fail closed.
-                                round_stop.cancel();
-                                let _ = run.wait(round_stop.clone()).await;
-                                Err(SandboxError::unavailable("network", e.to_string()))
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    dir: dirs.root.clone(),
+                },
+                spawned: Some((round, attempt)),
+                spec,
+                io,
+                plan,
+                known,
+                stop: round_stop,
+                budget_crossed: budget_crossed.clone(),
+                site: Site {
+                    round,
+                    attempt,
+                    step: None,
+                },
+            })
+            .await?;
         let read = reader_slot
             .lock()
             .ok()
             .and_then(|mut r| r.take())
             .map(|r| r.finish(&mut self.carry));
         Ok(Executed {
-            outcome,
-            duration_ms,
-            gateway_usage,
-            disk_stop,
+            outcome: ran.outcome,
+            duration_ms: ran.duration_ms,
+            gateway_usage: ran.gateway_usage,
+            disk_stop: ran.disk_stop,
             read,
         })
     }

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ralph_sandbox::capture::{CappedFile, Discard};
 use ralph_sandbox::outcome::EndedBy;
@@ -24,6 +24,7 @@ use ralph_sandbox::{
 };
 
 use super::artifacts::AttemptDirs;
+use super::execute::Execution;
 use super::job_run::JobRun;
 use super::round::{GIT_SYSTEM_CONFIG, Site, tail_of};
 use super::round_gateway::GatewayPlan;
@@ -178,52 +179,26 @@ impl JobRun<'_> {
         };
 
         let known = self.known_trees()?;
-        // The start is durable before the process exists.
-        self.journal.record(started)?;
-        let t0 = Instant::now();
-        let spawned = match self.paths_unchanged(&known) {
-            Ok(()) => {
-                self.engine
-                    .sandboxes
-                    .get(self.spec.sandbox.backend)
-                    .spawn(&spec, io)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
         let stop = self.cancel.token().child_token();
-        let site = Site {
-            round: step.round,
-            attempt: 0,
-            step: Some(step.kind),
-        };
-        let (outcome, disk_full) = match spawned {
-            Ok(mut run) => match plan {
-                None => (run.wait(stop.clone()).await, None),
-                Some(plan) => {
-                    let listeners = run.take_gateway_listeners();
-                    // No budget can be crossed without a model gateway.
-                    match plan.start(listeners, stop.clone(), Arc::new(AtomicBool::new(false))) {
-                        Ok(gw) => {
-                            let (outcome, _, full) =
-                                self.wait_with_gateway(run, gw, &stop, site).await?;
-                            (outcome, full)
-                        }
-                        Err(e) => {
-                            // Nothing runs without its proxy: stop it, fail closed.
-                            stop.cancel();
-                            let _ = run.wait(stop.clone()).await;
-                            (
-                                Err(SandboxError::unavailable("network", e.to_string())),
-                                None,
-                            )
-                        }
-                    }
-                }
-            },
-            Err(e) => (Err(e), None),
-        };
-        let duration_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let ran = self
+            .execute(Execution {
+                started,
+                spawned: None,
+                spec: &spec,
+                io,
+                plan,
+                known: &known,
+                stop: &stop,
+                // No budget can be crossed without a model gateway.
+                budget_crossed: Arc::new(AtomicBool::new(false)),
+                site: Site {
+                    round: step.round,
+                    attempt: 0,
+                    step: Some(step.kind),
+                },
+            })
+            .await?;
+        let (outcome, disk_full, duration_ms) = (ran.outcome, ran.disk_stop, ran.duration_ms);
         let verdict = match outcome {
             Err(_) if self.cancel.is_cancelled() => StepVerdict {
                 end: StepEnd::Cancelled,
