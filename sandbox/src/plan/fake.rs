@@ -149,3 +149,18 @@ impl FsProbe for FakeFs {
         Ok(self.agent.clone())
     }
 }
+
+/// A request of `mode` on the workspace `/work/ws` that reads `/opt/tool` and writes
+/// `/srv/cache` (private directories under `/state`): what the visibility tests ask about.
+pub(crate) fn tool_request(mode: crate::mode::Mode) -> crate::spec::SandboxRequest {
+    crate::spec::SandboxRequest {
+        read: vec![std::path::PathBuf::from("/opt/tool")],
+        write: vec![std::path::PathBuf::from("/srv/cache")],
+        ..crate::spec::SandboxRequest::minimal(
+            mode,
+            std::path::PathBuf::from("/work/ws"),
+            std::path::PathBuf::from("/state/home"),
+            std::path::PathBuf::from("/state/tmp"),
+        )
+    }
+}

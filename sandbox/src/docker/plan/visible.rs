@@ -27,18 +27,7 @@ mod tests {
     use crate::mode::Mode;
     use crate::policy::PolicySet;
 
-    fn req(mode: Mode) -> SandboxRequest {
-        SandboxRequest {
-            read: vec![PathBuf::from("/opt/tool")],
-            write: vec![PathBuf::from("/srv/cache")],
-            ..SandboxRequest::minimal(
-                mode,
-                PathBuf::from("/work/ws"),
-                PathBuf::from("/state/home"),
-                PathBuf::from("/state/tmp"),
-            )
-        }
-    }
+    use crate::plan::fake::tool_request as req;
 
     #[test]
     fn only_the_mounts_are_seen_in_every_mode_less_the_hidden() {
