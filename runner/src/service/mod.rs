@@ -331,11 +331,6 @@ impl Service {
         &self.tokens
     }
 
-    /// The metrics registry.
-    pub fn metrics_handle(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Takes `n` from `token`'s rate limit of `kind`, when its `[tokens.NAME]` sets one.
     pub fn check_rate(
         &self,
