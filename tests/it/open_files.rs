@@ -9,10 +9,9 @@ use common::Fixture;
 use common::docker::{IMAGE, ready};
 use serde_json::json;
 
-/// `ralph run` of a task whose command writes its `ulimit -n` to `nofile.txt`, with `extra`.
-fn task_limit(f: &Fixture, extra: &[&str]) -> String {
-    let out = f
-        .run_cmd("ulimit -n > nofile.txt")
+/// `ralph run` of the one-round task `cmd`, with `extra`.
+fn task(f: &Fixture, cmd: &str, extra: &[&str]) -> common::Output {
+    f.run_cmd(cmd)
         .args([
             "--kind",
             "task",
@@ -22,7 +21,12 @@ fn task_limit(f: &Fixture, extra: &[&str]) -> String {
             "0",
         ])
         .args(extra)
-        .output();
+        .output()
+}
+
+/// `ralph run` of a task whose command writes its `ulimit -n` to `nofile.txt`, with `extra`.
+fn task_limit(f: &Fixture, extra: &[&str]) -> String {
+    let out = task(f, "ulimit -n > nofile.txt", extra);
     out.expect_code(0);
     assert_eq!(out.json()["outcome"], "complete", "{}", out.stdout);
     let seen = std::fs::read_to_string(f.ws.join("nofile.txt")).unwrap();
@@ -56,19 +60,11 @@ fn the_round_sees_what_the_job_asked(backend: &[&str]) {
     );
     // The round cannot raise its own limit back (soft and hard are both set; no
     // CAP_SYS_RESOURCE inside).
-    let out = f
-        .run_cmd("if ulimit -n 4096 2>/dev/null; then echo raised; else echo refused; fi > r.txt")
-        .args([
-            "--kind",
-            "task",
-            "--max-rounds",
-            "1",
-            "--round-retries",
-            "0",
-        ])
-        .args(backend)
-        .args(["--nofile", "100"])
-        .output();
+    let out = task(
+        &f,
+        "if ulimit -n 4096 2>/dev/null; then echo raised; else echo refused; fi > r.txt",
+        &[backend, &["--nofile", "100"]].concat(),
+    );
     out.expect_code(0);
     let r = std::fs::read_to_string(f.ws.join("r.txt")).unwrap();
     assert_eq!(r.trim(), "refused");

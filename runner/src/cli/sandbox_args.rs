@@ -6,7 +6,7 @@ use clap::Args;
 use ralph_runner::job::paths::{Requested, SandboxPaths, resolve_paths};
 use ralph_runner::job::request::JobRequest;
 use ralph_runner::job::resolve::WritableTrees;
-use ralph_runner::job::spec::MIN_NOFILE;
+use ralph_runner::job::spec::{MIN_NOFILE, SandboxSettings};
 use ralph_runner::util::units::ByteSize;
 use ralph_sandbox::{BackendKind, Mode, Network};
 
@@ -111,16 +111,18 @@ where
 }
 
 impl SandboxArgs {
-    /// The limits these flags ask for (`ralph sandbox exec`; `None`: the policy's).
+    /// The limits these flags ask for (`ralph sandbox exec`; `None`: the policy's), mapped as
+    /// a job's are ([`SandboxSettings::limits`]).
     pub fn limits(&self) -> ralph_sandbox::Limits {
-        ralph_sandbox::Limits {
-            memory_bytes: self.memory.map(|m| m.0),
+        SandboxSettings {
+            memory: self.memory,
+            tmp_size: self.tmp_size,
             pids: self.pids,
-            open_files: self.nofile,
-            file_size_bytes: None,
-            tmp_bytes: self.tmp_size.map(|t| t.0),
-            cpu_millis: self.cpus.map(|c| c.0),
+            nofile: self.nofile,
+            cpus: self.cpus,
+            ..SandboxSettings::default()
         }
+        .limits()
     }
 
     /// The part of a job request these flags make (`ralph run`, `ralph submit`).

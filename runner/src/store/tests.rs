@@ -1172,20 +1172,14 @@ fn names_and_labels_filter_listings(db: &Db) {
     let b = store.submit(&ops).unwrap();
     let c = store.submit(&spec()).unwrap();
     let list = |name: Option<&str>, labels: &[(&str, &str)]| -> Vec<String> {
-        store
-            .list(&JobFilter {
-                limit: 10,
+        listed(
+            &store,
+            JobFilter {
                 name: name.map(str::to_owned),
-                labels: labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
                 ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|j| j.id)
-            .collect()
+            },
+            labels,
+        )
     };
     assert_eq!(
         list(None, &[("team", "infra"), ("ticket", "x")]),
@@ -1251,20 +1245,14 @@ fn an_upgraded_store_knows_its_old_jobs_trees_and_labels(db: &Db) {
         .collect();
     assert_eq!(trees, ["/srv/new", "/srv/old", "/var/cache/old"]);
     let by = |state: Option<JobState>, labels: &[(&str, &str)]| -> Vec<String> {
-        store
-            .list(&JobFilter {
-                limit: 10,
+        listed(
+            &store,
+            JobFilter {
                 state,
-                labels: labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
                 ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|j| j.id)
-            .collect()
+            },
+            labels,
+        )
     };
     let mut both = by(Some(JobState::Queued), &[("team", "infra")]);
     both.sort();
@@ -1273,4 +1261,21 @@ fn an_upgraded_store_knows_its_old_jobs_trees_and_labels(db: &Db) {
     assert_eq!(both, expected);
     assert_eq!(by(None, &[("team", "infra"), ("k", "v")]), vec![b]);
     assert!(by(Some(JobState::Running), &[("team", "infra")]).is_empty());
+}
+
+/// The ids `filter` lists (at most 10) with `labels` added to it.
+fn listed(store: &Store, filter: JobFilter, labels: &[(&str, &str)]) -> Vec<String> {
+    store
+        .list(&JobFilter {
+            limit: 10,
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..filter
+        })
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect()
 }
