@@ -60,6 +60,26 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// Starts `spec`. Fails closed: if any requested restriction cannot be enforced, nothing runs
     /// and the error is [`SandboxError::Unavailable`].
     fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a>;
+
+    /// Whether [`Sandbox::spawn_held`] is supported.
+    fn holds(&self) -> bool {
+        false
+    }
+
+    /// Starts `spec` as [`Sandbox::spawn`] does, but the command itself is held before its
+    /// `execve` until [`Running::release`]: the sandbox is set up meanwhile (how a runner
+    /// overlaps the set-up with the durable record of the start). A run waited for without
+    /// being released ends as [`SandboxError::Unavailable`] with nothing of the command run.
+    /// A backend that cannot hold refuses ([`Sandbox::holds`] says so up front).
+    fn spawn_held<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a> {
+        let _ = (spec, io);
+        Box::pin(async move {
+            Err(SandboxError::unavailable(
+                "process",
+                format!("the {} backend cannot hold a command", self.kind()),
+            ))
+        })
+    }
 }
 
 /// A command running under a [`Sandbox`].
@@ -80,6 +100,9 @@ pub trait Running: Send + std::fmt::Debug {
     fn take_gateway_listeners(&mut self) -> Vec<(u16, std::net::TcpListener)> {
         Vec::new()
     }
+
+    /// Lets the command of a held run ([`Sandbox::spawn_held`]) go; nothing for any other run.
+    fn release(&mut self) {}
 
     /// Waits for the end. Cancelling `cancel` stops the whole tree (TERM, grace, KILL).
     fn wait(self: Box<Self>, cancel: CancellationToken) -> WaitFuture;

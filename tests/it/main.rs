@@ -34,6 +34,7 @@ mod gateway_egress;
 mod gateway_hostile;
 mod gateway_netns;
 mod git_boundary;
+mod held_start;
 mod host_boundary;
 mod job_history;
 mod kill_grace;

@@ -1,6 +1,7 @@
 //! Running one prepared process in the job's sandbox, the step an agent attempt and a runner
-//! step (set-up, verify) share: its start journalled durably before the process exists, the
-//! job's paths checked unchanged, the spawn, its gateway (the model gateway and egress proxy
+//! step (set-up, verify) share: the job's paths checked unchanged, its start journalled durably
+//! before the command runs (overlapping the sandbox's set-up where the backend can hold the
+//! command until the record is durable), the spawn, its gateway (the model gateway and egress proxy
 //! of an attempt, or a step's egress proxy) served until the end, failing closed when the
 //! gateway cannot start.
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use ralph_sandbox::{ExecIo, ExecReport, ExecSpec, SandboxError};
+use ralph_sandbox::{ExecIo, ExecReport, ExecSpec, Running, SandboxError};
 use tokio_util::sync::CancellationToken;
 
 use super::EngineError;
@@ -55,20 +56,51 @@ pub(super) struct Ran {
 }
 
 impl JobRun<'_> {
+    /// Journals `started` durably and starts `spec`, its command never running before the
+    /// record is durable. Where the backend can hold a command ([`ralph_sandbox::Sandbox::spawn_held`]) the
+    /// two overlap: the sandbox is set up while the record is committed, and the command is
+    /// released once it is; a record that fails leaves the command unreleased (nothing of it
+    /// runs, the set-up is undone) and is the error. Elsewhere the record comes first.
+    async fn start_journalled(
+        &mut self,
+        started: EventKind,
+        spec: &ExecSpec,
+        io: ExecIo,
+    ) -> Result<Result<Box<dyn Running>, SandboxError>, EngineError> {
+        let sandbox = self.engine.sandboxes.get(self.spec.sandbox.backend);
+        if !sandbox.holds() {
+            self.journal.record(started)?;
+            return Ok(sandbox.spawn(spec, io).await);
+        }
+        let journal = &mut self.journal;
+        // `join!` polls the spawn first: the helper is started before the commit blocks.
+        let (spawned, recorded) = tokio::join!(sandbox.spawn_held(spec, io), async {
+            journal.record(started)
+        });
+        match (spawned, recorded) {
+            (Ok(mut run), Ok(_)) => {
+                run.release();
+                Ok(Ok(run))
+            }
+            (Err(e), Ok(_)) => Ok(Err(e)),
+            (Ok(run), Err(e)) => {
+                // Never released: the helper undoes its set-up and ends; nothing of it ran.
+                let _ = run.wait(CancellationToken::new()).await;
+                Err(e.into())
+            }
+            (Err(_), Err(e)) => Err(e.into()),
+        }
+    }
+
     /// Runs `x` to its end ([`Execution`]).
     pub(super) async fn execute(&mut self, x: Execution<'_>) -> Result<Ran, EngineError> {
-        // The start is durable before the process exists.
-        self.journal.record(x.started)?;
         let started = Instant::now();
         let spawned = match self.paths_unchanged(x.known) {
-            Ok(()) => {
-                self.engine
-                    .sandboxes
-                    .get(self.spec.sandbox.backend)
-                    .spawn(x.spec, x.io)
-                    .await
+            Ok(()) => self.start_journalled(x.started, x.spec, x.io).await?,
+            Err(e) => {
+                self.journal.record(x.started)?;
+                Err(e)
             }
-            Err(e) => Err(e),
         };
         let mut gateway_usage = None;
         let mut disk_stop = None;

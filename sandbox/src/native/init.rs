@@ -199,10 +199,11 @@ fn enter_namespaces(plan: &SandboxPlan, err_w: &OwnedFd) {
     }
 }
 
-/// The command must start inside the run's cgroups: waits until the supervisor has moved this
-/// init there (done while the namespaces were being built; cgroup v1 migration waits for an RCU
-/// grace period, so the two overlap). Ends the init if the supervisor is gone.
-fn wait_for_go(go_r: OwnedFd) {
+/// The command must start inside the run's cgroups, and a held run only once released: waits
+/// until the supervisor has moved this process there (done while the namespaces were being
+/// built; cgroup v1 migration waits for an RCU grace period, so the two overlap) and said go.
+/// Ends the process if the supervisor is gone.
+pub(super) fn wait_for_go(go_r: OwnedFd) {
     let mut go = [0u8; 1];
     if !matches!(std::fs::File::from(go_r).read(&mut go), Ok(1)) {
         // SAFETY: _exit in a forked child.

@@ -21,6 +21,7 @@ pub mod cgroup;
 pub mod cgroup_owner;
 pub mod child;
 pub mod gateway;
+pub mod hold;
 pub mod idmap;
 pub mod init;
 pub mod landlock;
@@ -142,6 +143,8 @@ pub struct NativeRun {
     stdin_writer: Option<JoinHandle<()>>,
     merged: bool,
     gateway: Vec<(u16, std::net::TcpListener)>,
+    /// A held run's release, until sent ([`hold`]).
+    hold: Option<std::os::fd::OwnedFd>,
 }
 
 impl Sandbox for NativeBackend {
@@ -162,15 +165,32 @@ impl Sandbox for NativeBackend {
 
     fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a> {
         Box::pin(async move {
-            let run = self.start(spec, io).await?;
+            let run = self.start(spec, io, false).await?;
+            Ok(Box::new(run) as Box<dyn Running>)
+        })
+    }
+
+    fn holds(&self) -> bool {
+        true
+    }
+
+    fn spawn_held<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a> {
+        Box::pin(async move {
+            let run = self.start(spec, io, true).await?;
             Ok(Box::new(run) as Box<dyn Running>)
         })
     }
 }
 
 impl NativeBackend {
-    /// Starts `spec` ([`Sandbox::spawn`], as the concrete run).
-    async fn start(&self, spec: &ExecSpec, io: ExecIo) -> Result<NativeRun, SandboxError> {
+    /// Starts `spec` ([`Sandbox::spawn`], as the concrete run); `held`: its command waits for
+    /// [`Running::release`] ([`hold`]).
+    async fn start(
+        &self,
+        spec: &ExecSpec,
+        io: ExecIo,
+        held: bool,
+    ) -> Result<NativeRun, SandboxError> {
         validate(spec)?;
         let plan = self.plan(&spec.sandbox)?;
         std::fs::create_dir_all(&spec.control_dir).map_err(|source| SandboxError::Io {
@@ -202,12 +222,23 @@ impl NativeBackend {
                 )
             })?)
         };
+        let hold = if held {
+            Some(hold::channel().map_err(|e| {
+                SandboxError::unavailable(
+                    step::restriction::PROCESS,
+                    format!("failed to create the pipe that holds the command: {e}"),
+                )
+            })?)
+        } else {
+            None
+        };
         let helper = HelperSpec {
             exec: spec.clone(),
             plan,
             result_path: result_path.clone(),
             parent_pid: Some(i32::try_from(std::process::id()).unwrap_or(i32::MAX)),
             gateway_fd: handover.as_ref().map(|(_, h)| h.as_raw_fd()),
+            hold_fd: hold.as_ref().map(|(_, h)| h.as_raw_fd()),
         };
         let encoded = serde_json::to_string(&helper).map_err(|e| SandboxError::Helper {
             message: format!("failed to encode the spec: {e}"),
@@ -240,21 +271,34 @@ impl NativeBackend {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some((_, helper_end)) = &handover {
-            let raw = helper_end.as_raw_fd();
+        let inherited: Vec<i32> = handover
+            .iter()
+            .map(|(_, h)| h.as_raw_fd())
+            .chain(hold.iter().map(|(_, h)| h.as_raw_fd()))
+            .collect();
+        if !inherited.is_empty() {
             // SAFETY: the closure runs in the forked child before `execve` and only calls
-            // fcntl(2), which is async-signal-safe. Only this child's copy loses close-on-exec:
-            // any other process the runner starts meanwhile closes it on exec.
+            // fcntl(2), which is async-signal-safe (the list was built before the fork). Only
+            // this child's copies lose close-on-exec: any other process the runner starts
+            // meanwhile closes them on exec.
             unsafe {
-                cmd.pre_exec(move || gateway::keep_on_exec(raw));
+                cmd.pre_exec(move || {
+                    inherited
+                        .iter()
+                        .try_for_each(|fd| gateway::keep_on_exec(*fd))
+                });
             }
         }
         let mut child = cmd.spawn().map_err(|source| SandboxError::SpawnHelper {
             exe: self.helper_exe.clone(),
             source,
         })?;
-        // The helper holds its end now; ours must go, or end-of-file would never come.
+        // The helper holds its ends now; ours must go, or end-of-file would never come.
         let handover = handover.map(|(runner_end, helper_end)| {
+            drop(helper_end);
+            runner_end
+        });
+        let hold = hold.map(|(runner_end, helper_end)| {
             drop(helper_end);
             runner_end
         });
@@ -308,6 +352,7 @@ impl NativeBackend {
             stdin_writer,
             merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
             gateway,
+            hold,
         })
     }
 }
@@ -389,6 +434,12 @@ impl Running for NativeRun {
         std::mem::take(&mut self.gateway)
     }
 
+    fn release(&mut self) {
+        if let Some(w) = self.hold.take() {
+            hold::release(w);
+        }
+    }
+
     fn wait(self: Box<Self>, cancel: CancellationToken) -> WaitFuture {
         Box::pin(self.finish(cancel))
     }
@@ -397,6 +448,8 @@ impl Running for NativeRun {
 impl NativeRun {
     /// Waits for the end ([`Running::wait`], on the concrete run).
     async fn finish(mut self, cancel: CancellationToken) -> Result<ExecReport, SandboxError> {
+        // A held run waited for unreleased: its command never runs (the helper undoes the set-up).
+        drop(self.hold.take());
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid).unwrap_or(0));
         let mut backstop = self
             .timeout
@@ -529,7 +582,26 @@ pub fn helper_main() -> ! {
             std::process::exit(code)
         }
     };
-    let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid, gateway);
+    let hold = match spec.hold_fd.map(hold::adopt_inherited).transpose() {
+        Ok(h) => h,
+        Err(reason) => {
+            // Nothing may run that the runner cannot hold back.
+            let result = HelperResult::SetupFailed {
+                failure: protocol::SetupFailure {
+                    restriction: step::restriction::PROCESS.into(),
+                    step: "release".into(),
+                    reason: format!("the runner's hold is unusable: {reason}"),
+                },
+            };
+            let code = match write_result(&spec.result_path, &result) {
+                Ok(()) => 0,
+                Err(_) => 70,
+            };
+            std::process::exit(code)
+        }
+    };
+    let from_runner = supervisor::FromRunner { gateway, hold };
+    let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid, from_runner);
     let code = match write_result(&spec.result_path, &result) {
         Ok(()) => 0,
         Err(e) => {
@@ -570,7 +642,7 @@ pub fn exec_inline(
              with NativeBackend::spawn",
         ));
     }
-    match supervisor::supervise(spec, &plan, None, None) {
+    match supervisor::supervise(spec, &plan, None, supervisor::FromRunner::default()) {
         HelperResult::Ran { outcome } => Ok(outcome),
         HelperResult::SetupFailed { failure } => Err(SandboxError::Unavailable {
             restriction: failure.restriction,

@@ -49,6 +49,10 @@ pub struct HelperSpec {
     /// hand-over ([`super::gateway`]), on which the sandbox's init sends the listeners.
     #[serde(default)]
     pub gateway_fd: Option<i32>,
+    /// A held run ([`crate::Sandbox::spawn_held`]): the inherited read end of the pipe on which
+    /// the runner releases the command ([`super::hold`]).
+    #[serde(default)]
+    pub hold_fd: Option<i32>,
 }
 
 /// A restriction that could not be put in place; nothing ran.

@@ -48,15 +48,14 @@ enum Phase {
 /// Runs `spec` under `plan` to the end. `parent_pid`, when set, is watched: if that process
 /// dies the tree is stopped (the runner was killed).
 ///
-/// `gateway` is the hand-over of `--network gateway` ([`super::gateway`]), needed when the plan
-/// has gateway ports; the supervisor closes its copy once the init holds it.
+/// `from_runner` holds what the runner handed over besides the spec ([`FromRunner`]).
 pub fn supervise(
     spec: &ExecSpec,
     plan: &SandboxPlan,
     parent_pid: Option<i32>,
-    gateway: Option<OwnedFd>,
+    from_runner: FromRunner,
 ) -> HelperResult {
-    match Supervisor::start(spec, plan, parent_pid, gateway) {
+    match Supervisor::start(spec, plan, parent_pid, from_runner) {
         Ok(Started::Running(s)) => s.run(),
         Ok(Started::Failed(f)) => HelperResult::SetupFailed {
             failure: SetupFailure {
@@ -67,6 +66,16 @@ pub fn supervise(
         },
         Err(message) => HelperResult::Internal { message },
     }
+}
+
+/// Descriptors the runner handed to the helper.
+#[derive(Debug, Default)]
+pub struct FromRunner {
+    /// The hand-over of `--network gateway` ([`super::gateway`]), needed when the plan has
+    /// gateway ports; the supervisor closes its copy once the init holds it.
+    pub gateway: Option<OwnedFd>,
+    /// A held run's release ([`super::hold`]): the command is not let go before it.
+    pub hold: Option<OwnedFd>,
 }
 
 enum Started {

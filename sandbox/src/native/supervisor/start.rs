@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
@@ -16,11 +16,12 @@ use nix::unistd::{ForkResult, Pid, fork, pipe2};
 
 use super::super::cgroup::RunCgroups;
 use super::super::child::{self, ChildFailure, ExecPlan};
+use super::super::hold;
 use super::super::idmap::Idmaps;
 use super::super::init::{self, InitPipes};
 use super::super::ns;
 use super::super::step::{StepFailure, restriction};
-use super::{Cleanup, Phase, Started, Supervisor, base_enforcement};
+use super::{Cleanup, FromRunner, Phase, Started, Supervisor, base_enforcement};
 use crate::beneath;
 use crate::gitguard::{self, GitGuard, Inventory};
 use crate::outcome::EndedBy;
@@ -86,9 +87,9 @@ impl Supervisor {
         spec: &ExecSpec,
         plan: &SandboxPlan,
         parent_pid: Option<i32>,
-        gateway: Option<OwnedFd>,
+        from_runner: FromRunner,
     ) -> Result<Started, String> {
-        match Self::start_inner(spec, plan, parent_pid, gateway) {
+        match Self::start_inner(spec, plan, parent_pid, from_runner) {
             Ok(s) => Ok(Started::Running(s)),
             Err(StartError::Failed(f)) => Ok(Started::Failed(f)),
             Err(StartError::Internal(message)) => Err(message),
@@ -99,9 +100,10 @@ impl Supervisor {
         spec: &ExecSpec,
         plan: &SandboxPlan,
         parent_pid: Option<i32>,
-        gateway: Option<OwnedFd>,
+        from_runner: FromRunner,
     ) -> Result<Box<Supervisor>, StartError> {
         let setup_began = Instant::now();
+        let FromRunner { gateway, hold } = from_runner;
         if !plan.gateway_ports.is_empty() && gateway.is_none() {
             return Err(StepFailure::new(
                 restriction::GATEWAY,
@@ -138,10 +140,11 @@ impl Supervisor {
         // The init holds the gateway hand-over now: only its copy may stay open, so that the
         // runner sees end-of-file if the init dies before sending.
         drop((theirs, gateway));
-        let exec_error = await_setup(main, ours.err_r, ours.go_w, &mut cleanup)?;
+        let (exec_error, held) = await_setup(main, ours.err_r, ours.go_w, hold, &mut cleanup)?;
         // The command runs: the init's mounts are made, the mask file's name is no longer needed.
         cleanup.drop_mask();
-        let setup = setup_began.elapsed();
+        // The set-up's own time: not the wait for the runner's release.
+        let setup = setup_began.elapsed().saturating_sub(held);
         Ok(Box::new(Supervisor {
             main,
             ns_init: plan.pid_namespace,
@@ -378,19 +381,25 @@ fn become_main(
             },
         )
     }
-    drop((status_w, go_r, gateway, report_w));
+    drop((status_w, gateway, report_w));
+    // Without an init the command itself waits for the go-ahead: it is in the run's cgroups,
+    // and a held run was released, before anything of it runs.
+    init::wait_for_go(go_r);
     child::exec(spec, Some(plan), exec_plan, &err_w)
 }
 
-/// Moves `main` into the run's cgroups, lets it go on, and waits for its set-up to end: `None`
-/// once the command runs, the `execve` failure when that is what ended it. A failed set-up
-/// kills `main` and removes what `cleanup` holds.
+/// Moves `main` into the run's cgroups, waits for the runner's release of a held run
+/// ([`hold`]), lets `main` go on, and waits for its set-up to end: `None` once the command
+/// runs, the `execve` failure when that is what ended it; with the time spent waiting for the
+/// release. A failed set-up, or a held run never released, kills `main` and removes what
+/// `cleanup` holds: nothing of the command ran.
 fn await_setup(
     main: Pid,
     err_r: OwnedFd,
     go_w: OwnedFd,
+    hold: Option<OwnedFd>,
     cleanup: &mut Cleanup,
-) -> Result<Option<String>, StartError> {
+) -> Result<(Option<String>, Duration), StartError> {
     let abandon = |cleanup: &mut Cleanup| {
         let _ = kill(main, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(main, None);
@@ -400,12 +409,25 @@ fn await_setup(
         abandon(cleanup);
         return Err(f.into());
     }
+    let waited = Instant::now();
+    if let Some(r) = hold {
+        if !hold::await_release(r) {
+            abandon(cleanup);
+            return Err(StepFailure::new(
+                restriction::PROCESS,
+                "release",
+                "the runner did not release the command (its start was not journalled, or the runner is gone); nothing of it ran",
+            )
+            .into());
+        }
+    }
+    let held = waited.elapsed();
     let _ = nix::unistd::write(&go_w, b"g");
     drop(go_w);
     let mut buf = Vec::new();
     let _ = std::fs::File::from(err_r).read_to_end(&mut buf);
     if buf.is_empty() {
-        return Ok(None);
+        return Ok((None, held));
     }
     let failure: ChildFailure = match serde_json::from_slice(&buf) {
         Ok(f) => f,
@@ -415,7 +437,7 @@ fn await_setup(
         }
     };
     if failure.step == "exec" {
-        return Ok(Some(failure.detail));
+        return Ok((Some(failure.detail), held));
     }
     // Set-up failed: nothing of the command ran.
     abandon(cleanup);
