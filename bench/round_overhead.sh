@@ -10,14 +10,17 @@
 # Usage: bench/round_overhead.sh [MODE]   (MODE defaults to full-access: the runner's own cost;
 #        pass workspace-write to include the native sandbox set-up)
 # STATE_ROOT puts the state dirs elsewhere (e.g. /dev/shm, to take the disk's fsync latency out).
+# RALPH=path measures that binary instead of this tree's; BASELINE=path measures another build
+# (e.g. a copy of the one before a change) in the same hyperfine run, as its own rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-full-access}
 short=${SHORT:-10}
 long=${LONG:-110}
 runs=${RUNS:-10}
-cargo build --release --quiet
-ralph=$PWD/target/x86_64-unknown-linux-gnu/release/ralph
+if [ -z "${RALPH:-}" ]; then cargo build --release --quiet; fi
+ralph=${RALPH:-$PWD/target/x86_64-unknown-linux-gnu/release/ralph}
+baseline=${BASELINE:-}
 # Outside /tmp, like real state dirs (~/.local/state/ralph) and checkouts.
 mkdir -p "$PWD/target/bench"
 work=$(mktemp -d "$PWD/target/bench/round-XXXXXX")
@@ -28,16 +31,22 @@ mkdir -p "$work/ws" "$work/direct" "$work/agent" "$state_root"
 cat > "$work/agent/agent.sh" <<'SH'
 printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"
 SH
-ralph_cmd() { # rounds
-    echo "$ralph run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
+ralph_cmd() { # rounds [binary]
+    echo "${2:-$ralph} run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
 }
 direct_cmd() { # rounds
     echo "for i in \$(seq $1); do RALPH_REPORT_FILE=$work/direct/report.json /bin/sh -c '. $work/agent/agent.sh'; done"
 }
+extra=()
+if [ -n "$baseline" ]; then
+    extra=(-n "baseline-$short" "$(ralph_cmd "$short" "$baseline")"
+           -n "baseline-$long" "$(ralph_cmd "$long" "$baseline")")
+fi
 hyperfine --style basic --warmup 1 --runs "$runs" --export-json "$work/h.json" \
     --prepare "rm -rf $state_root/state-*; sync" \
     -n "ralph-$short" "$(ralph_cmd "$short")" \
     -n "ralph-$long" "$(ralph_cmd "$long")" \
+    "${extra[@]}" \
     -n "direct-$short" "$(direct_cmd "$short")" \
     -n "direct-$long" "$(direct_cmd "$long")" >&2
 python3 - "$work/h.json" "$short" "$long" "$mode" <<'PY'
@@ -47,9 +56,14 @@ short, long, mode = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def slope(name):
     a, b = data[f"{name}-{short}"]["median"], data[f"{name}-{long}"]["median"]
     return (b - a) / (long - short)
-r, d = slope("ralph"), slope("direct")
-print(f"| mode | ralph per round | direct spawn per round | runner overhead per round | ratio |")
-print(f"|---|---|---|---|---|")
-print(f"| {mode} | {r*1e3:.2f} ms | {d*1e3:.2f} ms | {(r-d)*1e3:.2f} ms | {r/d:.1f}x |")
-print(f"\nstart-up of `ralph run` ({short}-round job minus {short} rounds): {(data[f'ralph-{short}']['median'] - short*r)*1e3:.1f} ms")
+d = slope("direct")
+print(f"| build | mode | ralph per round | direct spawn per round | runner overhead per round | ratio | `ralph run` start-up |")
+print(f"|---|---|---|---|---|---|---|")
+for name in ["baseline", "ralph"]:
+    if f"{name}-{short}" not in data:
+        continue
+    r = slope(name)
+    start = data[f"{name}-{short}"]["median"] - short * r
+    label = "this tree" if name == "ralph" else "baseline"
+    print(f"| {label} | {mode} | {r*1e3:.2f} ms | {d*1e3:.2f} ms | {(r-d)*1e3:.2f} ms | {r/d:.1f}x | {start*1e3:.1f} ms |")
 PY

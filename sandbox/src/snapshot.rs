@@ -11,13 +11,17 @@
 //! ([`COPY_BUDGET`]); a change to a file beyond the budget is still found, but reported as not
 //! undone.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+
 use crate::beneath::{self, Dir, Found, Kind, TreePath};
 use crate::error::SandboxError;
+use crate::fsat::{self, Access};
 use crate::outcome::{Violation, ViolationKind};
 
 /// Bytes of protected content copied before a run.
@@ -60,6 +64,9 @@ pub enum SnapshotError {
     /// The protected paths are too big to walk.
     #[error("the protected paths hold more than {ENTRY_LIMIT} entries; protect less")]
     TooManyEntries,
+    /// The protected paths nest too deep to walk.
+    #[error("the protected paths nest more than {DEPTH_LIMIT} directories deep; protect less")]
+    TooDeep,
     /// An entry that cannot be put back as it was.
     #[error("{0}")]
     NotRestorable(&'static str),
@@ -106,125 +113,130 @@ pub struct Snapshot {
     store: Option<PathBuf>,
 }
 
+/// `fstatat(AT_SYMLINK_NOFOLLOW)` of `name` in `dir` as an [`Ident`]; `None` when absent.
 fn lstat_ident(
-    dir: &Dir,
-    name: &std::ffi::OsStr,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
     path: &Path,
 ) -> Result<Option<Ident>, SnapshotError> {
-    let c = cname(name)?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor, a NUL-terminated name and a stat buffer of the right size.
-    let rc = unsafe {
-        libc::fstatat(
-            std::os::fd::AsRawFd::as_raw_fd(&dir.fd()),
-            c.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOENT) {
-            return Ok(None);
-        }
-        return Err(SnapshotError::Path {
-            op: "fstatat",
-            path: path.to_owned(),
-            source: e,
-        });
-    }
-    // SAFETY: fstatat returned 0, so it filled the buffer.
-    let st = unsafe { st.assume_init() };
-    let kind = match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFREG => Kind::File,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Special,
-    };
-    Ok(Some(Ident {
-        kind,
-        dev: st.st_dev,
-        ino: st.st_ino,
-        mode: st.st_mode,
-        nlink: st.st_nlink,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        size: u64::try_from(st.st_size).unwrap_or(0),
-        mtime: (st.st_mtime, st.st_mtime_nsec),
-        ctime: (st.st_ctime, st.st_ctime_nsec),
+    let st = fsat::lstat(dir, name).map_err(|e| fs_failed("fstatat", path, e))?;
+    Ok(st.map(|st| Ident {
+        kind: st.kind,
+        dev: st.dev,
+        ino: st.ino,
+        mode: st.mode,
+        nlink: st.nlink,
+        uid: st.uid,
+        gid: st.gid,
+        size: st.size,
+        mtime: st.mtime,
+        ctime: st.ctime,
     }))
 }
 
-fn child(p: &TreePath, name: &std::ffi::OsStr) -> TreePath {
+fn fs_failed(op: &'static str, path: &Path, e: fsat::FsError) -> SnapshotError {
+    SnapshotError::Path {
+        op,
+        path: path.to_owned(),
+        source: e.into_io(),
+    }
+}
+
+fn child(p: &TreePath, name: &OsStr) -> TreePath {
     TreePath {
         root: p.root.clone(),
         rel: p.rel.join(name),
     }
 }
 
+/// Directory levels below a protected path that are walked (a bound on the walk's open
+/// descriptors: one per level).
+pub const DEPTH_LIMIT: usize = 64;
+
+/// What [`walk_with`] calls for each entry: where it is, what it is, and the directory holding
+/// it (open for reading, so the entry is reached by name from it, never by path again).
+type Visit<'v> =
+    dyn FnMut(&TreePath, &Ident, BorrowedFd<'_>, &OsStr) -> Result<(), SnapshotError> + 'v;
+
 /// Walks `root` (a protected path) and what is below it, never following a symlink: each entry
-/// with its identity, directories before what they hold.
-fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, SnapshotError> {
+/// with its identity, directories before what they hold, each directory listed once from a
+/// descriptor opened from its parent's (and checked to be the entry just seen there).
+fn walk_with(
+    root: &TreePath,
+    visit: &mut Visit<'_>,
+) -> Result<Vec<(TreePath, Ident)>, SnapshotError> {
     let mut out = Vec::new();
     let parent = Dir::parent_of(root)?;
     let name = root.rel.file_name().unwrap_or_default();
-    let Some(top) = lstat_ident(&parent, name, &root.full())? else {
+    let Some(top) = lstat_ident(parent.fd(), name, &root.full())? else {
         return Ok(out);
     };
+    visit(root, &top, parent.fd(), name)?;
     out.push((root.clone(), top));
-    let mut dirs = if top.kind == Kind::Dir {
-        vec![root.clone()]
-    } else {
-        Vec::new()
-    };
-    while let Some(d) = dirs.pop() {
-        let dir = Dir::open(&d)?;
-        let mut names: Vec<OsString> = list(&dir, &d)?;
-        names.sort();
-        for n in names {
-            if out.len() >= ENTRY_LIMIT {
-                return Err(SnapshotError::TooManyEntries);
-            }
-            let at = child(&d, &n);
-            if let Some(ident) = lstat_ident(&dir, &n, &at.full())? {
-                if ident.kind == Kind::Dir {
-                    dirs.push(at.clone());
-                }
-                out.push((at, ident));
+    if top.kind == Kind::Dir {
+        let fd = open_seen_dir(parent.fd(), name, &top, root)?;
+        walk_below(root, fd.as_fd(), 1, visit, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn walk_below(
+    d: &TreePath,
+    fd: BorrowedFd<'_>,
+    depth: usize,
+    visit: &mut Visit<'_>,
+    out: &mut Vec<(TreePath, Ident)>,
+) -> Result<(), SnapshotError> {
+    if depth > DEPTH_LIMIT {
+        return Err(SnapshotError::TooDeep);
+    }
+    let mut names: Vec<OsString> = fsat::entries(fd)
+        .map_err(|e| fs_failed("list", &d.full(), e))?
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    for n in names {
+        if out.len() >= ENTRY_LIMIT {
+            return Err(SnapshotError::TooManyEntries);
+        }
+        let at = child(d, &n);
+        if let Some(ident) = lstat_ident(fd, &n, &at.full())? {
+            visit(&at, &ident, fd, &n)?;
+            out.push((at.clone(), ident));
+            if ident.kind == Kind::Dir {
+                let sub = open_seen_dir(fd, &n, &ident, &at)?;
+                walk_below(&at, sub.as_fd(), depth + 1, visit, out)?;
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The names in a directory (reached through its verified descriptor).
-fn list(dir: &Dir, at: &TreePath) -> Result<Vec<OsString>, SnapshotError> {
-    let via = format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&dir.fd())
-    );
-    let failed = |source| SnapshotError::Path {
-        op: "list",
-        path: at.full(),
-        source,
-    };
-    let rd = std::fs::read_dir(&via).map_err(failed)?;
-    let mut out = Vec::new();
-    for e in rd {
-        let e = e.map_err(failed)?;
-        out.push(e.file_name());
+/// The directory `name` in `dir` opened for listing: a symlink is never followed, and what is
+/// opened must be the entry `seen` a moment ago (not one swapped in since).
+fn open_seen_dir(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    seen: &Ident,
+    at: &TreePath,
+) -> Result<OwnedFd, SnapshotError> {
+    let fd =
+        fsat::open_dir(dir, name, Access::Read).map_err(|e| fs_failed("open", &at.full(), e))?;
+    let st = fsat::fstat(fd.as_fd()).map_err(|e| fs_failed("fstat", &at.full(), e))?;
+    if (st.dev, st.ino) != (seen.dev, seen.ino) {
+        return Err(SnapshotError::Path {
+            op: "open",
+            path: at.full(),
+            source: std::io::Error::other("replaced while it was being walked"),
+        });
     }
-    Ok(out)
+    Ok(fd)
 }
 
-/// Opens a regular file inside a tree for reading (never through a symlink).
-fn open_file(at: &TreePath) -> std::io::Result<std::fs::File> {
-    let (fd, st) = beneath::open_path(at).map_err(std::io::Error::other)?;
-    if st.kind != Kind::File {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-    std::fs::File::open(via)
+/// [`walk_with`] without a visit.
+fn walk(root: &TreePath) -> Result<Vec<(TreePath, Ident)>, SnapshotError> {
+    walk_with(root, &mut |_, _, _, _| Ok(()))
 }
 
 /// Refuses protected regular files with more than one hard link (before a run).
@@ -248,6 +260,47 @@ pub fn refuse_hard_links(protected: &[TreePath]) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Copies the regular file `name` in `dir` (the entry `ident` at `at`, checked to be the one
+/// opened) into `store` as its `n`th copy, up to `budget` bytes; `created` records that the
+/// store exists. Returns the copy's path and the bytes copied.
+#[allow(clippy::too_many_arguments)]
+fn copy_out(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    ident: &Ident,
+    at: &TreePath,
+    store: &Path,
+    created: &mut Option<PathBuf>,
+    n: usize,
+    budget: u64,
+) -> Result<(PathBuf, u64), SnapshotError> {
+    if created.is_none() {
+        std::fs::create_dir_all(store).map_err(|source| SnapshotError::Path {
+            op: "create",
+            path: store.to_owned(),
+            source,
+        })?;
+        *created = Some(store.to_owned());
+    }
+    let (mut src, st) =
+        fsat::open_regular(dir, name).map_err(|e| fs_failed("read", &at.full(), e))?;
+    if (st.dev, st.ino) != (ident.dev, ident.ino) {
+        return Err(SnapshotError::Path {
+            op: "read",
+            path: at.full(),
+            source: std::io::Error::other("replaced while it was being recorded"),
+        });
+    }
+    let copy = store.join(n.to_string());
+    let on_copy = |op| {
+        let path = copy.clone();
+        move |source| SnapshotError::Path { op, path, source }
+    };
+    let mut dst = std::fs::File::create(&copy).map_err(on_copy("create"))?;
+    let copied = std::io::copy(&mut (&mut src).take(budget), &mut dst).map_err(on_copy("copy"))?;
+    Ok((copy, copied))
+}
+
 impl Snapshot {
     /// Records `protected` (after the run's placeholders exist), copying content into `store`
     /// (a runner-owned directory, created here).
@@ -259,57 +312,31 @@ impl Snapshot {
         };
         let mut budget = COPY_BUDGET;
         for root in protected {
-            for (at, ident) in walk(root)? {
+            let mut entries = Vec::new();
+            walk_with(root, &mut |at, ident, dir, name| {
                 let mut entry = Entry {
-                    at,
-                    ident,
+                    at: at.clone(),
+                    ident: *ident,
                     copy: None,
                     link: None,
                 };
                 match ident.kind {
                     Kind::File if ident.size <= budget => {
-                        if snap.store.is_none() {
-                            std::fs::create_dir_all(store).map_err(|source| {
-                                SnapshotError::Path {
-                                    op: "create",
-                                    path: store.to_owned(),
-                                    source,
-                                }
-                            })?;
-                            snap.store = Some(store.to_owned());
-                        }
-                        let copy = store.join(snap.entries.len().to_string());
-                        let mut src =
-                            open_file(&entry.at).map_err(|source| SnapshotError::Path {
-                                op: "read",
-                                path: entry.at.full(),
-                                source,
-                            })?;
-                        let on_copy = |op| {
-                            let path = copy.clone();
-                            move |source| SnapshotError::Path { op, path, source }
-                        };
-                        let mut dst = std::fs::File::create(&copy).map_err(on_copy("create"))?;
-                        let n = std::io::copy(&mut (&mut src).take(budget), &mut dst)
-                            .map_err(on_copy("copy"))?;
-                        budget = budget.saturating_sub(n);
+                        let n = snap.entries.len() + entries.len();
+                        let (copy, copied) =
+                            copy_out(dir, name, ident, at, store, &mut snap.store, n, budget)?;
+                        budget = budget.saturating_sub(copied);
                         entry.copy = Some(copy);
                     }
                     Kind::Symlink => {
-                        let dir = Dir::parent_of(&entry.at)?;
-                        let name = entry.at.rel.file_name().unwrap_or_default();
-                        let via = format!(
-                            "/proc/self/fd/{}",
-                            std::os::fd::AsRawFd::as_raw_fd(&dir.fd())
-                        );
-                        entry.link = std::fs::read_link(Path::new(&via).join(name))
-                            .ok()
-                            .map(PathBuf::into_os_string);
+                        entry.link = fsat::read_link(dir, name).ok().map(OsString::from_vec);
                     }
                     _ => {}
                 }
-                snap.entries.push(entry);
-            }
+                entries.push(entry);
+                Ok(())
+            })?;
+            snap.entries.extend(entries);
         }
         Ok(snap)
     }
