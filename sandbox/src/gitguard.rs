@@ -97,6 +97,26 @@ pub struct Inventory {
     trees: Vec<walk::TreeInventory>,
 }
 
+impl Inventory {
+    /// The unix sockets the walks found (absolute paths, sorted), and the trees they did not
+    /// walk whole (a bound, a directory they could not look into): there, not every socket is
+    /// known.
+    pub fn sockets(&self) -> crate::sockets::Found {
+        let mut found = crate::sockets::Found::default();
+        for t in &self.trees {
+            found
+                .sockets
+                .extend(t.sockets.iter().map(|rel| t.root.join(rel)));
+            if t.stopped.is_some() || !t.unchecked.is_empty() {
+                found.incomplete.push(t.root.clone());
+            }
+        }
+        found.sockets.sort();
+        found.sockets.dedup();
+        found
+    }
+}
+
 /// Walks every tree of `guard` before a run.
 pub fn inventory(guard: &GitGuard) -> Inventory {
     inventory_with(guard, Limits::DEFAULT)

@@ -84,6 +84,9 @@ pub struct TreeInventory {
     pub stopped: Option<String>,
     /// Entries seen.
     pub entries: u64,
+    /// Unix sockets seen, by path below the root (the walk serves the socket scan of the tree
+    /// too: [`crate::native::socket_walk`]).
+    pub sockets: Vec<PathBuf>,
 }
 
 impl TreeInventory {
@@ -145,6 +148,11 @@ pub fn walk<K: BuildHasher>(
     w.inv
 }
 
+/// Whether `name` in `dir` is a unix socket (never following a symlink).
+fn is_socket(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    matches!(fsat::lstat(dir, name), Ok(Some(st)) if st.mode & libc::S_IFMT == libc::S_IFSOCK)
+}
+
 impl<K: BuildHasher> Walker<'_, K> {
     fn protected(&self, rel: &Path) -> bool {
         self.protected.iter().any(|p| rel.starts_with(p))
@@ -201,6 +209,14 @@ impl<K: BuildHasher> Walker<'_, K> {
         }
         for e in entries {
             let dot_git = e.name == OsStr::new(".git");
+            // A special file costs one more `fstatat`: is it a socket?
+            if e.kind == Kind::Special && is_socket(fd, &e.name) {
+                let child = rel.join(&e.name);
+                if !self.protected(&child) {
+                    self.inv.sockets.push(child);
+                }
+                continue;
+            }
             // Ordinary files cost nothing more than their directory entry.
             if e.kind != Kind::Dir && !dot_git {
                 continue;

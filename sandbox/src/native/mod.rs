@@ -32,6 +32,7 @@ pub mod ns;
 pub mod plan;
 pub mod protocol;
 pub mod seccomp;
+pub mod socket_walk;
 pub mod step;
 pub mod supervisor;
 pub mod tree;

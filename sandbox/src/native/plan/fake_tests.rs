@@ -242,19 +242,21 @@ fn sockets_in_visible_trees_are_masked_unless_granted() {
         .socket("/usr/run/varlink")
         .socket("/ws/granted.sock")
         .socket("/elsewhere/x.sock");
-    let mut r = req(Mode::WorkspaceWrite);
+    let hidden = |p: &SandboxPlan| -> Vec<PathBuf> {
+        p.mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountStep::HideFile { path } => Some(path.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    // A read-only workspace is scanned by the plan.
+    let mut r = req(Mode::ReadOnly);
     r.sockets = vec![PathBuf::from("/ws/granted.sock")];
     let p = plan_on(&fs, &r, &host(1000)).unwrap();
-    let hidden: Vec<&Path> = p
-        .mounts
-        .iter()
-        .filter_map(|m| match m {
-            MountStep::HideFile { path } => Some(path.as_path()),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        hidden,
+        hidden(&p),
         [
             Path::new("/usr/secret"),
             Path::new("/usr/run/varlink"),
@@ -262,6 +264,23 @@ fn sockets_in_visible_trees_are_masked_unless_granted() {
         ],
         "the secret, then the sockets; /elsewhere is not visible"
     );
+    assert_eq!(p.socket_walk, None);
+    // A writable one is left to the git check's walk in the helper (one walk of the tree for
+    // both): the plan masks the rest and says what it left.
+    let mut r = req(Mode::WorkspaceWrite);
+    r.sockets = vec![PathBuf::from("/ws/granted.sock")];
+    let p = plan_on(&fs, &r, &host(1000)).unwrap();
+    assert_eq!(
+        hidden(&p),
+        [Path::new("/usr/secret"), Path::new("/usr/run/varlink")]
+    );
+    let walk = p
+        .socket_walk
+        .clone()
+        .expect("the writable trees' sockets are left to the walk");
+    assert_eq!(walk.granted, [PathBuf::from("/ws/granted.sock")]);
+    assert_eq!(walk.masked, 1);
+    assert!(walk.incomplete.is_empty());
     // The granted socket is in the workspace: no bind of its own.
     assert!(
         !p.root

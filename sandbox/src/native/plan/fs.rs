@@ -7,6 +7,7 @@ use super::{LandlockPlan, MountStep, RootPlan, root};
 use crate::error::SandboxError;
 use crate::host::Host;
 use crate::identity::Ids;
+use crate::native::socket_walk::SocketWalk;
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::plan::Guarded;
 use crate::plan::probe::{FsProbe, Kind};
@@ -20,6 +21,8 @@ pub(super) struct FsPlan {
     pub mounts: Vec<MountStep>,
     /// The protected paths.
     pub guarded: Guarded,
+    /// The writable trees' sockets, left to the git check's walk.
+    pub socket_walk: Option<SocketWalk>,
     /// The ids the command switches to.
     pub identity: Option<Ids>,
     /// Run-owned directories handed to it.
@@ -73,6 +76,7 @@ fn full_access(probe: &dyn FsProbe, host: &Host, e: &mut Enforcement) -> FsPlan 
         format!("full-access: the runner's uid {}", host.euid),
     );
     FsPlan {
+        socket_walk: None,
         mounts: floor,
         guarded: Guarded::default(),
         identity: None,

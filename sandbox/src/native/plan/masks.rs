@@ -8,6 +8,7 @@ use super::{Bind, MountStep};
 use crate::beneath::TreePath;
 use crate::error::SandboxError;
 use crate::gitguard::GitGuard;
+use crate::native::socket_walk::SocketWalk;
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::plan::Guarded;
 use crate::plan::probe::{FsProbe, Kind};
@@ -91,16 +92,18 @@ pub(super) fn hidden(
 }
 
 /// Unix sockets in visible trees (the policy's scanned trees that are bound, the job's own):
-/// masked unless granted.
+/// masked unless granted: the masks, in mount order. The writable trees that the git check walks (`git`) are left to that
+/// walk, in the helper (one walk of each tree for both, [`SocketWalk`]); their protected paths,
+/// which it never looks into, are scanned here.
 pub(super) fn unix_sockets(
     probe: &dyn FsProbe,
     fs: &FilesystemPolicy,
     req: &SandboxRequest,
     binds: &[Bind],
+    git: Option<&GitGuard>,
     abi: i32,
-    mounts: &mut Vec<MountStep>,
     e: &mut Enforcement,
-) {
+) -> (Vec<MountStep>, Option<SocketWalk>) {
     let mut candidates: Vec<PathBuf> = fs
         .scan_sockets
         .iter()
@@ -110,6 +113,10 @@ pub(super) fn unix_sockets(
     candidates.push(req.workspace.clone());
     candidates.extend(req.read.iter().cloned());
     candidates.extend(req.write.iter().cloned());
+    if let Some(g) = git {
+        candidates.retain(|c| !g.trees.iter().any(|t| c.starts_with(t)));
+        candidates.extend(g.protected.iter().cloned());
+    }
     let found = probe.scan_sockets(&sockets::roots(candidates));
     let masked: Vec<&Path> = found
         .sockets
@@ -117,9 +124,12 @@ pub(super) fn unix_sockets(
         .filter(|s| !req.sockets.contains(s))
         .map(PathBuf::as_path)
         .collect();
-    mounts.extend(masked.iter().map(|path| MountStep::HideFile {
-        path: path.to_path_buf(),
-    }));
+    let masks = masked
+        .iter()
+        .map(|path| MountStep::HideFile {
+            path: path.to_path_buf(),
+        })
+        .collect();
     e.record(
         Restriction::UnixSockets,
         if found.incomplete.is_empty() {
@@ -134,4 +144,11 @@ pub(super) fn unix_sockets(
             Some(abi),
         ),
     );
+    let walk = git.map(|_| SocketWalk {
+        granted: req.sockets.clone(),
+        masked: masked.len(),
+        incomplete: found.incomplete.clone(),
+        abi,
+    });
+    (masks, walk)
 }

@@ -27,6 +27,7 @@ use crate::gitguard::GitGuard;
 use crate::host::Host;
 use crate::identity::Ids;
 use crate::mode::{BackendKind, Mode, Network};
+use crate::native::socket_walk::SocketWalk;
 use crate::outcome::Enforcement;
 use crate::plan::OwnerMap;
 use crate::plan::probe::{FsProbe, HostFs};
@@ -248,6 +249,10 @@ pub struct SandboxPlan {
     /// root), taken before the run and after it.
     #[serde(default)]
     pub git: Option<GitGuard>,
+    /// The unix sockets of the writable trees, found by the git check's walk (one walk for
+    /// both) and masked by the helper ([`crate::native::socket_walk`]).
+    #[serde(default)]
+    pub socket_walk: Option<SocketWalk>,
     /// Landlock, unless unrestricted.
     pub landlock: Option<LandlockPlan>,
     /// Seccomp.
@@ -325,6 +330,7 @@ pub(crate) fn resolve_with(
         protected: fs.guarded.protected,
         placeholders: fs.guarded.placeholders,
         git: fs.guarded.git,
+        socket_walk: fs.socket_walk,
         landlock: fs.landlock,
         seccomp,
         drop_capabilities: true,

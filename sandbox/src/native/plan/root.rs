@@ -81,7 +81,9 @@ pub(super) fn own_root(
     let mut mounts = Vec::new();
     let guarded = masks::protected(probe, policy, req, &mut mounts, e)?;
     masks::hidden(probe, &fs.hidden, &binds, &mut mounts, e);
-    masks::unix_sockets(probe, fs, req, &binds, abi, &mut mounts, e);
+    let (socket_masks, socket_walk) =
+        masks::unix_sockets(probe, fs, req, &binds, guarded.git.as_ref(), abi, e);
+    mounts.extend(socket_masks);
     let scratch_size = admitted.scratch_size;
     let scratch_owner = identity
         .as_ref()
@@ -112,6 +114,7 @@ pub(super) fn own_root(
     Ok(FsPlan {
         mounts,
         guarded,
+        socket_walk,
         identity,
         hand_over,
         root: Some(root),

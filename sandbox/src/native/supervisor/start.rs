@@ -25,6 +25,8 @@ use super::{Cleanup, FromRunner, Phase, Started, Supervisor, base_enforcement};
 use crate::beneath;
 use crate::gitguard::{self, GitGuard, Inventory};
 use crate::outcome::EndedBy;
+use crate::outcome::Enforcement;
+use crate::plan::MountStep;
 use crate::plan::SandboxPlan;
 use crate::snapshot::Snapshot;
 use crate::spec::ExecSpec;
@@ -64,6 +66,10 @@ struct Outside {
     hidden_file: Option<PathBuf>,
     idmaps: Idmaps,
     git: Option<(GitGuard, Inventory)>,
+    /// Masks for the writable trees' sockets the git walk found ([`crate::native::socket_walk`]).
+    socket_masks: Vec<MountStep>,
+    /// The run's enforcement, with the final line on unix sockets.
+    enforcement: Enforcement,
 }
 
 /// The supervisor's ends of the pipes it shares with the init (or the command).
@@ -123,7 +129,18 @@ impl Supervisor {
             ns::enter_user_namespace(map)?;
         }
         let mut cleanup = Cleanup::default();
-        let outside = prepare_outside(spec, plan, &mut cleanup)?;
+        let mut outside = prepare_outside(spec, plan, &mut cleanup)?;
+        // The writable trees' sockets found by the walk are masked like the plan's own (after
+        // every other mount step, where the plan puts its socket masks).
+        let with_masks;
+        let plan = if outside.socket_masks.is_empty() {
+            plan
+        } else {
+            let mut p = plan.clone();
+            p.mounts.append(&mut outside.socket_masks);
+            with_masks = p;
+            &with_masks
+        };
         let (ours, theirs) = pipes(plan)?;
         let started = Instant::now();
         // SAFETY: this process is single-threaded (the helper never starts a runtime, and
@@ -161,7 +178,7 @@ impl Supervisor {
             main_wall: None,
             leftovers_killed: 0,
             exec_error,
-            enforcement: base_enforcement(spec, plan),
+            enforcement: outside.enforcement,
             cleanup,
             absent: plan.absent.clone(),
             watch: plan.watch.clone(),
@@ -247,12 +264,24 @@ fn build_outside(
                 format!("failed to record the protected paths: {m}"),
             )
         })?;
+    // What git repositories the writable trees hold before anything of the run exists; the
+    // same walk finds their unix sockets, masked like the plan's own.
+    let git = plan
+        .git
+        .as_ref()
+        .map(|g| (g.clone(), gitguard::inventory(g)));
+    let mut enforcement = base_enforcement(spec, plan);
+    let socket_masks = match (&plan.socket_walk, &git) {
+        (Some(w), Some((_, inventory))) => w.finish(inventory, &mut enforcement),
+        _ => Vec::new(),
+    };
     // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
     // journal), created only when something is masked and removed once the mounts are made.
-    let needs_mask = plan
-        .mounts
-        .iter()
-        .any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
+    let needs_mask = !socket_masks.is_empty()
+        || plan
+            .mounts
+            .iter()
+            .any(|m| matches!(m, crate::plan::MountStep::HideFile { .. }));
     let hidden_file = if needs_mask {
         let path = create_mask(&spec.control_dir, &run_id)
             .map_err(|e| format!("failed to create the mask file for secrets: {e}"))?;
@@ -263,11 +292,6 @@ fn build_outside(
     };
     hand_over_dirs(plan)?;
     let idmaps = Idmaps::create(plan)?;
-    // What git repositories the writable trees hold before anything of the run exists.
-    let git = plan
-        .git
-        .as_ref()
-        .map(|g| (g.clone(), gitguard::inventory(g)));
     if plan.pid_namespace {
         ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID")?;
     }
@@ -276,6 +300,8 @@ fn build_outside(
         hidden_file,
         idmaps,
         git,
+        socket_masks,
+        enforcement,
     })
 }
 
