@@ -237,7 +237,7 @@ med = statistics.median
 single = [v for (k, c), v in results.items() if k == 1]
 base = med(r["rate"] for r in single[0]) if single else None
 print(f"### {JOBS:,} short jobs drained by a fleet on one PostgreSQL database ({REPS} runs each, medians)\n")
-print("| hosts × max_concurrent_jobs | drain | jobs/s (total) | jobs/s per host | per host vs 1 host | steady jobs/s (10–90 %) | jobs per host (run 1) | time in the DB (busy connections of all) | lost claims (rollbacks) |")
+print("| hosts × max_concurrent_jobs | drain | jobs/s (total) | jobs/s per host | per host vs 1 host | steady jobs/s (10–90 %) | jobs per host (run 1) | time in the DB (busy connections of all) | rollbacks |")
 print("|---|---|---|---|---|---|---|---|---|")
 for (k, c), rs in results.items():
     rate = med(r["rate"] for r in rs)
