@@ -42,7 +42,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-exec python3 - "$ralph" "$work" "$JOBS" "$REPS" "$SAMPLE_MS" "$ADMIN_URL" "$CONFIGS" \
+python3 - "$ralph" "$work" "$JOBS" "$REPS" "$SAMPLE_MS" "$ADMIN_URL" "$CONFIGS" \
     "${STATEMENT_LOG:-}" "$PG_LOG" <<'PY'
 import collections, http.client, json, os, re, signal, socket, statistics, subprocess, sys, threading, time
 from urllib.parse import urlsplit, urlunsplit

@@ -35,7 +35,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-exec python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "${DATABASE_URL:-}" <<'PY'
+python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "${DATABASE_URL:-}" <<'PY'
 import concurrent.futures, http.client, json, os, signal, socket, subprocess, sys, threading, time
 
 ralph, work, N, BATCH, REQS, RATE, SECS, db = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8]), sys.argv[8]
