@@ -9,7 +9,10 @@
 #     ?label=k=v (a label 1 job in 1,000 carries), ?state=queued&label=...;
 #   - one-job submissions at RATE req/s for SECONDS s while the 4 jobs run: p50, p99;
 #   - a restart after `kill -9`: until /readyz answers 200;
-#   - the state dir's bytes per job.
+#   - the state dir's bytes per job;
+#   - on PostgreSQL, the floor under a submission: pgbench committing one INSERT of a job-sized
+#     row per transaction at RATE/s for SECONDS s on 4 connections (the pool's default size),
+#     in the same database, before the server starts (p50, p99 from pgbench's per-transaction log).
 # The baseline each latency is read against is the same request on an empty server, measured in
 # this run (the ratio column).
 #
@@ -32,7 +35,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-exec python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "${DATABASE_URL:-}" <<'PY'
+python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "${DATABASE_URL:-}" <<'PY'
 import concurrent.futures, http.client, json, os, signal, socket, subprocess, sys, threading, time
 
 ralph, work, N, BATCH, REQS, RATE, SECS, db = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8]), sys.argv[8]
@@ -64,6 +67,21 @@ def start():
             sys.exit("ralph serve exited:\n" + open(f"{work}/serve.log").read()[-2000:])
         time.sleep(0.005)
 
+def floor():
+    """pgbench: one INSERT + COMMIT per transaction at RATE/s, 4 connections; (p50, p99, tps)."""
+    def sql(q): subprocess.run(["psql", db, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", q], check=True, capture_output=True)
+    sql("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, at text, data text)")
+    open(f"{work}/floor.sql", "w").write("INSERT INTO bench_floor (at, data) VALUES (now()::text, repeat('x', 600));\n")
+    subprocess.run(["pgbench", "-n", "-R", str(RATE), "-T", str(SECS), "-c", "4", "-j", "2", "-l",
+                    "--log-prefix", f"{work}/floor", "-f", f"{work}/floor.sql", db],
+                   check=True, capture_output=True, cwd=work)
+    sql("DROP TABLE bench_floor")
+    us = [int(l.split()[2]) for f in os.listdir(work) if f.startswith("floor.") and f != "floor.sql"
+          for l in open(f"{work}/{f}")]
+    us.sort()
+    return us[len(us) // 2] / 1e6, us[min(len(us) - 1, len(us) * 99 // 100)] / 1e6, len(us) / SECS
+
+floor_rate = floor() if db else None
 start()
 token = open(f"{state}/token").read().strip()
 H = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -170,5 +188,7 @@ print("|---|---|---|---|")
 for name in queries:
     (a50, a99), (b50, b99) = base[name], big[name]
     print(f"| GET {name} | {a50*1e3:.1f} / {a99*1e3:.1f} ms | {b50*1e3:.1f} / {b99*1e3:.1f} ms | {b99/a99:.1f}x |")
+if floor_rate:
+    print(f"| floor: pgbench, one INSERT + COMMIT at {RATE}/s, 4 connections (achieved {floor_rate[2]:.0f}) | {floor_rate[0]*1e3:.1f} / {floor_rate[1]*1e3:.1f} ms | | |")
 print(f"| POST one job at {RATE}/s (achieved {base_rate[2]:.0f} / {big_rate[2]:.0f}; errors {base_rate[3]} / {big_rate[3]}) | {base_rate[0]*1e3:.1f} / {base_rate[1]*1e3:.1f} ms | {big_rate[0]*1e3:.1f} / {big_rate[1]*1e3:.1f} ms | {big_rate[1]/base_rate[1]:.1f}x |")
 PY

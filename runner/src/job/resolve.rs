@@ -36,6 +36,7 @@
 //! each of its rounds, not a lock: a link planted between the check and the mount is covered by
 //! the mounts themselves (see `docs/sandbox.md`).
 
+use std::collections::HashSet;
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
@@ -54,9 +55,15 @@ const TRUSTED_OWNER: u32 = 0;
 
 /// The trees a round could have written into (real, symlink-free absolute paths), and who is
 /// trusted to own a link outside them ([`TRUSTED_OWNER`]).
+///
+/// A store names every workspace it ever ran (100,000 jobs of their own workspaces are 100,000
+/// trees), and the set is built for each submission and each job's start: duplicates are found
+/// by hash (`seen`), not by scanning the list (quadratic: at 1,000 trees it was most of a fleet
+/// host's CPU, `bench/fleet_drain.sh`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WritableTrees {
     roots: Vec<PathBuf>,
+    seen: HashSet<PathBuf>,
     trusted: Vec<u32>,
 }
 
@@ -64,6 +71,7 @@ impl Default for WritableTrees {
     fn default() -> Self {
         Self {
             roots: Vec::new(),
+            seen: HashSet::new(),
             trusted: vec![TRUSTED_OWNER],
         }
     }
@@ -94,7 +102,7 @@ impl WritableTrees {
     /// Adds trees (real absolute paths; relative ones are ignored, duplicates dropped).
     pub fn extend(&mut self, roots: impl IntoIterator<Item = PathBuf>) {
         for r in roots {
-            if r.is_absolute() && !self.roots.contains(&r) {
+            if r.is_absolute() && self.seen.insert(r.clone()) {
                 self.roots.push(r);
             }
         }

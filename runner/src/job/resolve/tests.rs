@@ -476,3 +476,29 @@ fn a_link_in_a_marked_tree_is_refused_even_when_root_owns_it() {
         w.host
     );
 }
+
+#[test]
+fn trees_keep_their_first_order_and_drop_duplicates_and_relative_paths() {
+    let mut t = WritableTrees::new(["/b", "/a", "rel", "/b", "/a//", "/c/./d"].map(PathBuf::from));
+    t.extend(["/c/d", "/e", "/a"].map(PathBuf::from));
+    let roots: Vec<&str> = t.roots().iter().filter_map(|r| r.to_str()).collect();
+    assert_eq!(roots, ["/b", "/a", "/c/./d", "/e"]);
+    assert_eq!(
+        t.with([PathBuf::from("/f"), PathBuf::from("/b")])
+            .roots()
+            .len(),
+        5
+    );
+    assert_eq!(t.roots().len(), 4, "`with` leaves the original as it was");
+    // A store's worth of workspaces, each once (the check is by hash: this is quick).
+    let many = WritableTrees::new(
+        (0..50_000)
+            .chain(0..50_000)
+            .map(|i| PathBuf::from(format!("/w/{i}"))),
+    );
+    assert_eq!(many.roots().len(), 50_000);
+    assert_eq!(
+        many.containing(Path::new("/w/49999/x")),
+        Some(Path::new("/w/49999"))
+    );
+}
