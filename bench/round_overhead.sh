@@ -10,6 +10,9 @@
 # Usage: bench/round_overhead.sh [MODE]   (MODE defaults to full-access: the runner's own cost;
 #        pass workspace-write to include the native sandbox set-up)
 # STATE_ROOT puts the state dirs elsewhere (e.g. /dev/shm, to take the disk's fsync latency out).
+# PROJECT_FILES=N makes the workspace a git project of N files (100 per directory, one commit),
+# so that the per-round host-boundary steps (walks of the workspace, snapshot of `.git/hooks`)
+# have real work.
 # RALPH=path measures that binary instead of this tree's; BASELINE=path measures another build
 # (e.g. a copy of the one before a change) in the same hyperfine run, as its own rows.
 set -euo pipefail
@@ -27,6 +30,11 @@ work=$(mktemp -d "$PWD/target/bench/round-XXXXXX")
 trap 'rm -rf "$work" "${STATE_ROOT:-$work}"/state-*' EXIT
 state_root=${STATE_ROOT:-$work}
 mkdir -p "$work/ws" "$work/direct" "$work/agent" "$state_root"
+if [ -n "${PROJECT_FILES:-}" ]; then
+    (cd "$work/ws" && git init -q && for i in $(seq 1 "$PROJECT_FILES"); do
+        d="src/m$((i / 1000))/d$((i / 100))"; mkdir -p "$d"; echo "line $i" > "$d/f$i.txt"; done \
+        && git add -A && git -c user.email=b@e -c user.name=bench commit -qm init)
+fi
 # The agent: one printf into the report file. Both sides run it as `/bin/sh -c '. agent.sh'`.
 cat > "$work/agent/agent.sh" <<'SH'
 printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"

@@ -331,18 +331,22 @@ fn cases() -> Vec<Case> {
         // The writable trees' sockets are found by the git check's walk, which never looks into
         // a protected path: the plan scans those itself. Deep below the workspace and inside
         // `.ralph/`, both masked.
-        Case::new("socket_deep_in_the_workspace_is_masked", CONFINED, |w, _| {
-            let dir = w.ws.join("a/b/c");
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = dir.join("deep.sock");
-            let l = listener(&path);
-            Spec::probe(
-                argv!["unix-connect", path],
-                by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
-            )
-            .after(accepted(l.try_clone().unwrap(), 0))
-            .keep(l)
-        }),
+        Case::new(
+            "socket_deep_in_the_workspace_is_masked",
+            CONFINED,
+            |w, _| {
+                let dir = w.ws.join("a/b/c");
+                std::fs::create_dir_all(&dir).unwrap();
+                let path = dir.join("deep.sock");
+                let l = listener(&path);
+                Spec::probe(
+                    argv!["unix-connect", path],
+                    by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
+                )
+                .after(accepted(l.try_clone().unwrap(), 0))
+                .keep(l)
+            },
+        ),
         Case::new("socket_in_a_protected_path_is_masked", ONLY_WW, |w, _| {
             let dir = w.ws.join(".ralph");
             std::fs::create_dir_all(&dir).unwrap();
