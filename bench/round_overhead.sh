@@ -13,6 +13,8 @@
 # PROJECT_FILES=N makes the workspace a git project of N files (100 per directory, one commit),
 # so that the per-round host-boundary steps (walks of the workspace, snapshot of `.git/hooks`)
 # have real work.
+# TOOLCHAIN=none|auto passes `--toolchain` (default: ralph's own default, auto: the runner's
+# per-user toolchains are granted to every round and their trees scanned for sockets).
 # RALPH=path measures that binary instead of this tree's; BASELINE=path measures another build
 # (e.g. a copy of the one before a change) in the same hyperfine run, as its own rows.
 set -euo pipefail
@@ -40,7 +42,7 @@ cat > "$work/agent/agent.sh" <<'SH'
 printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"
 SH
 ralph_cmd() { # rounds [binary]
-    echo "${2:-$ralph} run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
+    echo "${2:-$ralph} run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 ${TOOLCHAIN:+--toolchain $TOOLCHAIN} --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
 }
 direct_cmd() { # rounds
     echo "for i in \$(seq $1); do RALPH_REPORT_FILE=$work/direct/report.json /bin/sh -c '. $work/agent/agent.sh'; done"
