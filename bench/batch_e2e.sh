@@ -52,8 +52,8 @@ if [ "${DOCKER:-auto}" != 0 ] && docker image inspect "$image" >/dev/null 2>&1; 
 fi
 fs_make() {  # dir: a fresh ext4 mounted there
     mkdir -p "$1"
-    truncate -s 12G "$1.img"
-    mkfs.ext4 -q -F -N 1600000 -E lazy_itable_init=1,lazy_journal_init=1 "$1.img"
+    truncate -s 20G "$1.img"
+    mkfs.ext4 -q -F -N 2500000 -E lazy_itable_init=1,lazy_journal_init=1 "$1.img"
     mount -o loop "$1.img" "$1"
     chmod 755 "$1"
 }
@@ -108,6 +108,8 @@ for c in 1 2 3 4; do
     git -C "$work" commit -qam "c$c"
 done
 git clone -q --bare "$work" "$up"
+# Packed, as a served repository is (a clone across filesystems copies loose objects one by one).
+git -C "$up" repack -adq
 rm -rf "$work"
 count=$(git -C "$up" ls-tree -r HEAD | wc -l)
 echo "upstream: $up, $count files, $(git -C "$up" rev-list --count HEAD) commits" >&2
