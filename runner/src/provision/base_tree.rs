@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::ProvisionError;
 use super::clone::checkout_shared;
+use super::git;
 use super::{layered, mirror};
 
 /// The directory of `mirror`'s base trees.
@@ -62,9 +63,30 @@ pub fn ensure(
     checkout_shared(mirror, url, commit, &tmp)?;
     if let Some(o) = owner {
         chown_tree(&tmp, o)?;
+        refresh_index(&tmp, o);
     }
     std::fs::rename(&tmp, &dir).map_err(|e| ProvisionError::io("move the base tree", &dir, e))?;
     Ok(dir)
+}
+
+/// Brings the index of the base tree `tree` up to date with its files' stat data after the
+/// chown moved every file's change time, and gives it back to `owner`: the results of the jobs
+/// on this tree are staged from it ([`super::stat_seed`]), so each job stats the files it did
+/// not change instead of hashing them (one hash of each file here, once per tree). A failure
+/// only costs the jobs that time.
+fn refresh_index(tree: &Path, owner: Owner) {
+    let ran = git::at(&tree.join(".git"))
+        .env("GIT_WORK_TREE", tree)
+        .current_dir(tree)
+        .args(["update-index", "-q", "--refresh"])
+        .run();
+    if let Err(e) = ran {
+        tracing::debug!(error = %e, "workspaces: the base tree's index was not refreshed: {e}");
+    }
+    let index = tree.join(".git").join("index");
+    if let Err(e) = std::os::unix::fs::lchown(&index, Some(owner.uid), Some(owner.gid)) {
+        tracing::debug!(error = %e, "workspaces: the base tree's index was not given back: {e}");
+    }
 }
 
 /// Gives every file of `root` to `owner` (symlinks themselves, never followed).

@@ -37,6 +37,7 @@ pub mod patch_answer;
 pub mod patch_status;
 pub mod push;
 pub mod stage;
+pub mod stat_seed;
 pub mod untar;
 pub mod upload;
 

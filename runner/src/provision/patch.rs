@@ -1,6 +1,7 @@
 //! `result.patch`: what a job changed in its provisioned workspace, against the base commit.
 //! Computed in the runner's own repository ([`super::private_git_dir`]) with the workspace as
-//! its work tree and a throwaway index (`GIT_INDEX_FILE`): the workspace is staged against the
+//! its work tree and a throwaway index (`GIT_INDEX_FILE`; a layered workspace's starts from its
+//! base tree's stat data, [`super::stat_seed`]): the workspace is staged against the
 //! base tree ([`super::stage`]: every change but the paths that cannot be taken, which are
 //! reported), and the index is diffed against the base, binary-safe. Every git here runs under
 //! the memory bound ([`super::git_bound`]). A patch that cannot be built says why
@@ -13,7 +14,7 @@ use super::git::{self, GitError};
 use super::git_bound::{Bound, PeakRss};
 use super::patch_status::{PatchFailure, Skipped};
 use super::stage::{self, StageLimits};
-use super::{ProvisionError, private_git_dir};
+use super::{ProvisionError, private_git_dir, stat_seed};
 
 /// A written patch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +110,12 @@ fn build(
         });
     }
     let index = private.join("ralph-result.index");
-    let staged = stage::stage(workspace, Some(base), &index, limits, bound);
+    let seed = stat_seed::for_workspace(workspace);
+    let base_of = stage::Base {
+        commit: base,
+        stat_seed: seed.as_deref(),
+    };
+    let staged = stage::stage(workspace, Some(base_of), &index, limits, bound);
     let _ = std::fs::remove_file(&index);
     let staged = staged?;
     let tree = staged.tree;
@@ -152,14 +158,14 @@ fn build(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::provision::clone::init_private;
     use crate::provision::git_bound;
     use crate::provision::patch_status::SkipReason;
     use std::os::unix::ffi::OsStrExt;
 
-    fn sh(dir: &Path, script: &str) {
+    pub(crate) fn sh(dir: &Path, script: &str) {
         let ok = std::process::Command::new("sh")
             .args(["-c", script])
             .current_dir(dir)
@@ -241,7 +247,7 @@ mod tests {
 
     /// A workspace at a base commit (`a.txt`, `tracked.txt`) with the runner's repository
     /// beside it: (root, workspace, base).
-    fn based() -> (tempfile::TempDir, std::path::PathBuf, String) {
+    pub(crate) fn based() -> (tempfile::TempDir, std::path::PathBuf, String) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let ws = root.join("ws");

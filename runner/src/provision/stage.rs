@@ -1,6 +1,8 @@
 //! Staging a workspace's files as a tree of the runner's repository, the way a result (and an
 //! upload's base) is taken, so that no single path a round left can fail it: the base tree is
-//! read into a throwaway index, the changes are listed (`git ls-files -o -m -d
+//! read into a throwaway index (a layered workspace's merged into a copy of its base tree's
+//! index, whose stat data spares hashing the unchanged files: [`super::stat_seed`]), the
+//! changes are listed (`git ls-files -o -m -d
 //! --exclude-standard`: untracked ones too, `.gitignore` respected, `.git` never), each is
 //! probed without following a link and judged ([`judge`]: a path git refuses, a nested
 //! repository, a file over [`MAX_PATCH_FILE`], a FIFO, socket or device, an unreadable file
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use super::git::{self, Git, GitError};
 use super::git_bound::Bound;
 use super::patch_status::{SkipReason, Skipped};
-use super::{ProvisionError, git_path, private_git_dir};
+use super::{ProvisionError, git_path, private_git_dir, stat_seed};
 
 /// The largest file a patch takes (100 MiB): a bigger one is skipped and reported, never
 /// read. A binary diff of a changed file holds about six times it in git's memory (measured:
@@ -48,6 +50,16 @@ impl Default for StageLimits {
             max_file: MAX_PATCH_FILE,
         }
     }
+}
+
+/// The commit a staging starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Base<'a> {
+    /// Its id.
+    pub commit: &'a str,
+    /// An index whose stat data is kept for the entries where it names the commit's blob
+    /// ([`stat_seed`]); its content never decides what is staged.
+    pub stat_seed: Option<&'a Path>,
 }
 
 /// A staged workspace.
@@ -123,6 +135,9 @@ fn over(workspace: &Path, index: &Path, bound: &Bound) -> Git {
         .env("GIT_INDEX_FILE", index)
         .current_dir(workspace)
         .config("core.bare=false")
+        // A file is unchanged only if its change time is too (no round can set that back).
+        .config("core.trustctime=true")
+        .config("core.checkStat=default")
         .bounded(bound)
 }
 
@@ -131,7 +146,7 @@ fn over(workspace: &Path, index: &Path, bound: &Bound) -> Git {
 /// (reported in [`Staged::skipped`]). The workspace's own `.git` is neither read nor touched.
 pub fn stage(
     workspace: &Path,
-    base: Option<&str>,
+    base: Option<Base<'_>>,
     index: &Path,
     limits: &StageLimits,
     bound: &Bound,
@@ -139,9 +154,7 @@ pub fn stage(
     let _ = std::fs::remove_file(index);
     let git = || over(workspace, index, bound);
     if let Some(base) = base {
-        git()
-            .args(["read-tree", "--end-of-options", base])
-            .output()?;
+        read_base(&git, index, &base)?;
         // Stat data for the unchanged files, so listing the changes (twice) hashes each file
         // at most once more. Its failure only costs time.
         if let Err(e @ GitError::OutOfMemory { .. }) =
@@ -191,6 +204,29 @@ pub fn stage(
     }
     let tree = git().args(["write-tree"]).line()?;
     Ok(Staged { tree, skipped })
+}
+
+/// Reads `base`'s tree into the fresh `index`: merged into a copy of its stat seed where there
+/// is one (`git read-tree -m` of one tree: every entry is the commit's, the seed's stat data kept
+/// where it names the same blob; a seed git will not merge is dropped), else into an empty one.
+fn read_base(git: &dyn Fn() -> Git, index: &Path, base: &Base<'_>) -> Result<(), ProvisionError> {
+    if let Some(seed) = base.stat_seed {
+        if stat_seed::copy(seed, index).is_ok() {
+            match git()
+                .args(["read-tree", "-m", "--end-of-options", base.commit])
+                .run()
+            {
+                Ok(ran) if ran.status.success() => return Ok(()),
+                Err(e @ GitError::OutOfMemory { .. }) => return Err(e.into()),
+                _ => {}
+            }
+        }
+        let _ = std::fs::remove_file(index);
+    }
+    git()
+        .args(["read-tree", "--end-of-options", base.commit])
+        .output()?;
+    Ok(())
 }
 
 /// The changes of the workspace against the index: untracked files (not `.gitignore`d;
