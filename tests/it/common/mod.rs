@@ -25,6 +25,7 @@ pub mod small_disk;
 #[path = "../../../runner/src/store/test_db.rs"]
 pub mod test_db;
 pub mod tls_serve;
+pub mod webdriver;
 pub mod webhook_receiver;
 
 /// A port for a server a test starts (`ralph serve`, PostgreSQL) that is free right now, taken
