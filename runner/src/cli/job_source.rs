@@ -171,6 +171,7 @@ impl JobSource {
                     name: q.name.clone(),
                     labels: q.labels.iter().cloned().collect(),
                     batch: q.batch.clone(),
+                    submitted_by: None,
                 };
                 let jobs = store.list(&filter).map_err(store_error)?;
                 let next = (jobs.len() == limit)

@@ -79,6 +79,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .merge(metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .merge(super::ui::routes(svc.clone()))
         .fallback(no_endpoint)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(json_errors))
@@ -120,7 +121,9 @@ fn code_of(status: StatusCode) -> &'static str {
 /// does not parse, …) into the API's JSON error shape, its text as the message. `/readyz`
 /// answers in text by design.
 async fn json_errors(req: Request, next: Next) -> Response {
-    let readyz = req.uri().path() == "/readyz";
+    // `/readyz` answers in text by design; the dashboard's errors are pages.
+    let path = req.uri().path();
+    let readyz = path == "/readyz" || path == "/ui" || path.starts_with("/ui/");
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -585,6 +588,7 @@ struct ListQuery {
     before: Option<String>,
     name: Option<String>,
     batch: Option<String>,
+    submitted_by: Option<String>,
 }
 
 async fn list_jobs(
@@ -636,6 +640,7 @@ async fn list_jobs(
         name: q.name,
         labels,
         batch: q.batch,
+        submitted_by: q.submitted_by,
     };
     let jobs = blocking(|| svc.engine().store().list(&filter))?;
     let next = (jobs.len() == limit)
@@ -817,13 +822,13 @@ fn follow_through_resume(events: &[Event]) -> bool {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LogsQuery {
-    attempt: Option<u32>,
-    stream: Option<String>,
-    follow: Option<bool>,
+pub(super) struct LogsQuery {
+    pub(super) attempt: Option<u32>,
+    pub(super) stream: Option<String>,
+    pub(super) follow: Option<bool>,
 }
 
-async fn round_logs(
+pub(super) async fn round_logs(
     State(svc): Svc,
     Path((id, round)): Path<(String, u32)>,
     q: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
@@ -957,7 +962,7 @@ fn check_own(svc: &Service, caller: &super::tokens::Caller, id: &str) -> Result<
     Err(e)
 }
 
-async fn cancel_job(
+pub(super) async fn cancel_job(
     State(svc): Svc,
     axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     Path(id): Path<String>,
@@ -993,7 +998,7 @@ async fn cancel_job(
 
 /// `POST /v1/jobs/{id}/resume`, with an optional JSON body of raised caps
 /// (`{"max_rounds": N, "max_tokens": N, "job_timeout": "DUR"}`, SPEC §3).
-async fn resume_job(
+pub(super) async fn resume_job(
     State(svc): Svc,
     axum::Extension(caller): axum::Extension<super::tokens::Caller>,
     Path(id): Path<String>,

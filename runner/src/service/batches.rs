@@ -180,7 +180,10 @@ fn summarize(batch: &str, members: &[Member]) -> Value {
     })
 }
 
-async fn show(State(svc): Svc, Path(id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+pub(super) async fn show(
+    State(svc): Svc,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     let members = blocking(|| members(&svc, &id))?;
     Ok(axum::Json(summarize(&id, &members)))
 }

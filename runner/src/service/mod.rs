@@ -12,6 +12,7 @@
 //!   [`token_config`] (`[tokens.NAME]`), [`token_api`] (`/v1/tokens`), [`rate_limit`].
 //! - [`results`]: a job's patch, logs and artifacts through any host of a fleet (SPEC §11).
 //! - [`uploads`]: `POST /v1/uploads` (a tree for `upload` jobs) and the uploads' retention.
+//! - [`ui`]: the dashboard at `/ui` (read-only pages, a browser login, live logs; SPEC §13).
 //! - [`tls`]: HTTPS for the TCP listener (mutual TLS with `client_ca`). [`notify`]: `sd_notify`.
 
 pub mod admission;
@@ -41,6 +42,7 @@ pub mod tls_init;
 pub mod token_api;
 pub mod token_config;
 pub mod tokens;
+pub mod ui;
 pub mod uploads;
 pub mod webhooks;
 
@@ -154,6 +156,7 @@ pub struct Service {
     uploads_gate: tokio::sync::Mutex<()>,
     /// The full state disk's log, at a bounded rate ([`disk_room`]).
     disk_log: disk_room::LogGate,
+    sessions: ui::session::Sessions,
 }
 
 impl std::fmt::Debug for Service {
@@ -318,6 +321,7 @@ impl Service {
             _holds: holds,
             uploads_gate: tokio::sync::Mutex::new(()),
             disk_log: disk_room::LogGate::new(),
+            sessions: ui::session::Sessions::default(),
         }))
     }
 

@@ -214,10 +214,15 @@ impl Tokens {
 
     /// The caller `given` authenticates, if any. Every token's hash is compared, in constant time.
     pub fn verify(&self, given: &str) -> Option<Caller> {
-        let h = hash(given);
+        self.verify_hash(&hash(given))
+    }
+
+    /// The caller whose token has the SHA-256 `h` (a dashboard session keeps only that), if
+    /// the token still exists. Every token's hash is compared, in constant time.
+    pub fn verify_hash(&self, h: &[u8; 32]) -> Option<Caller> {
         let mut found = None;
         for e in self.all() {
-            if bool::from(e.hash.ct_eq(&h)) && found.is_none() {
+            if bool::from(e.hash.ct_eq(h)) && found.is_none() {
                 found = Some(Caller {
                     name: e.name,
                     scopes: e.scopes,

@@ -576,6 +576,14 @@ impl Store {
         }
     }
 
+    /// The fleet's runner leases (PostgreSQL); empty on SQLite, whose one host holds none.
+    pub fn leases(&self) -> Result<Vec<postgres::lease::LeaseRow>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(Vec::new()),
+            Backend::Postgres(pg) => pg.leases(),
+        }
+    }
+
     pub(crate) fn renew_lease(
         &self,
         id: &str,
@@ -733,6 +741,8 @@ pub struct JobFilter {
     pub labels: std::collections::BTreeMap<String, String>,
     /// Only the jobs of this batch (SPEC §13).
     pub batch: Option<String>,
+    /// Only the jobs submitted with this token (its name).
+    pub submitted_by: Option<String>,
 }
 
 /// One line of a job listing.
@@ -758,6 +768,8 @@ pub struct JobSummary {
     pub name: Option<String>,
     /// The job's labels.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The token it was submitted with.
+    pub submitted_by: Option<String>,
 }
 
 /// The labels of a listed job from their stored JSON (none when absent or unreadable).

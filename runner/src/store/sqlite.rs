@@ -502,9 +502,14 @@ impl SqliteStore {
             conds.push("json_extract(spec, '$.batch') = :batch");
             values.push((":batch", v));
         }
+        if let Some(v) = &filter.submitted_by {
+            conds.push("json_extract(spec, '$.submitted_by') = :submitted_by");
+            values.push((":submitted_by", v));
+        }
         let mut sql = String::from(
             "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
-                    json_extract(spec, '$.name'), json_extract(spec, '$.labels') FROM jobs",
+                    json_extract(spec, '$.name'), json_extract(spec, '$.labels'),
+                    json_extract(spec, '$.submitted_by') FROM jobs",
         );
         if !conds.is_empty() {
             sql.push_str(" WHERE ");
@@ -525,6 +530,7 @@ impl SqliteStore {
                     updated_at: r.get(7)?,
                     name: r.get(8)?,
                     labels: super::labels_of(r.get::<_, Option<String>>(9)?.as_deref()),
+                    submitted_by: r.get(10)?,
                 })
             })
             .map_err(&err)?;

@@ -17,7 +17,54 @@ use crate::store::StoreError;
 use crate::store::event::RunnerInfo;
 use crate::store::hold::{Heartbeat, Probe};
 
+/// One row of `runner_leases`, as the dashboard shows a fleet's hosts.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseRow {
+    /// The host's name.
+    pub host: String,
+    /// The runner's pid there.
+    pub pid: u32,
+    /// `serve` or `run`.
+    pub role: String,
+    /// When the lease lapses unless renewed (RFC 3339, the database's clock).
+    pub expires_at: String,
+    /// Whether it has not lapsed yet (by the database's clock).
+    pub live: bool,
+    /// Jobs running under it.
+    pub running: u64,
+}
+
 impl PgStore {
+    /// Every runner lease, live ones first, then by host, with the jobs running under each.
+    pub fn leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        self.conn.call("list the runner leases in", move |client, _| {
+            let rows = client.query(
+                "SELECT l.host, l.pid, l.role,
+                        to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                        l.expires_at > now(),
+                        (SELECT count(*) FROM jobs AS j WHERE j.lease_id = l.id AND j.state = 'running')
+                 FROM runner_leases AS l
+                 ORDER BY l.expires_at > now() DESC, l.host, l.pid
+                 LIMIT 1000",
+                &[],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let pid: i64 = r.try_get(1)?;
+                let running: i64 = r.try_get(5)?;
+                out.push(LeaseRow {
+                    host: r.try_get(0)?,
+                    pid: u32::try_from(pid).unwrap_or(0),
+                    role: r.try_get(2)?,
+                    expires_at: r.try_get(3)?,
+                    live: r.try_get(4)?,
+                    running: u64::try_from(running).unwrap_or(0),
+                });
+            }
+            Ok(out)
+        })
+    }
+
     /// Creates this process's lease (`id`), valid for `timeout` from now by the database's
     /// clock, and makes the jobs this store claims from now on name it.
     pub fn create_lease(

@@ -336,6 +336,7 @@ impl PgStore {
         let labels = serde_json::to_string(&filter.labels).map_err(StoreError::Encode)?;
         let has_labels = !filter.labels.is_empty();
         let batch = filter.batch.clone();
+        let submitted_by = filter.submitted_by.clone();
         self.conn.call("list jobs in", move |client, _| {
             // Only the conditions the filter has (see the SQLite store): each can use its index.
             let mut conds: Vec<String> = Vec::new();
@@ -370,9 +371,14 @@ impl PgStore {
                 values.push(v);
                 conds.push(format!("spec::jsonb ->> 'batch' = ${}", values.len()));
             }
+            if let Some(v) = &submitted_by {
+                values.push(v);
+                conds.push(format!("spec::jsonb ->> 'submitted_by' = ${}", values.len()));
+            }
             let mut sql = String::from(
                 "SELECT id, kind, state, outcome, rounds, priority, created_at, updated_at,
-                        spec::jsonb ->> 'name', (spec::jsonb -> 'labels')::text FROM jobs",
+                        spec::jsonb ->> 'name', (spec::jsonb -> 'labels')::text,
+                        spec::jsonb ->> 'submitted_by' FROM jobs",
             );
             if !conds.is_empty() {
                 sql.push_str(" WHERE ");
@@ -394,6 +400,7 @@ impl PgStore {
                     updated_at: r.try_get(7)?,
                     name: r.try_get(8)?,
                     labels: crate::store::labels_of(r.try_get::<_, Option<String>>(9)?.as_deref()),
+                    submitted_by: r.try_get(10)?,
                 });
             }
             Ok(out)
