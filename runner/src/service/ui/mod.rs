@@ -93,8 +93,10 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
         .into_response()
 }
 
-/// The headers of every `/ui` answer: the policy, no sniffing, no framing, no referrer, and no
-/// caching of pages (they show private data; the assets say otherwise).
+/// The headers of every `/ui` answer: the policy, no sniffing, no framing, a referrer only to
+/// this origin, and no caching of pages (they show private data; the assets say otherwise).
+/// `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with the
+/// pages' own form posts, which the origin check (rightly) refuses.
 async fn headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     let h = resp.headers_mut();
@@ -109,7 +111,7 @@ async fn headers(req: Request, next: Next) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(
         "cross-origin-opener-policy",
