@@ -734,7 +734,7 @@ fn shoot(b: &Browser, dir: Option<&Path>, name: &str, main: &str) {
         b.try_find(main).is_ok()
     });
     let path = dir.map(|d| d.join(name));
-    let png = b.screenshot(path.as_deref());
+    let png = b.full_page_screenshot(path.as_deref());
     let colours = b.distinct_colours(&png, 64);
     assert!(colours > 1, "{name} is blank (one colour)");
     if let Some(p) = path {

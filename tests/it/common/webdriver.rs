@@ -330,6 +330,35 @@ impl Browser {
         png
     }
 
+    /// A PNG of the whole page (the window made as tall as the document, at most 6000 px, for
+    /// the shot, then put back), written to `path` when given; its bytes.
+    pub fn full_page_screenshot(&self, path: Option<&Path>) -> Vec<u8> {
+        let rect = self.cmd("GET", "/window/rect", None);
+        let height = self.execute(
+            "return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)",
+            json!([]),
+        );
+        let chrome = rect["height"].as_i64().unwrap()
+            - self
+                .execute("return window.innerHeight", json!([]))
+                .as_i64()
+                .unwrap();
+        let tall =
+            (height.as_i64().unwrap() + chrome).clamp(rect["height"].as_i64().unwrap(), 6000);
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": rect["width"], "height": tall})),
+        );
+        let png = self.screenshot(path);
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": rect["width"], "height": rect["height"]})),
+        );
+        png
+    }
+
     /// How many distinct colours a PNG has, counted up to `cap`: decoded by the browser itself,
     /// on a canvas in a tab of its own (the page under test keeps its state and its CSP).
     pub fn distinct_colours(&self, png: &[u8], cap: u64) -> u64 {
