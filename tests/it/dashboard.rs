@@ -16,6 +16,11 @@ use common::webdriver::{Browser, ready};
 use common::{complete_report, continue_report, processes_with, wait_for_file, wait_until};
 use serde_json::{Value, json};
 
+/// The policy every `/ui` answer carries (the contract's, lower-cased as the raw head is).
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+                   base-uri 'none'";
+
 /// How long any one wait may take (CI has two busy cores).
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -287,6 +292,14 @@ fn a_read_token_logs_in_finds_a_job_by_label_and_sees_round_2_and_the_verify_fai
     for i in &ids {
         b.find(&format!("table#jobs tbody > tr.job[data-id=\"{i}\"]"));
     }
+    // A label nothing has: no rows, and it says so.
+    b.navigate(&format!("{}/ui/jobs?label=team%3Dnobody", s.url()));
+    b.find("p#no-jobs");
+    assert!(b.find_all("tr.job").is_empty());
+    b.find("nav#nav a#nav-jobs").click();
+    b.wait_until("the unfiltered list is back", LIMIT, |b| {
+        b.find_all("tr.job").len() == ids.len()
+    });
     let form = b.find("form#filters");
     assert_eq!(form.attr("method").unwrap().to_lowercase(), "get");
     b.find("input#f-label").send_keys("team=ui-test");
@@ -351,6 +364,19 @@ fn a_read_token_logs_in_finds_a_job_by_label_and_sees_round_2_and_the_verify_fai
         .text_of("section.verify#verify-2 pre.verify-output")
         .unwrap();
     assert!(output.contains("VERIFY-SAID-NO-42"), "{output}");
+    for css in ["dd#job-rounds", "dd#job-tokens"] {
+        b.find(&format!("dl#summary {css}"));
+    }
+    for n in [1, 2] {
+        for part in [".round-status", ".round-duration", ".round-tokens"] {
+            b.find(&format!("article.round#round-{n} {part}"));
+        }
+    }
+    assert!(!b.find_all("section#artifacts a.artifact").is_empty());
+    assert!(
+        b.try_find("form#cancel-form").is_err(),
+        "a finished job offers cancel"
+    );
 
     // The session cookie: HttpOnly, SameSite=Strict, and it is not the token.
     let cookies = b.cookies();
@@ -820,6 +846,7 @@ fn screenshots_of_the_main_pages() {
     ] {
         let r = get(&s, &path, token.map(String::as_str));
         assert_eq!(r.status, 200, "{path}: {}", r.head);
+        assert_eq!(header(&r, "content-security-policy"), Some(CSP), "{path}");
     }
 
     let b = Browser::start();
@@ -854,6 +881,10 @@ fn screenshots_of_the_main_pages() {
     b.wait_until("the health page renders", LIMIT, |b| {
         b.try_find("dd#health-ready").is_ok() && b.try_find("table#hosts").is_ok()
     });
+    assert!(
+        !b.find_all("table#hosts tr.host").is_empty(),
+        "no host rows"
+    );
     std::fs::write(live_ws.join("stop"), "").unwrap();
     assert_eq!(s.wait_finished(&running, LIMIT)["outcome"], "complete");
 }
