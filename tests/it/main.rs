@@ -19,6 +19,7 @@ mod builtin_agent;
 mod caches;
 mod ci_examples;
 mod ci_reports;
+mod dashboard_http;
 mod demo;
 mod disk_full;
 mod docker_backend;
