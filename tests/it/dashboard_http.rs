@@ -552,3 +552,56 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
     assert_eq!(r.status, 400);
     assert!(r.body.contains("label"));
 }
+
+#[test]
+fn the_health_page_lists_the_fleets_hosts_and_their_leases_on_postgresql() {
+    let Some(db) = crate::common::test_db::TestDatabase::create("ui_fleet") else {
+        return;
+    };
+    let a = Server::with_database("", &db.url);
+    let b = Server::with_database("", &db.url);
+    let ws = a.workspace("w");
+    let agent = a.agent("slow.sh", "while [ ! -e go ]; do sleep 0.05; done");
+    let id = submit(&a, job(&ws, &agent, json!({"max_rounds": 1})));
+    wait_state(&a, &id, "running");
+    // Either host answers for the whole fleet: both leases, the job under one of them.
+    for s in [&a, &b] {
+        let auth = format!("Bearer {}", s.token());
+        let r = http(s, "GET", "/ui/health", &[("Authorization", &auth)], "");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            r.body.contains("<dd id=\"health-ready\">ready</dd>"),
+            "{}",
+            r.body
+        );
+        assert!(r.body.contains("The fleet&#39;s hosts") || r.body.contains("The fleet's hosts"));
+        let rows: Vec<&str> = r.body.split("<tr class=\"host").skip(1).collect();
+        assert!(rows.len() >= 2, "both hosts' leases: {}", r.body);
+        assert!(
+            rows.iter().all(|row| row.contains("live until")),
+            "{}",
+            r.body
+        );
+        let running: u64 = rows
+            .iter()
+            .filter_map(|row| {
+                row.split("<td>")
+                    .last()
+                    .and_then(|c| c.split('<').next())
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+            .sum();
+        assert_eq!(running, 1, "one job runs in the fleet: {}", r.body);
+        // The job's page reads the same on either host.
+        let page = http(
+            s,
+            "GET",
+            &format!("/ui/jobs/{id}"),
+            &[("Authorization", &auth)],
+            "",
+        );
+        assert!(page.body.contains("<dd id=\"job-state\">running</dd>"));
+    }
+    std::fs::write(ws.join("go"), "").unwrap();
+    wait_state(&a, &id, "finished");
+}
