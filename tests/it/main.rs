@@ -20,6 +20,7 @@ mod caches;
 mod ci_examples;
 mod ci_reports;
 mod dashboard;
+mod dashboard_http;
 mod demo;
 mod disk_full;
 mod docker_backend;

@@ -83,6 +83,14 @@ CREATE INDEX IF NOT EXISTS jobs_batch ON jobs(json_extract(spec, '$.batch'))
     WHERE json_extract(spec, '$.batch') IS NOT NULL;
 ";
 
+/// Indexes added since version 2 that change nothing an older binary reads or writes: made at
+/// every open (a no-op once there), so a store needs no new version for them and an older
+/// binary sharing it keeps working.
+const ADDED_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS jobs_submitted_by ON jobs(json_extract(spec, '$.submitted_by'), id)
+    WHERE json_extract(spec, '$.submitted_by') IS NOT NULL;
+";
+
 /// Fills the version 2 tables from the jobs a version 1 store holds (as the trigger would have).
 const BACKFILL_V2: &str = "
 INSERT OR IGNORE INTO writable_trees
@@ -169,6 +177,8 @@ impl SqliteStore {
         if version < SCHEMA_VERSION {
             upgrade(&conn, version).map_err(db_err(&path, "create the schema of"))?;
         }
+        conn.execute_batch(ADDED_INDEXES)
+            .map_err(db_err(&path, "create the indexes of"))?;
         Ok(Self {
             conn: Mutex::new(Conn {
                 db: conn,

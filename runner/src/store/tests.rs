@@ -82,6 +82,7 @@ on_both_backends!(
     a_concurrent_writer_is_detected,
     a_tampered_report_is_rejected_when_read_back,
     listing_is_newest_first_filtered_and_paged,
+    listings_filter_by_submitter,
     the_queue_is_priority_then_age_and_counts_by_state,
     a_claim_journals_job_started_and_skips,
     concurrent_claims_take_each_job_exactly_once,
@@ -461,6 +462,40 @@ fn submit_n(store: &Store, n: usize, priority: i32) -> Vec<String> {
             id
         })
         .collect()
+}
+
+fn listings_filter_by_submitter(db: &Db) {
+    let store = db.store();
+    let mut ids = Vec::new();
+    for who in [Some("alice"), None, Some("bob"), Some("alice")] {
+        let mut s = spec();
+        s.submitted_by = who.map(str::to_owned);
+        ids.push(store.submit(&s).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let by = |who: &str| -> Vec<String> {
+        store
+            .list(&JobFilter {
+                limit: 100,
+                submitted_by: Some(who.to_owned()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    };
+    assert_eq!(by("alice"), vec![ids[3].clone(), ids[0].clone()]);
+    assert_eq!(by("bob"), vec![ids[2].clone()]);
+    assert!(by("carol").is_empty());
+    let all = store
+        .list(&JobFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(all[1].submitted_by.as_deref(), Some("bob"));
+    assert_eq!(all[2].submitted_by, None);
 }
 
 fn listing_is_newest_first_filtered_and_paged(db: &Db) {

@@ -94,12 +94,19 @@ fn asset(body: &'static str, kind: &'static str) -> Response {
 }
 
 /// The headers of every `/ui` answer: the policy, no sniffing, no framing, a referrer only to
-/// this origin, and no caching of pages (they show private data; the assets say otherwise).
-/// `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with the
-/// pages' own form posts, which the origin check (rightly) refuses.
+/// this origin, no caching of pages (they show private data; the assets say otherwise), and the
+/// time the server took until the answer's head (`Server-Timing: app;dur=MS`, shown by a
+/// browser's developer tools and read by `bench/ui_queue.sh`). `same-origin`, not `no-referrer`:
+/// under `no-referrer` a browser sends `Origin: null` with the pages' own form posts, which the
+/// origin check (rightly) refuses.
 async fn headers(req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let mut resp = next.run(req).await;
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
     let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&format!("app;dur={ms:.2}")) {
+        h.insert("server-timing", v);
+    }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),

@@ -97,6 +97,15 @@ CREATE INDEX IF NOT EXISTS jobs_batch ON jobs ((spec::jsonb ->> 'batch'))
     WHERE (spec::jsonb ->> 'batch') IS NOT NULL;
 ";
 
+/// Indexes added since version 2 that change nothing an older binary reads or writes: made at
+/// every start (a no-op once there), so a store needs no new version for them and an older
+/// binary of a fleet keeps working. The first start after an upgrade builds them (a share lock
+/// on `jobs` while it lasts: seconds at a million jobs).
+const ADDED_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS jobs_submitted_by ON jobs ((spec::jsonb ->> 'submitted_by'), id)
+    WHERE (spec::jsonb ->> 'submitted_by') IS NOT NULL;
+";
+
 /// Key of the transaction-scoped advisory lock taken while the schema is checked or created.
 const SCHEMA_LOCK: i64 = 0x7261_6c70_6801;
 
@@ -138,6 +147,14 @@ pub fn ensure(conn: &Connection) -> Result<(), StoreError> {
                  ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",
                 &[&SCHEMA_VERSION],
             )?;
+        }
+        // Looked up first: `CREATE INDEX IF NOT EXISTS` would lock `jobs` against writes even
+        // when the index is there (the advisory lock keeps two starts from racing here).
+        let missing: bool = tx
+            .query_one("SELECT to_regclass('jobs_submitted_by') IS NULL", &[])?
+            .try_get(0)?;
+        if missing {
+            tx.batch_execute(ADDED_INDEXES)?;
         }
         tx.commit()?;
         Ok(())
