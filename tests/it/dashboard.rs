@@ -733,16 +733,10 @@ fn a_hostile_report_renders_as_text_and_runs_no_script() {
 
     let console = b.console_log();
     eprintln!("the browser console on the hostile pages: {console:#?}");
-    let csp: Vec<&Value> = console
-        .iter()
-        .filter(|e| {
-            e["level"] == "SEVERE"
-                && e["message"]
-                    .as_str()
-                    .is_some_and(|m| m.contains("Content Security Policy"))
-        })
-        .collect();
-    assert!(csp.is_empty(), "CSP violations in the console: {csp:#?}");
+    // Nothing went wrong in the page at all: no CSP violation, no script error, no missing
+    // resource (the favicon is served).
+    let severe: Vec<&Value> = console.iter().filter(|e| e["level"] == "SEVERE").collect();
+    assert!(severe.is_empty(), "errors in the console: {severe:#?}");
 
     let page = get(&s, &format!("/ui/jobs/{id}"), Some(&reader));
     assert_eq!(page.status, 200);

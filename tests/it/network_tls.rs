@@ -309,3 +309,44 @@ fn the_certificate_is_reloaded_on_sighup() {
     s.ralph(&["jobs", "--server", &url, "--ca-file", &new_ca_file], &[])
         .expect_code(0);
 }
+
+#[test]
+fn the_dashboards_session_cookie_is_secure_under_tls() {
+    let dir = tempdir();
+    let p = pki(dir.path());
+    let mut s = Serve::spawn(dir, "127.0.0.1", &tls_config(&p));
+    let url = s.https();
+    let ca = p.ca.display().to_string();
+    s.wait_until_ok(&["jobs", "--server", &url, "--ca-file", &ca]);
+    let pem = std::fs::read(&p.ca).unwrap();
+    let token = s.token();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (status, set_cookie, location) = rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let r = client
+            .post(format!("{url}/ui/login"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+            .await
+            .unwrap();
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (r.status().as_u16(), h("set-cookie"), h("location"))
+    });
+    assert_eq!(status, 303);
+    assert_eq!(location, "/ui/jobs");
+    for attr in ["; Secure", "; HttpOnly", "; SameSite=Strict", "; Path=/ui"] {
+        assert!(set_cookie.contains(attr), "{attr} missing: {set_cookie}");
+    }
+    assert!(!set_cookie.contains(&token));
+}

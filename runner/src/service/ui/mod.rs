@@ -10,7 +10,7 @@
 //! GET  /ui/jobs/{id}/rounds/{n}/logs?attempt=&stream=   a captured log, as an attachment
 //! GET  /ui/jobs/{id}/rounds/{n}/live?attempt=&stream=   a running round's log (server-sent events)
 //! POST /ui/jobs/{id}/cancel  /resume  (the `cancel` scope and the session's CSRF value)
-//! GET  /ui/batches/{id}  GET /ui/health  GET /ui/static/{ralph.css,live.js}
+//! GET  /ui/batches/{id}  GET /ui/health  GET /ui/static/{ralph.css,live.js,favicon.svg}
 //! ```
 //!
 //! - [`session`]: the browser sessions; [`signin`]: who is asking (a session cookie or
@@ -53,6 +53,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 
 const CSS: &str = include_str!("static/ralph.css");
 const LIVE_JS: &str = include_str!("static/live.js");
+const FAVICON: &str = include_str!("static/favicon.svg");
 
 /// The dashboard's routes (merged into the API's router, outside `/v1`).
 pub fn routes(svc: Arc<Service>) -> Router<Arc<Service>> {
@@ -78,6 +79,10 @@ pub fn routes(svc: Arc<Service>) -> Router<Arc<Service>> {
         .route(
             "/ui/static/live.js",
             get(|| async { asset(LIVE_JS, "text/javascript") }),
+        )
+        .route(
+            "/ui/static/favicon.svg",
+            get(|| async { asset(FAVICON, "image/svg+xml") }),
         )
         .layer(middleware::from_fn(headers))
 }
