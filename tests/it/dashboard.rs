@@ -422,6 +422,14 @@ fn a_running_rounds_log_updates_live_in_the_page() {
         b.text_of("p#live-status")
             .is_some_and(|t| t.trim() == "ended")
     });
+    // The page offers the reload that shows the round's report.
+    assert_eq!(
+        b.execute(
+            "return document.getElementById('live-next').hidden",
+            json!([])
+        ),
+        json!(false)
+    );
     assert_eq!(s.wait_finished(&id, LIMIT)["outcome"], "complete");
 }
 

@@ -45,6 +45,10 @@
   es.addEventListener("end", function () {
     es.close();
     say("ended");
+    var next = document.getElementById("live-next");
+    if (next) {
+      next.hidden = false;
+    }
   });
   es.addEventListener("error", function (e) {
     if (e && typeof e.data === "string") {
