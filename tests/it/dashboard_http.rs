@@ -605,3 +605,50 @@ fn the_health_page_lists_the_fleets_hosts_and_their_leases_on_postgresql() {
     std::fs::write(ws.join("go"), "").unwrap();
     wait_state(&a, &id, "finished");
 }
+
+#[test]
+fn a_fan_out_jobs_page_lists_its_attempts_and_each_attempt_links_back() {
+    let s = Server::new("max_concurrent_jobs = 2\n");
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "fan.sh",
+        r#"echo ok > ok
+echo '{"status":"complete","summary":"done","evidence":["ok"],"nextSteps":[],"blocker":""}'"#,
+    );
+    let id = submit(
+        &s,
+        job(&ws, &agent, json!({"attempts": 2, "verify": "test -e ok"})),
+    );
+    let j = s.wait_finished(&id, Duration::from_secs(120));
+    assert_eq!(j["outcome"], "complete", "{j}");
+    let auth = format!("Bearer {}", s.token());
+    let page = http(
+        &s,
+        "GET",
+        &format!("/ui/jobs/{id}"),
+        &[("Authorization", &auth)],
+        "",
+    )
+    .body;
+    assert!(page.contains("id=\"attempts\""), "{page}");
+    assert_eq!(
+        page.matches("<tr class=\"attempt-row\"").count(),
+        2,
+        "{page}"
+    );
+    assert_eq!(page.matches("<strong>chosen</strong>").count(), 1, "{page}");
+    for a in j["attempts"].as_array().unwrap() {
+        let aid = a["job"].as_str().unwrap();
+        assert!(page.contains(&format!("href=\"/ui/jobs/{aid}\"")), "{page}");
+        let ap = http(
+            &s,
+            "GET",
+            &format!("/ui/jobs/{aid}"),
+            &[("Authorization", &auth)],
+            "",
+        )
+        .body;
+        assert!(ap.contains("id=\"attempt-of\""), "{ap}");
+        assert!(ap.contains(&format!("href=\"/ui/jobs/{id}\"")), "{ap}");
+    }
+}

@@ -166,7 +166,19 @@ pub(super) async fn stream(
             Body::from_stream(s.map(Ok::<_, std::io::Error>))
         }
         Ok(r) => {
-            let why = format!("the log cannot be followed ({})", r.status());
+            // The API's refusal says why (another host of the fleet runs the round, say).
+            let status = r.status();
+            let body = axum::body::to_bytes(r.into_body(), 64 * 1024)
+                .await
+                .unwrap_or_default();
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| status.to_string());
+            let why = format!(
+                "the log cannot be followed here: {}",
+                super::text::line(&message)
+            );
             Body::from(event("error", None, &why))
         }
         Err(e) => Body::from(event("error", None, &super::text::line(&e.message))),

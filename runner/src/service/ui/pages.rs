@@ -254,6 +254,18 @@ struct Field {
     value: String,
 }
 
+/// One attempt of a fan-out job (its own job, linked).
+#[derive(Debug)]
+struct FanRow {
+    index: u32,
+    job: String,
+    outcome: String,
+    rounds: u32,
+    tokens: u64,
+    verified: String,
+    chosen: bool,
+}
+
 /// A captured log to download.
 #[derive(Debug)]
 struct Artifact {
@@ -280,6 +292,8 @@ struct JobPage {
     may_cancel: bool,
     may_resume: bool,
     batch: Option<String>,
+    fanout: Vec<FanRow>,
+    attempt_of: Option<(String, u32)>,
 }
 
 /// How much of a patch the page reads to show it.
@@ -448,6 +462,28 @@ pub(super) async fn job(
         may_cancel: v.may(Scope::Cancel) && !finished,
         may_resume: v.may(Scope::Cancel) && finished && outcome != Some(Outcome::Complete),
         batch: view.spec.batch.clone(),
+        fanout: view
+            .fanout
+            .iter()
+            .map(|a| FanRow {
+                index: a.index,
+                job: a.job.clone(),
+                outcome: a.outcome.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+                rounds: a.rounds,
+                tokens: a.tokens,
+                verified: match a.verified {
+                    Some(true) => "passed".into(),
+                    Some(false) => "failed".into(),
+                    None => String::new(),
+                },
+                chosen: a.chosen,
+            })
+            .collect(),
+        attempt_of: view
+            .spec
+            .attempt_of
+            .as_ref()
+            .map(|a| (a.job.clone(), a.index)),
     };
     render(StatusCode::OK, &page)
 }
