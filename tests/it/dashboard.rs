@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::git_server::GitServer;
 use common::server::{RawResponse, Server, job, parse_response};
-use common::webdriver::{Browser, ready};
+use common::webdriver::{Browser, ENTER, TAB, ready};
 use common::{complete_report, continue_report, processes_with, wait_for_file, wait_until};
 use serde_json::{Value, json};
 
@@ -889,4 +889,73 @@ fn screenshots_of_the_main_pages() {
     );
     std::fs::write(live_ws.join("stop"), "").unwrap();
     assert_eq!(s.wait_finished(&running, LIMIT)["outcome"], "complete");
+}
+
+/// Tabs until `want` (an id, or `tag.class`) has the focus; at most 60 presses.
+fn tab_to(b: &Browser, want: &str) {
+    for _ in 0..60 {
+        if b.focused() == want {
+            return;
+        }
+        b.keys(&TAB.to_string());
+    }
+    panic!("Tab never reached {want}; the focus is on {}", b.focused());
+}
+
+#[test]
+fn the_dashboard_works_with_the_keyboard_alone() {
+    if !ready("the_dashboard_works_with_the_keyboard_alone") {
+        return;
+    }
+    let s = Server::new("");
+    let ws = s.workspace("kb");
+    let agent = s.agent(
+        "kb.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("typed")
+        ),
+    );
+    let other = s.workspace("kb-other");
+    let ids = submit(
+        &s,
+        vec![
+            job(
+                &ws,
+                &agent,
+                json!({"max_rounds": 1, "labels": {"team": "keys"}}),
+            ),
+            job(&other, &agent, json!({"max_rounds": 1})),
+        ],
+    );
+    s.wait_finished(&ids[0], LIMIT);
+    let b = Browser::start();
+    // The token field has the focus on arrival; Enter signs in.
+    b.navigate(&format!("{}/ui/login", s.url()));
+    assert_eq!(b.focused(), "token");
+    b.keys(&format!("{}{ENTER}", s.token()));
+    let jobs = format!("{}/ui/jobs", s.url());
+    b.wait_until("Enter signs in", LIMIT, |b| {
+        b.url().starts_with(&jobs) && b.try_find("table#jobs").is_ok()
+    });
+    // The first Tab reaches the skip link.
+    b.keys(&TAB.to_string());
+    assert_eq!(b.focused(), "a.skip");
+    // The label filter, typed and applied with Enter.
+    tab_to(&b, "f-label");
+    b.keys(&format!("team=keys{ENTER}"));
+    b.wait_until("Enter applies the filter", LIMIT, |b| {
+        b.url().contains("label=team%3Dkeys") && b.find_all("tr.job").len() == 1
+    });
+    // The job's link, followed with Enter.
+    tab_to(&b, "a.job-link");
+    b.keys(&ENTER.to_string());
+    let page = format!("{}/ui/jobs/{}", s.url(), ids[0]);
+    b.wait_until("Enter opens the job", LIMIT, |b| {
+        b.url() == page && b.try_find("article.round#round-1").is_ok()
+    });
+    // Logging out too: Tab to the button, Enter.
+    tab_to(&b, "logout");
+    b.keys(&ENTER.to_string());
+    b.wait_until("Enter logs out", LIMIT, |b| b.url().contains("/ui/login"));
 }

@@ -217,6 +217,32 @@ impl Browser {
         self.cmd("POST", "/url", Some(json!({ "url": url })));
     }
 
+    /// Types `text` on the keyboard into whatever has the focus (W3C key actions): a user
+    /// without a mouse. [`TAB`] and [`ENTER`] are keys of their own.
+    pub fn keys(&self, text: &str) {
+        let mut actions = Vec::new();
+        for c in text.chars() {
+            actions.push(json!({"type": "keyDown", "value": c.to_string()}));
+            actions.push(json!({"type": "keyUp", "value": c.to_string()}));
+        }
+        self.cmd(
+            "POST",
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})),
+        );
+    }
+
+    /// The id, else the tag and class, of the focused element.
+    pub fn focused(&self) -> String {
+        self.execute(
+            "var e = document.activeElement; return e ? (e.id || (e.tagName.toLowerCase() + '.' + e.className)) : '';",
+            json!([]),
+        )
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
     /// The current page's URL.
     pub fn url(&self) -> String {
         self.cmd("GET", "/url", None).as_str().unwrap().to_owned()
@@ -538,6 +564,11 @@ fn read_response(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// The Tab key, for [`Browser::keys`].
+pub const TAB: char = '\u{E004}';
+/// The Enter key, for [`Browser::keys`].
+pub const ENTER: char = '\u{E007}';
 
 /// Decodes standard base64 (padding and whitespace ignored).
 pub fn base64_decode(text: &str) -> Vec<u8> {
