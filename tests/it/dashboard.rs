@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::git_server::GitServer;
-use common::server::{RawResponse, Server, job, parse_response};
+use common::server::{RawResponse, Server, job};
 use common::webdriver::{Browser, ENTER, TAB, ready};
 use common::{complete_report, continue_report, processes_with, wait_for_file, wait_until};
 use serde_json::{Value, json};
@@ -24,41 +24,11 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 /// How long any one wait may take (CI has two busy cores).
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A raw HTTP/1.1 GET of the server, with a bearer token when given (status, head, body).
+/// A GET of the server, with a bearer token when given (status, head, body).
 fn get(s: &Server, path: &str, token: Option<&str>) -> RawResponse {
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    c.set_read_timeout(Some(LIMIT)).unwrap();
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let mut resp = Vec::new();
-    c.read_to_end(&mut resp).unwrap();
-    parse_response(&resp)
-}
-
-/// A header's value in a lower-cased head.
-fn header<'a>(r: &'a RawResponse, name: &str) -> Option<&'a str> {
-    r.head
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .map(str::trim)
-}
-
-/// A token `name` with `scopes`, made through the CLI (`ralph token create`); it prints the
-/// token alone on stdout.
-fn make_token(s: &Server, name: &str, scopes: &[&str]) -> String {
-    let mut args = vec!["token", "create", name];
-    for sc in scopes {
-        args.extend(["--scope", sc]);
-    }
-    let out = s.ralph(&args);
-    out.expect_code(0);
-    let token = out.stdout.trim().to_owned();
-    assert!(!token.is_empty() && !token.contains('\n'), "{out:?}");
-    token
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    s.request("GET", path, &headers, "")
 }
 
 /// Submits jobs through the API with the admin token; their ids.
@@ -209,7 +179,7 @@ fn a_read_token_logs_in_finds_a_job_by_label_and_sees_round_2_and_the_verify_fai
         return;
     }
     let s = Server::new("");
-    let reader = make_token(&s, "ui-reader", &["read"]);
+    let reader = s.make_token("ui-reader", &["read"]);
     let agent = s.agent(
         "two_rounds.sh",
         &format!(
@@ -399,7 +369,7 @@ fn a_running_rounds_log_updates_live_in_the_page() {
         return;
     }
     let s = Server::new("");
-    let reader = make_token(&s, "live-reader", &["read"]);
+    let reader = s.make_token("live-reader", &["read"]);
     let ws = s.workspace("live");
     let id = submit(&s, vec![job(&ws, &ticker(&s), json!({"max_rounds": 1}))]).remove(0);
     wait_for_file(&ws.join("started"), LIMIT);
@@ -471,7 +441,7 @@ fn the_patch_downloads() {
     let g = GitServer::start();
     patch_repo(&g);
     let s = repo_server(&g);
-    let reader = make_token(&s, "patch-reader", &["read"]);
+    let reader = s.make_token("patch-reader", &["read"]);
     let agent = s.agent(
         "append.sh",
         &format!(
@@ -527,12 +497,14 @@ fn the_patch_downloads() {
     let ui = get(&s, &href, Some(&reader));
     assert_eq!(ui.status, 200);
     assert!(
-        header(&ui, "content-type").is_some_and(|v| v.starts_with("text/x-diff")),
+        ui.header("content-type")
+            .is_some_and(|v| v.starts_with("text/x-diff")),
         "{}",
         ui.head
     );
     assert!(
-        header(&ui, "content-disposition").is_some_and(|v| v.starts_with("attachment")),
+        ui.header("content-disposition")
+            .is_some_and(|v| v.starts_with("attachment")),
         "{}",
         ui.head
     );
@@ -552,8 +524,8 @@ fn cancel_is_refused_to_a_read_token_and_allowed_to_a_cancel_token() {
         return;
     }
     let s = Server::new("");
-    let reader = make_token(&s, "only-reads", &["read"]);
-    let canceller = make_token(&s, "may-cancel", &["read", "cancel"]);
+    let reader = s.make_token("only-reads", &["read"]);
+    let canceller = s.make_token("may-cancel", &["read", "cancel"]);
     let ws = s.workspace("long");
     let agent = s.agent("long.sh", "touch started\nexec sleep 300");
     let id = submit(&s, vec![job(&ws, &agent, json!({"max_rounds": 1}))]).remove(0);
@@ -656,7 +628,7 @@ fn a_hostile_report_renders_as_text_and_runs_no_script() {
         return;
     }
     let s = Server::new("");
-    let reader = make_token(&s, "hostile-reader", &["read"]);
+    let reader = s.make_token("hostile-reader", &["read"]);
     let report = json!({
         "status": "continue",
         "summary": "<script>window.__pwned=1</script>",
@@ -748,7 +720,8 @@ fn a_hostile_report_renders_as_text_and_runs_no_script() {
 
     let page = get(&s, &format!("/ui/jobs/{id}"), Some(&reader));
     assert_eq!(page.status, 200);
-    let policy = header(&page, "content-security-policy")
+    let policy = page
+        .header("content-security-policy")
         .unwrap_or_else(|| panic!("no Content-Security-Policy: {}", page.head));
     assert!(policy.contains("script-src 'self'"), "{policy}");
     assert!(policy.contains("default-src 'none'"), "{policy}");
@@ -786,7 +759,7 @@ fn screenshots_of_the_main_pages() {
     let g = GitServer::start();
     patch_repo(&g);
     let s = repo_server(&g);
-    let reader = make_token(&s, "screenshots", &["read", "cancel"]);
+    let reader = s.make_token("screenshots", &["read", "cancel"]);
     // Round 1 claims completion too early (verify fails), round 2 finishes the work.
     let finisher = s.agent(
         "finisher.sh",
@@ -848,7 +821,7 @@ fn screenshots_of_the_main_pages() {
     ] {
         let r = get(&s, &path, token.map(String::as_str));
         assert_eq!(r.status, 200, "{path}: {}", r.head);
-        assert_eq!(header(&r, "content-security-policy"), Some(CSP), "{path}");
+        assert_eq!(r.header("content-security-policy"), Some(CSP), "{path}");
     }
 
     let b = Browser::start();

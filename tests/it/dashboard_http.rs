@@ -3,72 +3,24 @@
 //! the security headers of every page, hostile agent text as it reaches the HTML, the live
 //! log's events, and the downloads. (The same pages in a real browser: `dashboard`.)
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::server::{RawResponse, Server, job, parse_response};
-
-/// One request with extra headers; the answer with its head (lower-cased) and body.
-fn http(s: &Server, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> RawResponse {
-    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        s.port,
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    c.write_all(req.as_bytes()).unwrap();
-    c.write_all(body.as_bytes()).unwrap();
-    let mut resp = Vec::new();
-    c.read_to_end(&mut resp).unwrap();
-    parse_response(&resp)
-}
+use crate::common::server::{RawResponse, Server, job};
 
 const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
 
-/// A header's value in a lower-cased head.
-fn header<'a>(r: &'a RawResponse, name: &str) -> Option<&'a str> {
-    r.head.lines().find_map(|l| {
-        l.split_once(':')
-            .filter(|(k, _)| k.trim() == name)
-            .map(|(_, v)| v.trim())
-    })
-}
-
-/// Makes a token with `scopes`; returns it.
-fn token(s: &Server, name: &str, scopes: &[&str]) -> String {
-    let mut args = vec!["token", "create", name];
-    for sc in scopes {
-        args.extend(["--scope", sc]);
-    }
-    let out = s.ralph(&args);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    out.stdout
-        .lines()
-        .last()
-        .map(|l| l.trim().to_owned())
-        .filter(|t| t.len() >= 32)
-        .unwrap_or_else(|| panic!("no token in: {}", out.stdout))
-}
-
 /// Logs in with `token`; returns the session cookie's value.
 fn login(s: &Server, token: &str) -> String {
-    let r = http(
-        s,
+    let r = s.request(
         "POST",
         "/ui/login",
         &[FORM],
         &format!("token={token}&next=%2Fui%2Fjobs"),
     );
     assert_eq!(r.status, 303, "{}\n{}", r.head, r.body);
-    let set = header(&r, "set-cookie").expect("a session cookie");
+    let set = r.header("set-cookie").expect("a session cookie");
     let value = set
         .strip_prefix("ralph_session=")
         .and_then(|v| v.split(';').next())
@@ -84,7 +36,7 @@ fn cookie(value: &str) -> (String, String) {
 
 fn get_with_cookie(s: &Server, path: &str, session: &str) -> RawResponse {
     let (k, v) = cookie(session);
-    http(s, "GET", path, &[(k.as_str(), v.as_str())], "")
+    s.request("GET", path, &[(k.as_str(), v.as_str())], "")
 }
 
 /// The value of the hidden `csrf` field of a page.
@@ -119,43 +71,35 @@ fn wait_state(s: &Server, id: &str, state: &str) -> Value {
 fn a_browser_signs_in_with_a_token_and_its_session_ends_with_the_token() {
     let s = Server::new("");
     // Not signed in: the login form, then back to the page asked for.
-    let r = http(&s, "GET", "/ui/jobs?state=queued", &[], "");
+    let r = s.request("GET", "/ui/jobs?state=queued", &[], "");
     assert_eq!(r.status, 303);
     assert_eq!(
-        header(&r, "location"),
+        r.header("location"),
         Some("/ui/login?next=%2fui%2fjobs%3fstate%3dqueued"),
         "(the head is lower-cased)"
     );
-    let r = http(&s, "GET", "/ui/login", &[], "");
+    let r = s.request("GET", "/ui/login", &[], "");
     assert_eq!(r.status, 200);
     assert!(r.body.contains("id=\"login-form\""));
     // A wrong token: 401, no cookie.
-    let r = http(
-        &s,
+    let r = s.request(
         "POST",
         "/ui/login",
         &[FORM],
         "token=not-a-token-000000000000",
     );
     assert_eq!(r.status, 401);
-    assert!(header(&r, "set-cookie").is_none());
+    assert!(r.header("set-cookie").is_none());
     assert!(r.body.contains("id=\"error\""));
     // A `submit` token cannot look.
-    let submitter = token(&s, "submitter", &["submit"]);
-    let r = http(
-        &s,
-        "POST",
-        "/ui/login",
-        &[FORM],
-        &format!("token={submitter}"),
-    );
+    let submitter = s.make_token("submitter", &["submit"]);
+    let r = s.request("POST", "/ui/login", &[FORM], &format!("token={submitter}"));
     assert_eq!(r.status, 403);
-    assert!(header(&r, "set-cookie").is_none());
+    assert!(r.header("set-cookie").is_none());
     // A `read` token: a cookie that is HttpOnly, SameSite=Strict, scoped to /ui, and is not
     // the token.
-    let reader = token(&s, "reader", &["read"]);
-    let r = http(
-        &s,
+    let reader = s.make_token("reader", &["read"]);
+    let r = s.request(
         "POST",
         "/ui/login",
         &[FORM],
@@ -163,11 +107,11 @@ fn a_browser_signs_in_with_a_token_and_its_session_ends_with_the_token() {
     );
     assert_eq!(r.status, 303);
     assert_eq!(
-        header(&r, "location"),
+        r.header("location"),
         Some("/ui/jobs"),
         "an off-site next is not followed"
     );
-    let set = header(&r, "set-cookie").unwrap();
+    let set = r.header("set-cookie").unwrap();
     for attr in ["httponly", "samesite=strict", "path=/ui", "max-age="] {
         assert!(set.contains(attr), "{attr} missing from {set}");
     }
@@ -179,16 +123,14 @@ fn a_browser_signs_in_with_a_token_and_its_session_ends_with_the_token() {
     assert!(page.body.contains("<span id=\"whoami\">reader</span>"));
     assert!(!page.body.contains(&reader), "the token is never in a page");
     // A bearer token works too, and a wrong one is 401.
-    let r = http(
-        &s,
+    let r = s.request(
         "GET",
         "/ui/jobs",
         &[("Authorization", &format!("Bearer {reader}"))],
         "",
     );
     assert_eq!(r.status, 200);
-    let r = http(
-        &s,
+    let r = s.request(
         "GET",
         "/ui/jobs",
         &[("Authorization", "Bearer wrong-wrong-wrong-wrong")],
@@ -200,22 +142,21 @@ fn a_browser_signs_in_with_a_token_and_its_session_ends_with_the_token() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     let r = get_with_cookie(&s, "/ui/jobs", &session);
     assert_eq!(r.status, 303, "a revoked token's session must end");
-    assert!(header(&r, "location").unwrap().starts_with("/ui/login"));
+    assert!(r.header("location").unwrap().starts_with("/ui/login"));
     // Logout ends a session.
     let admin = s.token();
     let session = login(&s, &admin);
     let page = get_with_cookie(&s, "/ui/jobs", &session).body;
     let csrf = csrf_of(&page);
     let (k, v) = cookie(&session);
-    let r = http(
-        &s,
+    let r = s.request(
         "POST",
         "/ui/logout",
         &[FORM, (k.as_str(), v.as_str())],
         &format!("csrf={csrf}"),
     );
     assert_eq!(r.status, 303);
-    assert!(header(&r, "set-cookie").unwrap().contains("max-age=0"));
+    assert!(r.header("set-cookie").unwrap().contains("max-age=0"));
     assert_eq!(get_with_cookie(&s, "/ui/jobs", &session).status, 303);
 }
 
@@ -239,18 +180,18 @@ fn every_page_carries_the_security_headers() {
         format!("/ui/jobs/{id}/rounds/1/logs?attempt=1&stream=stdout"),
         "/ui/jobs/no-such-job".to_owned(),
     ] {
-        let r = http(&s, "GET", &path, &[("Authorization", &auth)], "");
+        let r = s.request("GET", &path, &[("Authorization", &auth)], "");
         assert!(r.status == 200 || r.status == 404, "{path}: {}", r.status);
-        let csp = header(&r, "content-security-policy").unwrap_or_default();
+        let csp = r.header("content-security-policy").unwrap_or_default();
         assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
         assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
         assert!(!csp.contains("unsafe"), "{path}: {csp}");
         assert_eq!(
-            header(&r, "x-content-type-options"),
+            r.header("x-content-type-options"),
             Some("nosniff"),
             "{path}"
         );
-        assert_eq!(header(&r, "x-frame-options"), Some("deny"), "{path}");
+        assert_eq!(r.header("x-frame-options"), Some("deny"), "{path}");
         if r.status == 404 {
             assert!(
                 r.body.contains("id=\"error\""),
@@ -260,22 +201,22 @@ fn every_page_carries_the_security_headers() {
         }
     }
     // No inline script or style anywhere: only the embedded files.
-    let page = http(
-        &s,
-        "GET",
-        &format!("/ui/jobs/{id}"),
-        &[("Authorization", &auth)],
-        "",
-    )
-    .body;
+    let page = s
+        .request(
+            "GET",
+            &format!("/ui/jobs/{id}"),
+            &[("Authorization", &auth)],
+            "",
+        )
+        .body;
     assert!(
         !page.contains("<script>") && !page.contains("style=\""),
         "{page}"
     );
-    let js = http(&s, "GET", "/ui/static/live.js", &[], "");
+    let js = s.request("GET", "/ui/static/live.js", &[], "");
     assert_eq!(js.status, 200);
     assert!(
-        header(&js, "content-type")
+        js.header("content-type")
             .unwrap()
             .starts_with("text/javascript")
     );
@@ -283,15 +224,14 @@ fn every_page_carries_the_security_headers() {
         !js.body.contains("innerHTML"),
         "the live log is appended as text"
     );
-    let log = http(
-        &s,
+    let log = s.request(
         "GET",
         &format!("/ui/jobs/{id}/rounds/1/logs?attempt=1&stream=stdout"),
         &[("Authorization", &auth)],
         "",
     );
     assert!(
-        header(&log, "content-disposition")
+        log.header("content-disposition")
             .unwrap()
             .starts_with("attachment")
     );
@@ -326,14 +266,14 @@ while [ ! -e go ]; do sleep 0.05; done"#,
     // While it runs (the agent sleeps after its report is written out), the live log.
     let deadline = Instant::now() + Duration::from_secs(120);
     let live = loop {
-        let page = http(
-            &s,
-            "GET",
-            &format!("/ui/jobs/{id}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-        .body;
+        let page = s
+            .request(
+                "GET",
+                &format!("/ui/jobs/{id}"),
+                &[("Authorization", &auth)],
+                "",
+            )
+            .body;
         if let Some(at) = page.find("data-src=\"") {
             break page[at + 10..]
                 .split('"')
@@ -363,7 +303,10 @@ while [ ! -e go ]; do sleep 0.05; done"#,
     }
     // Follow the live log, then let the round end: the stream ends with it.
     let events = std::thread::scope(|sc| {
-        let reader = sc.spawn(|| http(&s, "GET", &live, &[("Authorization", &auth)], "").body);
+        let reader = sc.spawn(|| {
+            s.request("GET", &live, &[("Authorization", &auth)], "")
+                .body
+        });
         std::fs::write(ws.join("go"), "").unwrap();
         reader.join().unwrap()
     });
@@ -375,14 +318,14 @@ while [ ! -e go ]; do sleep 0.05; done"#,
     );
     assert!(events.contains("\\\\x1b]52;c;aGk=\\\\x07"), "{events}");
     wait_state(&s, &id, "finished");
-    let page = http(
-        &s,
-        "GET",
-        &format!("/ui/jobs/{id}"),
-        &[("Authorization", &auth)],
-        "",
-    )
-    .body;
+    let page = s
+        .request(
+            "GET",
+            &format!("/ui/jobs/{id}"),
+            &[("Authorization", &auth)],
+            "",
+        )
+        .body;
     // Every tag an agent wrote is text; no control character reaches the page.
     for raw in [
         "<script>window",
@@ -418,14 +361,13 @@ fn the_actions_need_the_cancel_scope_the_session_csrf_and_this_origin() {
     let page_path = format!("/ui/jobs/{id}");
     let cancel_path = format!("/ui/jobs/{id}/cancel");
     // A read token: no cancel button, and a forged post is refused.
-    let reader = token(&s, "reader", &["read"]);
+    let reader = s.make_token("reader", &["read"]);
     let rs = login(&s, &reader);
     let page = get_with_cookie(&s, &page_path, &rs).body;
     assert!(!page.contains("id=\"cancel-form\""));
     let csrf = csrf_of(&page);
     let (k, v) = cookie(&rs);
-    let r = http(
-        &s,
+    let r = s.request(
         "POST",
         &cancel_path,
         &[FORM, (k.as_str(), v.as_str())],
@@ -439,19 +381,18 @@ fn the_actions_need_the_cancel_scope_the_session_csrf_and_this_origin() {
     );
     // A cancel token: the button; a post without the session's csrf, or from another
     // origin, is refused; the real form cancels.
-    let canceller = token(&s, "canceller", &["read", "cancel"]);
+    let canceller = s.make_token("canceller", &["read", "cancel"]);
     let cs = login(&s, &canceller);
     let page = get_with_cookie(&s, &page_path, &cs).body;
     assert!(page.contains("id=\"cancel-form\""), "{page}");
     let csrf = csrf_of(&page);
     let (k, v) = cookie(&cs);
     let c = (k.as_str(), v.as_str());
-    let r = http(&s, "POST", &cancel_path, &[FORM, c], "csrf=");
+    let r = s.request("POST", &cancel_path, &[FORM, c], "csrf=");
     assert_eq!(r.status, 403);
-    let r = http(&s, "POST", &cancel_path, &[FORM, c], "csrf=0000");
+    let r = s.request("POST", &cancel_path, &[FORM, c], "csrf=0000");
     assert_eq!(r.status, 403);
-    let r = http(
-        &s,
+    let r = s.request(
         "POST",
         &cancel_path,
         &[FORM, c, ("Origin", "https://evil.example")],
@@ -463,15 +404,14 @@ fn the_actions_need_the_cancel_scope_the_session_csrf_and_this_origin() {
         "running"
     );
     let origin = format!("http://127.0.0.1:{}", s.port);
-    let r = http(
-        &s,
+    let r = s.request(
         "POST",
         &cancel_path,
         &[FORM, c, ("Origin", origin.as_str())],
         &format!("csrf={csrf}"),
     );
     assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(header(&r, "location"), Some(page_path.as_str()));
+    assert_eq!(r.header("location"), Some(page_path.as_str()));
     let v = wait_state(&s, &id, "finished");
     assert_eq!(v["outcome"], "cancelled");
     assert_eq!(v["cancelled_by"], "canceller");
@@ -485,7 +425,7 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
         "a.sh",
         r#"echo '{"status":"complete","summary":"ok","evidence":["ok"],"nextSteps":[],"blocker":""}'"#,
     );
-    let submitter = token(&s, "alice", &["submit", "read"]);
+    let submitter = s.make_token("alice", &["submit", "read"]);
     let mut ids = Vec::new();
     for i in 0..55 {
         let body = json!({ "job": [job(&ws, &agent, json!({
@@ -509,8 +449,7 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
     }
     let auth = format!("Bearer {}", s.token());
     let get = |q: &str| {
-        http(
-            &s,
+        s.request(
             "GET",
             &format!("/ui/jobs{q}"),
             &[("Authorization", &auth)],
@@ -542,7 +481,7 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
         next.contains("label=team%3Dred") && next.contains("before="),
         "{next}"
     );
-    let r = http(&s, "GET", &next, &[("Authorization", &auth)], "");
+    let r = s.request("GET", &next, &[("Authorization", &auth)], "");
     assert_eq!(rows(&r.body), 4);
     // A bad filter is a page that says which.
     let r = get("?state=sideways");
@@ -567,7 +506,7 @@ fn the_health_page_lists_the_fleets_hosts_and_their_leases_on_postgresql() {
     // Either host answers for the whole fleet: both leases, the job under one of them.
     for s in [&a, &b] {
         let auth = format!("Bearer {}", s.token());
-        let r = http(s, "GET", "/ui/health", &[("Authorization", &auth)], "");
+        let r = s.request("GET", "/ui/health", &[("Authorization", &auth)], "");
         assert_eq!(r.status, 200, "{}", r.body);
         assert!(
             r.body.contains("<dd id=\"health-ready\">ready</dd>"),
@@ -593,8 +532,7 @@ fn the_health_page_lists_the_fleets_hosts_and_their_leases_on_postgresql() {
             .sum();
         assert_eq!(running, 1, "one job runs in the fleet: {}", r.body);
         // The job's page reads the same on either host.
-        let page = http(
-            s,
+        let page = s.request(
             "GET",
             &format!("/ui/jobs/{id}"),
             &[("Authorization", &auth)],
@@ -622,14 +560,14 @@ echo '{"status":"complete","summary":"done","evidence":["ok"],"nextSteps":[],"bl
     let j = s.wait_finished(&id, Duration::from_secs(120));
     assert_eq!(j["outcome"], "complete", "{j}");
     let auth = format!("Bearer {}", s.token());
-    let page = http(
-        &s,
-        "GET",
-        &format!("/ui/jobs/{id}"),
-        &[("Authorization", &auth)],
-        "",
-    )
-    .body;
+    let page = s
+        .request(
+            "GET",
+            &format!("/ui/jobs/{id}"),
+            &[("Authorization", &auth)],
+            "",
+        )
+        .body;
     assert!(page.contains("id=\"attempts\""), "{page}");
     assert_eq!(
         page.matches("<tr class=\"attempt-row\"").count(),
@@ -640,14 +578,14 @@ echo '{"status":"complete","summary":"done","evidence":["ok"],"nextSteps":[],"bl
     for a in j["attempts"].as_array().unwrap() {
         let aid = a["job"].as_str().unwrap();
         assert!(page.contains(&format!("href=\"/ui/jobs/{aid}\"")), "{page}");
-        let ap = http(
-            &s,
-            "GET",
-            &format!("/ui/jobs/{aid}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-        .body;
+        let ap = s
+            .request(
+                "GET",
+                &format!("/ui/jobs/{aid}"),
+                &[("Authorization", &auth)],
+                "",
+            )
+            .body;
         assert!(ap.contains("id=\"attempt-of\""), "{ap}");
         assert!(ap.contains(&format!("href=\"/ui/jobs/{id}\"")), "{ap}");
     }

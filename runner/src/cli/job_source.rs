@@ -142,25 +142,17 @@ impl JobSource {
             JobSource::Local { store, .. } => {
                 let state = match q.state.as_deref() {
                     None => None,
-                    Some("queued") => Some(JobState::Queued),
-                    Some("running") => Some(JobState::Running),
-                    Some("finished") => Some(JobState::Finished),
-                    Some(other) => {
-                        return Err(CliError::usage(format!(
+                    Some(other) => Some(JobState::from_name(other).ok_or_else(|| {
+                        CliError::usage(format!(
                             "--state: `{other}` is not queued, running or finished"
-                        )));
-                    }
+                        ))
+                    })?),
                 };
                 let outcome = match q.outcome.as_deref() {
                     None => None,
-                    Some(o) => Some(
-                        Outcome::ALL
-                            .into_iter()
-                            .find(|x| x.as_str() == o)
-                            .ok_or_else(|| {
-                                CliError::usage(format!("--outcome: `{o}` is not an outcome"))
-                            })?,
-                    ),
+                    Some(o) => Some(Outcome::from_name(o).ok_or_else(|| {
+                        CliError::usage(format!("--outcome: `{o}` is not an outcome"))
+                    })?),
                 };
                 let limit = q.limit.clamp(1, 1000);
                 let filter = JobFilter {

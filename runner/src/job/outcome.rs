@@ -33,6 +33,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a name (`complete`, `budget-limited`, …).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == name)
+    }
+
     /// Every outcome.
     pub const ALL: [Outcome; 8] = [
         Outcome::Complete,

@@ -603,33 +603,25 @@ async fn list_jobs(
         })?;
     let state = match q.state.as_deref() {
         None => None,
-        Some("queued") => Some(JobState::Queued),
-        Some("running") => Some(JobState::Running),
-        Some("finished") => Some(JobState::Finished),
-        Some(other) => {
-            return Err(ApiError::new(
+        Some(other) => Some(JobState::from_name(other).ok_or_else(|| {
+            ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_field",
                 format!("`{other}` is not queued, running or finished"),
             )
-            .field("state"));
-        }
+            .field("state")
+        })?),
     };
     let outcome = match q.outcome.as_deref() {
         None => None,
-        Some(o) => Some(
-            Outcome::ALL
-                .into_iter()
-                .find(|x| x.as_str() == o)
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_field",
-                        format!("`{o}` is not an outcome"),
-                    )
-                    .field("outcome")
-                })?,
-        ),
+        Some(o) => Some(Outcome::from_name(o).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("`{o}` is not an outcome"),
+            )
+            .field("outcome")
+        })?),
     };
     let limit = q.limit.unwrap_or(50).clamp(1, 1000);
     let filter = JobFilter {

@@ -25,6 +25,14 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in a job's order.
+    pub const ALL: [JobState; 3] = [JobState::Queued, JobState::Running, JobState::Finished];
+
+    /// The state of a name (`queued`, `running`, `finished`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// The state's name.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -39,44 +39,12 @@ pub const BACKLOG: i32 = 1024;
 /// numbered above the standard streams ([`crate::fd_pass::channel`]).
 pub use crate::fd_pass::channel;
 
-/// Makes `fd` survive `execve` (called in the runner's forked child, before the helper is
-/// executed: async-signal-safe).
-pub fn keep_on_exec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor number; no memory is involved.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
+pub use super::inherit::keep_on_exec;
 
 /// Takes the helper's end of the hand-over (inherited as `fd`): checks that it is a unix socket
 /// and makes it close-on-exec again.
 pub fn adopt_inherited(fd: RawFd) -> Result<OwnedFd, String> {
-    if fd <= 2 {
-        return Err(format!("descriptor {fd} is a standard stream"));
-    }
-    // SAFETY: fstat fills a stat buffer we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `fd` is only read.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(format!(
-            "descriptor {fd} is not open: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
-        return Err(format!("descriptor {fd} is not a socket"));
-    }
-    // SAFETY: fcntl on a descriptor number.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-        return Err(format!(
-            "cannot mark descriptor {fd} close-on-exec: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: the runner handed this descriptor to this process for it alone; nothing else in the
-    // helper refers to it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    super::inherit::adopt(fd, super::inherit::Kind::Socket)
 }
 
 fn fail(step: &str, what: &str, err: &io::Error) -> StepFailure {

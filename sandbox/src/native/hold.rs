@@ -10,13 +10,13 @@
 //! ```
 //!
 //! The read end is inherited by the helper alone (made inheritable only in the helper's own
-//! child between `fork` and `execve`, [`super::gateway::keep_on_exec`]) and close-on-exec again
+//! child between `fork` and `execve`, [`super::inherit::keep_on_exec`]) and close-on-exec again
 //! as soon as the helper adopts it. A runner that dies closes its end: end-of-file, so a held
 //! command never runs without the runner that journalled it.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 
 use nix::fcntl::OFlag;
 
@@ -50,29 +50,5 @@ pub fn await_release(r: OwnedFd) -> bool {
 /// Takes the helper's inherited read end (`fd`): checks that it is a pipe and makes it
 /// close-on-exec again.
 pub fn adopt_inherited(fd: RawFd) -> Result<OwnedFd, String> {
-    if fd <= 2 {
-        return Err(format!("descriptor {fd} is a standard stream"));
-    }
-    // SAFETY: fstat fills a stat buffer we own; `fd` is only read.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } < 0 {
-        return Err(format!(
-            "descriptor {fd} is not open: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-        return Err(format!("descriptor {fd} is not a pipe"));
-    }
-    // SAFETY: fcntl on a descriptor number.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
-        return Err(format!(
-            "cannot mark descriptor {fd} close-on-exec: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: the runner handed this descriptor to this process for it alone; nothing else in the
-    // helper refers to it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    super::inherit::adopt(fd, super::inherit::Kind::Pipe)
 }

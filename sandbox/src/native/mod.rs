@@ -23,6 +23,7 @@ pub mod child;
 pub mod gateway;
 pub mod hold;
 pub mod idmap;
+pub mod inherit;
 pub mod init;
 pub mod landlock;
 pub mod leftovers;

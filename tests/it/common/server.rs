@@ -258,6 +258,47 @@ impl Server {
         Ok((r.status, r.body))
     }
 
+    /// One raw HTTP/1.1 request with extra headers (`Host` is this server's); the answer with
+    /// its head (lower case) and body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> RawResponse {
+        let mut c = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.port,
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        c.write_all(req.as_bytes()).unwrap();
+        c.write_all(body.as_bytes()).unwrap();
+        let mut resp = Vec::new();
+        c.read_to_end(&mut resp).unwrap();
+        parse_response(&resp)
+    }
+
+    /// A token `name` with `scopes`, made through the CLI (`ralph token create`, which prints
+    /// the token alone on stdout).
+    pub fn make_token(&self, name: &str, scopes: &[&str]) -> String {
+        let mut args = vec!["token", "create", name];
+        for sc in scopes {
+            args.extend(["--scope", sc]);
+        }
+        let out = self.ralph(&args);
+        out.expect_code(0);
+        let token = out.stdout.trim().to_owned();
+        assert!(!token.is_empty() && !token.contains('\n'), "{out:?}");
+        token
+    }
+
     /// An authenticated JSON call.
     pub fn api(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
         let (status, text) = self
@@ -365,6 +406,15 @@ pub struct RawResponse {
 
 impl RawResponse {
     /// The body as JSON (a JSON string of it when it is not JSON).
+    /// A header's value (the head is lower case, so is `name`).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.trim() == name)
+                .map(|(_, v)| v.trim())
+        })
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or(Value::String(self.body.clone()))
     }

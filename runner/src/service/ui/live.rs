@@ -84,6 +84,16 @@ fn shown(bytes: &[u8]) -> String {
     out
 }
 
+/// Where a followed log is: the API's body, the line cut, the bytes still to skip (what a
+/// reconnecting browser has) and the bytes sent so far.
+struct Follow<S> {
+    chunks: S,
+    lines: Lines,
+    skip: usize,
+    sent: usize,
+    done: bool,
+}
+
 /// One event in the stream's wire form.
 fn event(kind: &str, id: Option<usize>, data: &str) -> Bytes {
     let data = serde_json::to_string(data).unwrap_or_else(|_| "\"\"".into());
@@ -101,12 +111,11 @@ pub(super) async fn stream(
     viewer(&svc, &headers, &format!("/ui/jobs/{id}"))?;
     let id = crate::service::api::resolve(&svc, &id)?;
     // What a reconnecting browser already has.
-    let mut skip: usize = headers
+    let skip: usize = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    let mut sent = skip;
     let answer = round_logs(
         State(svc),
         Path((id, round)),
@@ -119,46 +128,46 @@ pub(super) async fn stream(
     .await;
     let body = match answer {
         Ok(r) if r.status() == StatusCode::OK => {
-            let mut chunks = r.into_body().into_data_stream();
-            let mut lines = Lines::default();
-            let s = async_stream(move |tx| async move {
+            let st = Follow {
+                chunks: r.into_body().into_data_stream(),
+                lines: Lines::default(),
+                skip,
+                sent: skip,
+                done: false,
+            };
+            let s = futures_util::stream::unfold(st, |mut st| async move {
+                if st.done {
+                    return None;
+                }
                 loop {
-                    match tokio::time::timeout(KEEP_ALIVE, chunks.next()).await {
-                        Err(_) => {
-                            if tx
-                                .send(Bytes::from_static(b": keep-alive\n\n"))
-                                .await
-                                .is_err()
-                            {
-                                return;
-                            }
-                        }
+                    match tokio::time::timeout(KEEP_ALIVE, st.chunks.next()).await {
+                        Err(_) => return Some((Bytes::from_static(b": keep-alive\n\n"), st)),
                         Ok(Some(Ok(mut chunk))) => {
-                            if skip > 0 {
-                                let n = skip.min(chunk.len());
-                                skip -= n;
+                            if st.skip > 0 {
+                                let n = st.skip.min(chunk.len());
+                                st.skip -= n;
                                 chunk = chunk.slice(n..);
                             }
-                            let (text, used) = lines.push(&chunk);
+                            let (text, used) = st.lines.push(&chunk);
                             if used > 0 {
-                                sent += used;
-                                if tx.send(event("log", Some(sent), &text)).await.is_err() {
-                                    return;
-                                }
+                                st.sent += used;
+                                return Some((event("log", Some(st.sent), &text), st));
                             }
                         }
                         Ok(Some(Err(e))) => {
-                            let _ = tx.send(event("error", None, &e.to_string())).await;
-                            return;
+                            st.done = true;
+                            return Some((event("error", None, &e.to_string()), st));
                         }
                         Ok(None) => {
-                            let (text, used) = lines.flush();
+                            st.done = true;
+                            let (text, used) = st.lines.flush();
+                            let mut out = Vec::new();
                             if used > 0 {
-                                sent += used;
-                                let _ = tx.send(event("log", Some(sent), &text)).await;
+                                st.sent += used;
+                                out.extend_from_slice(&event("log", Some(st.sent), &text));
                             }
-                            let _ = tx.send(event("end", Some(sent), "")).await;
-                            return;
+                            out.extend_from_slice(&event("end", Some(st.sent), ""));
+                            return Some((Bytes::from(out), st));
                         }
                     }
                 }
@@ -192,23 +201,6 @@ pub(super) async fn stream(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
-}
-
-/// A stream fed by `f` through a small channel (the producer waits when the reader is slow).
-fn async_stream<F, Fut>(f: F) -> impl futures_util::Stream<Item = Bytes>
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(f(tx));
-    tokio_stream_from(rx)
-}
-
-fn tokio_stream_from(
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
-) -> impl futures_util::Stream<Item = Bytes> {
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
 }
 
 #[cfg(test)]

@@ -31,9 +31,6 @@ pub struct Chrome {
     pub csrf: Option<String>,
 }
 
-/// The states a job can be in, as the state filter offers them.
-const STATES: [&str; 3] = ["queued", "running", "finished"];
-
 /// Jobs per page of the queue.
 pub const PAGE: usize = 50;
 
@@ -156,7 +153,7 @@ pub(super) async fn jobs(
         chrome: v.chrome(),
         rows: Vec::new(),
         error: None,
-        state_opts: options(STATES.into_iter(), ""),
+        state_opts: options(JobState::ALL.iter().map(|s| s.as_str()), ""),
         outcome_opts: options(Outcome::ALL.iter().map(|o| o.as_str()), ""),
         label: text::line(&label),
         name: String::new(),
@@ -175,7 +172,10 @@ pub(super) async fn jobs(
             return render(StatusCode::BAD_REQUEST, &page);
         }
     };
-    page.state_opts = options(STATES.into_iter(), q.state.as_deref().unwrap_or(""));
+    page.state_opts = options(
+        JobState::ALL.iter().map(|s| s.as_str()),
+        q.state.as_deref().unwrap_or(""),
+    );
     page.outcome_opts = options(
         Outcome::ALL.iter().map(|o| o.as_str()),
         q.outcome.as_deref().unwrap_or(""),
@@ -184,20 +184,20 @@ pub(super) async fn jobs(
     page.submitted_by = text::line(q.submitted_by.as_deref().unwrap_or(""));
     let state = match q.state.as_deref() {
         None => None,
-        Some("queued") => Some(JobState::Queued),
-        Some("running") => Some(JobState::Running),
-        Some("finished") => Some(JobState::Finished),
-        Some(other) => {
-            page.error = Some(format!(
-                "state: `{}` is not queued, running or finished",
-                text::line(other)
-            ));
-            return render(StatusCode::BAD_REQUEST, &page);
-        }
+        Some(other) => match JobState::from_name(other) {
+            Some(state) => Some(state),
+            None => {
+                page.error = Some(format!(
+                    "state: `{}` is not queued, running or finished",
+                    text::line(other)
+                ));
+                return render(StatusCode::BAD_REQUEST, &page);
+            }
+        },
     };
     let outcome = match q.outcome.as_deref() {
         None => None,
-        Some(o) => match Outcome::ALL.into_iter().find(|x| x.as_str() == o) {
+        Some(o) => match Outcome::from_name(o) {
             Some(x) => Some(x),
             None => {
                 page.error = Some(format!("outcome: `{}` is not an outcome", text::line(o)));
