@@ -79,7 +79,7 @@ pub fn router(svc: Arc<Service>) -> Router {
         .merge(metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .merge(super::ui::routes(svc.clone()))
+        .merge(super::ui::routes())
         .fallback(no_endpoint)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(json_errors))

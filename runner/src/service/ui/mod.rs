@@ -56,8 +56,7 @@ const LIVE_JS: &str = include_str!("static/live.js");
 const FAVICON: &str = include_str!("static/favicon.svg");
 
 /// The dashboard's routes (merged into the API's router, outside `/v1`).
-pub fn routes(svc: Arc<Service>) -> Router<Arc<Service>> {
-    let _ = svc;
+pub fn routes() -> Router<Arc<Service>> {
     Router::new()
         .route("/ui", get(|| async { Redirect::to("/ui/jobs") }))
         .route("/ui/", get(|| async { Redirect::to("/ui/jobs") }))
