@@ -23,11 +23,13 @@
 //! ```
 
 pub mod base_tree;
+pub mod changes;
 pub mod clone;
 pub mod config;
 pub mod git;
 pub mod git_bound;
 pub mod git_path;
+pub mod layer_changes;
 pub mod layered;
 pub mod lifecycle;
 pub mod mirror;

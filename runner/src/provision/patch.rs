@@ -14,7 +14,7 @@ use super::git::{self, GitError};
 use super::git_bound::{Bound, PeakRss};
 use super::patch_status::{PatchFailure, Skipped};
 use super::stage::{self, StageLimits};
-use super::{ProvisionError, private_git_dir, stat_seed};
+use super::{ProvisionError, layer_changes, private_git_dir, stat_seed};
 
 /// A written patch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,9 +111,11 @@ fn build(
     }
     let index = private.join("ralph-result.index");
     let seed = stat_seed::for_workspace(workspace);
+    let roots = layer_changes::roots(workspace);
     let base_of = stage::Base {
         commit: base,
         stat_seed: seed.as_deref(),
+        roots: roots.as_deref(),
     };
     let staged = stage::stage(workspace, Some(base_of), &index, limits, bound);
     let _ = std::fs::remove_file(&index);

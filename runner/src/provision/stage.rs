@@ -2,8 +2,9 @@
 //! upload's base) is taken, so that no single path a round left can fail it: the base tree is
 //! read into a throwaway index (a layered workspace's merged into a copy of its base tree's
 //! index, whose stat data spares hashing the unchanged files: [`super::stat_seed`]), the
-//! changes are listed (`git ls-files -o -m -d
-//! --exclude-standard`: untracked ones too, `.gitignore` respected, `.git` never), each is
+//! changes are listed ([`super::changes`]: untracked ones too, `.gitignore` respected, `.git`
+//! never; only under the roots a layered workspace's upper layer names, when it names them:
+//! [`super::layer_changes`]), each is
 //! probed without following a link and judged ([`judge`]: a path git refuses, a nested
 //! repository, a file over [`MAX_PATCH_FILE`], a FIFO, socket or device, an unreadable file
 //! are skipped), the rest is added by path (`git update-index --add --remove --replace
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 use super::git::{self, Git, GitError};
 use super::git_bound::Bound;
 use super::patch_status::{SkipReason, Skipped};
-use super::{ProvisionError, git_path, private_git_dir, stat_seed};
+use super::{ProvisionError, changes, git_path, private_git_dir, stat_seed};
 
 /// The largest file a patch takes (100 MiB): a bigger one is skipped and reported, never
 /// read. A binary diff of a changed file holds about six times it in git's memory (measured:
@@ -60,6 +61,9 @@ pub struct Base<'a> {
     /// An index whose stat data is kept for the entries where it names the commit's blob
     /// ([`stat_seed`]); its content never decides what is staged.
     pub stat_seed: Option<&'a Path>,
+    /// The paths outside of which the workspace is the commit's checkout, unchanged
+    /// ([`super::layer_changes::roots`]): git looks for changes only there. `None`: everywhere.
+    pub roots: Option<&'a [Vec<u8>]>,
 }
 
 /// A staged workspace.
@@ -153,17 +157,20 @@ pub fn stage(
 ) -> Result<Staged, ProvisionError> {
     let _ = std::fs::remove_file(index);
     let git = || over(workspace, index, bound);
+    let roots = base.and_then(|b| b.roots);
     if let Some(base) = base {
         read_base(&git, index, &base)?;
         // Stat data for the unchanged files, so listing the changes (twice) hashes each file
-        // at most once more. Its failure only costs time.
-        if let Err(e @ GitError::OutOfMemory { .. }) =
-            git().args(["update-index", "-q", "--refresh"]).run()
+        // at most once more. Its failure only costs time. With roots, git never looks at the
+        // files outside them, and hashes the few inside at most once more anyway.
+        if roots.is_none()
+            && let Err(e @ GitError::OutOfMemory { .. }) =
+                git().args(["update-index", "-q", "--refresh"]).run()
         {
             return Err(e.into());
         }
     }
-    let listed = changes(&git)?;
+    let listed = changes::list(&git, roots)?;
     let mut skipped = Skipped::default();
     let mut reported: HashSet<Vec<u8>> = HashSet::new();
     let mut adds: Vec<Vec<u8>> = Vec::new();
@@ -186,14 +193,14 @@ pub fn stage(
             }
         }
     }
-    for path in specials(workspace, &git)? {
+    for path in specials(workspace, &git, roots)? {
         if reported.insert(path.clone()) {
             skipped.add(&path, SkipReason::SpecialFile, None);
         }
     }
     let (refused, _) = isolate(&git, &adds)?;
     // Whatever git left out after all (a path it ignored, a batch it kept refusing).
-    for path in changes(&git)? {
+    for path in changes::list(&git, roots)? {
         if reported.insert(path.clone()) {
             let detail = refused
                 .get(&path)
@@ -227,27 +234,6 @@ fn read_base(git: &dyn Fn() -> Git, index: &Path, base: &Base<'_>) -> Result<(),
         .args(["read-tree", "--end-of-options", base.commit])
         .output()?;
     Ok(())
-}
-
-/// The changes of the workspace against the index: untracked files (not `.gitignore`d;
-/// a nested repository as `dir/`), modified and deleted ones; each once, in git's order.
-fn changes(git: &dyn Fn() -> Git) -> Result<Vec<Vec<u8>>, ProvisionError> {
-    let out = git()
-        .args([
-            "ls-files",
-            "-z",
-            "--others",
-            "--modified",
-            "--deleted",
-            "--exclude-standard",
-        ])
-        .output()?;
-    let mut seen = HashSet::new();
-    Ok(out
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty() && seen.insert(p.to_vec()))
-        .map(<[u8]>::to_vec)
-        .collect())
 }
 
 /// Adds `paths` to the index by path, isolating the ones git refuses: those, with git's
@@ -411,10 +397,36 @@ fn gone(e: &std::io::Error) -> bool {
 }
 
 /// The FIFOs, sockets and devices of the workspace git would otherwise pass over in silence
-/// (not under a `.git`, not in a nested repository, not `.gitignore`d), as relative paths.
-fn specials(workspace: &Path, git: &dyn Fn() -> Git) -> Result<Vec<Vec<u8>>, ProvisionError> {
+/// (not under a `.git`, not in a nested repository, not `.gitignore`d), as relative paths; with
+/// `roots`, only under them (none of which is inside a nested repository or a link).
+fn specials(
+    workspace: &Path,
+    git: &dyn Fn() -> Git,
+    roots: Option<&[Vec<u8>]>,
+) -> Result<Vec<Vec<u8>>, ProvisionError> {
     let mut found = Vec::new();
-    let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut stack: Vec<Vec<u8>> = Vec::new();
+    match roots {
+        None => stack.push(Vec::new()),
+        Some(roots) => {
+            for root in roots {
+                if root.split(|b| *b == b'/').any(|c| c == b".git") {
+                    continue;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(workspace.join(OsStr::from_bytes(root)))
+                else {
+                    continue;
+                };
+                let t = meta.file_type();
+                if t.is_dir() {
+                    stack.push(root.clone());
+                } else if t.is_fifo() || t.is_socket() || t.is_block_device() || t.is_char_device()
+                {
+                    found.push(root.clone());
+                }
+            }
+        }
+    }
     let mut seen = 0usize;
     'walk: while let Some(rel) = stack.pop() {
         let dir = workspace.join(OsStr::from_bytes(&rel));

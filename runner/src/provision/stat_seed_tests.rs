@@ -16,6 +16,7 @@ fn staged(ws: &Path, base: &str, seed: Option<&Path>) -> stage::Staged {
         Some(Base {
             commit: base,
             stat_seed: seed,
+            roots: None,
         }),
         &index,
         &StageLimits::default(),
