@@ -65,9 +65,12 @@ pub fn list(
         .collect())
 }
 
+/// Paths, as git prints them.
+type Paths = Vec<Vec<u8>>;
+
 /// The untracked paths and the paths whose worktree differs from the index, from `git status
 /// --porcelain=v2 -z` output.
-fn parse_status(out: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), ProvisionError> {
+fn parse_status(out: &[u8]) -> Result<(Paths, Paths), ProvisionError> {
     let bad = |record: &[u8]| ProvisionError::State {
         action: "read the workspace's changes",
         message: format!(
