@@ -155,7 +155,14 @@ pub fn check_after_run(
     let empty = walk::TreeInventory::default();
     for (i, root) in guard.trees.iter().enumerate() {
         let was = before.trees.get(i).unwrap_or(&empty);
-        let now = walk::walk(root, &guard.protected_in(root), &before.keys, before.limits);
+        // Only the directories the run changed are listed again (walk.rs).
+        let now = walk::walk_again(
+            root,
+            &guard.protected_in(root),
+            &before.keys,
+            before.limits,
+            &was.listings,
+        );
         // What the run made impossible to look into is its doing: the round fails.
         let known = was.unchecked_paths();
         for (rel, why) in &now.unchecked {

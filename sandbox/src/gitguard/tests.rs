@@ -637,3 +637,93 @@ fn the_tree_itself_can_be_a_bare_repository() {
     assert_eq!(s.path(), w.ws.display().to_string());
     assert_eq!(s.replaced, vec![Surface::Hooks]);
 }
+
+/// Waits until every directory made so far is quiet enough for a walk to keep its listing: the
+/// condition is the clock's own, [`walk::QUIET`] past the last change.
+fn until_quiet() {
+    std::thread::sleep(walk::QUIET + std::time::Duration::from_millis(50));
+}
+
+fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_walk_again_lists_only_what_changed_and_finds_what_a_fresh_walk_finds() {
+    let w = world();
+    for d in [
+        "a/b/c/d",
+        "a/e",
+        "x/y",
+        "x/z",
+        "prot/inner",
+        "wide/1",
+        "wide/2",
+        "wide/3",
+    ] {
+        std::fs::create_dir_all(w.ws.join(d)).unwrap();
+    }
+    std::fs::write(w.ws.join("a/b/c/d/file.rs"), "code").unwrap();
+    git_dir(&w.ws.join("x/repo"), FRESH);
+    let keys = RandomState::new();
+    let protected = [PathBuf::from("prot")];
+    // Directories changed within the last second are not kept: a change in the same tick of
+    // the coarse clock would not move their change time.
+    let early = walk::walk(&w.ws, &protected, &keys, Limits::DEFAULT);
+    assert!(early.listings.is_empty(), "{}", early.listings.len());
+    until_quiet();
+    let before = walk::walk(&w.ws, &protected, &keys, Limits::DEFAULT);
+    // Plain, quiet directories are kept; the git directory and its parts' parent are not.
+    assert!(before.listings.len() >= 10, "{}", before.listings.len());
+    assert_eq!(before.reused, 0);
+
+    // What a round could do deep in old directories: a repository, a `.git` file, a socket, a
+    // directory swapped for a link out of the tree, a hook in the old repository, a repository
+    // in a protected path.
+    git_dir(&w.ws.join("a/b/c/d/new"), HOSTILE);
+    std::fs::write(w.ws.join("x/y/.git"), "gitdir: /elsewhere\n").unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(w.ws.join("a/e/s")).unwrap();
+    std::fs::remove_dir(w.ws.join("x/z")).unwrap();
+    symlink(&w.host, w.ws.join("x/z")).unwrap();
+    hook(&w.ws.join("x/repo"), "pre-commit");
+    git_dir(&w.ws.join("prot/inner/r"), HOSTILE);
+
+    let again = walk::walk_again(&w.ws, &protected, &keys, Limits::DEFAULT, &before.listings);
+    let fresh = walk::walk(&w.ws, &protected, &keys, Limits::DEFAULT);
+    assert_eq!(again.repos, fresh.repos);
+    assert_eq!(sorted(&again.sockets), sorted(&fresh.sockets));
+    assert_eq!(again.unchecked, fresh.unchecked);
+    assert_eq!(
+        (again.entries, &again.stopped),
+        (fresh.entries, &fresh.stopped)
+    );
+    for found in ["a/b/c/d/new", "x/y/.git", "x/repo"] {
+        assert!(again.repos.contains_key(Path::new(found)), "{found}");
+    }
+    assert!(!again.repos.contains_key(Path::new("prot/inner/r")));
+    assert_eq!(again.sockets, [PathBuf::from("a/e/s")]);
+    // Only the changed directories were listed again (the root, `a`, `a/b/c/d`, `a/e`, `x`,
+    // `x/y`): `a/b`, `a/b/c`, `wide` and `wide/*` were not.
+    assert!(again.reused >= 6, "{}", again.reused);
+    assert_eq!(fresh.reused, 0);
+}
+
+#[test]
+fn a_repository_made_in_an_old_directory_is_made_safe_after_the_run() {
+    let w = world();
+    std::fs::create_dir_all(w.ws.join("src/deep/er")).unwrap();
+    until_quiet();
+    let g = guard(&w);
+    let before = inventory(&g);
+    git_dir(&w.ws.join("src/deep/er/.git"), HOSTILE);
+    let (c, v) = check(&w, &g, &before);
+    assert!(v.is_empty(), "{v:#?}");
+    let s = only(&c);
+    assert_eq!(
+        (s.rel.as_str(), s.change),
+        ("src/deep/er/.git", Change::New)
+    );
+    assert!(!read(&w.ws.join("src/deep/er/.git/config")).contains("fsmonitor"));
+}

@@ -4,6 +4,15 @@
 //! stat per file), and only the surfaces of git directories are read. Depth and entry count are
 //! bounded; what a bound or an unreadable directory left out is recorded, never silently
 //! skipped.
+//!
+//! A walk keeps the listing of each plain directory it lists (no git directory, no `.git`, no
+//! special file in it) that had been quiet for [`QUIET`] when the walk began: its device, inode,
+//! change time and the names of its subdirectories ([`Listings`]). A later walk given those
+//! listings (the check after the run, [`walk_again`]) reaches a directory with an `O_PATH` open
+//! and a `fstat`, and lists it again only when it is not that directory at that change time any
+//! more: an entry made, removed or renamed in a directory moves its change time, which nothing
+//! can set back. A directory unchanged since is never opened for reading (on an overlay, opening
+//! a merged directory for reading merges its layers' listings).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -16,6 +25,11 @@ use super::digest;
 use super::quote::escape;
 use crate::fsat::{self, Access, Kind};
 use crate::outcome::git::Surface;
+
+/// How long a directory must have been unchanged when a walk began for its listing to be kept:
+/// a change time is read from a coarse clock, so a change in the same tick as the listing could
+/// leave it where it was.
+pub const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bytes of a `.git` file read (git itself refuses larger ones).
 pub const MAX_GITFILE: u64 = 64 * 1024;
@@ -87,6 +101,37 @@ pub struct TreeInventory {
     /// Unix sockets seen, by path below the root (the walk serves the socket scan of the tree
     /// too: [`crate::native::socket_walk`]).
     pub sockets: Vec<PathBuf>,
+    /// The listings kept for a later walk (module doc).
+    pub listings: Listings,
+    /// Directories this walk did not list again, their kept listing still theirs.
+    pub reused: u64,
+}
+
+/// Kept listings of plain directories, by device and inode (module doc).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listings(std::collections::HashMap<(u64, u64), Kept>);
+
+#[cfg(test)]
+impl Listings {
+    /// Directories kept.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One kept listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Kept {
+    ctime: (i64, i64),
+    /// Entries in the directory (the walk's entry bound counts them again).
+    entries: u64,
+    /// Its subdirectories' names.
+    subdirs: Vec<std::ffi::OsString>,
 }
 
 impl TreeInventory {
@@ -114,6 +159,10 @@ struct Walker<'a, K> {
     protected: &'a [PathBuf],
     keys: &'a K,
     limits: Limits,
+    /// Listings an earlier walk kept.
+    earlier: Option<&'a Listings>,
+    /// Directories changed after this are not kept (the walk's start less [`QUIET`]).
+    quiet_before: (i64, i64),
 }
 
 /// Walks the tree at `root`. `protected` are paths below it that are read-only mounts during
@@ -124,6 +173,32 @@ pub fn walk<K: BuildHasher>(
     keys: &K,
     limits: Limits,
 ) -> TreeInventory {
+    walk_with(root, protected, keys, limits, None)
+}
+
+/// [`walk`], listing again only the directories that changed since `earlier` (another walk
+/// of the same tree) kept their listing: what it finds is what [`walk`] would.
+pub fn walk_again<K: BuildHasher>(
+    root: &Path,
+    protected: &[PathBuf],
+    keys: &K,
+    limits: Limits,
+    earlier: &Listings,
+) -> TreeInventory {
+    walk_with(root, protected, keys, limits, Some(earlier))
+}
+
+fn walk_with<K: BuildHasher>(
+    root: &Path,
+    protected: &[PathBuf],
+    keys: &K,
+    limits: Limits,
+    earlier: Option<&Listings>,
+) -> TreeInventory {
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_sub(QUIET);
     let mut w = Walker {
         inv: TreeInventory {
             root: root.to_owned(),
@@ -132,6 +207,11 @@ pub fn walk<K: BuildHasher>(
         protected,
         keys,
         limits,
+        earlier,
+        quiet_before: (
+            i64::try_from(began.as_secs()).unwrap_or(i64::MAX),
+            i64::from(began.subsec_nanos()),
+        ),
     };
     // The root is a trusted path (canonical, outside the agent's reach).
     match fsat::open_root(root, Access::Read) {
@@ -162,6 +242,100 @@ impl<K: BuildHasher> Walker<'_, K> {
         self.protected(&rel.join(s.name()))
     }
 
+    /// Counts `n` more entries: false (the walk stopped) past the bound.
+    fn count(&mut self, n: u64, rel: &Path) -> bool {
+        self.inv.entries += n;
+        if self.inv.entries > self.limits.entries {
+            self.inv.stopped = Some(format!(
+                "the walk stopped at {} entries (its bound), in `{}`",
+                self.limits.entries,
+                escape(rel.as_os_str().as_bytes(), 256)
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// Keeps the listing of the directory open at `fd` when it is plain and quiet.
+    fn keep(&mut self, fd: BorrowedFd<'_>, entries: &[fsat::Entry]) {
+        let plain = !entries
+            .iter()
+            .any(|e| e.kind == Kind::Special || e.name == OsStr::new(".git"));
+        if !plain || looks_like_git_dir(entries) {
+            return;
+        }
+        let Ok(st) = fsat::fstat(fd) else { return };
+        if st.ctime >= self.quiet_before {
+            return;
+        }
+        let subdirs = entries
+            .iter()
+            .filter(|e| e.kind == Kind::Dir)
+            .map(|e| e.name.clone())
+            .collect();
+        self.inv.listings.0.insert(
+            (st.dev, st.ino),
+            Kept {
+                ctime: st.ctime,
+                entries: entries.len() as u64,
+                subdirs,
+            },
+        );
+    }
+
+    /// Goes into the subdirectory `name` of `parent` (`rel` below the root): through the
+    /// earlier walk's listing while it is still the directory's, else by listing it. Returns
+    /// false once the walk must stop.
+    fn enter(&mut self, parent: BorrowedFd<'_>, name: &OsStr, rel: PathBuf, depth: usize) -> bool {
+        if let Some(earlier) = self.earlier
+            && let Ok(at) = fsat::open_path(parent, name)
+            && let Ok(st) = fsat::fstat(at.as_fd())
+            && st.kind == Kind::Dir
+            && let Some(kept) = earlier.0.get(&(st.dev, st.ino))
+            && kept.ctime == st.ctime
+        {
+            self.inv.reused += 1;
+            if !self.count(kept.entries, &rel) {
+                return false;
+            }
+            self.inv.listings.0.insert((st.dev, st.ino), kept.clone());
+            for sub in &kept.subdirs {
+                if !self.subdir(at.as_fd(), sub, rel.join(sub), depth) {
+                    return false;
+                }
+            }
+            return true;
+        }
+        match fsat::open_dir(parent, name, Access::Read) {
+            Ok(sub) => self.dir(sub, rel, depth),
+            Err(err) => {
+                self.inv
+                    .unchecked
+                    .insert(rel, format!("could not be opened: {}", err.cause()));
+                true
+            }
+        }
+    }
+
+    /// The subdirectory `name` (`child`) of a directory at `depth`: skipped when protected,
+    /// unchecked past the depth bound, else entered.
+    fn subdir(&mut self, fd: BorrowedFd<'_>, name: &OsStr, child: PathBuf, depth: usize) -> bool {
+        if self.protected(&child) {
+            return true;
+        }
+        if depth + 1 > self.limits.depth {
+            self.inv.unchecked.insert(
+                child,
+                format!(
+                    "deeper than {} levels (the walk's bound)",
+                    self.limits.depth
+                ),
+            );
+            return true;
+        }
+        self.enter(fd, name, child, depth + 1)
+    }
+
     /// Looks at one directory (open for listing) and below. Returns false once the walk must
     /// stop.
     fn dir(&mut self, d: OwnedFd, rel: PathBuf, depth: usize) -> bool {
@@ -174,16 +348,11 @@ impl<K: BuildHasher> Walker<'_, K> {
                 return true;
             }
         };
-        self.inv.entries += entries.len() as u64;
-        if self.inv.entries > self.limits.entries {
-            self.inv.stopped = Some(format!(
-                "the walk stopped at {} entries (its bound), in `{}`",
-                self.limits.entries,
-                escape(rel.as_os_str().as_bytes(), 256)
-            ));
+        if !self.count(entries.len() as u64, &rel) {
             return false;
         }
         let fd = d.as_fd();
+        self.keep(fd, &entries);
         if looks_like_git_dir(&entries) {
             match fsat::fstat(fd) {
                 Ok(st) => {
@@ -235,27 +404,8 @@ impl<K: BuildHasher> Walker<'_, K> {
             if e.kind != Kind::Dir {
                 continue;
             }
-            if depth + 1 > self.limits.depth {
-                self.inv.unchecked.insert(
-                    child,
-                    format!(
-                        "deeper than {} levels (the walk's bound)",
-                        self.limits.depth
-                    ),
-                );
-                continue;
-            }
-            match fsat::open_dir(fd, &e.name, Access::Read) {
-                Ok(sub) => {
-                    if !self.dir(sub, child, depth + 1) {
-                        return false;
-                    }
-                }
-                Err(err) => {
-                    self.inv
-                        .unchecked
-                        .insert(child, format!("could not be opened: {}", err.cause()));
-                }
+            if !self.subdir(fd, &e.name, child, depth) {
+                return false;
             }
         }
         true
