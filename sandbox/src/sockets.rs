@@ -18,6 +18,7 @@
 //! own change time, which no process can set back.
 
 mod memo;
+pub mod watch;
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -42,23 +43,44 @@ pub struct Found {
 /// Walks `trees` (absolute host paths; a missing one is skipped) for socket files, reusing
 /// what earlier scans in this process listed of directories that did not change ([`memo`]).
 pub fn scan(trees: &[PathBuf]) -> Found {
-    scan_with(trees, &memo::PROCESS, memo::MARGIN)
+    scan_with(trees, &memo::PROCESS, memo::MARGIN, &watch::PROCESS)
 }
 
-/// [`scan`] with its memo and the age a directory's change time must have before its listing is
-/// kept (tests).
+/// [`scan`] with its memo, the age a directory's change time must have before its listing is
+/// kept, and its watch (tests).
 pub(crate) fn scan_with(
     trees: &[PathBuf],
     memo: &std::sync::Mutex<memo::Memo>,
     margin: std::time::Duration,
+    watch: &std::sync::Mutex<watch::State>,
 ) -> Found {
     let mut memo = memo
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut watch = watch
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut watch = watch.get();
+    if let Some(w) = watch.as_deref_mut() {
+        w.cover(trees);
+        if let watch::Heard::Dirs(dirs) = w.drain(trees) {
+            for d in dirs {
+                memo.forget(&d);
+            }
+        }
+    }
+    let watch = watch.as_deref();
+    let hears = |dev: u64| watch.is_some_and(|w| w.hears(dev));
+    let trust = watch.map(|w| memo::Trust {
+        generation: w.generation,
+        hears: &hears,
+    });
+    let generation = watch.map_or(0, |w| w.generation);
     let mut found = Found::default();
     let mut seen = 0usize;
     for tree in trees {
-        let mut stack = vec![tree.clone()];
+        // (directory, whether its parent's listing was reused): a tree's root is always looked at.
+        let mut stack = vec![(tree.clone(), false)];
         let mut complete = true;
         match std::fs::symlink_metadata(tree) {
             Ok(m) if m.file_type().is_dir() => {}
@@ -71,13 +93,14 @@ pub(crate) fn scan_with(
             }
             Err(_) => continue,
         }
-        while let Some(dir) = stack.pop() {
-            let listing = match memo.reuse(&dir) {
-                Some(l) => l,
+        while let Some((dir, parent_reused)) = stack.pop() {
+            let (listing, reused) = match memo.reuse(&dir, trust, parent_reused) {
+                Some(l) => (l, true),
                 None => {
                     let Some(l) = list(&dir) else { continue };
-                    memo.keep(&dir, &l, margin);
-                    l
+                    let l = std::sync::Arc::new(l);
+                    memo.keep(&dir, &l, margin, generation);
+                    (l, false)
                 }
             };
             seen += listing.entries;
@@ -85,7 +108,7 @@ pub(crate) fn scan_with(
                 complete = false;
                 break;
             }
-            stack.extend(listing.subdirs.iter().map(|n| dir.join(n)));
+            stack.extend(listing.subdirs.iter().map(|n| (dir.join(n), reused)));
             found
                 .sockets
                 .extend(listing.sockets.iter().map(|n| dir.join(n)));
@@ -192,17 +215,18 @@ mod tests {
         let tick = std::time::Duration::from_millis(60);
         let made = std::time::SystemTime::now();
         wait_past(made, tick);
-        let first = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let off = std::sync::Mutex::new(watch::State::Off);
+        let first = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         assert_eq!(first.sockets, [root.join("a/b/old.sock")]);
         // Nothing changed: every directory's listing is reused (root, a, a/b, a/c, d).
-        let again = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let again = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         assert_eq!(again, first);
         assert_eq!(memo.lock().unwrap().reused, 5);
         // A socket made later, deep down, and one in the root: both found.
         wait_past(std::time::SystemTime::now(), tick);
         let _deep = std::os::unix::net::UnixListener::bind(root.join("a/c/new.sock")).unwrap();
         let _top = std::os::unix::net::UnixListener::bind(root.join("top.sock")).unwrap();
-        let after = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let after = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         assert_eq!(
             after.sockets,
             [
@@ -217,7 +241,7 @@ mod tests {
         let _swapped = std::os::unix::net::UnixListener::bind(other.join("s.sock")).unwrap();
         std::fs::remove_dir(root.join("d")).unwrap();
         std::fs::rename(&other, root.join("d")).unwrap();
-        let swapped = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let swapped = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         assert!(
             swapped.sockets.contains(&root.join("d/s.sock")),
             "{swapped:?}"
@@ -225,10 +249,118 @@ mod tests {
         // A directory changed within the margin of its listing is listed again next time.
         let fresh = root.join("fresh");
         std::fs::create_dir(&fresh).unwrap();
-        let _ = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let _ = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         let _f = std::os::unix::net::UnixListener::bind(fresh.join("f.sock")).unwrap();
-        let last = scan_with(std::slice::from_ref(&root), &memo, margin);
+        let last = scan_with(std::slice::from_ref(&root), &memo, margin, &off);
         assert!(last.sockets.contains(&fresh.join("f.sock")), "{last:?}");
+    }
+
+    /// A watch for a test, or `None` (printing why) where fanotify cannot be used.
+    fn watched() -> Option<std::sync::Mutex<watch::State>> {
+        let mut state = watch::State::Untried;
+        if state.get().is_none() {
+            assert!(
+                !nix::unistd::geteuid().is_root(),
+                "root cannot make a fanotify group"
+            );
+            eprintln!("skipped: a fanotify group needs root");
+            return None;
+        }
+        Some(std::sync::Mutex::new(state))
+    }
+
+    #[test]
+    fn a_watched_rescan_stats_nothing_that_was_not_heard_of_and_finds_every_new_socket() {
+        let Some(w) = watched() else { return };
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap().join("tree");
+        let outside = d.path().canonicalize().unwrap().join("outside");
+        for sub in ["a/b", "a/c/deep", "d", "e"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let memo = std::sync::Mutex::new(memo::Memo::new());
+        let margin = std::time::Duration::from_millis(50);
+        let tick = std::time::Duration::from_millis(60);
+        wait_past(std::time::SystemTime::now(), tick);
+        let trees = std::slice::from_ref(&root);
+        let first = scan_with(trees, &memo, margin, &w);
+        assert!(first.sockets.is_empty());
+        // Nothing heard of: only the tree's root is looked at (root, a, a/b, a/c, a/c/deep, d, e).
+        let again = scan_with(trees, &memo, margin, &w);
+        assert_eq!(again, first);
+        {
+            let m = memo.lock().unwrap();
+            assert_eq!((m.reused, m.heard), (1, 6));
+        }
+        // A socket made deep down; a directory with a socket made outside the tree and moved
+        // in over an empty one (no event names the socket's directory inside the tree).
+        let _deep = std::os::unix::net::UnixListener::bind(root.join("a/c/deep/new.sock")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let _moved = std::os::unix::net::UnixListener::bind(outside.join("m.sock")).unwrap();
+        std::fs::rename(&outside, root.join("d")).unwrap();
+        let after = scan_with(trees, &memo, margin, &w);
+        assert_eq!(
+            after.sockets,
+            [root.join("a/c/deep/new.sock"), root.join("d/m.sock")]
+        );
+        // A mount inside the tree changes what a path shows without an event: heard of as a
+        // change of the mounts, and everything is looked at again.
+        std::fs::create_dir(root.join("e/mnt")).unwrap();
+        wait_past(std::time::SystemTime::now(), tick);
+        let _ = scan_with(trees, &memo, margin, &w);
+        let _ = scan_with(trees, &memo, margin, &w);
+        let staging = tempfile::tempdir().unwrap();
+        let _hidden =
+            std::os::unix::net::UnixListener::bind(staging.path().join("h.sock")).unwrap();
+        let target = root.join("e/mnt");
+        nix::mount::mount(
+            Some(staging.path()),
+            &target,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+        let mounted = scan_with(trees, &memo, margin, &w);
+        let _ = nix::mount::umount2(&target, nix::mount::MntFlags::MNT_DETACH);
+        assert!(
+            mounted.sockets.contains(&target.join("h.sock")),
+            "{mounted:?}"
+        );
+    }
+
+    #[test]
+    fn a_watch_that_lost_events_looks_at_everything_again() {
+        let Some(w) = watched() else { return };
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap().join("tree");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let memo = std::sync::Mutex::new(memo::Memo::new());
+        let margin = std::time::Duration::from_millis(50);
+        wait_past(
+            std::time::SystemTime::now(),
+            std::time::Duration::from_millis(60),
+        );
+        let trees = std::slice::from_ref(&root);
+        let _ = scan_with(trees, &memo, margin, &w);
+        let _ = scan_with(trees, &memo, margin, &w);
+        let heard = memo.lock().unwrap().heard;
+        assert!(heard >= 2, "{heard}");
+        // More events than the kernel queues (`max_queued_events`, 16,384 by default), all
+        // outside the tree.
+        let queued: usize = std::fs::read_to_string("/proc/sys/fs/fanotify/max_queued_events")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(16_384);
+        let noise = d.path().join("noise");
+        std::fs::create_dir(&noise).unwrap();
+        for i in 0..queued + 1_000 {
+            std::fs::write(noise.join(i.to_string()), b"").unwrap();
+        }
+        let _s = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
+        let after = scan_with(trees, &memo, margin, &w);
+        assert_eq!(after.sockets, [root.join("a/b/s.sock")]);
+        assert_eq!(memo.lock().unwrap().heard, heard, "nothing taken on trust");
     }
 
     #[test]

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How much older than the listing a directory's change time must be for the listing to be kept.
@@ -23,10 +23,7 @@ pub const MARGIN: Duration = Duration::from_secs(1);
 pub const MAX_DIRS: usize = 1_000_000;
 
 /// The memo of this process's scans.
-pub static PROCESS: Mutex<Memo> = Mutex::new(Memo {
-    dirs: None,
-    reused: 0,
-});
+pub static PROCESS: Mutex<Memo> = Mutex::new(Memo::new());
 
 /// One directory's listing, as a scan needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,12 +62,35 @@ impl Listing {
     }
 }
 
-/// Listings by directory path.
+/// Listings by directory path (its bytes: a `Path` compares and hashes by components, which
+/// cost more than the rest of a scan that lists nothing).
 #[derive(Debug)]
 pub struct Memo {
-    dirs: Option<HashMap<PathBuf, Listing>>,
-    /// Listings reused (tests).
+    dirs: Option<HashMap<OsString, Kept>>,
+    /// Listings reused after a stat (tests).
     pub reused: u64,
+    /// Listings reused without one, nothing having been heard of them (tests).
+    pub heard: u64,
+}
+
+/// A kept listing and the watch's generation it is current for.
+#[derive(Debug)]
+struct Kept {
+    /// The watch's generation when the listing was made or last found current by a stat
+    /// ([`super::watch`]); 0: never under a watch.
+    generation: u64,
+    listing: Arc<Listing>,
+}
+
+/// What a scan trusts without a stat: a directory reached from a parent whose own listing was
+/// reused (so it is the same directory it was), whose listing is of the watch's current
+/// generation, on a filesystem the watch hears.
+#[derive(Clone, Copy)]
+pub struct Trust<'a> {
+    /// The watch's generation.
+    pub generation: u64,
+    /// Whether the watch hears a device.
+    pub hears: &'a dyn Fn(u64) -> bool,
 }
 
 impl Memo {
@@ -79,31 +99,62 @@ impl Memo {
         Memo {
             dirs: None,
             reused: 0,
+            heard: 0,
         }
     }
 
-    /// The kept listing of `dir`, if `dir` is still that directory with that change time.
-    pub fn reuse(&mut self, dir: &Path) -> Option<Listing> {
-        let kept = self.dirs.as_ref()?.get(dir)?;
+    /// The kept listing of `dir`: without a stat under `trust` when the parent's listing was
+    /// reused (`parent_reused`), else if `dir` is still that directory with that change time.
+    pub fn reuse(
+        &mut self,
+        dir: &Path,
+        trust: Option<Trust<'_>>,
+        parent_reused: bool,
+    ) -> Option<Arc<Listing>> {
+        let kept = self.dirs.as_mut()?.get_mut(dir.as_os_str())?;
+        if let Some(t) = trust
+            && parent_reused
+            && kept.generation == t.generation
+            && (t.hears)(kept.listing.dev)
+        {
+            self.heard += 1;
+            return Some(kept.listing.clone());
+        }
         let now = Listing::stat(dir)?;
-        if (now.dev, now.ino, now.ctime) != (kept.dev, kept.ino, kept.ctime) {
+        let was = &kept.listing;
+        if (now.dev, now.ino, now.ctime) != (was.dev, was.ino, was.ctime) {
             return None;
         }
+        kept.generation = trust.map_or(0, |t| t.generation);
         self.reused += 1;
-        Some(kept.clone())
+        Some(kept.listing.clone())
     }
 
-    /// Keeps `listing` of `dir` when the directory had been quiet for `margin` when it began.
-    pub fn keep(&mut self, dir: &Path, listing: &Listing, margin: Duration) {
+    /// Keeps `listing` of `dir`, made under the watch's `generation` (0: none), when the
+    /// directory had been quiet for `margin` when it began.
+    pub fn keep(&mut self, dir: &Path, listing: &Arc<Listing>, margin: Duration, generation: u64) {
         let dirs = self.dirs.get_or_insert_with(HashMap::new);
         if listing.ctime() + margin >= listing.at {
-            dirs.remove(dir);
+            dirs.remove(dir.as_os_str());
             return;
         }
         if dirs.len() >= MAX_DIRS {
             dirs.clear();
         }
-        dirs.insert(dir.to_owned(), listing.clone());
+        dirs.insert(
+            dir.as_os_str().to_owned(),
+            Kept {
+                generation,
+                listing: listing.clone(),
+            },
+        );
+    }
+
+    /// Drops the listing of `dir` (the watch heard of a change in it).
+    pub fn forget(&mut self, dir: &Path) {
+        if let Some(dirs) = self.dirs.as_mut() {
+            dirs.remove(dir.as_os_str());
+        }
     }
 }
 
