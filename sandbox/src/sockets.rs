@@ -330,6 +330,30 @@ mod tests {
     }
 
     #[test]
+    fn a_change_heard_while_another_tree_is_scanned_is_not_forgotten() {
+        let Some(w) = watched() else { return };
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let (a, b) = (base.join("a"), base.join("b"));
+        std::fs::create_dir_all(a.join("x/y")).unwrap();
+        std::fs::create_dir_all(b.join("x/y")).unwrap();
+        let memo = std::sync::Mutex::new(memo::Memo::new());
+        let margin = std::time::Duration::from_millis(50);
+        wait_past(
+            std::time::SystemTime::now(),
+            std::time::Duration::from_millis(60),
+        );
+        let both = [a.clone(), b.clone()];
+        let _ = scan_with(&both, &memo, margin, &w);
+        let _ = scan_with(&both, &memo, margin, &w);
+        // A socket deep in `b`, heard while only `a` is scanned.
+        let _s = std::os::unix::net::UnixListener::bind(b.join("x/y/s.sock")).unwrap();
+        let _ = scan_with(std::slice::from_ref(&a), &memo, margin, &w);
+        let later = scan_with(std::slice::from_ref(&b), &memo, margin, &w);
+        assert_eq!(later.sockets, [b.join("x/y/s.sock")]);
+    }
+
+    #[test]
     fn a_watch_that_lost_events_looks_at_everything_again() {
         let Some(w) = watched() else { return };
         let d = tempfile::tempdir().unwrap();

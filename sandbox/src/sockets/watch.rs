@@ -32,17 +32,11 @@ const MASK: u64 = libc::FAN_CREATE
 /// Bytes of events read at once.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// Trees covered at once, at most (each is opened at a drain that has events to resolve).
+const MAX_TREES: usize = 64;
+
 /// Events resolved per drain, at most: past it the drain gives up and the scan looks again.
 const MAX_EVENTS: usize = 100_000;
-
-/// A tree as the watch knows it.
-#[derive(Debug)]
-struct Root {
-    /// Its mount, for resolving handles (the tree's root open for reading: `open_by_handle_at`
-    /// refuses an `O_PATH` descriptor).
-    fd: OwnedFd,
-    fsid: [i32; 2],
-}
 
 /// This process's watch: tried once, at the first scan.
 pub static PROCESS: std::sync::Mutex<State> = std::sync::Mutex::new(State::Untried);
@@ -79,7 +73,10 @@ pub struct Watch {
     marked: HashSet<u64>,
     /// Filesystems marked, by fsid.
     fsids: HashSet<[i32; 2]>,
-    roots: HashMap<PathBuf, Root>,
+    /// The trees covered, with their filesystem's fsid. Their roots are opened only while a
+    /// drain resolves handles (a descriptor kept open would keep their filesystem from being
+    /// unmounted).
+    roots: HashMap<PathBuf, [i32; 2]>,
     /// Mount points seen at the last drain.
     mounts: BTreeSet<Vec<u8>>,
     /// Moves on whenever what was heard can no longer be trusted (module doc); never 0.
@@ -135,6 +132,11 @@ impl Watch {
             if self.roots.contains_key(tree) {
                 continue;
             }
+            if self.roots.len() >= MAX_TREES {
+                // Start over: what was heard of the trees dropped is not known any more.
+                self.roots.clear();
+                self.generation += 1;
+            }
             let Ok(meta) = std::fs::symlink_metadata(tree) else {
                 continue;
             };
@@ -143,6 +145,7 @@ impl Watch {
             }
             let Some(fd) = open_dir(tree) else { continue };
             let Some(fsid) = fsid(&fd) else { continue };
+            drop(fd);
             if !self.fsids.contains(&fsid) {
                 let Ok(c) = std::ffi::CString::new(tree.as_os_str().as_bytes()) else {
                     continue;
@@ -164,19 +167,25 @@ impl Watch {
                 self.generation += 1;
             }
             self.marked.insert(meta.dev());
-            self.roots.insert(tree.clone(), Root { fd, fsid });
+            self.roots.insert(tree.clone(), fsid);
         }
     }
 
-    /// Drains the queue: the directories inside `trees` that events named since the last drain,
-    /// or [`Heard::Lost`] (module doc; the generation has moved on then).
+    /// Drains the queue: the directories inside the covered trees that events named since the
+    /// last drain, or [`Heard::Lost`] (module doc; the generation has moved on then). `trees`
+    /// are the ones about to be scanned: a mount at, above or inside one, or a covered one, is
+    /// a loss.
     pub fn drain(&mut self, trees: &[PathBuf]) -> Heard {
-        let heard = self.read_events(trees);
+        let heard = self.read_events();
         let mounts = mount_points();
         let moved = match &mounts {
-            Some(now) => now
-                .symmetric_difference(&self.mounts)
-                .any(|m| touches(m, trees)),
+            Some(now) => now.symmetric_difference(&self.mounts).any(|m| {
+                touches(m, trees)
+                    || self
+                        .roots
+                        .keys()
+                        .any(|t| touches(m, std::slice::from_ref(t)))
+            }),
             None => true,
         };
         self.mounts = mounts.unwrap_or_default();
@@ -187,8 +196,11 @@ impl Watch {
         heard
     }
 
-    fn read_events(&self, trees: &[PathBuf]) -> Heard {
+    fn read_events(&mut self) -> Heard {
         let mut dirs = BTreeSet::new();
+        // Each covered tree's root, open for reading (`open_by_handle_at` refuses an `O_PATH`
+        // descriptor), once an event needs it.
+        let mut mounts: Option<Vec<(OwnedFd, [i32; 2])>> = None;
         // Many events name the same directory: each is resolved once per drain.
         let mut resolved: HashSet<([i32; 2], Vec<u8>)> = HashSet::new();
         let mut buf = vec![0u8; READ_BUFFER];
@@ -226,8 +238,31 @@ impl Watch {
                 if let Some((fsid, handle)) = event.dir
                     && resolved.insert((fsid, handle.to_vec()))
                 {
-                    for dir in self.resolve(fsid, handle) {
-                        if trees.iter().any(|t| dir.starts_with(t)) {
+                    if mounts.is_none() {
+                        // A tree whose root cannot be opened could not have its events named:
+                        // it is dropped (covered again when scanned again), and nothing heard
+                        // so far is trusted.
+                        let mut opened = Vec::new();
+                        let mut gone = Vec::new();
+                        for (t, f) in &self.roots {
+                            match open_dir(t) {
+                                Some(fd) => opened.push((fd, *f)),
+                                None => gone.push(t.clone()),
+                            }
+                        }
+                        if !gone.is_empty() {
+                            for t in gone {
+                                self.roots.remove(&t);
+                            }
+                            return Heard::Lost;
+                        }
+                        mounts = Some(opened);
+                    }
+                    let mounts = mounts.as_deref().unwrap_or_default();
+                    // Every covered tree, not only the ones scanned now: a listing of a tree
+                    // scanned later must not outlive a change heard now.
+                    for dir in resolve(mounts, fsid, handle) {
+                        if self.roots.keys().any(|t| dir.starts_with(t)) {
                             dirs.insert(dir);
                         }
                     }
@@ -236,43 +271,39 @@ impl Watch {
         }
         Heard::Dirs(dirs.into_iter().collect())
     }
+}
 
-    /// The paths of the directory `handle` names, through each tree's mount on its filesystem
-    /// (none: gone since, or on no tree's filesystem).
-    fn resolve(&self, fsid: [i32; 2], handle: &[u8]) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        // `struct file_handle` is `u32 handle_bytes, i32 handle_type, bytes`: the event holds it
-        // as such; copied into a buffer aligned for it.
-        let mut h = vec![0u32; handle.len().div_ceil(4)];
-        // SAFETY: `h` has at least `handle.len()` bytes; the regions do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                handle.as_ptr(),
-                h.as_mut_ptr().cast::<u8>(),
-                handle.len(),
-            );
-        }
-        for root in self.roots.values().filter(|r| r.fsid == fsid) {
-            // SAFETY: a descriptor of ours, a well-formed handle (the kernel's own bytes, its
-            // length checked by the parser), plain flags.
-            let fd = unsafe {
-                libc::open_by_handle_at(
-                    root.fd.as_raw_fd(),
-                    h.as_mut_ptr().cast::<libc::file_handle>(),
-                    libc::O_PATH | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                continue;
-            }
-            // SAFETY: just returned to us, owned by nothing else.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-                out.push(p);
-            }
-        }
-        out
+/// The paths of the directory `handle` names, through each tree's mount on its filesystem
+/// (none: gone since, or on no tree's filesystem).
+fn resolve(mounts: &[(OwnedFd, [i32; 2])], fsid: [i32; 2], handle: &[u8]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    // `struct file_handle` is `u32 handle_bytes, i32 handle_type, bytes`: the event holds it
+    // as such; copied into a buffer aligned for it.
+    let mut h = vec![0u32; handle.len().div_ceil(4)];
+    // SAFETY: `h` has at least `handle.len()` bytes; the regions do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(handle.as_ptr(), h.as_mut_ptr().cast::<u8>(), handle.len());
     }
+    for (mount, _) in mounts.iter().filter(|(_, f)| *f == fsid) {
+        // SAFETY: a descriptor of ours, a well-formed handle (the kernel's own bytes, its
+        // length checked by the parser), plain flags.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                mount.as_raw_fd(),
+                h.as_mut_ptr().cast::<libc::file_handle>(),
+                libc::O_PATH | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: just returned to us, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// One event: its mask and, for an event on a directory's entry, the directory's fsid and
