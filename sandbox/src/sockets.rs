@@ -62,23 +62,25 @@ pub(crate) fn scan_with(
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut watch = watch.get();
     if let Some(w) = watch.as_deref_mut() {
-        w.cover(trees);
-        if let watch::Heard::Dirs(dirs) = w.drain(trees) {
-            for d in dirs {
-                memo.forget(&d);
-            }
+        let forget = w.prepare(trees);
+        for d in &forget.dirs {
+            memo.forget(d);
         }
+        memo.forget_under(&forget.under);
     }
     let watch = watch.as_deref();
     let hears = |dev: u64| watch.is_some_and(|w| w.hears(dev));
-    let trust = watch.map(|w| memo::Trust {
-        generation: w.generation,
-        hears: &hears,
-    });
-    let generation = watch.map_or(0, |w| w.generation);
     let mut found = Found::default();
     let mut seen = 0usize;
     for tree in trees {
+        // A tree the watch does not cover keeps listings of generation 0: never trusted until
+        // a stat under a watch finds them current.
+        let covered = watch.filter(|w| w.covers(tree));
+        let trust = covered.map(|w| memo::Trust {
+            generation: w.generation,
+            hears: &hears,
+        });
+        let generation = covered.map_or(0, |w| w.generation);
         // (directory, whether its parent's listing was reused): a tree's root is always looked at.
         let mut stack = vec![(tree.clone(), false)];
         let mut complete = true;

@@ -150,6 +150,25 @@ impl Memo {
         );
     }
 
+    /// Drops the listings of each of `dirs` and everything below them (one pass).
+    pub fn forget_under(&mut self, under: &[std::path::PathBuf]) {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(dirs) = self.dirs.as_mut() else {
+            return;
+        };
+        if under.is_empty() {
+            return;
+        }
+        let below = |k: &[u8], p: &[u8]| {
+            k.starts_with(p) && (k.len() == p.len() || k[p.len()] == b'/' || p.ends_with(b"/"))
+        };
+        dirs.retain(|k, _| {
+            !under
+                .iter()
+                .any(|p| below(k.as_bytes(), p.as_os_str().as_bytes()))
+        });
+    }
+
     /// Drops the listing of `dir` (the watch heard of a change in it).
     pub fn forget(&mut self, dir: &Path) {
         if let Some(dirs) = self.dirs.as_mut() {

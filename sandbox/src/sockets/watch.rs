@@ -83,9 +83,20 @@ pub struct Watch {
     pub generation: u64,
 }
 
+/// What a scan must not take from earlier listings.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Forget {
+    /// Nothing heard can be trusted (the generation has moved on).
+    pub all: bool,
+    /// Directories whose entries changed.
+    pub dirs: Vec<PathBuf>,
+    /// Trees and mount points: everything at or below them.
+    pub under: Vec<PathBuf>,
+}
+
 /// What a drain heard.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Heard {
+enum Heard {
     /// The directories inside the trees whose entries changed.
     Dirs(Vec<PathBuf>),
     /// Something could not be heard: look at everything again.
@@ -125,17 +136,69 @@ impl Watch {
         self.marked.contains(&dev)
     }
 
-    /// Marks the filesystem of each of `trees` not yet marked (a tree that is not a directory is
-    /// skipped). A new mark moves the generation on: what was listed before it was not heard.
-    pub fn cover(&mut self, trees: &[PathBuf]) {
+    /// Whether changes in `tree` are heard (it is covered).
+    pub fn covers(&self, tree: &Path) -> bool {
+        self.roots.contains_key(tree)
+    }
+
+    /// Covers `trees` (marking the filesystems not yet marked) and drains the queue: what the
+    /// scan about to look at `trees` must not take from earlier listings ([`Forget`]).
+    pub fn prepare(&mut self, trees: &[PathBuf]) -> Forget {
+        let mut forget = Forget::default();
+        self.cover(trees, &mut forget);
+        match self.read_events() {
+            Heard::Dirs(dirs) => forget.dirs = dirs,
+            Heard::Lost => {
+                self.generation += 1;
+                forget.all = true;
+            }
+        }
+        // A mount changes what a path shows without an event: everything at or below the
+        // mount point in a covered tree (the whole tree for a mount at or above its root).
+        match mount_points() {
+            Some(now) => {
+                for m in now.symmetric_difference(&self.mounts) {
+                    let point = unescape(m);
+                    for t in self.roots.keys() {
+                        if t.starts_with(&point) {
+                            forget.under.push(t.clone());
+                        } else if point.starts_with(t) {
+                            forget.under.push(point.clone());
+                        }
+                    }
+                }
+                self.mounts = now;
+            }
+            None => {
+                self.generation += 1;
+                forget.all = true;
+            }
+        }
+        forget
+    }
+
+    /// Marks the filesystem of each of `trees` not yet marked (a tree that is not a directory, or
+    /// on a filesystem that cannot be marked, stays uncovered: its listings are never trusted).
+    fn cover(&mut self, trees: &[PathBuf], forget: &mut Forget) {
+        if trees.iter().any(|t| !self.roots.contains_key(t))
+            && self.roots.len() + trees.len() > MAX_TREES
+        {
+            // Trees not scanned now are dropped, and what was kept of them with them: their
+            // changes are not heard any more.
+            let dropped: Vec<PathBuf> = self
+                .roots
+                .keys()
+                .filter(|t| !trees.contains(t))
+                .cloned()
+                .collect();
+            for t in dropped {
+                self.roots.remove(&t);
+                forget.under.push(t);
+            }
+        }
         for tree in trees {
             if self.roots.contains_key(tree) {
                 continue;
-            }
-            if self.roots.len() >= MAX_TREES {
-                // Start over: what was heard of the trees dropped is not known any more.
-                self.roots.clear();
-                self.generation += 1;
             }
             let Ok(meta) = std::fs::symlink_metadata(tree) else {
                 continue;
@@ -164,36 +227,10 @@ impl Watch {
                     continue;
                 }
                 self.fsids.insert(fsid);
-                self.generation += 1;
             }
             self.marked.insert(meta.dev());
             self.roots.insert(tree.clone(), fsid);
         }
-    }
-
-    /// Drains the queue: the directories inside the covered trees that events named since the
-    /// last drain, or [`Heard::Lost`] (module doc; the generation has moved on then). `trees`
-    /// are the ones about to be scanned: a mount at, above or inside one, or a covered one, is
-    /// a loss.
-    pub fn drain(&mut self, trees: &[PathBuf]) -> Heard {
-        let heard = self.read_events();
-        let mounts = mount_points();
-        let moved = match &mounts {
-            Some(now) => now.symmetric_difference(&self.mounts).any(|m| {
-                touches(m, trees)
-                    || self
-                        .roots
-                        .keys()
-                        .any(|t| touches(m, std::slice::from_ref(t)))
-            }),
-            None => true,
-        };
-        self.mounts = mounts.unwrap_or_default();
-        if moved || heard == Heard::Lost {
-            self.generation += 1;
-            return Heard::Lost;
-        }
-        heard
     }
 
     fn read_events(&mut self) -> Heard {
@@ -444,9 +481,9 @@ fn mount_points() -> Option<BTreeSet<Vec<u8>>> {
     )
 }
 
-/// Whether a mount at `escaped` (a mountinfo field: octal escapes for space, tab, newline and
-/// backslash) is at, above or inside one of `trees`.
-fn touches(escaped: &[u8], trees: &[PathBuf]) -> bool {
+/// A mount point as a path (a mountinfo field: octal escapes for space, tab, newline and
+/// backslash).
+fn unescape(escaped: &[u8]) -> PathBuf {
     let mut point = Vec::with_capacity(escaped.len());
     let mut i = 0;
     while i < escaped.len() {
@@ -462,10 +499,7 @@ fn touches(escaped: &[u8], trees: &[PathBuf]) -> bool {
         point.push(escaped[i]);
         i += 1;
     }
-    let point = Path::new(OsStr::from_bytes(&point));
-    trees
-        .iter()
-        .any(|t| t.starts_with(point) || point.starts_with(t))
+    PathBuf::from(OsStr::from_bytes(&point))
 }
 
 #[cfg(test)]
@@ -473,13 +507,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mount_points_are_unescaped_and_matched_at_above_and_inside_a_tree() {
-        let trees = [PathBuf::from("/home/a b/.pyenv")];
-        assert!(touches(b"/home/a\\040b/.pyenv/versions", &trees));
-        assert!(touches(b"/home", &trees));
-        assert!(touches(b"/", &trees));
-        assert!(!touches(b"/home/a\\040b/other", &trees));
-        assert!(!touches(b"/srv", &trees));
+    fn mount_points_are_unescaped() {
+        assert_eq!(
+            unescape(b"/home/a\\040b/x\\134y\\012"),
+            PathBuf::from("/home/a b/x\\y\n")
+        );
+        assert_eq!(unescape(b"/plain\\9"), PathBuf::from("/plain\\9"));
     }
 
     #[test]
