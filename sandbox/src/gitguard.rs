@@ -95,6 +95,8 @@ pub struct Inventory {
     keys: RandomState,
     limits: Limits,
     trees: Vec<walk::TreeInventory>,
+    /// Where the walk after the run keeps its listings for the next run.
+    kept: Option<PathBuf>,
 }
 
 impl Inventory {
@@ -119,21 +121,34 @@ impl Inventory {
 
 /// Walks every tree of `guard` before a run.
 pub fn inventory(guard: &GitGuard) -> Inventory {
-    inventory_with(guard, Limits::DEFAULT)
+    inventory_with(guard, Limits::DEFAULT, None)
 }
 
-/// [`inventory`] with other bounds (tests).
-pub fn inventory_with(guard: &GitGuard, limits: Limits) -> Inventory {
+/// [`inventory`], listing again only the directories that changed since the listings kept in
+/// `kept` (a runner-owned file, written by [`check_after_run`] of an earlier run of the same
+/// job; missing or unreadable: everything is listed). What it finds is what [`inventory`]
+/// would.
+pub fn inventory_kept(guard: &GitGuard, kept: Option<&Path>) -> Inventory {
+    inventory_with(guard, Limits::DEFAULT, kept)
+}
+
+/// [`inventory_kept`] with other bounds (tests).
+pub fn inventory_with(guard: &GitGuard, limits: Limits, kept: Option<&Path>) -> Inventory {
     let keys = RandomState::new();
+    let earlier = kept.and_then(walk::Listings::load);
     let trees = guard
         .trees
         .iter()
-        .map(|t| walk::walk(t, &guard.protected_in(t), &keys, limits))
+        .map(|t| match &earlier {
+            Some(e) => walk::walk_again(t, &guard.protected_in(t), &keys, limits, e),
+            None => walk::walk(t, &guard.protected_in(t), &keys, limits),
+        })
         .collect();
     Inventory {
         keys,
         limits,
         trees,
+        kept: kept.map(Path::to_path_buf),
     }
 }
 
@@ -153,6 +168,7 @@ pub fn check_after_run(
     let mut originals = originals::Originals::new(control_dir);
     let mut unchecked = Vec::new();
     let empty = walk::TreeInventory::default();
+    let mut kept = walk::Listings::default();
     for (i, root) in guard.trees.iter().enumerate() {
         let was = before.trees.get(i).unwrap_or(&empty);
         // Only the directories the run changed are listed again (walk.rs).
@@ -163,6 +179,7 @@ pub fn check_after_run(
             before.limits,
             &was.listings,
         );
+        kept.extend(&now.listings);
         // What the run made impossible to look into is its doing: the round fails.
         let known = was.unchecked_paths();
         for (rel, why) in &now.unchecked {
@@ -225,6 +242,12 @@ pub fn check_after_run(
             text.push_str(&format!("; and {more} more"));
         }
         check.unchecked = Some(text);
+    }
+    // For the next run's walk before it: making things safe above touched only git
+    // directories and the directories holding a `.git`, whose listings are never kept. A
+    // listing that cannot be written only costs the next walk time.
+    if let Some(path) = &before.kept {
+        let _ = kept.save(path);
     }
     (check, violations)
 }

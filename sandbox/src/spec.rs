@@ -33,6 +33,12 @@ pub struct ExecSpec {
     pub sandbox: SandboxRequest,
     /// A runner-owned directory (never visible to the command) for the backend's control files.
     pub control_dir: PathBuf,
+    /// A runner-owned file (never visible to the command) where the git check keeps its
+    /// directory listings between the runs of one job, so that the walks of the next run list
+    /// only what changed ([`crate::gitguard::inventory_kept`]). `None`: every run lists
+    /// everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listings: Option<PathBuf>,
 }
 
 /// Standard input of the sandboxed command.

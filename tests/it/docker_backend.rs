@@ -55,6 +55,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
             ..SandboxRequest::minimal(Mode::WorkspaceWrite, ws, home, tmp)
         },
         control_dir: dir.join("control"),
+        listings: None,
     }
 }
 

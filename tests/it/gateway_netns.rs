@@ -116,6 +116,7 @@ fn spec(w: &World, mode: Mode, network: Network, ports: &[u16], script: &str) ->
             ..SandboxRequest::minimal(mode, ws, w.root.join("home"), w.root.join("tmp"))
         },
         control_dir: w.root.join("control"),
+        listings: None,
     }
 }
 

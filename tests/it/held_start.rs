@@ -74,6 +74,7 @@ impl World {
                 ..SandboxRequest::minimal(mode, ws, self.root.join("home"), self.root.join("tmp"))
             },
             control_dir: self.root.join("control"),
+            listings: None,
         }
     }
 }

@@ -59,6 +59,10 @@ pub fn job_dir(state_dir: &Path, job_id: &str) -> PathBuf {
     state_dir.join("jobs").join(job_id)
 }
 
+/// The job's file (in its directory, never bound into a round) where the sandbox's git check
+/// keeps its directory listings between the job's runs (`ExecSpec::listings`).
+pub const WALK_LISTINGS: &str = "walk-listings";
+
 /// Paths of one round attempt.
 #[derive(Clone, Debug)]
 pub struct AttemptDirs {

@@ -237,6 +237,7 @@ impl JobRun<'_> {
                 req
             },
             control_dir: dirs.root.clone(),
+            listings: Some(self.job_dir.join(super::artifacts::WALK_LISTINGS)),
         };
         let cap = self.spec.sandbox.output_cap.0;
         let slot: Slot = Arc::default();

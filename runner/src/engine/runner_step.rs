@@ -168,6 +168,7 @@ impl JobRun<'_> {
             kill_grace: self.spec.kill_grace.0,
             sandbox: req,
             control_dir: dirs.root.clone(),
+            listings: Some(self.job_dir.join(super::artifacts::WALK_LISTINGS)),
         };
         let log = dirs.output_log();
         let out = CappedFile::create(&log, self.spec.sandbox.output_cap.0)

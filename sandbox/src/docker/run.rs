@@ -110,9 +110,12 @@ fn cleanup_host(placeholders: &[TreePath]) {
 }
 
 /// The walk before the run, off the runtime's threads (a large tree takes a while).
-async fn walk_before(guard: GitGuard) -> Result<(GitGuard, Inventory), SandboxError> {
+async fn walk_before(
+    guard: GitGuard,
+    kept: Option<PathBuf>,
+) -> Result<(GitGuard, Inventory), SandboxError> {
     tokio::task::spawn_blocking(move || {
-        let before = gitguard::inventory(&guard);
+        let before = gitguard::inventory_kept(&guard, kept.as_deref());
         (guard, before)
     })
     .await
@@ -217,9 +220,13 @@ pub async fn start(
     };
     // What git repositories the writable trees hold before the container exists.
     let git = match plan.git.clone() {
-        Some(guard) => Some(Box::new(walk_before(guard).await.inspect_err(|_| {
-            cleanup_host(&placeholders);
-        })?)),
+        Some(guard) => Some(Box::new(
+            walk_before(guard, spec.listings.clone())
+                .await
+                .inspect_err(|_| {
+                    cleanup_host(&placeholders);
+                })?,
+        )),
         None => None,
     };
     let created = bounded(

@@ -568,7 +568,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
         depth: 3,
         entries: 1000,
     };
-    let before = inventory_with(&g, limits);
+    let before = inventory_with(&g, limits, None);
     assert!(before.trees[0].unchecked.is_empty());
     // Deeper than the bound: what lies there cannot be looked at.
     git_dir(&w.ws.join("a/b/c/d/.git"), HOSTILE);
@@ -578,7 +578,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
     assert!(v[0].detail.contains("deeper than 3"), "{}", v[0].detail);
     assert!(c.unchecked.unwrap().contains("a/b/c/d"));
     // A tree already past the bound before the run: said, not a violation.
-    let before = inventory_with(&g, limits);
+    let before = inventory_with(&g, limits, None);
     let (c, v) = check(&w, &g, &before);
     assert!(v.is_empty(), "{v:#?}");
     assert!(c.unchecked.is_some());
@@ -590,7 +590,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
         depth: 10,
         entries: 20,
     };
-    let before = inventory_with(&g, limits);
+    let before = inventory_with(&g, limits, None);
     for i in 0..30 {
         std::fs::write(w.ws.join(format!("f{i}")), "").unwrap();
     }
@@ -726,4 +726,55 @@ fn a_repository_made_in_an_old_directory_is_made_safe_after_the_run() {
         ("src/deep/er/.git", Change::New)
     );
     assert!(!read(&w.ws.join("src/deep/er/.git/config")).contains("fsmonitor"));
+}
+
+#[test]
+fn listings_kept_by_one_run_spare_the_next_runs_walks_and_miss_nothing() {
+    let w = world();
+    for d in ["src/a/b", "src/c", "docs"] {
+        std::fs::create_dir_all(w.ws.join(d)).unwrap();
+    }
+    until_quiet();
+    let g = guard(&w);
+    let kept = w.control.join("listings");
+    // The first run: nothing kept yet; its check after keeps the listings.
+    let first = inventory_kept(&g, Some(&kept));
+    assert_eq!(first.trees[0].reused, 0);
+    let (c, v) = check(&w, &g, &first);
+    assert!(c.is_empty() && v.is_empty(), "{c:#?} {v:#?}");
+    assert!(kept.is_file());
+    // Between runs (or by the runner), a repository appears deep in an old directory.
+    git_dir(&w.ws.join("src/a/b/.git"), HOSTILE);
+    let second = inventory_kept(&g, Some(&kept));
+    let fresh = inventory(&g);
+    // (Each inventory keys its digests its own way: the paths are compared.)
+    let paths = |i: &Inventory| i.trees[0].repos.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(paths(&second), paths(&fresh));
+    assert!(second.trees[0].repos.contains_key(Path::new("src/a/b/.git")));
+    assert!(second.trees[0].reused >= 2, "{}", second.trees[0].reused);
+    // A file that is not one is ignored: everything is listed.
+    for junk in [&b""[..], b"rlwalk1\n", b"rlwalk1\n\x01\0\0\0\0\0\0\0", b"not listings"] {
+        std::fs::write(&kept, junk).unwrap();
+        let again = inventory_kept(&g, Some(&kept));
+        assert_eq!(again.trees[0].reused, 0);
+        assert_eq!(paths(&again), paths(&fresh));
+    }
+}
+
+#[test]
+fn kept_listings_round_trip_and_refuse_names_that_are_not_one_component() {
+    let w = world();
+    std::fs::create_dir_all(w.ws.join("a/b c/d")).unwrap();
+    until_quiet();
+    let keys = RandomState::new();
+    let inv = walk::walk(&w.ws, &[], &keys, Limits::DEFAULT);
+    let file = w.control.join("l");
+    inv.listings.save(&file).unwrap();
+    assert_eq!(walk::Listings::load(&file), Some(inv.listings.clone()));
+    // A name with a slash in it (a path, not a name) makes the file unreadable.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.windows(3).position(|w| w == b"b c").unwrap();
+    bytes[at + 1] = b'/';
+    std::fs::write(&file, &bytes).unwrap();
+    assert_eq!(walk::Listings::load(&file), None);
 }

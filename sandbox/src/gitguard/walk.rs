@@ -111,6 +111,111 @@ pub struct TreeInventory {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listings(std::collections::HashMap<(u64, u64), Kept>);
 
+/// The first bytes of a file of kept listings ([`Listings::save`]).
+const LISTINGS_MAGIC: &[u8; 8] = b"rlwalk1\n";
+
+/// Directories a file of kept listings may hold, at most (a bigger or malformed one is not
+/// read: the walk lists everything, as without one).
+const LISTINGS_MAX: u64 = 2_000_000;
+
+impl Listings {
+    /// Adds `other`'s listings.
+    pub fn extend(&mut self, other: &Listings) {
+        self.0.extend(other.0.iter().map(|(k, v)| (*k, v.clone())));
+    }
+
+    /// Writes the listings to `path` (a runner-owned file: through a temporary file renamed
+    /// over it, so a reader sees the old file or the new one).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut out = Vec::with_capacity(64 * self.0.len() + 16);
+        out.extend_from_slice(LISTINGS_MAGIC);
+        out.extend_from_slice(&(self.0.len() as u64).to_le_bytes());
+        for ((dev, ino), kept) in &self.0 {
+            for v in [*dev, *ino] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [kept.ctime.0, kept.ctime.1] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&kept.entries.to_le_bytes());
+            out.extend_from_slice(&(kept.subdirs.len() as u64).to_le_bytes());
+            for name in &kept.subdirs {
+                out.extend_from_slice(&(name.len() as u64).to_le_bytes());
+                out.extend_from_slice(name.as_bytes());
+            }
+        }
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&out)?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    }
+
+    /// The listings in `path`; `None` when there is no such file or it is not one.
+    pub fn load(path: &Path) -> Option<Listings> {
+        let bytes = std::fs::read(path).ok()?;
+        let mut r = Reader { b: &bytes, at: 0 };
+        if r.take(LISTINGS_MAGIC.len())? != LISTINGS_MAGIC {
+            return None;
+        }
+        let count = r.u64()?;
+        if count > LISTINGS_MAX {
+            return None;
+        }
+        let mut map = std::collections::HashMap::new();
+        for _ in 0..count {
+            let key = (r.u64()?, r.u64()?);
+            let ctime = (r.i64()?, r.i64()?);
+            let entries = r.u64()?;
+            let n = r.u64()?;
+            if n > entries {
+                return None;
+            }
+            let mut subdirs = Vec::new();
+            for _ in 0..n {
+                let len = usize::try_from(r.u64()?).ok()?;
+                let name = r.take(len)?;
+                if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+                    return None;
+                }
+                subdirs.push(std::ffi::OsString::from(OsStr::from_bytes(name)));
+            }
+            map.insert(
+                key,
+                Kept {
+                    ctime,
+                    entries,
+                    subdirs,
+                },
+            );
+        }
+        (r.at == bytes.len()).then_some(Listings(map))
+    }
+}
+
+/// Reads a file of kept listings.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
 #[cfg(test)]
 impl Listings {
     /// Directories kept.

@@ -30,6 +30,7 @@ fn spec(dir: &Path, env: &[(&str, &str)]) -> ExecSpec {
             dir.join("tmp"),
         ),
         control_dir: dir.join("control"),
+        listings: None,
     }
 }
 

@@ -266,10 +266,12 @@ fn build_outside(
         })?;
     // What git repositories the writable trees hold before anything of the run exists; the
     // same walk finds their unix sockets, masked like the plan's own.
-    let git = plan
-        .git
-        .as_ref()
-        .map(|g| (g.clone(), gitguard::inventory(g)));
+    let git = plan.git.as_ref().map(|g| {
+        (
+            g.clone(),
+            gitguard::inventory_kept(g, spec.listings.as_deref()),
+        )
+    });
     let mut enforcement = base_enforcement(spec, plan);
     let socket_masks = match (&plan.socket_walk, &git) {
         (Some(w), Some((_, inventory))) => w.finish(inventory, &mut enforcement),
