@@ -135,7 +135,10 @@ impl JobRun<'_> {
                 e,
             ));
         }
-        let event = match patch::write_patch(&self.spec.workspace, &base, &to) {
+        // Staging a workspace runs git for a while: off this runtime thread's other tasks.
+        let event = match crate::store::journal::blocking(|| {
+            patch::write_patch(&self.spec.workspace, &base, &to)
+        }) {
             Err(not) => {
                 tracing::warn!(
                     job_id = %self.journal.view().id,
@@ -164,15 +167,17 @@ impl JobRun<'_> {
                             self.journal.view().id,
                             bounded(&self.spec.objective, 2048)
                         );
-                        match push::push_result(
-                            &self.engine.provision,
-                            &self.spec.workspace,
-                            url,
-                            &base,
-                            &written.tree,
-                            branch,
-                            &message,
-                        ) {
+                        match crate::store::journal::blocking(|| {
+                            push::push_result(
+                                &self.engine.provision,
+                                &self.spec.workspace,
+                                url,
+                                &base,
+                                &written.tree,
+                                branch,
+                                &message,
+                            )
+                        }) {
                             Ok(commit) => (Some(format!("{commit} to {branch}")), None),
                             Err(e) => (
                                 None,
@@ -214,7 +219,9 @@ impl JobRun<'_> {
         if !provision::layered::is_layered(&self.spec.workspace) {
             return;
         }
-        if let Err(e) = provision::layered::unmount(&self.spec.workspace) {
+        if let Err(e) =
+            crate::store::journal::blocking(|| provision::layered::unmount(&self.spec.workspace))
+        {
             tracing::warn!(job_id = %self.journal.view().id, error = %e, "workspaces: {e}");
         }
     }

@@ -750,10 +750,19 @@ fn listings_kept_by_one_run_spare_the_next_runs_walks_and_miss_nothing() {
     // (Each inventory keys its digests its own way: the paths are compared.)
     let paths = |i: &Inventory| i.trees[0].repos.keys().cloned().collect::<Vec<_>>();
     assert_eq!(paths(&second), paths(&fresh));
-    assert!(second.trees[0].repos.contains_key(Path::new("src/a/b/.git")));
+    assert!(
+        second.trees[0]
+            .repos
+            .contains_key(Path::new("src/a/b/.git"))
+    );
     assert!(second.trees[0].reused >= 2, "{}", second.trees[0].reused);
     // A file that is not one is ignored: everything is listed.
-    for junk in [&b""[..], b"rlwalk1\n", b"rlwalk1\n\x01\0\0\0\0\0\0\0", b"not listings"] {
+    for junk in [
+        &b""[..],
+        b"rlwalk1\n",
+        b"rlwalk1\n\x01\0\0\0\0\0\0\0",
+        b"not listings",
+    ] {
         std::fs::write(&kept, junk).unwrap();
         let again = inventory_kept(&g, Some(&kept));
         assert_eq!(again.trees[0].reused, 0);
