@@ -38,7 +38,7 @@ const MAX_TREES: usize = 64;
 /// Events resolved per drain, at most: past it the drain gives up and the scan looks again.
 const MAX_EVENTS: usize = 100_000;
 
-/// This process's watch: tried once, at the first scan.
+/// This process's watch: tried once, at the second scan.
 pub static PROCESS: std::sync::Mutex<State> = std::sync::Mutex::new(State::Untried);
 
 /// Whether a process has a watch.
@@ -46,6 +46,9 @@ pub static PROCESS: std::sync::Mutex<State> = std::sync::Mutex::new(State::Untri
 pub enum State {
     /// Not tried yet.
     Untried,
+    /// One scan done without one: a process that scans once (`ralph sandbox exec`) never pays
+    /// for a watch it cannot use.
+    Deferred,
     /// Not possible here (no privilege, an old kernel), or turned off.
     Off,
     /// Heard from before each scan.
@@ -53,10 +56,15 @@ pub enum State {
 }
 
 impl State {
-    /// The watch, made at the first call where it can be.
+    /// The watch, made at the second call where it can be.
     pub fn get(&mut self) -> Option<&mut Watch> {
-        if matches!(self, State::Untried) {
-            *self = Watch::new().map_or(State::Off, State::On);
+        match self {
+            State::Untried => {
+                *self = State::Deferred;
+                return None;
+            }
+            State::Deferred => *self = Watch::new().map_or(State::Off, State::On),
+            State::Off | State::On(_) => {}
         }
         match self {
             State::On(w) => Some(w),
