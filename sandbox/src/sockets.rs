@@ -360,7 +360,24 @@ mod tests {
     #[test]
     fn a_watch_that_lost_events_looks_at_everything_again() {
         let Some(w) = watched() else { return };
+        // A filesystem of its own: the noise below would overflow the queue of every other
+        // test's watch on the filesystem of the temporary directories too.
         let d = tempfile::tempdir().unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            d.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=64m"),
+        )
+        .unwrap();
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let _unmount = Unmount(d.path());
         let root = d.path().canonicalize().unwrap().join("tree");
         std::fs::create_dir_all(root.join("a/b")).unwrap();
         let memo = std::sync::Mutex::new(memo::Memo::new());
