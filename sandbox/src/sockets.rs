@@ -257,6 +257,14 @@ mod tests {
         assert!(last.sockets.contains(&fresh.join("f.sock")), "{last:?}");
     }
 
+    /// A fresh memo with a test's margin (50 ms), once every directory made so far is older
+    /// than it.
+    fn quiet_memo() -> (std::sync::Mutex<memo::Memo>, std::time::Duration) {
+        let margin = std::time::Duration::from_millis(50);
+        wait_past(std::time::SystemTime::now(), margin + margin / 5);
+        (std::sync::Mutex::new(memo::Memo::new()), margin)
+    }
+
     /// A watch for a test, or `None` (printing why) where fanotify cannot be used.
     fn watched() -> Option<std::sync::Mutex<watch::State>> {
         let mut state = watch::State::Untried;
@@ -282,10 +290,7 @@ mod tests {
         for sub in ["a/b", "a/c/deep", "d", "e"] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
-        let memo = std::sync::Mutex::new(memo::Memo::new());
-        let margin = std::time::Duration::from_millis(50);
-        let tick = std::time::Duration::from_millis(60);
-        wait_past(std::time::SystemTime::now(), tick);
+        let (memo, margin) = quiet_memo();
         let trees = std::slice::from_ref(&root);
         let first = scan_with(trees, &memo, margin, &w);
         assert!(first.sockets.is_empty());
@@ -310,7 +315,7 @@ mod tests {
         // A mount inside the tree changes what a path shows without an event: heard of as a
         // change of the mounts, and everything is looked at again.
         std::fs::create_dir(root.join("e/mnt")).unwrap();
-        wait_past(std::time::SystemTime::now(), tick);
+        wait_past(std::time::SystemTime::now(), margin + margin / 5);
         let _ = scan_with(trees, &memo, margin, &w);
         let _ = scan_with(trees, &memo, margin, &w);
         let staging = tempfile::tempdir().unwrap();
@@ -341,12 +346,7 @@ mod tests {
         let (a, b) = (base.join("a"), base.join("b"));
         std::fs::create_dir_all(a.join("x/y")).unwrap();
         std::fs::create_dir_all(b.join("x/y")).unwrap();
-        let memo = std::sync::Mutex::new(memo::Memo::new());
-        let margin = std::time::Duration::from_millis(50);
-        wait_past(
-            std::time::SystemTime::now(),
-            std::time::Duration::from_millis(60),
-        );
+        let (memo, margin) = quiet_memo();
         let both = [a.clone(), b.clone()];
         let _ = scan_with(&both, &memo, margin, &w);
         let _ = scan_with(&both, &memo, margin, &w);
@@ -380,12 +380,7 @@ mod tests {
         let _unmount = Unmount(d.path());
         let root = d.path().canonicalize().unwrap().join("tree");
         std::fs::create_dir_all(root.join("a/b")).unwrap();
-        let memo = std::sync::Mutex::new(memo::Memo::new());
-        let margin = std::time::Duration::from_millis(50);
-        wait_past(
-            std::time::SystemTime::now(),
-            std::time::Duration::from_millis(60),
-        );
+        let (memo, margin) = quiet_memo();
         let trees = std::slice::from_ref(&root);
         let _ = scan_with(trees, &memo, margin, &w);
         let _ = scan_with(trees, &memo, margin, &w);

@@ -11,6 +11,11 @@ use crate::common::server::{RawResponse, Server, job};
 
 const FORM: (&str, &str) = ("Content-Type", "application/x-www-form-urlencoded");
 
+/// A `GET` of `path` with `auth` (an `Authorization` header's value).
+fn get(s: &Server, path: &str, auth: &str) -> RawResponse {
+    s.request("GET", path, &[("Authorization", auth)], "")
+}
+
 /// Logs in with `token`; returns the session cookie's value.
 fn login(s: &Server, token: &str) -> String {
     let r = s.request(
@@ -201,14 +206,7 @@ fn every_page_carries_the_security_headers() {
         }
     }
     // No inline script or style anywhere: only the embedded files.
-    let page = s
-        .request(
-            "GET",
-            &format!("/ui/jobs/{id}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-        .body;
+    let page = get(&s, &format!("/ui/jobs/{id}"), &auth).body;
     assert!(
         !page.contains("<script>") && !page.contains("style=\""),
         "{page}"
@@ -224,11 +222,10 @@ fn every_page_carries_the_security_headers() {
         !js.body.contains("innerHTML"),
         "the live log is appended as text"
     );
-    let log = s.request(
-        "GET",
+    let log = get(
+        &s,
         &format!("/ui/jobs/{id}/rounds/1/logs?attempt=1&stream=stdout"),
-        &[("Authorization", &auth)],
-        "",
+        &auth,
     );
     assert!(
         log.header("content-disposition")
@@ -266,14 +263,7 @@ while [ ! -e go ]; do sleep 0.05; done"#,
     // While it runs (the agent sleeps after its report is written out), the live log.
     let deadline = Instant::now() + Duration::from_secs(120);
     let live = loop {
-        let page = s
-            .request(
-                "GET",
-                &format!("/ui/jobs/{id}"),
-                &[("Authorization", &auth)],
-                "",
-            )
-            .body;
+        let page = get(&s, &format!("/ui/jobs/{id}"), &auth).body;
         if let Some(at) = page.find("data-src=\"") {
             break page[at + 10..]
                 .split('"')
@@ -318,14 +308,7 @@ while [ ! -e go ]; do sleep 0.05; done"#,
     );
     assert!(events.contains("\\\\x1b]52;c;aGk=\\\\x07"), "{events}");
     wait_state(&s, &id, "finished");
-    let page = s
-        .request(
-            "GET",
-            &format!("/ui/jobs/{id}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-        .body;
+    let page = get(&s, &format!("/ui/jobs/{id}"), &auth).body;
     // Every tag an agent wrote is text; no control character reaches the page.
     for raw in [
         "<script>window",
@@ -448,28 +431,21 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
         ids.push(v["jobs"][0]["id"].as_str().unwrap().to_owned());
     }
     let auth = format!("Bearer {}", s.token());
-    let get = |q: &str| {
-        s.request(
-            "GET",
-            &format!("/ui/jobs{q}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-    };
+    let list = |q: &str| get(&s, &format!("/ui/jobs{q}"), &auth);
     let rows = |body: &str| body.matches("<tr class=\"job\"").count();
-    let r = get("?label=team%3Dblue&state=&outcome=&name=&submitted_by=");
+    let r = list("?label=team%3Dblue&state=&outcome=&name=&submitted_by=");
     assert_eq!(r.status, 200);
     assert_eq!(rows(&r.body), 1);
     assert!(r.body.contains(&format!("data-id=\"{}\"", ids[7])));
-    let r = get("?name=job-3");
+    let r = list("?name=job-3");
     assert_eq!(rows(&r.body), 1);
-    let r = get("?submitted_by=alice");
+    let r = list("?submitted_by=alice");
     assert_eq!(rows(&r.body), 1);
     assert!(r.body.contains(&format!("data-id=\"{}\"", ids[9])));
-    let r = get("?label=team%3Dgreen");
+    let r = list("?label=team%3Dgreen");
     assert!(r.body.contains("id=\"no-jobs\""));
     // Fifty a page, newest first; the next page keeps the filters.
-    let r = get("?label=team%3Dred");
+    let r = list("?label=team%3Dred");
     assert_eq!(rows(&r.body), 50);
     let at = r.body.find("id=\"next-page\" href=\"").unwrap() + 21;
     let next = r.body[at..]
@@ -484,10 +460,10 @@ fn the_queue_filters_by_label_name_state_and_submitter_and_pages() {
     let r = s.request("GET", &next, &[("Authorization", &auth)], "");
     assert_eq!(rows(&r.body), 4);
     // A bad filter is a page that says which.
-    let r = get("?state=sideways");
+    let r = list("?state=sideways");
     assert_eq!(r.status, 400);
     assert!(r.body.contains("sideways") && r.body.contains("id=\"filters\""));
-    let r = get("?label=NOPE");
+    let r = list("?label=NOPE");
     assert_eq!(r.status, 400);
     assert!(r.body.contains("label"));
 }
@@ -532,12 +508,7 @@ fn the_health_page_lists_the_fleets_hosts_and_their_leases_on_postgresql() {
             .sum();
         assert_eq!(running, 1, "one job runs in the fleet: {}", r.body);
         // The job's page reads the same on either host.
-        let page = s.request(
-            "GET",
-            &format!("/ui/jobs/{id}"),
-            &[("Authorization", &auth)],
-            "",
-        );
+        let page = get(s, &format!("/ui/jobs/{id}"), &auth);
         assert!(page.body.contains("<dd id=\"job-state\">running</dd>"));
     }
     std::fs::write(ws.join("go"), "").unwrap();
@@ -560,14 +531,7 @@ echo '{"status":"complete","summary":"done","evidence":["ok"],"nextSteps":[],"bl
     let j = s.wait_finished(&id, Duration::from_secs(120));
     assert_eq!(j["outcome"], "complete", "{j}");
     let auth = format!("Bearer {}", s.token());
-    let page = s
-        .request(
-            "GET",
-            &format!("/ui/jobs/{id}"),
-            &[("Authorization", &auth)],
-            "",
-        )
-        .body;
+    let page = get(&s, &format!("/ui/jobs/{id}"), &auth).body;
     assert!(page.contains("id=\"attempts\""), "{page}");
     assert_eq!(
         page.matches("<tr class=\"attempt-row\"").count(),
@@ -578,14 +542,7 @@ echo '{"status":"complete","summary":"done","evidence":["ok"],"nextSteps":[],"bl
     for a in j["attempts"].as_array().unwrap() {
         let aid = a["job"].as_str().unwrap();
         assert!(page.contains(&format!("href=\"/ui/jobs/{aid}\"")), "{page}");
-        let ap = s
-            .request(
-                "GET",
-                &format!("/ui/jobs/{aid}"),
-                &[("Authorization", &auth)],
-                "",
-            )
-            .body;
+        let ap = get(&s, &format!("/ui/jobs/{aid}"), &auth).body;
         assert!(ap.contains("id=\"attempt-of\""), "{ap}");
         assert!(ap.contains(&format!("href=\"/ui/jobs/{id}\"")), "{ap}");
     }

@@ -8,7 +8,7 @@ use super::{MAX_ROOTS, roots};
 use crate::provision::clone::init_private;
 use crate::provision::git_bound::{Bound, PeakRss};
 use crate::provision::layered;
-use crate::provision::patch::tests::sh;
+use crate::provision::patch::tests::{head_of, sh};
 use crate::provision::stage::{self, Base, StageLimits};
 use crate::provision::stat_seed;
 
@@ -43,16 +43,7 @@ fn layered_with(more: &str) -> Option<Layered> {
          printf '*.log\\n' > .gitignore && git add -A && git commit -qm base",
     );
     sh(&lower, more);
-    let base = String::from_utf8(
-        std::process::Command::new("git")
-            .args(["-C", lower.to_str().unwrap(), "rev-parse", "HEAD"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_owned();
+    let base = head_of(&lower);
     let ws = root.join("ws");
     std::fs::create_dir(&ws).unwrap();
     layered::create(&ws, &lower).unwrap();

@@ -167,6 +167,15 @@ pub(crate) mod tests {
     use crate::provision::patch_status::SkipReason;
     use std::os::unix::ffi::OsStrExt;
 
+    /// The commit `dir`'s repository has checked out.
+    pub(crate) fn head_of(dir: &Path) -> String {
+        let out = std::process::Command::new("git")
+            .args(["-C", dir.to_str().unwrap(), "rev-parse", "HEAD"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
     pub(crate) fn sh(dir: &Path, script: &str) {
         let ok = std::process::Command::new("sh")
             .args(["-c", script])
@@ -195,16 +204,7 @@ pub(crate) mod tests {
             &ws,
             "git init -q -b main && echo a > a.txt && git add -A && git commit -qm base",
         );
-        let base = String::from_utf8(
-            std::process::Command::new("git")
-                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .trim()
-        .to_owned();
+        let base = head_of(&ws);
         init_private(&ws, &ws.join(".git").join("objects")).unwrap();
         let m = root.join("pwned");
         let m = m.display();
@@ -258,16 +258,7 @@ pub(crate) mod tests {
             &ws,
             "git init -q -b main && echo broken > a.txt && echo t > tracked.txt && git add -A && git commit -qm base",
         );
-        let base = String::from_utf8(
-            std::process::Command::new("git")
-                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .trim()
-        .to_owned();
+        let base = head_of(&ws);
         init_private(&ws, &ws.join(".git").join("objects")).unwrap();
         (dir, ws, base)
     }
@@ -483,16 +474,7 @@ pub(crate) mod tests {
             &ws,
             "mkdir d e && echo x > d/x && echo y > e/y && git add -A && git commit -qm more",
         );
-        let base2 = String::from_utf8(
-            std::process::Command::new("git")
-                .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap()
-        .trim()
-        .to_owned();
+        let base2 = head_of(&ws);
         assert_ne!(base, base2);
         sh(
             &ws,
