@@ -16,7 +16,7 @@ use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,7 +150,8 @@ pub(crate) trait Sink: Send + Sync {
 pub struct RunHold {
     beat: Arc<Beat>,
     sink: Arc<dyn Sink>,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the heartbeat thread.
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// PostgreSQL: the job's hold file in this state directory, locked too, so that this state
     /// directory's sweeps of private attempt dirs leave a live job alone (SQLite: the sink's).
@@ -168,27 +169,24 @@ impl std::fmt::Debug for RunHold {
 impl RunHold {
     pub(crate) fn start(beat: Beat, sink: Arc<dyn Sink>) -> Self {
         let beat = Arc::new(beat);
-        let stop = Arc::new(AtomicBool::new(false));
         sink.write(&beat.now());
-        let (b, s, st) = (beat.clone(), sink.clone(), stop.clone());
+        // The thread waits on the channel, not on a sleep: dropping the sender wakes it at
+        // once, so a job's end never waits out a tick (a 100 ms sleep here added up to 100 ms to
+        // every job's wall time, and blocked the thread that dropped the hold as long).
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (b, s) = (beat.clone(), sink.clone());
         let thread = std::thread::Builder::new()
             .name("ralph-hold".into())
             .spawn(move || {
-                let tick = Duration::from_millis(100);
-                let mut last = Instant::now();
-                while !st.load(Ordering::SeqCst) {
-                    std::thread::sleep(tick);
-                    if last.elapsed() >= BEAT {
-                        s.write(&b.now());
-                        last = Instant::now();
-                    }
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(BEAT) {
+                    s.write(&b.now());
                 }
             })
             .ok();
         Self {
             beat,
             sink,
-            stop,
+            stop: Some(stop),
             thread,
             _file: None,
         }
@@ -260,7 +258,7 @@ impl RunHold {
 
 impl Drop for RunHold {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
