@@ -57,10 +57,10 @@ pub(crate) fn scan_with(
     let mut memo = memo
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut watch = watch
+    let mut state = watch
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut watch = watch.get();
+    let mut watch = state.get();
     if let Some(w) = watch.as_deref_mut() {
         let forget = w.prepare(trees);
         for d in &forget.dirs {
@@ -72,6 +72,7 @@ pub(crate) fn scan_with(
     let hears = |dev: u64| watch.is_some_and(|w| w.hears(dev));
     let mut found = Found::default();
     let mut seen = 0usize;
+    let mut dirs = 0usize;
     for tree in trees {
         // A tree the watch does not cover keeps listings of generation 0: never trusted until
         // a stat under a watch finds them current.
@@ -96,6 +97,7 @@ pub(crate) fn scan_with(
             Err(_) => continue,
         }
         while let Some((dir, parent_reused)) = stack.pop() {
+            dirs += 1;
             let (listing, reused) = match memo.reuse(&dir, trust, parent_reused) {
                 Some(l) => (l, true),
                 None => {
@@ -118,6 +120,9 @@ pub(crate) fn scan_with(
         if !complete {
             found.incomplete.push(tree.clone());
         }
+    }
+    if watch.is_none() {
+        state.scanned(dirs);
     }
     found.sockets.sort();
     found.sockets.dedup();
@@ -270,6 +275,10 @@ mod tests {
         let mut state = watch::State::Untried;
         // The first scan of a process has none: a process that scans once never pays for it.
         assert!(state.get().is_none());
+        // Nor does one whose scans look at few directories.
+        state.scanned(watch::WORTH - 1);
+        assert!(state.get().is_none());
+        state.scanned(watch::WORTH);
         if state.get().is_none() {
             assert!(
                 !nix::unistd::geteuid().is_root(),
@@ -412,5 +421,40 @@ mod tests {
             PathBuf::from("/a"),
         ]);
         assert_eq!(r, vec![PathBuf::from("/a"), PathBuf::from("/c")]);
+    }
+
+    #[test]
+    fn a_watch_is_made_only_after_a_scan_that_looked_at_enough_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (small, big) = (root.join("small"), root.join("big"));
+        std::fs::create_dir_all(small.join("a/b")).unwrap();
+        for i in 0..watch::WORTH {
+            std::fs::create_dir_all(big.join(format!("d{i}"))).unwrap();
+        }
+        let memo = std::sync::Mutex::new(memo::Memo::new());
+        let margin = std::time::Duration::from_millis(50);
+        let state = std::sync::Mutex::new(watch::State::Untried);
+        let made = || matches!(*state.lock().unwrap(), watch::State::On(_));
+        for _ in 0..3 {
+            scan_with(std::slice::from_ref(&small), &memo, margin, &state);
+            assert!(matches!(
+                *state.lock().unwrap(),
+                watch::State::Deferred { dirs: 3 }
+            ));
+        }
+        // The scan that looks at many directories makes none itself: the next one does.
+        scan_with(std::slice::from_ref(&big), &memo, margin, &state);
+        assert!(matches!(
+            *state.lock().unwrap(),
+            watch::State::Deferred { dirs } if dirs == watch::WORTH + 1
+        ));
+        scan_with(std::slice::from_ref(&small), &memo, margin, &state);
+        if nix::unistd::geteuid().is_root() {
+            assert!(made(), "{:?}", state.lock().unwrap());
+        } else {
+            eprintln!("skipped the watch itself: a fanotify group needs root");
+            assert!(matches!(*state.lock().unwrap(), watch::State::Off));
+        }
     }
 }

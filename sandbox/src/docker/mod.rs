@@ -114,16 +114,26 @@ impl DockerBackend {
 
     /// Resolves the plan for `req`, failing closed when it cannot be enforced.
     pub fn plan(&self, req: &SandboxRequest) -> Result<ContainerPlan, SandboxError> {
+        self.plan_seen(&crate::plan::probe::HostFs, req)
+    }
+
+    /// [`Self::plan`] with the host's filesystem seen through `probe`.
+    fn plan_seen(
+        &self,
+        probe: &dyn crate::plan::probe::FsProbe,
+        req: &SandboxRequest,
+    ) -> Result<ContainerPlan, SandboxError> {
         let policy = self.policies.for_request(req.mode)?;
-        plan::resolve(
-            policy,
-            req,
-            &plan::engine_sockets(&self.socket),
-            nix::unistd::geteuid().as_raw(),
-            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        let sockets = plan::engine_sockets(&self.socket);
+        let size = crate::policy::host_share::HostSize::probe();
+        let runner = plan::Runner {
+            sockets: &sockets,
+            euid: nix::unistd::geteuid().as_raw(),
+            nofile_hard: nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
                 .map_or(u64::MAX, |(_, hard)| hard),
-            &crate::policy::host_share::HostSize::probe(),
-        )
+            size: &size,
+        };
+        plan::resolve_with(probe, policy, req, &runner)
     }
 }
 
@@ -135,7 +145,8 @@ impl Sandbox for DockerBackend {
     /// Checks up front what can be checked without the engine (the engine itself is checked
     /// when the first container is created).
     fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
-        self.plan(req).map(|_| ())
+        self.plan_seen(&crate::plan::probe::PreflightFs, req)
+            .map(|_| ())
     }
 
     /// What the container is shown of the host ([`plan::can_see`]): its bind mounts, less the

@@ -105,8 +105,17 @@ impl NativeBackend {
 
     /// Resolves the plan for `req`, failing closed when it cannot be enforced here.
     pub fn plan(&self, req: &SandboxRequest) -> Result<SandboxPlan, SandboxError> {
+        self.plan_seen(&crate::plan::probe::HostFs, req)
+    }
+
+    /// [`Self::plan`] with the host's filesystem seen through `probe`.
+    fn plan_seen(
+        &self,
+        probe: &dyn crate::plan::probe::FsProbe,
+        req: &SandboxRequest,
+    ) -> Result<SandboxPlan, SandboxError> {
         let policy = self.policies.for_request(req.mode)?;
-        crate::plan::resolve(policy, req, self.host())
+        plan::resolve_with(probe, policy, req, self.host())
     }
 }
 
@@ -156,7 +165,8 @@ impl Sandbox for NativeBackend {
 
     /// Resolves the plan for `req` on this host (fails closed), without starting anything.
     fn preflight(&self, req: &SandboxRequest) -> Result<(), SandboxError> {
-        self.plan(req).map(|_| ())
+        self.plan_seen(&crate::plan::probe::PreflightFs, req)
+            .map(|_| ())
     }
 
     /// As the native plan shows the host ([`crate::plan::can_see`]).

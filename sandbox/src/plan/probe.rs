@@ -1,6 +1,7 @@
 //! The host's filesystem as planning sees it: the few questions a plan asks (what is at a path,
 //! who owns it, which sockets a tree holds, ...) behind [`FsProbe`], so that every planning rule
-//! can be tested against a fake host. [`HostFs`] answers them from the real filesystem.
+//! can be tested against a fake host. [`HostFs`] answers them from the real filesystem,
+//! [`PreflightFs`] too but for the socket scan.
 
 use std::path::{Path, PathBuf};
 
@@ -106,5 +107,51 @@ impl FsProbe for HostFs {
 
     fn agent_user(&self, spec: Option<&str>) -> Result<Ids, SandboxError> {
         identity::agent_user(spec, Path::new("/etc"))
+    }
+}
+
+/// The real filesystem for a preflight, whose plan is checked and thrown away: every answer
+/// [`HostFs`] gives but the socket scan, which finds nothing. The scan's findings only ever
+/// become masks and an enforcement line, never a refusal, so a preflight refuses exactly what the
+/// run's own plan would; skipping it saves a walk of every visible tree, and keeps a process
+/// that runs one round from scanning twice.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreflightFs;
+
+impl FsProbe for PreflightFs {
+    fn kind(&self, path: &Path) -> Option<Kind> {
+        HostFs.kind(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        HostFs.is_dir(path)
+    }
+
+    fn read_link(&self, path: &Path) -> Option<PathBuf> {
+        HostFs.read_link(path)
+    }
+
+    fn owner(&self, path: &Path) -> std::io::Result<(u32, u32)> {
+        HostFs.owner(path)
+    }
+
+    fn first_symlink(&self, path: &Path) -> Result<Option<PathBuf>, String> {
+        HostFs.first_symlink(path)
+    }
+
+    fn scan_sockets(&self, _trees: &[PathBuf]) -> sockets::Found {
+        sockets::Found::default()
+    }
+
+    fn protected(
+        &self,
+        policy: &Policy,
+        req: &SandboxRequest,
+    ) -> Result<ProtectedSet, SandboxError> {
+        HostFs.protected(policy, req)
+    }
+
+    fn agent_user(&self, spec: Option<&str>) -> Result<Ids, SandboxError> {
+        HostFs.agent_user(spec)
     }
 }

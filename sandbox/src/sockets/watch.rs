@@ -13,7 +13,9 @@
 //! A directory on a filesystem that could not be marked is always looked at.
 //!
 //! The cost falls on the host: every entry made or removed on a marked filesystem queues an
-//! event (a few dozen bytes, bounded by the queue) until the next scan drains it.
+//! event (a few dozen bytes, bounded by the queue) until the next scan drains it. And on the
+//! process: closing the group waits out a grace period (about 20 ms), so a watch is made only
+//! after a scan that looked at [`WORTH`] directories.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -38,17 +40,29 @@ const MAX_TREES: usize = 64;
 /// Events resolved per drain, at most: past it the drain gives up and the scan looks again.
 const MAX_EVENTS: usize = 100_000;
 
-/// This process's watch: tried once, at the second scan.
+/// This process's watch: made at a scan that follows one which looked at [`WORTH`] directories.
 pub static PROCESS: std::sync::Mutex<State> = std::sync::Mutex::new(State::Untried);
+
+/// The directories a scan must have looked at for the next one to make a watch. A watch is not
+/// free: its marks are set up once, each drain resolves the directories named, and closing the
+/// group at the process's end waits out a grace period of the kernel's (about 20 ms here). A
+/// scan without one stats each directory (about 1.5 us each here), so a process whose scans look
+/// at fewer directories (`--toolchain none`, small `--read` trees) would pay more for the watch
+/// than it saves in any short job; the runner's toolchains (a rustup or pyenv install is tens of
+/// thousands of directories) are worth it after two or three scans.
+pub const WORTH: usize = 5_000;
 
 /// Whether a process has a watch.
 #[derive(Debug)]
 pub enum State {
-    /// Not tried yet.
+    /// No scan yet.
     Untried,
-    /// One scan done without one: a process that scans once (`ralph sandbox exec`) never pays
-    /// for a watch it cannot use.
-    Deferred,
+    /// Scans so far without one: the last looked at `dirs` directories. A process that scans
+    /// once (`ralph sandbox exec`) or only small trees never pays for a watch it cannot use.
+    Deferred {
+        /// Directories the last scan looked at.
+        dirs: usize,
+    },
     /// Not possible here (no privilege, an old kernel), or turned off.
     Off,
     /// Heard from before each scan.
@@ -56,19 +70,22 @@ pub enum State {
 }
 
 impl State {
-    /// The watch, made at the second call where it can be.
+    /// The watch for the scan about to start: made when the last scan looked at [`WORTH`]
+    /// directories or more (and it can be made here).
     pub fn get(&mut self) -> Option<&mut Watch> {
-        match self {
-            State::Untried => {
-                *self = State::Deferred;
-                return None;
-            }
-            State::Deferred => *self = Watch::new().map_or(State::Off, State::On),
-            State::Off | State::On(_) => {}
+        if matches!(self, State::Deferred { dirs } if *dirs >= WORTH) {
+            *self = Watch::new().map_or(State::Off, State::On);
         }
         match self {
             State::On(w) => Some(w),
             _ => None,
+        }
+    }
+
+    /// A scan without a watch looked at `dirs` directories.
+    pub fn scanned(&mut self, dirs: usize) {
+        if matches!(self, State::Untried | State::Deferred { .. }) {
+            *self = State::Deferred { dirs };
         }
     }
 }

@@ -637,3 +637,48 @@ fn the_report_dir_is_a_bounded_tmpfs_in_every_mode_never_a_bind() {
     let e = plan(&bad, &host()).unwrap_err().to_string();
     assert!(e.contains("report_dir"), "{e}");
 }
+
+#[test]
+fn a_preflight_plans_as_the_run_does_but_for_the_socket_scan() {
+    use crate::plan::probe::{HostFs, PreflightFs};
+    let w = world();
+    let shared = w._dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(shared.join("agent.sock")).unwrap();
+    let set = PolicySet::embedded().unwrap();
+    let mut r = req(&w, Mode::WorkspaceWrite);
+    r.read = vec![shared.clone()];
+    let policy = set.get(r.mode).unwrap();
+    let run = resolve_with(&HostFs, policy, &r, &host()).unwrap();
+    let preflight = resolve_with(&PreflightFs, policy, &r, &host()).unwrap();
+    let socket_mask = MountStep::HideFile {
+        path: shared.join("agent.sock"),
+    };
+    assert!(run.mounts.contains(&socket_mask), "{:?}", run.mounts);
+    assert!(!preflight.mounts.contains(&socket_mask));
+    // Everything else is the same plan: only the scan's masks and its line differ.
+    let mut without = run.clone();
+    without.mounts.retain(|m| m != &socket_mask);
+    let sockets_line = |p: &SandboxPlan| {
+        p.enforcement
+            .restrictions
+            .iter()
+            .filter(|x| x.restriction != Restriction::UnixSockets)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sockets_line(&without), sockets_line(&preflight));
+    without.enforcement = preflight.enforcement.clone();
+    let masked = |p: &SandboxPlan| p.socket_walk.as_ref().map(|w| w.masked);
+    assert_eq!((masked(&run), masked(&preflight)), (Some(1), Some(0)));
+    without.socket_walk = preflight.socket_walk.clone();
+    assert_eq!(without, preflight);
+    // And it refuses what the run refuses, naming the same field.
+    let mut bad = r.clone();
+    bad.write = vec![PathBuf::from("relative/path")];
+    let (a, b) = (
+        resolve_with(&HostFs, policy, &bad, &host()).unwrap_err(),
+        resolve_with(&PreflightFs, policy, &bad, &host()).unwrap_err(),
+    );
+    assert_eq!(a.to_string(), b.to_string());
+}
