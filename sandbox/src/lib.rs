@@ -33,6 +33,7 @@ pub mod gitguard;
 pub mod host;
 pub mod identity;
 pub mod init_loop;
+pub(crate) mod kept_file;
 pub mod mode;
 pub mod native;
 pub mod outcome;

@@ -46,6 +46,43 @@ pub fn scan(trees: &[PathBuf]) -> Found {
     scan_with(trees, &memo::PROCESS, memo::MARGIN, &watch::PROCESS)
 }
 
+/// The file of a runner's state directory that keeps its scans' listings between its processes.
+pub const LISTINGS_FILE: &str = "socket-listings";
+
+/// Loads the listings kept in `path` ([`LISTINGS_FILE`]) into this process's memo when it has
+/// none yet: the process's first scan then stats each directory listed there instead of listing
+/// it again (a toolchain is tens of thousands of directories). A missing or malformed file is
+/// ignored. Returns the directories loaded.
+pub fn load_listings(path: &Path) -> usize {
+    let mut memo = memo::PROCESS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !memo.is_empty() {
+        return 0;
+    }
+    match memo::Memo::load(path) {
+        Some(loaded) => {
+            *memo = loaded;
+            memo.len()
+        }
+        None => 0,
+    }
+}
+
+/// Saves this process's memo to `path` ([`LISTINGS_FILE`]) when a scan changed it since it was
+/// loaded or last saved.
+pub fn save_listings(path: &Path) -> std::io::Result<()> {
+    let mut memo = memo::PROCESS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !memo.changed {
+        return Ok(());
+    }
+    memo.save(path)?;
+    memo.changed = false;
+    Ok(())
+}
+
 /// [`scan`] with its memo, the age a directory's change time must have before its listing is
 /// kept, and its watch (tests).
 pub(crate) fn scan_with(
@@ -455,6 +492,47 @@ mod tests {
         } else {
             eprintln!("skipped the watch itself: a fanotify group needs root");
             assert!(matches!(*state.lock().unwrap(), watch::State::Off));
+        }
+    }
+
+    #[test]
+    fn listings_kept_across_processes_are_reused_only_after_a_stat_and_changes_since_are_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let root = base.join("tree");
+        for sub in ["a/b", "c"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let _s1 = std::os::unix::net::UnixListener::bind(root.join("a/b/one.sock")).unwrap();
+        let (memo, margin) = quiet_memo();
+        let off = std::sync::Mutex::new(watch::State::Off);
+        let trees = std::slice::from_ref(&root);
+        let first = scan_with(trees, &memo, margin, &off);
+        assert_eq!(first.sockets, [root.join("a/b/one.sock")]);
+        let file = base.join(LISTINGS_FILE);
+        memo.lock().unwrap().save(&file).unwrap();
+        // The next process: every directory is stat-ed and none listed again.
+        let load = || std::sync::Mutex::new(memo::Memo::load(&file).unwrap());
+        let next = load();
+        assert_eq!(next.lock().unwrap().len(), 4);
+        assert_eq!(scan_with(trees, &next, margin, &off), first);
+        assert_eq!(next.lock().unwrap().reused, 4);
+        // A socket made since, in an old directory, and a directory swapped for another of the
+        // same name: both are seen by the process after.
+        let _s2 = std::os::unix::net::UnixListener::bind(root.join("c/two.sock")).unwrap();
+        std::fs::rename(root.join("a/b"), base.join("old-b")).unwrap();
+        std::fs::create_dir(root.join("a/b")).unwrap();
+        let _s3 = std::os::unix::net::UnixListener::bind(root.join("a/b/three.sock")).unwrap();
+        let after = load();
+        assert_eq!(
+            scan_with(trees, &after, margin, &off).sockets,
+            [root.join("a/b/three.sock"), root.join("c/two.sock")]
+        );
+        // A file that is not one is none: the scan lists everything.
+        let bytes = std::fs::read(&file).unwrap();
+        for bad in [&bytes[..bytes.len() - 1], &bytes[..8], b"rlsock2\n"] {
+            std::fs::write(&file, bad).unwrap();
+            assert!(memo::Memo::load(&file).is_none());
         }
     }
 }

@@ -230,6 +230,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         hold.observer(),
     ]);
     let cancel = Cancel::new();
+    // The socket scans' listings of the last run of this state directory: the first scan stats
+    // the toolchains' directories instead of listing them (`ralph_sandbox::sockets::memo`).
+    let listings = state_dir.join(ralph_sandbox::sockets::LISTINGS_FILE);
+    ralph_sandbox::sockets::load_listings(&listings);
     let result = rt.block_on(async {
         watch_signals(cancel.clone());
         let r = engine.run(&job_id, workspace, cancel, observers).await;
@@ -243,6 +247,12 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     });
     progress.finish();
     drop(hold);
+    if let Err(e) = ralph_sandbox::sockets::save_listings(&listings) {
+        warn(&format!(
+            "warning: failed to keep the socket scans' listings in `{}`: {e}",
+            listings.display()
+        ));
+    }
     let result = result.map_err(|e| CliError::internal(format!("job {job_id}: {e}")))?;
     super::ci_files::write(
         engine.store(),

@@ -640,6 +640,14 @@ impl Service {
             sig(SignalKind::interrupt())?,
             sig(SignalKind::hangup())?,
         );
+        // The socket scans' listings of the last run of this state directory (module doc of
+        // `ralph_sandbox::sockets::memo`): the first scan stats the toolchains instead of
+        // listing them.
+        let listings = self
+            .engine
+            .state_dir()
+            .join(ralph_sandbox::sockets::LISTINGS_FILE);
+        crate::store::journal::blocking(|| ralph_sandbox::sockets::load_listings(&listings));
         self.ready.store(true, Ordering::SeqCst);
         notify::notify("READY=1");
         if let Some(every) = notify::watchdog_interval() {
@@ -684,6 +692,11 @@ impl Service {
         shutdown.cancel();
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+        }
+        if let Err(e) =
+            crate::store::journal::blocking(|| ralph_sandbox::sockets::save_listings(&listings))
+        {
+            tracing::warn!(error = %e, "failed to keep the socket scans' listings in `{}`: {e}", listings.display());
         }
         tracing::info!("stopped");
         Ok(())

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use super::digest;
 use super::quote::escape;
 use crate::fsat::{self, Access, Kind};
+use crate::kept_file;
 use crate::outcome::git::Surface;
 
 /// How long a directory must have been unchanged when a walk began for its listing to be kept:
@@ -118,6 +119,9 @@ const LISTINGS_MAGIC: &[u8; 8] = b"rlwalk1\n";
 /// read: the walk lists everything, as without one).
 const LISTINGS_MAX: u64 = 2_000_000;
 
+/// Bytes a file of kept listings may be, at most.
+const LISTINGS_MAX_BYTES: u64 = 512 << 20;
+
 impl Listings {
     /// Adds `other`'s listings.
     pub fn extend(&mut self, other: &Listings) {
@@ -127,38 +131,26 @@ impl Listings {
     /// Writes the listings to `path` (a runner-owned file: through a temporary file renamed
     /// over it, so a reader sees the old file or the new one).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        use std::io::Write;
-        let mut out = Vec::with_capacity(64 * self.0.len() + 16);
-        out.extend_from_slice(LISTINGS_MAGIC);
-        out.extend_from_slice(&(self.0.len() as u64).to_le_bytes());
+        let mut w = kept_file::Writer::new(LISTINGS_MAGIC, 64 * self.0.len() + 8);
+        w.u64(self.0.len() as u64);
         for ((dev, ino), kept) in &self.0 {
-            for v in [*dev, *ino] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            for v in [kept.ctime.0, kept.ctime.1] {
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out.extend_from_slice(&kept.entries.to_le_bytes());
-            out.extend_from_slice(&(kept.subdirs.len() as u64).to_le_bytes());
+            w.u64(*dev);
+            w.u64(*ino);
+            w.i64(kept.ctime.0);
+            w.i64(kept.ctime.1);
+            w.u64(kept.entries);
+            w.u64(kept.subdirs.len() as u64);
             for name in &kept.subdirs {
-                out.extend_from_slice(&(name.len() as u64).to_le_bytes());
-                out.extend_from_slice(name.as_bytes());
+                w.bytes(name.as_bytes());
             }
         }
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&out)?;
-        drop(f);
-        std::fs::rename(&tmp, path)
+        w.save(path)
     }
 
     /// The listings in `path`; `None` when there is no such file or it is not one.
     pub fn load(path: &Path) -> Option<Listings> {
-        let bytes = std::fs::read(path).ok()?;
-        let mut r = Reader { b: &bytes, at: 0 };
-        if r.take(LISTINGS_MAGIC.len())? != LISTINGS_MAGIC {
-            return None;
-        }
+        let bytes = kept_file::read(path, LISTINGS_MAX_BYTES)?;
+        let mut r = kept_file::Reader::new(&bytes, LISTINGS_MAGIC)?;
         let count = r.u64()?;
         if count > LISTINGS_MAX {
             return None;
@@ -174,12 +166,7 @@ impl Listings {
             }
             let mut subdirs = Vec::new();
             for _ in 0..n {
-                let len = usize::try_from(r.u64()?).ok()?;
-                let name = r.take(len)?;
-                if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-                    return None;
-                }
-                subdirs.push(std::ffi::OsString::from(OsStr::from_bytes(name)));
+                subdirs.push(std::ffi::OsString::from(OsStr::from_bytes(r.name()?)));
             }
             map.insert(
                 key,
@@ -190,29 +177,7 @@ impl Listings {
                 },
             );
         }
-        (r.at == bytes.len()).then_some(Listings(map))
-    }
-}
-
-/// Reads a file of kept listings.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+        r.done().then_some(Listings(map))
     }
 }
 

@@ -8,6 +8,10 @@
 //! change time is older than the listing's start by [`MARGIN`]; a directory changed just before
 //! is listed again next time, until it has been quiet that long. The memo is bounded
 //! ([`MAX_DIRS`]): past that it starts over.
+//!
+//! A runner keeps the memo across its processes ([`Memo::save`], [`Memo::load`]: the state
+//! directory's `socket-listings`): the first scan of a `ralph run` then stats the toolchains'
+//! directories instead of listing them. A loaded listing is never trusted without a stat.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -71,6 +75,8 @@ pub struct Memo {
     pub reused: u64,
     /// Listings reused without one, nothing having been heard of them (tests).
     pub heard: u64,
+    /// Whether a listing was kept or dropped since the memo was made, loaded or saved.
+    pub changed: bool,
 }
 
 /// A kept listing and the watch's generation it is current for.
@@ -100,6 +106,7 @@ impl Memo {
             dirs: None,
             reused: 0,
             heard: 0,
+            changed: false,
         }
     }
 
@@ -135,12 +142,13 @@ impl Memo {
     pub fn keep(&mut self, dir: &Path, listing: &Arc<Listing>, margin: Duration, generation: u64) {
         let dirs = self.dirs.get_or_insert_with(HashMap::new);
         if listing.ctime() + margin >= listing.at {
-            dirs.remove(dir.as_os_str());
+            self.changed |= dirs.remove(dir.as_os_str()).is_some();
             return;
         }
         if dirs.len() >= MAX_DIRS {
             dirs.clear();
         }
+        self.changed = true;
         dirs.insert(
             dir.as_os_str().to_owned(),
             Kept {
@@ -162,18 +170,122 @@ impl Memo {
         let below = |k: &[u8], p: &[u8]| {
             k.starts_with(p) && (k.len() == p.len() || k[p.len()] == b'/' || p.ends_with(b"/"))
         };
+        let before = dirs.len();
         dirs.retain(|k, _| {
             !under
                 .iter()
                 .any(|p| below(k.as_bytes(), p.as_os_str().as_bytes()))
         });
+        self.changed |= dirs.len() != before;
     }
 
     /// Drops the listing of `dir` (the watch heard of a change in it).
     pub fn forget(&mut self, dir: &Path) {
         if let Some(dirs) = self.dirs.as_mut() {
-            dirs.remove(dir.as_os_str());
+            self.changed |= dirs.remove(dir.as_os_str()).is_some();
         }
+    }
+}
+
+/// The first bytes of a file of kept socket listings ([`Memo::save`]).
+const FILE_MAGIC: &[u8; 8] = b"rlsock1\n";
+
+/// Bytes such a file may be, at most (a bigger one is not read).
+const FILE_MAX_BYTES: u64 = 512 << 20;
+
+impl Memo {
+    /// Writes the kept listings to `path` (a runner-owned file, replaced whole).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let empty = HashMap::new();
+        let dirs = self.dirs.as_ref().unwrap_or(&empty);
+        let mut w = crate::kept_file::Writer::new(FILE_MAGIC, 96 * dirs.len() + 8);
+        w.u64(dirs.len() as u64);
+        for (dir, kept) in dirs {
+            let l = &kept.listing;
+            w.bytes(dir.as_bytes());
+            w.u64(l.dev);
+            w.u64(l.ino);
+            w.i64(l.ctime.0);
+            w.i64(l.ctime.1);
+            w.u64(l.at.as_secs());
+            w.u64(u64::from(l.at.subsec_nanos()));
+            w.u64(l.entries as u64);
+            for names in [&l.subdirs, &l.sockets] {
+                w.u64(names.len() as u64);
+                for n in names {
+                    w.bytes(n.as_bytes());
+                }
+            }
+        }
+        w.save(path)
+    }
+
+    /// The listings kept in `path` (every one needing a stat before it is reused: generation
+    /// 0); `None` when there is no such file or it is not one.
+    pub fn load(path: &Path) -> Option<Memo> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = crate::kept_file::read(path, FILE_MAX_BYTES)?;
+        let mut r = crate::kept_file::Reader::new(&bytes, FILE_MAGIC)?;
+        let count = usize::try_from(r.u64()?).ok()?;
+        if count > MAX_DIRS {
+            return None;
+        }
+        let mut dirs = HashMap::with_capacity(count);
+        for _ in 0..count {
+            let dir = r.bytes()?;
+            if !dir.starts_with(b"/") || dir.contains(&0) {
+                return None;
+            }
+            let dev = r.u64()?;
+            let ino = r.u64()?;
+            let ctime = (r.i64()?, r.i64()?);
+            let at = Duration::new(r.u64()?, u32::try_from(r.u64()?).ok()?);
+            let entries = usize::try_from(r.u64()?).ok()?;
+            let mut names = [Vec::new(), Vec::new()];
+            for list in &mut names {
+                let n = usize::try_from(r.u64()?).ok()?;
+                if n > entries {
+                    return None;
+                }
+                for _ in 0..n {
+                    list.push(OsString::from(std::ffi::OsStr::from_bytes(r.name()?)));
+                }
+            }
+            let [subdirs, sockets] = names;
+            let listing = Listing {
+                dev,
+                ino,
+                ctime,
+                at,
+                entries,
+                subdirs,
+                sockets,
+            };
+            dirs.insert(
+                OsString::from(std::ffi::OsStr::from_bytes(dir)),
+                Kept {
+                    generation: 0,
+                    listing: Arc::new(listing),
+                },
+            );
+        }
+        r.done().then_some(Memo {
+            dirs: Some(dirs),
+            reused: 0,
+            heard: 0,
+            changed: false,
+        })
+    }
+
+    /// Directories kept.
+    pub fn len(&self) -> usize {
+        self.dirs.as_ref().map_or(0, HashMap::len)
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
