@@ -15,7 +15,8 @@
 //! pyenv or rustup install is tens of thousands of directories), so a scan keeps each
 //! directory's listing ([`memo`]) and the next one lists only the directories whose identity or
 //! change time moved: a socket made, removed or renamed in a directory changes the directory's
-//! own change time, which no process can set back.
+//! own change time, which no process can set back. Under a watch ([`watch`]), a tree in which
+//! nothing was heard since its last scan is taken whole from that scan ([`memo::TreeFound`]).
 
 mod memo;
 pub mod watch;
@@ -133,17 +134,35 @@ pub(crate) fn scan_with(
             }
             Err(_) => continue,
         }
+        // The whole tree as the last scan found it, when nothing was heard of it since.
+        let root_now = covered.and_then(|_| memo::Listing::stat(tree));
+        if let (Some(w), Some(now)) = (covered, &root_now)
+            && let Some(t) = memo.tree(tree, w.generation, now)
+            && seen + t.entries <= ENTRY_LIMIT
+        {
+            seen += t.entries;
+            dirs += t.dirs;
+            found.sockets.extend(t.sockets.iter().cloned());
+            continue;
+        }
+        let (seen_before, dirs_before, sockets_before) = (seen, dirs, found.sockets.len());
+        // Whether what this walk finds can be taken whole next time ([`memo::TreeFound`]).
+        let mut whole = root_now.is_some();
         while let Some((dir, parent_reused)) = stack.pop() {
             dirs += 1;
             let (listing, reused) = match memo.reuse(&dir, trust, parent_reused) {
                 Some(l) => (l, true),
                 None => {
-                    let Some(l) = list(&dir) else { continue };
+                    let Some(l) = list(&dir) else {
+                        whole = false;
+                        continue;
+                    };
                     let l = std::sync::Arc::new(l);
-                    memo.keep(&dir, &l, margin, generation);
+                    whole &= memo.keep(&dir, &l, margin, generation);
                     (l, false)
                 }
             };
+            whole &= hears(listing.dev());
             seen += listing.entries;
             if seen > ENTRY_LIMIT {
                 complete = false;
@@ -156,6 +175,17 @@ pub(crate) fn scan_with(
         }
         if !complete {
             found.incomplete.push(tree.clone());
+        } else if let (true, Some(w), Some(now)) = (whole, covered, &root_now) {
+            memo.keep_tree(
+                tree,
+                memo::TreeFound {
+                    generation: w.generation,
+                    root: now.identity(),
+                    sockets: found.sockets[sockets_before..].to_vec(),
+                    entries: seen - seen_before,
+                    dirs: dirs - dirs_before,
+                },
+            );
         }
     }
     if watch.is_none() {
@@ -340,12 +370,13 @@ mod tests {
         let trees = std::slice::from_ref(&root);
         let first = scan_with(trees, &memo, margin, &w);
         assert!(first.sockets.is_empty());
-        // Nothing heard of: only the tree's root is looked at (root, a, a/b, a/c, a/c/deep, d, e).
+        // Nothing heard of: only the tree's root is looked at, and what the tree held is taken
+        // whole (root, a, a/b, a/c, a/c/deep, d, e: none walked).
         let again = scan_with(trees, &memo, margin, &w);
         assert_eq!(again, first);
         {
             let m = memo.lock().unwrap();
-            assert_eq!((m.reused, m.heard), (1, 6));
+            assert_eq!((m.trees_reused, m.reused, m.heard), (1, 0, 0));
         }
         // A socket made deep down; a directory with a socket made outside the tree and moved
         // in over an empty one (no event names the socket's directory inside the tree).
@@ -358,6 +389,12 @@ mod tests {
             after.sockets,
             [root.join("a/c/deep/new.sock"), root.join("d/m.sock")]
         );
+        {
+            // The tree was walked (changes were heard in it); below `a`, whose listing was
+            // reused after a stat, `a/b` and `a/c` were taken on trust, `a/c/deep` listed again.
+            let m = memo.lock().unwrap();
+            assert_eq!((m.trees_reused, m.heard), (1, 2));
+        }
         // A mount inside the tree changes what a path shows without an event: heard of as a
         // change of the mounts, and everything is looked at again.
         std::fs::create_dir(root.join("e/mnt")).unwrap();
@@ -382,6 +419,41 @@ mod tests {
             mounted.sockets.contains(&target.join("h.sock")),
             "{mounted:?}"
         );
+    }
+
+    #[test]
+    fn a_tree_with_an_unheard_filesystem_inside_is_never_taken_whole() {
+        let Some(w) = watched() else { return };
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap().join("tree");
+        std::fs::create_dir_all(root.join("a/m")).unwrap();
+        // Mounted before the first scan: no change of the mounts is heard later.
+        nix::mount::mount(
+            Some("tmpfs"),
+            &root.join("a/m"),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .unwrap();
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let _unmount = Unmount(root.join("a/m"));
+        std::fs::create_dir(root.join("a/m/deep")).unwrap();
+        let (memo, margin) = quiet_memo();
+        let trees = std::slice::from_ref(&root);
+        let _ = scan_with(trees, &memo, margin, &w);
+        let _ = scan_with(trees, &memo, margin, &w);
+        // A socket on the tmpfs, whose events the watch does not hear (its filesystem is not a
+        // tree's): found, because the tree is walked and the tmpfs directories stat-ed.
+        let _s = std::os::unix::net::UnixListener::bind(root.join("a/m/deep/s.sock")).unwrap();
+        let after = scan_with(trees, &memo, margin, &w);
+        assert_eq!(after.sockets, [root.join("a/m/deep/s.sock")]);
+        assert_eq!(memo.lock().unwrap().trees_reused, 0);
     }
 
     #[test]
@@ -430,8 +502,9 @@ mod tests {
         let trees = std::slice::from_ref(&root);
         let _ = scan_with(trees, &memo, margin, &w);
         let _ = scan_with(trees, &memo, margin, &w);
-        let heard = memo.lock().unwrap().heard;
-        assert!(heard >= 2, "{heard}");
+        let trusted = |m: &memo::Memo| m.heard + m.trees_reused;
+        let before = trusted(&memo.lock().unwrap());
+        assert!(before >= 1, "{before}");
         // More events than the kernel queues (`max_queued_events`, 16,384 by default), all
         // outside the tree.
         let queued: usize = std::fs::read_to_string("/proc/sys/fs/fanotify/max_queued_events")
@@ -446,7 +519,11 @@ mod tests {
         let _s = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
         let after = scan_with(trees, &memo, margin, &w);
         assert_eq!(after.sockets, [root.join("a/b/s.sock")]);
-        assert_eq!(memo.lock().unwrap().heard, heard, "nothing taken on trust");
+        assert_eq!(
+            trusted(&memo.lock().unwrap()),
+            before,
+            "nothing taken on trust"
+        );
     }
 
     #[test]

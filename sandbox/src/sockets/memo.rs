@@ -59,6 +59,16 @@ impl Listing {
         })
     }
 
+    /// The device it is on.
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+
+    /// Its device, inode and change time.
+    pub fn identity(&self) -> (u64, u64, (i64, i64)) {
+        (self.dev, self.ino, self.ctime)
+    }
+
     fn ctime(&self) -> Duration {
         let secs = u64::try_from(self.ctime.0).unwrap_or(0);
         let nanos = u32::try_from(self.ctime.1).unwrap_or(0);
@@ -71,6 +81,10 @@ impl Listing {
 #[derive(Debug)]
 pub struct Memo {
     dirs: Option<HashMap<OsString, Kept>>,
+    /// What the last scan of each tree found, whole ([`TreeFound`]).
+    trees: std::collections::BTreeMap<std::path::PathBuf, TreeFound>,
+    /// Trees taken whole from [`TreeFound`] (tests).
+    pub trees_reused: u64,
     /// Listings reused after a stat (tests).
     pub reused: u64,
     /// Listings reused without one, nothing having been heard of them (tests).
@@ -86,6 +100,25 @@ struct Kept {
     /// ([`super::watch`]); 0: never under a watch.
     generation: u64,
     listing: Arc<Listing>,
+}
+
+/// What a scan found in one tree that the watch covers, when every directory in it had a kept
+/// listing on a filesystem the watch hears: the next scan of the tree under the same generation
+/// takes it whole, without walking the tree, when its root is the same directory with the same
+/// change time and nothing was heard of any directory in it since (a change heard in the tree, or
+/// a mount at, above or inside it, drops it: [`Memo::forget`], [`Memo::forget_under`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeFound {
+    /// The watch's generation when it was found.
+    pub generation: u64,
+    /// The root's device, inode and change time.
+    pub root: (u64, u64, (i64, i64)),
+    /// The sockets in it.
+    pub sockets: Vec<std::path::PathBuf>,
+    /// Entries walked (counted again against the scan's bound).
+    pub entries: usize,
+    /// Directories walked.
+    pub dirs: usize,
 }
 
 /// What a scan trusts without a stat: a directory reached from a parent whose own listing was
@@ -104,6 +137,8 @@ impl Memo {
     pub const fn new() -> Self {
         Memo {
             dirs: None,
+            trees: std::collections::BTreeMap::new(),
+            trees_reused: 0,
             reused: 0,
             heard: 0,
             changed: false,
@@ -139,14 +174,23 @@ impl Memo {
 
     /// Keeps `listing` of `dir`, made under the watch's `generation` (0: none), when the
     /// directory had been quiet for `margin` when it began.
-    pub fn keep(&mut self, dir: &Path, listing: &Arc<Listing>, margin: Duration, generation: u64) {
+    /// Returns whether it was kept.
+    pub fn keep(
+        &mut self,
+        dir: &Path,
+        listing: &Arc<Listing>,
+        margin: Duration,
+        generation: u64,
+    ) -> bool {
         let dirs = self.dirs.get_or_insert_with(HashMap::new);
         if listing.ctime() + margin >= listing.at {
             self.changed |= dirs.remove(dir.as_os_str()).is_some();
-            return;
+            self.trees.retain(|t, _| !dir.starts_with(t));
+            return false;
         }
         if dirs.len() >= MAX_DIRS {
             dirs.clear();
+            self.trees.clear();
         }
         self.changed = true;
         dirs.insert(
@@ -156,6 +200,23 @@ impl Memo {
                 listing: listing.clone(),
             },
         );
+        true
+    }
+
+    /// What the last scan found in `tree` under the watch's `generation`, when its root `now` is
+    /// the directory it was then, with the same change time.
+    pub fn tree(&mut self, tree: &Path, generation: u64, now: &Listing) -> Option<&TreeFound> {
+        let t = self.trees.get(tree)?;
+        if t.generation != generation || t.root != now.identity() {
+            return None;
+        }
+        self.trees_reused += 1;
+        Some(t)
+    }
+
+    /// Keeps what a scan found in `tree` ([`TreeFound`]).
+    pub fn keep_tree(&mut self, tree: &Path, found: TreeFound) {
+        self.trees.insert(tree.to_path_buf(), found);
     }
 
     /// Drops the listings of each of `dirs` and everything below them (one pass).
@@ -167,6 +228,8 @@ impl Memo {
         if under.is_empty() {
             return;
         }
+        self.trees
+            .retain(|t, _| !under.iter().any(|u| t.starts_with(u) || u.starts_with(t)));
         let below = |k: &[u8], p: &[u8]| {
             k.starts_with(p) && (k.len() == p.len() || k[p.len()] == b'/' || p.ends_with(b"/"))
         };
@@ -181,6 +244,7 @@ impl Memo {
 
     /// Drops the listing of `dir` (the watch heard of a change in it).
     pub fn forget(&mut self, dir: &Path) {
+        self.trees.retain(|t, _| !dir.starts_with(t));
         if let Some(dirs) = self.dirs.as_mut() {
             self.changed |= dirs.remove(dir.as_os_str()).is_some();
         }
@@ -272,6 +336,8 @@ impl Memo {
         }
         r.done().then_some(Memo {
             dirs: Some(dirs),
+            trees: std::collections::BTreeMap::new(),
+            trees_reused: 0,
             reused: 0,
             heard: 0,
             changed: false,
