@@ -39,8 +39,6 @@ pub const BACKLOG: i32 = 1024;
 /// numbered above the standard streams ([`crate::fd_pass::channel`]).
 pub use crate::fd_pass::channel;
 
-pub use super::inherit::keep_on_exec;
-
 /// Takes the helper's end of the hand-over (inherited as `fd`): checks that it is a unix socket
 /// and makes it close-on-exec again.
 pub fn adopt_inherited(fd: RawFd) -> Result<OwnedFd, String> {
@@ -364,7 +362,9 @@ mod tests {
         assert!(adopt_inherited(1).is_err());
         let (_runner, helper) = channel().unwrap();
         let raw = helper.as_raw_fd();
-        keep_on_exec(raw).unwrap();
+        // As the spawn leaves it in the helper: inheritable.
+        // SAFETY: fcntl on a descriptor we own.
+        assert_eq!(unsafe { libc::fcntl(raw, libc::F_SETFD, 0) }, 0);
         std::mem::forget(helper);
         let adopted = adopt_inherited(raw).unwrap();
         // SAFETY: fcntl query on a descriptor we own.

@@ -9,8 +9,8 @@
 //!   dropped unreleased: end-of-file   ─▶ the set-up is undone, nothing of the command ran
 //! ```
 //!
-//! The read end is inherited by the helper alone (made inheritable only in the helper's own
-//! child between `fork` and `execve`, [`super::inherit::keep_on_exec`]) and close-on-exec again
+//! The read end is inherited by the helper alone (made inheritable in the helper only, by the
+//! spawn's `dup2` of it onto itself, [`super::spawn`]) and close-on-exec again
 //! as soon as the helper adopts it. A runner that dies closes its end: end-of-file, so a held
 //! command never runs without the runner that journalled it.
 

@@ -1,6 +1,6 @@
 //! Descriptors the runner hands the helper by inheritance (the gateway's socket, the hold's
-//! pipe): made inheritable only in the runner's forked child between `fork` and `execve`
-//! ([`keep_on_exec`]), then taken by the helper, which checks their kind and makes them
+//! pipe): made inheritable in the helper alone (the spawn's `dup2` of each onto itself,
+//! [`super::spawn`]), then taken by the helper, which checks their kind and makes them
 //! close-on-exec again at once ([`adopt`]), so none reaches the command.
 
 use std::io;
@@ -29,16 +29,6 @@ impl Kind {
             Kind::Pipe => "a pipe",
         }
     }
-}
-
-/// Makes `fd` survive `execve` (called in the runner's forked child, before the helper is
-/// executed: async-signal-safe).
-pub fn keep_on_exec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor number; no memory is involved.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Takes the descriptor `fd` the helper inherited: checks that it is open, above the standard

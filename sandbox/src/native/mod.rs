@@ -2,7 +2,7 @@
 //! sets the process up and supervises it; the runner streams output and waits.
 //!
 //! ```text
-//! runner (tokio) ──spawn──▶ helper = supervisor (single-threaded; user ns, cgroups, CLONE_NEWPID)
+//! runner (tokio) ──posix_spawn──▶ helper = supervisor (single-threaded; user ns, cgroups, CLONE_NEWPID)
 //!    │  stdin: prompt            │ fork
 //!    │  stdout/stderr ◀──────────┤──▶ init, pid 1 (mount/net/ipc ns, mounts, loopback; reaps)
 //!    │  SIGTERM = cancel         │      │ fork
@@ -34,13 +34,13 @@ pub mod plan;
 pub mod protocol;
 pub mod seccomp;
 pub mod socket_walk;
+pub mod spawn;
 pub mod step;
 pub mod supervisor;
 pub mod tree;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -145,7 +145,7 @@ pub fn validate(spec: &ExecSpec) -> Result<(), SandboxError> {
 /// A run of the native backend in progress.
 #[derive(Debug)]
 pub struct NativeRun {
-    child: tokio::process::Child,
+    child: spawn::HelperChild,
     pid: u32,
     result_path: PathBuf,
     timeout: Option<Duration>,
@@ -265,46 +265,43 @@ impl NativeBackend {
                 ),
             ));
         }
-        let mut cmd = tokio::process::Command::new(&self.helper_exe);
-        cmd.arg(HELPER_ARG)
-            .arg(format!(
-                "{}{}",
-                protocol::GRACE_ARG_PREFIX,
-                spec.kill_grace.as_millis()
-            ))
-            .env_clear()
-            .env(SPEC_ENV, encoded)
-            .stdin(match spec.stdin {
-                StdinMode::Null => Stdio::null(),
-                StdinMode::Piped => Stdio::piped(),
-                StdinMode::Inherit => Stdio::inherit(),
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let inherited: Vec<i32> = handover
+        let keep: Vec<i32> = handover
             .iter()
             .map(|(_, h)| h.as_raw_fd())
             .chain(hold.iter().map(|(_, h)| h.as_raw_fd()))
             .collect();
-        if !inherited.is_empty() {
-            // SAFETY: the closure runs in the forked child before `execve` and only calls
-            // fcntl(2), which is async-signal-safe (the list was built before the fork). Only
-            // this child's copies lose close-on-exec: any other process the runner starts
-            // meanwhile closes them on exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    inherited
-                        .iter()
-                        .try_for_each(|fd| gateway::keep_on_exec(*fd))
-                });
-            }
-        }
-        let mut child = cmd.spawn().map_err(|source| SandboxError::SpawnHelper {
+        let mut env = std::ffi::OsString::from(format!("{SPEC_ENV}="));
+        env.push(&encoded);
+        let spawned = spawn::spawn(&spawn::Spec {
+            program: &self.helper_exe,
+            args: vec![
+                HELPER_ARG.into(),
+                format!(
+                    "{}{}",
+                    protocol::GRACE_ARG_PREFIX,
+                    spec.kill_grace.as_millis()
+                )
+                .into(),
+            ],
+            env: vec![env],
+            stdin: match spec.stdin {
+                StdinMode::Null => spawn::Stdin::Null,
+                StdinMode::Piped => spawn::Stdin::Piped,
+                StdinMode::Inherit => spawn::Stdin::Inherit,
+            },
+            keep,
+        })
+        .map_err(|source| SandboxError::SpawnHelper {
             exe: self.helper_exe.clone(),
             source,
         })?;
+        let spawn::Spawned {
+            stdin: helper_stdin,
+            stdout: helper_stdout,
+            stderr: helper_stderr,
+            child,
+        } = spawned;
+        let mut child = child;
         // The helper holds its ends now; ours must go, or end-of-file would never come.
         let handover = handover.map(|(runner_end, helper_end)| {
             drop(helper_end);
@@ -314,8 +311,8 @@ impl NativeBackend {
             drop(helper_end);
             runner_end
         });
-        let pid = child.id().unwrap_or(0);
-        let stdin_writer = match (child.stdin.take(), io.stdin) {
+        let pid = child.id();
+        let stdin_writer = match (helper_stdin, io.stdin) {
             (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
                 // A command that does not read its stdin closes the pipe: that is fine.
                 let _ = pipe.write_all(&bytes).await;
@@ -327,13 +324,10 @@ impl NativeBackend {
             }
             (None, _) => None,
         };
-        let mut readers = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            readers.push(tokio::spawn(pump(out, io.stdout)));
-        }
-        if let Some(err) = child.stderr.take() {
-            readers.push(tokio::spawn(pump(err, io.stderr)));
-        }
+        let readers = vec![
+            tokio::spawn(pump(helper_stdout, io.stdout)),
+            tokio::spawn(pump(helper_stderr, io.stderr)),
+        ];
         let gateway = match handover {
             None => Vec::new(),
             Some(end) => {
@@ -375,7 +369,7 @@ impl NativeBackend {
 async fn receive_listeners(
     end: std::os::fd::OwnedFd,
     ports: Vec<u16>,
-    child: &mut tokio::process::Child,
+    child: &mut spawn::HelperChild,
     result_path: &Path,
 ) -> Result<Vec<(u16, std::net::TcpListener)>, SandboxError> {
     let gateway_unavailable =

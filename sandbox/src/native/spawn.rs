@@ -1,0 +1,338 @@
+//! Starting the helper with `posix_spawn(3)`: glibc starts it with `clone(CLONE_VM |
+//! CLONE_VFORK)`, so the runner's page tables are not copied and the runner takes no
+//! copy-on-write faults afterwards (a `fork` of a runner with its runtime's threads and heap
+//! cost about 0.5 ms per round here, and as much again in faults). The descriptors the helper
+//! inherits are exactly the ones named: its standard streams and the hand-overs
+//! (`posix_spawn_file_actions_adddup2` of a descriptor onto itself clears its close-on-exec in
+//! the child only, so no other process the runner starts meanwhile can inherit them). The child
+//! is then followed through a pidfd ([`HelperChild`]).
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+/// What the helper's standard input is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stdin {
+    /// `/dev/null`.
+    Null,
+    /// A pipe the runner writes.
+    Piped,
+    /// The runner's own.
+    Inherit,
+}
+
+/// What to start.
+#[derive(Debug)]
+pub struct Spec<'a> {
+    /// The program (an absolute path: no `PATH` search).
+    pub program: &'a Path,
+    /// Its arguments after `argv[0]` (the program).
+    pub args: Vec<OsString>,
+    /// Its whole environment (`NAME=value`).
+    pub env: Vec<OsString>,
+    /// Its standard input.
+    pub stdin: Stdin,
+    /// Descriptors it inherits under the same numbers.
+    pub keep: Vec<RawFd>,
+}
+
+/// A started helper: its pipes (stdout and stderr always piped) and the child.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The pipe to its standard input ([`Stdin::Piped`]).
+    pub stdin: Option<pipe::Sender>,
+    /// Its standard output.
+    pub stdout: pipe::Receiver,
+    /// Its standard error.
+    pub stderr: pipe::Receiver,
+    /// The process.
+    pub child: HelperChild,
+}
+
+/// A helper process followed through its pidfd; killed (and reaped) if dropped before it was
+/// waited for, as `tokio::process::Command::kill_on_drop` does.
+#[derive(Debug)]
+pub struct HelperChild {
+    pid: u32,
+    pidfd: AsyncFd<OwnedFd>,
+    status: Option<ExitStatus>,
+}
+
+/// Starts `spec` in a process group of its own (its pid), with every signal at its default
+/// disposition and none blocked (as `std::process::Command` does).
+pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
+    let c = |b: Vec<u8>| CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let program = c(spec.program.as_os_str().as_encoded_bytes().to_vec())?;
+    let mut argv = vec![program.clone()];
+    for a in &spec.args {
+        argv.push(c(a.clone().into_vec())?);
+    }
+    let envp = spec
+        .env
+        .iter()
+        .map(|e| c(e.clone().into_vec()))
+        .collect::<io::Result<Vec<_>>>()?;
+    let ptrs = |v: &[CString]| {
+        let mut p: Vec<*mut libc::c_char> = v.iter().map(|s| s.as_ptr().cast_mut()).collect();
+        p.push(std::ptr::null_mut());
+        p
+    };
+    let (argv_p, envp_p) = (ptrs(&argv), ptrs(&envp));
+
+    let (stdin_child, stdin_ours) = match spec.stdin {
+        Stdin::Null => (Some(open_null()?), None),
+        Stdin::Piped => {
+            let (r, w) = pipe_pair()?;
+            (Some(r), Some(w))
+        }
+        Stdin::Inherit => (None, None),
+    };
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+
+    let mut actions = FileActions::new()?;
+    if let Some(fd) = &stdin_child {
+        actions.dup2(fd.as_raw_fd(), 0)?;
+    }
+    actions.dup2(out_w.as_raw_fd(), 1)?;
+    actions.dup2(err_w.as_raw_fd(), 2)?;
+    for fd in &spec.keep {
+        actions.dup2(*fd, *fd)?;
+    }
+    let attr = Attr::new()?;
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: every pointer is valid for the call: the file actions and attributes were
+    // initialised above and live until after it; `program`, `argv` and `envp` are NUL-terminated
+    // strings in null-terminated arrays that outlive the call.
+    let rc = unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            program.as_ptr(),
+            &actions.0,
+            &attr.0,
+            argv_p.as_ptr(),
+            envp_p.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    // The child's ends are the child's now.
+    drop((stdin_child, out_w, err_w));
+    let pid_u = u32::try_from(pid).map_err(|_| io::Error::other("posix_spawn returned no pid"))?;
+    let child = HelperChild::follow(pid_u)?;
+    let nonblocking = |fd: OwnedFd| -> io::Result<OwnedFd> {
+        nix::fcntl::fcntl(
+            fd.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
+        Ok(fd)
+    };
+    Ok(Spawned {
+        stdin: stdin_ours
+            .map(|w| nonblocking(w).and_then(pipe::Sender::from_owned_fd))
+            .transpose()?,
+        stdout: pipe::Receiver::from_owned_fd(nonblocking(out_r)?)?,
+        stderr: pipe::Receiver::from_owned_fd(nonblocking(err_r)?)?,
+        child,
+    })
+}
+
+impl HelperChild {
+    /// Follows the child `pid` (just started by this process, so the pid is still its).
+    fn follow(pid: u32) -> io::Result<Self> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = match RawFd::try_from(fd) {
+            Ok(fd) if fd >= 0 => fd,
+            _ => {
+                let e = io::Error::last_os_error();
+                // Not followed, so not left running or unreaped.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
+                return Err(e);
+            }
+        };
+        // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `fd` is an open descriptor the `AsyncFd` owns for its whole life (an `OwnedFd`
+        // always returns the same number).
+        let pidfd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Self {
+            pid,
+            pidfd,
+            status: None,
+        })
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits for it to exit and reaps it (cancel-safe).
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.try_reap()? {
+                return Ok(s);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            ready.clear_ready();
+        }
+    }
+
+    /// Its status if it exited (reaping it), else `None`.
+    fn try_reap(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(s) = self.status {
+            return Ok(Some(s));
+        }
+        let status = match nix::sys::wait::waitid(
+            Id::PIDFd(self.pidfd.get_ref().as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG,
+        )? {
+            WaitStatus::Exited(_, code) => ExitStatus::from_raw((code & 0xff) << 8),
+            WaitStatus::Signaled(_, sig, core) => {
+                ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 })
+            }
+            _ => return Ok(None),
+        };
+        self.status = Some(status);
+        Ok(Some(status))
+    }
+
+    /// Sends it `SIGKILL` (once it was reaped, nothing: its pid may be another's).
+    pub fn start_kill(&mut self) -> io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        // SAFETY: pidfd_send_signal on our pidfd with no siginfo and no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.get_ref().as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+impl Drop for HelperChild {
+    fn drop(&mut self) {
+        if matches!(self.try_reap(), Ok(Some(_))) {
+            return;
+        }
+        let _ = self.start_kill();
+        // Reaped off this thread: the helper may take a moment to die (its namespaces go with
+        // it). A pidfd keeps the pid from being reused until then.
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        let _ = std::thread::Builder::new()
+            .name("ralph-reap".into())
+            .spawn(move || {
+                let _ = nix::sys::wait::waitpid(pid, None);
+            });
+    }
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+fn open_null() -> io::Result<OwnedFd> {
+    Ok(std::fs::File::open("/dev/null")?.into())
+}
+
+/// `posix_spawn_file_actions_t`, destroyed when dropped.
+struct FileActions(libc::posix_spawn_file_actions_t);
+
+impl FileActions {
+    fn new() -> io::Result<Self> {
+        // SAFETY: zeroed storage that posix_spawn_file_actions_init initialises before any use.
+        let mut a = Self(unsafe { std::mem::zeroed() });
+        // SAFETY: a pointer to storage this function owns.
+        check(unsafe { libc::posix_spawn_file_actions_init(&mut a.0) })?;
+        Ok(a)
+    }
+
+    fn dup2(&mut self, from: RawFd, to: RawFd) -> io::Result<()> {
+        // SAFETY: initialised actions; plain descriptor numbers.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut self.0, from, to) })
+    }
+}
+
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
+/// `posix_spawnattr_t` for a new process group, default signal dispositions and an empty
+/// signal mask; destroyed when dropped.
+struct Attr(libc::posix_spawnattr_t);
+
+impl Attr {
+    fn new() -> io::Result<Self> {
+        // SAFETY: zeroed storage that posix_spawnattr_init initialises before any use.
+        let mut a = Self(unsafe { std::mem::zeroed() });
+        // SAFETY: a pointer to storage this function owns.
+        check(unsafe { libc::posix_spawnattr_init(&mut a.0) })?;
+        // SAFETY: sigset_t values are initialised by sigemptyset/sigfillset before use; the
+        // attribute calls take pointers to live values.
+        unsafe {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigfillset(&mut all);
+            check(libc::posix_spawnattr_setsigmask(&mut a.0, &none))?;
+            check(libc::posix_spawnattr_setsigdefault(&mut a.0, &all))?;
+            check(libc::posix_spawnattr_setpgroup(&mut a.0, 0))?;
+            let flags = libc::POSIX_SPAWN_SETPGROUP
+                | libc::POSIX_SPAWN_SETSIGMASK
+                | libc::POSIX_SPAWN_SETSIGDEF;
+            check(libc::posix_spawnattr_setflags(
+                &mut a.0,
+                flags as libc::c_short,
+            ))?;
+        }
+        Ok(a)
+    }
+}
+
+impl Drop for Attr {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once.
+        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+#[cfg(test)]
+mod tests;
