@@ -53,7 +53,7 @@ fi
 fs_make() {  # dir: a fresh ext4 mounted there
     mkdir -p "$1"
     truncate -s 20G "$1.img"
-    mkfs.ext4 -q -F -N 2500000 -E lazy_itable_init=1,lazy_journal_init=1 "$1.img"
+    mkfs.ext4 -q -F -N 2500000 -E lazy_itable_init=0,lazy_journal_init=0 "$1.img"
     mount -o loop "$1.img" "$1"
     chmod 755 "$1"
 }

@@ -67,6 +67,7 @@ mod service_gateway;
 mod service_input;
 mod service_logs;
 mod setup_step;
+mod socket_listings;
 mod state_bounds;
 mod systemd_units;
 mod task_jobs;
