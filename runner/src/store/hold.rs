@@ -205,7 +205,7 @@ impl RunHold {
             Locked::Held(holder) => {
                 return Err(HoldError::Busy {
                     what: format!("job `{job_id}`"),
-                    holder,
+                    holder: holder.to_string(),
                 });
             }
             Locked::Missing => {
@@ -336,7 +336,7 @@ impl Drop for FileSink {
 
 enum Locked {
     Yes(File),
-    Held(String),
+    Held(crate::util::flock_holder::Holder),
     Missing,
 }
 
@@ -379,9 +379,21 @@ fn try_lock(path: &Path, create: bool) -> Result<Locked, HoldError> {
             source,
         });
     }
-    Ok(Locked::Held(
-        crate::util::flock_holder::holder_of(&file).to_string(),
-    ))
+    Ok(Locked::Held(crate::util::flock_holder::holder_of(&file)))
+}
+
+/// How long [`ExclusiveFile::try_acquire`] waits for a lock whose recorded holder is dead.
+pub const DEAD_HOLDER_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether the process `/proc/locks` names as the lock's holder is gone (the lock is then held
+/// through a copy of its descriptor in a child that has not reached its `execve` yet).
+fn holder_gone(holder: &crate::util::flock_holder::Holder) -> bool {
+    match holder {
+        crate::util::flock_holder::Holder::Process { pid, .. } => {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        }
+        _ => false,
+    }
 }
 
 /// What a running job's file hold says.
@@ -412,7 +424,9 @@ pub enum Probe {
 pub fn probe_file(state_dir: &Path, job_id: &str) -> Result<Probe, HoldError> {
     let path = hold_path(state_dir, job_id);
     Ok(match try_lock(&path, false)? {
-        Locked::Held(holder) => Probe::Held { holder },
+        Locked::Held(holder) => Probe::Held {
+            holder: holder.to_string(),
+        },
         Locked::Missing => Probe::Missing,
         Locked::Yes(file) => {
             let last = std::fs::read(&path)
@@ -442,8 +456,22 @@ pub struct ExclusiveFile {
 impl ExclusiveFile {
     /// Takes `path`'s lock, writing the holder's pid into it; [`HoldError::Busy`] names the
     /// holder (pid and command line) when another process has it.
+    ///
+    /// A lock whose recorded holder is dead is waited for, at most [`DEAD_HOLDER_WAIT`]: a
+    /// process the holder had just started keeps a copy of the lock's descriptor until its
+    /// `execve` closes it (close-on-exec), so a runner started right after the last one was
+    /// killed can find the lock held for that moment by nobody it could name.
     pub fn try_acquire(path: &Path, what: &str) -> Result<Self, HoldError> {
-        match try_lock(path, true)? {
+        let deadline = Instant::now() + DEAD_HOLDER_WAIT;
+        let locked = loop {
+            match try_lock(path, true)? {
+                Locked::Held(holder) if holder_gone(&holder) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other,
+            }
+        };
+        match locked {
             Locked::Yes(mut f) => {
                 let _ = f
                     .set_len(0)
@@ -455,7 +483,7 @@ impl ExclusiveFile {
             }
             Locked::Held(holder) => Err(HoldError::Busy {
                 what: what.to_owned(),
-                holder,
+                holder: holder.to_string(),
             }),
             Locked::Missing => Err(HoldError::Open {
                 path: path.to_owned(),

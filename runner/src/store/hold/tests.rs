@@ -137,3 +137,34 @@ fn the_hold_is_released_when_its_holder_process_dies() {
     child.wait().unwrap();
     wait_for(|| matches!(probe_file(dir.path(), "j4").unwrap(), Probe::Free { .. }));
 }
+
+#[test]
+fn a_lock_whose_recorded_holder_died_is_waited_for_while_its_child_still_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("serve.lock");
+    let released = dir.path().join("released");
+    // `flock` locks the shell's descriptor and exits; the shell leaves a child holding a copy
+    // of it for a moment, then exits too: /proc/locks names a dead pid while the lock is held.
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(r#"exec 9>"$1"; flock -x 9; (sleep 0.3; : > "$2") & exit 0"#)
+        .arg("sh")
+        .arg(&p)
+        .arg(&released)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lock = ExclusiveFile::try_acquire(&p, "the state directory").unwrap();
+    assert!(
+        released.exists(),
+        "taken before the child let go of its copy"
+    );
+    // A live holder is still refused at once.
+    let e = ExclusiveFile::try_acquire(&p, "the state directory").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("pid {}", std::process::id())),
+        "{e}"
+    );
+    drop(lock);
+}
