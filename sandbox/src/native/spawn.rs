@@ -130,19 +130,11 @@ pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
     drop((stdin_child, out_w, err_w));
     let pid_u = u32::try_from(pid).map_err(|_| io::Error::other("posix_spawn returned no pid"))?;
     let child = HelperChild::follow(pid_u)?;
-    let nonblocking = |fd: OwnedFd| -> io::Result<OwnedFd> {
-        nix::fcntl::fcntl(
-            fd.as_raw_fd(),
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )?;
-        Ok(fd)
-    };
+    // Our ends: `from_owned_fd` checks each is a pipe and makes it non-blocking.
     Ok(Spawned {
-        stdin: stdin_ours
-            .map(|w| nonblocking(w).and_then(pipe::Sender::from_owned_fd))
-            .transpose()?,
-        stdout: pipe::Receiver::from_owned_fd(nonblocking(out_r)?)?,
-        stderr: pipe::Receiver::from_owned_fd(nonblocking(err_r)?)?,
+        stdin: stdin_ours.map(pipe::Sender::from_owned_fd).transpose()?,
+        stdout: pipe::Receiver::from_owned_fd(out_r)?,
+        stderr: pipe::Receiver::from_owned_fd(err_r)?,
         child,
     })
 }
