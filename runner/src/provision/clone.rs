@@ -115,8 +115,12 @@ fn provision_layered(
         return Ok(false);
     }
     let owner = owner(config)?;
-    let tree = base_tree::ensure(mirror_dir, url, commit, owner)?;
+    let base = base_tree::ensure(mirror_dir, url, commit, owner)?;
+    let tree = base.dir;
     layered::create(workspace, &tree)?;
+    if base.staging_index {
+        layered::mark_staging_index(workspace)?;
+    }
     if let Some(o) = owner {
         base_tree::chown_tree(&layered::layer_dir(workspace).join("upper"), o)?;
     }
@@ -130,7 +134,7 @@ fn provision_layered(
             );
             layered::remove(workspace)?;
             // No overlay here stands on it (none can be mounted): the tree is not kept.
-            if let Err(e) = std::fs::remove_dir_all(&tree) {
+            if let Err(e) = base_tree::remove(&tree) {
                 tracing::warn!(error = %e, "workspaces: failed to remove `{}`: {e}", tree.display());
             }
             Ok(false)

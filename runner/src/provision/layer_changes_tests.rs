@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use super::{MAX_ROOTS, roots};
 use crate::provision::clone::init_private;
 use crate::provision::git_bound::{Bound, PeakRss};
-use crate::provision::layered;
 use crate::provision::patch::tests::{head_of, sh};
 use crate::provision::stage::{self, Base, StageLimits};
 use crate::provision::stat_seed;
+use crate::provision::{base_tree, layered};
 
 /// A layered workspace on a base tree of a few nested directories, mounted.
 struct Layered {
@@ -44,9 +44,19 @@ fn layered_with(more: &str) -> Option<Layered> {
     );
     sh(&lower, more);
     let base = head_of(&lower);
+    // Named as the runner names a base tree, with its staging index beside it.
+    let tree = root.join(&base);
+    std::fs::rename(&lower, &tree).unwrap();
+    let lower = tree;
+    assert!(base_tree::make_staging_index(
+        &lower,
+        &base,
+        &base_tree::staging_index(&lower)
+    ));
     let ws = root.join("ws");
     std::fs::create_dir(&ws).unwrap();
     layered::create(&ws, &lower).unwrap();
+    layered::mark_staging_index(&ws).unwrap();
     if let Err(e) = layered::mount(&ws) {
         assert!(!nix::unistd::geteuid().is_root(), "root cannot mount: {e}");
         eprintln!("skipped: an overlay needs root here ({e})");
@@ -60,14 +70,24 @@ fn layered_with(more: &str) -> Option<Layered> {
     })
 }
 
+/// The staging of `ws` from `base` a job's result makes when the base tree has no staging
+/// index: merged into the base tree's own index.
 fn staged(ws: &Path, base: &str, roots: Option<&[Vec<u8>]>) -> stage::Staged {
+    staged_as(ws, base, roots, false)
+}
+
+/// The staging of `ws` from `base` a job's result makes: from the runner's staging index
+/// beside the base tree where `from_index` (it must be there), else as [`staged`].
+fn staged_as(ws: &Path, base: &str, roots: Option<&[Vec<u8>]>, from_index: bool) -> stage::Staged {
     let index = ws.parent().unwrap().join("staging.index");
     let meter = PeakRss::default();
     let seed = stat_seed::for_workspace(ws);
+    let made = from_index.then(|| stat_seed::staged_for_workspace(ws, base).unwrap());
     let out = stage::stage(
         ws,
         Some(Base {
             commit: base,
+            staged: made.as_deref(),
             stat_seed: seed.as_deref(),
             roots,
         }),
@@ -100,6 +120,12 @@ fn check(change: &str) -> Option<Vec<String>> {
         everywhere,
         "`{change}`: roots {:?} staged another tree",
         shown(&found)
+    );
+    // What a job does: the roots, from the runner's staging index.
+    let from_index = staged_as(&l.ws, &l.base, Some(&found), true);
+    assert_eq!(
+        from_index, everywhere,
+        "`{change}`: the staging index staged another tree"
     );
     Some(shown(&found))
 }
@@ -246,4 +272,42 @@ fn a_submodules_commit_is_a_change_and_git_never_runs_in_the_repository_a_round_
             scoped.tree
         ),
     );
+}
+
+#[test]
+fn a_round_cannot_steer_the_staging_index_and_staging_never_writes_it() {
+    let Some(l) = layered() else { return };
+    let lower = layered::lower_of(&l.ws).unwrap();
+    let index = base_tree::staging_index(&lower);
+    let before = std::fs::read(&index).unwrap();
+    // The round rewrites two files with the same size, gives one its old times back, and
+    // stages its changes in the workspace's own index (what a base tree's index is, seen
+    // through the overlay), as if the files were the base's.
+    sh(
+        &l.ws,
+        "touch -r src/a/one.txt /tmp/ralph-ref-$$ && printf 'ONE\\n' > src/a/one.txt && \
+         touch -r /tmp/ralph-ref-$$ src/a/one.txt && rm /tmp/ralph-ref-$$ && \
+         printf 'TWO\\n' > src/a/two.txt && echo n > new.txt && \
+         git -c user.name=a -c user.email=a@a add -A",
+    );
+    let found = roots(&l.ws).unwrap();
+    let everywhere = staged(&l.ws, &l.base, None);
+    let from_index = staged_as(&l.ws, &l.base, Some(&found), true);
+    assert_eq!(from_index, everywhere);
+    sh(
+        &l.ws,
+        &format!(
+            "test \"$(git --git-dir={} diff-tree -r --name-only {} {} | tr '\\n' ' ')\" = 'new.txt src/a/one.txt src/a/two.txt '",
+            crate::provision::private_git_dir(&l.ws).display(),
+            l.base,
+            from_index.tree
+        ),
+    );
+    assert_eq!(std::fs::read(&index).unwrap(), before);
+    // A staging index named for another commit is not taken.
+    assert_eq!(stat_seed::staged_for_workspace(&l.ws, "0123abcd"), None);
+    assert_eq!(stat_seed::staged_for_workspace(&l.ws, ""), None);
+    // Nor by layers made before it was there.
+    std::fs::remove_file(layered::layer_dir(&l.ws).join("staging-index")).unwrap();
+    assert_eq!(stat_seed::staged_for_workspace(&l.ws, &l.base), None);
 }

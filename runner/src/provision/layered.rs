@@ -7,6 +7,7 @@
 //! <state-dir>/workspaces/<job-id>.layer/upper/  what the job changed
 //! <state-dir>/workspaces/<job-id>.layer/work/   overlayfs' scratch
 //! <state-dir>/workspaces/<job-id>.layer/lower   the base tree's path (one line)
+//! <state-dir>/workspaces/<job-id>.layer/staging-index   present: made after the tree's staging index
 //! ```
 //!
 //! The overlay is mounted while the job runs (provisioning, a resume) and unmounted before its
@@ -51,6 +52,22 @@ pub fn create(workspace: &Path, lower: &Path) -> Result<(), ProvisionError> {
     line.push(b'\n');
     std::fs::write(&file, line).map_err(|e| ProvisionError::io("write the base tree of", &file, e))
 }
+
+/// Records that `workspace`'s layers were made after its base tree's staging index existed
+/// ([`super::base_tree::staging_index`]): its result may be staged from that index.
+pub fn mark_staging_index(workspace: &Path) -> Result<(), ProvisionError> {
+    let file = layer_dir(workspace).join(STAGING_MARK);
+    std::fs::write(&file, b"").map_err(|e| ProvisionError::io("mark the layers", &file, e))
+}
+
+/// Whether `workspace`'s layers were made after its base tree's staging index existed.
+pub fn made_after_staging_index(workspace: &Path) -> bool {
+    std::fs::symlink_metadata(layer_dir(workspace).join(STAGING_MARK))
+        .is_ok_and(|m| m.file_type().is_file())
+}
+
+/// The mark of [`mark_staging_index`], in the layer directory (the runner's; no round sees it).
+const STAGING_MARK: &str = "staging-index";
 
 /// Mounts `workspace`'s overlay (a mount left by a killed runner is replaced).
 pub fn mount(workspace: &Path) -> Result<(), OverlayError> {

@@ -110,10 +110,12 @@ fn build(
         });
     }
     let index = private.join("ralph-result.index");
+    let staged_index = stat_seed::staged_for_workspace(workspace, base);
     let seed = stat_seed::for_workspace(workspace);
     let roots = layer_changes::roots(workspace);
     let base_of = stage::Base {
         commit: base,
+        staged: staged_index.as_deref(),
         stat_seed: seed.as_deref(),
         roots: roots.as_deref(),
     };

@@ -58,8 +58,12 @@ impl Default for StageLimits {
 pub struct Base<'a> {
     /// Its id.
     pub commit: &'a str,
+    /// An index of exactly the commit's entries that the runner made itself when it made the
+    /// base tree ([`super::base_tree::staging_index`]): copied as it is, with no merge.
+    pub staged: Option<&'a Path>,
     /// An index whose stat data is kept for the entries where it names the commit's blob
-    /// ([`stat_seed`]); its content never decides what is staged.
+    /// ([`stat_seed`]); its content never decides what is staged. Used when there is no
+    /// `staged` index (or it cannot be copied).
     pub stat_seed: Option<&'a Path>,
     /// The paths outside of which the workspace is the commit's checkout, unchanged
     /// ([`super::layer_changes::roots`]): git looks for changes only there. `None`: everywhere.
@@ -213,10 +217,17 @@ pub fn stage(
     Ok(Staged { tree, skipped })
 }
 
-/// Reads `base`'s tree into the fresh `index`: merged into a copy of its stat seed where there
-/// is one (`git read-tree -m` of one tree: every entry is the commit's, the seed's stat data kept
-/// where it names the same blob; a seed git will not merge is dropped), else into an empty one.
+/// Reads `base`'s tree into the fresh `index`: a copy of the runner's staging index of the
+/// commit where there is one; else merged into a copy of its stat seed where there is one (`git
+/// read-tree -m` of one tree: every entry is the commit's, the seed's stat data kept where it
+/// names the same blob; a seed git will not merge is dropped); else into an empty one.
 fn read_base(git: &dyn Fn() -> Git, index: &Path, base: &Base<'_>) -> Result<(), ProvisionError> {
+    if let Some(staged) = base.staged {
+        if stat_seed::copy(staged, index).is_ok() {
+            return Ok(());
+        }
+        let _ = std::fs::remove_file(index);
+    }
     if let Some(seed) = base.stat_seed {
         if stat_seed::copy(seed, index).is_ok() {
             match git()

@@ -12,6 +12,11 @@
 //! Where there is no such index (a clone workspace, whose own index a round may have
 //! rewritten, is never used) or the merge fails, staging reads the base tree into an empty
 //! index as before.
+//!
+//! Most jobs skip even the merge: the runner keeps the merged index beside the base tree
+//! ([`super::base_tree::staging_index`], made once, in a later second than the tree's stat
+//! data), and a job whose layers were made after it existed copies it as it is
+//! ([`staged_for_workspace`]).
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +32,26 @@ pub fn for_workspace(workspace: &Path) -> Option<PathBuf> {
         .ok()?
         .join(".git")
         .join("index");
+    let meta = std::fs::symlink_metadata(&index).ok()?;
+    meta.file_type().is_file().then_some(index)
+}
+
+/// The runner's staging index of `commit` for `workspace` ([`super::base_tree::staging_index`]):
+/// for a layered workspace whose base tree is the one made at `commit`, has one, and had it
+/// before the workspace's layers were made (so that every change the job made is newer than
+/// any stat data the index holds). A link is not followed.
+pub fn staged_for_workspace(workspace: &Path, commit: &str) -> Option<PathBuf> {
+    if !layered::is_layered(workspace) || !layered::made_after_staging_index(workspace) {
+        return None;
+    }
+    let tree = layered::lower_of(workspace).ok()?;
+    // The tree's name is the commit it was made at (a root runner's: `<commit>.<uid>`).
+    let name = tree.file_name()?.to_str()?;
+    let at = name.strip_prefix(commit)?;
+    if !(at.is_empty() || at.starts_with('.')) || commit.is_empty() {
+        return None;
+    }
+    let index = super::base_tree::staging_index(&tree);
     let meta = std::fs::symlink_metadata(&index).ok()?;
     meta.file_type().is_file().then_some(index)
 }

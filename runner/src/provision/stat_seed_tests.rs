@@ -15,6 +15,7 @@ fn staged(ws: &Path, base: &str, seed: Option<&Path>) -> stage::Staged {
         ws,
         Some(Base {
             commit: base,
+            staged: None,
             stat_seed: seed,
             roots: None,
         }),
