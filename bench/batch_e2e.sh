@@ -11,7 +11,7 @@
 # (`max_concurrent_jobs = 4`, native sandbox, mode workspace-write, fresh state dir each
 # repetition: the mirror and base tree are made by the batch's first job, inside the time) and
 # one `ralph submit jobs.toml` of all the jobs (one batch); the time runs from the submit until
-# the batch's summary says every job finished. Every job must end `complete` with reason
+# `ralph wait` of each of its jobs, in turn, has returned (the last job finished). Every job must end `complete` with reason
 # `verified` after 2 rounds and a written patch, and every baseline job must have verified: the
 # bench fails otherwise. Repetitions are interleaved (ralph, bwrap, docker; REPS times, default
 # 3); the table shows medians and ratios ralph/baseline. Then the per-job breakdown of ralph's
@@ -253,13 +253,16 @@ ralph_batch() {  # binary, name, rep -> seconds in $took; the store kept as $roo
         "$bin" submit "$root/jobs.toml" > "$root/ids.txt" 2> "$root/submit.err"
     batch=$(sed -n 's/^batch \([0-9a-f-]*\).*/\1/p' "$root/submit.err" | head -1)
     [ -n "$batch" ] || { echo "no batch id: $(cat "$root/submit.err")" >&2; exit 1; }
-    until curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$port/v1/batches/$batch" \
-        | python3 -c 'import json,sys; b=json.load(sys.stdin); sys.exit(0 if b["states"].get("finished",0)==b["jobs"] else 1)'; do
-        # Every 0.5 s: a poll costs CPU the jobs share (the time is at most 0.5 s late).
-        [ $SECONDS -lt $((start_s + 3600)) ] \
-            || { echo "ralph: the batch did not finish within an hour" >&2; exit 1; }
-        sleep 0.5
-    done
+    # Each job waited for in turn, as a user would (`ralph wait` follows the job's events: no
+    # polling, and the time ends as the last job's end is journalled). Its exit code is the
+    # job's outcome: the check below says what did not complete.
+    local id
+    while read -r id; do
+        RALPH_SERVER=http://127.0.0.1:$port RALPH_TOKEN=$token \
+            "$bin" wait --timeout 1h "$id" > /dev/null 2>> "$root/wait.err" || true
+    done < "$root/ids.txt"
+    [ $SECONDS -lt $((start_s + 3600)) ] \
+        || { echo "ralph: the batch did not finish within an hour" >&2; exit 1; }
     t1=$(date +%s.%N)
     python3 - "$root/ids.txt" "$port" "$token" "$jobs" > "$root/check.txt" 2>&1 <<'PY' || ok=0
 import json, sys, urllib.request

@@ -9,7 +9,8 @@
 //! special file in it) that had been quiet for [`QUIET`] when the walk began: its device, inode,
 //! change time and the names of its subdirectories ([`Listings`]). A later walk given those
 //! listings (the check after the run, [`walk_again`]) reaches a directory with an `O_PATH` open
-//! and a `fstat`, and lists it again only when it is not that directory at that change time any
+//! and a `fstat` (a kept directory with no subdirectory: one `fstatat` of its entry, no
+//! descriptor), and lists it again only when it is not that directory at that change time any
 //! more: an entry made, removed or renamed in a directory moves its change time, which nothing
 //! can set back. A directory unchanged since is never opened for reading (on an overlay, opening
 //! a merged directory for reading merges its layers' listings).
@@ -357,6 +358,23 @@ impl<K: BuildHasher> Walker<'_, K> {
     /// earlier walk's listing while it is still the directory's, else by listing it. Returns
     /// false once the walk must stop.
     fn enter(&mut self, parent: BorrowedFd<'_>, name: &OsStr, rel: PathBuf, depth: usize) -> bool {
+        // A directory kept with no subdirectory needs no descriptor: its entry's `fstatat`
+        // (never following a link) says whether the listing is still its own (most
+        // directories of a tree are such leaves: an open and a close fewer each).
+        if let Some(earlier) = self.earlier
+            && let Ok(Some(st)) = fsat::lstat(parent, name)
+            && st.kind == Kind::Dir
+            && let Some(kept) = earlier.0.get(&(st.dev, st.ino))
+            && kept.ctime == st.ctime
+            && kept.subdirs.is_empty()
+        {
+            self.inv.reused += 1;
+            if !self.count(kept.entries, &rel) {
+                return false;
+            }
+            self.inv.listings.0.insert((st.dev, st.ino), kept.clone());
+            return true;
+        }
         if let Some(earlier) = self.earlier
             && let Ok(at) = fsat::open_path(parent, name)
             && let Ok(st) = fsat::fstat(at.as_fd())
