@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use quote::escape;
-pub use walk::Limits;
+pub use walk::{Limits, QUIET};
 
 use crate::outcome::git::GitCheck;
 use crate::outcome::{Violation, ViolationKind};
@@ -100,6 +100,11 @@ pub struct Inventory {
 }
 
 impl Inventory {
+    /// Directories the walks did not list again, their kept listing still theirs.
+    pub fn reused(&self) -> u64 {
+        self.trees.iter().map(|t| t.reused).sum()
+    }
+
     /// The unix sockets the walks found (absolute paths, sorted), and the trees they did not
     /// walk whole (a bound, a directory they could not look into): there, not every socket is
     /// known.
@@ -150,6 +155,30 @@ pub fn inventory_with(guard: &GitGuard, limits: Limits, kept: Option<&Path>) -> 
         trees,
         kept: kept.map(Path::to_path_buf),
     }
+}
+
+/// Walks `root` (a tree the runner made and only reads, such as a base tree) and writes the
+/// listings the walk kept to `to`, for the walks of a tree that shows it
+/// ([`listings_seen_through`]). How many directories were kept.
+pub fn keep_listings(root: &Path, to: &Path) -> std::io::Result<usize> {
+    let walked = walk::walk(root, &[], &RandomState::new(), Limits::DEFAULT);
+    walked.listings.save(to)?;
+    Ok(walked.listings.len())
+}
+
+/// Writes to `to` the listings of `from` ([`keep_listings`]) of the directories on device
+/// `lower`, as an overlay of device `overlay` whose lower layer they are shows them (module
+/// `walk`: [`walk::Listings::moved`]). A walk of the overlay trusts one only for a directory
+/// with that device, inode and change time: one only the lower layer has. How many were
+/// written; `None`: `from` is missing or not a file of listings.
+pub fn listings_seen_through(
+    from: &Path,
+    lower: u64,
+    overlay: u64,
+    to: &Path,
+) -> Option<std::io::Result<usize>> {
+    let seen = walk::Listings::load(from)?.moved(lower, overlay);
+    Some(seen.save(to).map(|()| seen.len()))
 }
 
 /// Unchecked directories named in the report, at most.
@@ -254,3 +283,6 @@ pub fn check_after_run(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod overlay_tests;

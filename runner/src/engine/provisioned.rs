@@ -66,13 +66,21 @@ impl JobRun<'_> {
         let state_dir = self.engine.state_dir.clone();
         let config = self.engine.provision.clone();
         let (url, r) = (repo.clone(), git_ref.clone());
+        let listings = self.job_dir.join(super::artifacts::WALK_LISTINGS);
         self.make_workspace(
             format!("failed to clone `{repo}` into a fresh workspace"),
             (Some(repo), git_ref),
             move |workspace| {
-                clone::provision_repo(&state_dir, &config, workspace, &url, r.as_deref())
-                    .map(|made| (made.commit, made.layout.as_str()))
-                    .map_err(|e| e.to_string())
+                let made =
+                    clone::provision_repo(&state_dir, &config, workspace, &url, r.as_deref())
+                        .map_err(|e| e.to_string())?;
+                // Round 1's walks start from the base tree's listings (provision/walk_seed.rs).
+                if let Some(job_dir) = listings.parent()
+                    && std::fs::create_dir_all(job_dir).is_ok()
+                {
+                    provision::walk_seed::seed(workspace, &listings);
+                }
+                Ok((made.commit, made.layout.as_str()))
             },
         )
         .await

@@ -8,18 +8,24 @@
 //! <state-dir>/mirrors/<name>.git                    the mirror
 //! <state-dir>/mirrors/<name>.trees/<commit>/        its base trees
 //! <state-dir>/mirrors/<name>.trees/<commit>.index   a tree's staging index (the runner's own)
+//! <state-dir>/mirrors/<name>.trees/<commit>.walk    the listings of a walk of it (the runner's)
 //! ```
 //!
 //! Beside each tree the runner keeps the index its jobs' results are staged from
 //! ([`staging_index`]): the commit merged into the tree's own index once (by the first job to
 //! take the tree a second or more after it was made: [`keep_staging_index`]), so that each job
-//! after it copies the index instead of merging again ([`super::stat_seed`]).
+//! after it copies the index instead of merging again ([`super::stat_seed`]); and the listings
+//! of a walk of the tree ([`walk_listings`], made once it has been quiet for the walks'
+//! [`QUIET`]), from which the first round of a job after it walks its overlay
+//! ([`super::walk_seed`]) instead of listing every directory.
 //!
 //! Made and removed under the mirror's lock: [`sweep`] removes a tree no workspace's layers name,
 //! and a job names its tree before it lets the lock go.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use ralph_sandbox::gitguard::QUIET;
 
 use super::ProvisionError;
 use super::clone::checkout_shared;
@@ -50,6 +56,9 @@ pub struct BaseTree {
     /// Whether its staging index ([`staging_index`]) was there when the job took it: only a
     /// job whose layers are made after the index may stage from it ([`super::stat_seed`]).
     pub staging_index: bool,
+    /// Whether its walk listings ([`walk_listings`]) were there when the job took it: only a
+    /// job whose layers are made after them may start from them ([`super::walk_seed`]).
+    pub walk_listings: bool,
 }
 
 /// The base tree of `mirror` at `commit` owned by `owner`, made if missing, with its staging
@@ -69,7 +78,12 @@ pub fn ensure(
         make(mirror, url, commit, owner, &dir)?;
     }
     let staging_index = keep_staging_index(&dir, commit);
-    Ok(BaseTree { dir, staging_index })
+    let walk_listings = keep_walk_listings(&dir);
+    Ok(BaseTree {
+        dir,
+        staging_index,
+        walk_listings,
+    })
 }
 
 /// Makes the base tree `dir` (in a temporary directory, renamed into place).
@@ -87,8 +101,8 @@ fn make(
                 .map_err(|e| ProvisionError::io("remove a half-made base tree", stale, e))?;
         }
     }
-    let index = staging_index(dir);
-    for stale in [super::beside(&index, ".tmp"), index] {
+    let (index, walk) = (staging_index(dir), walk_listings(dir));
+    for stale in [super::beside(&index, ".tmp"), index, walk] {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(ProvisionError::io(
@@ -142,6 +156,42 @@ fn keep_staging_index(tree: &Path, commit: &str) -> bool {
     kept
 }
 
+/// Whether `tree` has its walk listings, made now if it can be: once every directory of the
+/// tree has been unchanged for the walks' [`QUIET`] (the tree's own index is written after
+/// its last directory was made or given to its owner), so that the walk keeps them all. A
+/// failure only costs the jobs a listing of each directory in their first round.
+fn keep_walk_listings(tree: &Path) -> bool {
+    let walk = walk_listings(tree);
+    if std::fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_file()) {
+        return true;
+    }
+    let Ok(taken) = std::fs::metadata(tree.join(".git").join("index")).and_then(|m| m.modified())
+    else {
+        return false;
+    };
+    // A change time is read from a coarse clock: a tick more than QUIET.
+    let quiet = QUIET + std::time::Duration::from_millis(50);
+    if std::time::SystemTime::now()
+        .duration_since(taken)
+        .is_ok_and(|d| d > quiet)
+    {
+        let tmp = super::beside(&walk, ".tmp");
+        let kept = ralph_sandbox::gitguard::keep_listings(tree, &tmp).is_ok()
+            && std::fs::rename(&tmp, &walk).is_ok();
+        if !kept {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        return kept;
+    }
+    false
+}
+
+/// The listings of a walk of the base tree `tree`, kept beside it (`<tree>.walk`, the runner's
+/// file: [`ralph_sandbox::gitguard::keep_listings`]).
+pub fn walk_listings(tree: &Path) -> PathBuf {
+    super::beside(tree, ".walk")
+}
+
 /// Whether `later` falls in a later whole second (since the epoch) than `earlier`.
 fn later_second(earlier: std::time::SystemTime, later: std::time::SystemTime) -> bool {
     let secs = |t: std::time::SystemTime| {
@@ -160,11 +210,13 @@ pub fn staging_index(tree: &Path) -> PathBuf {
     super::beside(tree, ".index")
 }
 
-/// Removes the base tree `tree` and its staging index.
+/// Removes the base tree `tree`, its staging index and its walk listings.
 pub fn remove(tree: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(staging_index(tree)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
+    for file in [staging_index(tree), walk_listings(tree)] {
+        match std::fs::remove_file(file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
     std::fs::remove_dir_all(tree)
 }
@@ -259,10 +311,13 @@ pub fn sweep(state_dir: &Path, workspaces: &Path) -> Vec<PathBuf> {
         if let Ok(entries) = std::fs::read_dir(&trees) {
             for t in entries.flatten() {
                 let path = t.path();
-                if used.iter().any(|u| *u == path || staging_index(u) == path) {
+                if used
+                    .iter()
+                    .any(|u| *u == path || staging_index(u) == path || walk_listings(u) == path)
+                {
                     continue;
                 }
-                // A tree's staging index goes with it (and a file left half-made by a
+                // A tree's staging index and walk listings go with it (and a file left half-made by a
                 // killed runner with them); only trees are reported.
                 if !t.file_type().is_ok_and(|f| f.is_dir()) {
                     if let Err(e) = std::fs::remove_file(&path) {
@@ -306,4 +361,4 @@ fn in_use(workspaces: &Path) -> Vec<PathBuf> {
 
 #[cfg(test)]
 #[path = "base_tree_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@ fn git(dir: &Path, args: &[&str]) -> std::process::Output {
 }
 
 /// A mirror of a repository of a few files: (mirror, its url, the commit).
-fn mirrored(dir: &Path) -> (PathBuf, String, String) {
+pub(crate) fn mirrored(dir: &Path) -> (PathBuf, String, String) {
     let work = dir.join("work");
     std::fs::create_dir_all(work.join("src")).unwrap();
     std::fs::write(work.join("a.txt"), "a\n").unwrap();
@@ -50,7 +50,7 @@ fn mirrored(dir: &Path) -> (PathBuf, String, String) {
 }
 
 /// Waits (at most 5 s) until the wall clock is in a later second than `path`'s time.
-fn wait_for_the_second_after(path: &Path) {
+pub(crate) fn wait_for_the_second_after(path: &Path) {
     let taken = std::fs::metadata(path).unwrap().modified().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !later_second(taken, std::time::SystemTime::now()) {
@@ -117,7 +117,15 @@ fn a_base_tree_has_a_staging_index_of_exactly_its_commit_kept_and_swept_with_it(
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, [commit.clone(), format!("{commit}.index")]);
+    assert_eq!(names[..2], [commit.clone(), format!("{commit}.index")]);
+    // Its walk listings too, once the tree has been quiet for a walk to keep them.
+    if names.len() == 2 {
+        crate::provision::walk_seed::tests::wait_until_quiet(&seed);
+        assert!(ensure(&mirror, &url, &commit, None).unwrap().walk_listings);
+    }
+    let walk = walk_listings(&tree);
+    assert_eq!(walk, trees_dir(&mirror).join(format!("{commit}.walk")));
+    assert!(walk.is_file());
 
     // Kept while a workspace stands on the tree, removed with it after.
     let state = d.path();
@@ -126,13 +134,13 @@ fn a_base_tree_has_a_staging_index_of_exactly_its_commit_kept_and_swept_with_it(
     std::fs::create_dir_all(&ws).unwrap();
     layered::create(&ws, &tree).unwrap();
     assert_eq!(sweep(state, &workspaces), Vec::<PathBuf>::new());
-    assert!(index.is_file() && tree.is_dir());
+    assert!(index.is_file() && walk.is_file() && tree.is_dir());
     layered::remove(&ws).unwrap();
     // A stale half-written index of another tree goes too.
     let stale = trees_dir(&mirror).join("feed.index.tmp");
     std::fs::write(&stale, b"DIRC").unwrap();
     assert_eq!(sweep(state, &workspaces), vec![tree.clone()]);
-    assert!(!index.exists() && !tree.exists() && !stale.exists());
+    assert!(!index.exists() && !walk.exists() && !tree.exists() && !stale.exists());
 }
 
 #[test]

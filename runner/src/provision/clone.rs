@@ -118,8 +118,13 @@ fn provision_layered(
     let base = base_tree::ensure(mirror_dir, url, commit, owner)?;
     let tree = base.dir;
     layered::create(workspace, &tree)?;
-    if base.staging_index {
-        layered::mark_staging_index(workspace)?;
+    for (kept, file) in [
+        (base.staging_index, layered::BaseFile::StagingIndex),
+        (base.walk_listings, layered::BaseFile::WalkListings),
+    ] {
+        if kept {
+            layered::mark_made_after(workspace, file)?;
+        }
     }
     if let Some(o) = owner {
         base_tree::chown_tree(&layered::layer_dir(workspace).join("upper"), o)?;

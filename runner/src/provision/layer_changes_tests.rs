@@ -56,7 +56,7 @@ fn layered_with(more: &str) -> Option<Layered> {
     let ws = root.join("ws");
     std::fs::create_dir(&ws).unwrap();
     layered::create(&ws, &lower).unwrap();
-    layered::mark_staging_index(&ws).unwrap();
+    layered::mark_made_after(&ws, layered::BaseFile::StagingIndex).unwrap();
     if let Err(e) = layered::mount(&ws) {
         assert!(!nix::unistd::geteuid().is_root(), "root cannot mount: {e}");
         eprintln!("skipped: an overlay needs root here ({e})");

@@ -7,7 +7,8 @@
 //! <state-dir>/workspaces/<job-id>.layer/upper/  what the job changed
 //! <state-dir>/workspaces/<job-id>.layer/work/   overlayfs' scratch
 //! <state-dir>/workspaces/<job-id>.layer/lower   the base tree's path (one line)
-//! <state-dir>/workspaces/<job-id>.layer/staging-index   present: made after the tree's staging index
+//! <state-dir>/workspaces/<job-id>.layer/staging-index   marks: made after the tree's
+//! <state-dir>/workspaces/<job-id>.layer/walk-listings   staging index, walk listings
 //! ```
 //!
 //! The overlay is mounted while the job runs (provisioning, a resume) and unmounted before its
@@ -53,21 +54,37 @@ pub fn create(workspace: &Path, lower: &Path) -> Result<(), ProvisionError> {
     std::fs::write(&file, line).map_err(|e| ProvisionError::io("write the base tree of", &file, e))
 }
 
-/// Records that `workspace`'s layers were made after its base tree's staging index existed
-/// ([`super::base_tree::staging_index`]): its result may be staged from that index.
-pub fn mark_staging_index(workspace: &Path) -> Result<(), ProvisionError> {
-    let file = layer_dir(workspace).join(STAGING_MARK);
-    std::fs::write(&file, b"").map_err(|e| ProvisionError::io("mark the layers", &file, e))
+/// A file kept beside a base tree that a workspace's layers may have been made after (a mark
+/// in the layer directory, the runner's: no round sees it). Only a workspace made after such a
+/// file may use it: everything its job changes is newer than what the file records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BaseFile {
+    /// The tree's staging index ([`super::base_tree::staging_index`]).
+    StagingIndex,
+    /// The listings of the tree's walk ([`super::base_tree::walk_listings`]).
+    WalkListings,
 }
 
-/// Whether `workspace`'s layers were made after its base tree's staging index existed.
-pub fn made_after_staging_index(workspace: &Path) -> bool {
-    std::fs::symlink_metadata(layer_dir(workspace).join(STAGING_MARK))
+impl BaseFile {
+    fn mark(self) -> &'static str {
+        match self {
+            BaseFile::StagingIndex => "staging-index",
+            BaseFile::WalkListings => "walk-listings",
+        }
+    }
+}
+
+/// Records that `workspace`'s layers were made after its base tree's `file` existed.
+pub fn mark_made_after(workspace: &Path, file: BaseFile) -> Result<(), ProvisionError> {
+    let path = layer_dir(workspace).join(file.mark());
+    std::fs::write(&path, b"").map_err(|e| ProvisionError::io("mark the layers", &path, e))
+}
+
+/// Whether `workspace`'s layers were made after its base tree's `file` existed.
+pub fn made_after(workspace: &Path, file: BaseFile) -> bool {
+    std::fs::symlink_metadata(layer_dir(workspace).join(file.mark()))
         .is_ok_and(|m| m.file_type().is_file())
 }
-
-/// The mark of [`mark_staging_index`], in the layer directory (the runner's; no round sees it).
-const STAGING_MARK: &str = "staging-index";
 
 /// Mounts `workspace`'s overlay (a mount left by a killed runner is replaced).
 pub fn mount(workspace: &Path) -> Result<(), OverlayError> {

@@ -42,6 +42,7 @@ pub mod stage;
 pub mod stat_seed;
 pub mod untar;
 pub mod upload;
+pub mod walk_seed;
 
 use std::path::{Path, PathBuf};
 

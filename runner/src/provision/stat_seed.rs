@@ -41,7 +41,9 @@ pub fn for_workspace(workspace: &Path) -> Option<PathBuf> {
 /// before the workspace's layers were made (so that every change the job made is newer than
 /// any stat data the index holds). A link is not followed.
 pub fn staged_for_workspace(workspace: &Path, commit: &str) -> Option<PathBuf> {
-    if !layered::is_layered(workspace) || !layered::made_after_staging_index(workspace) {
+    if !layered::is_layered(workspace)
+        || !layered::made_after(workspace, layered::BaseFile::StagingIndex)
+    {
         return None;
     }
     let tree = layered::lower_of(workspace).ok()?;

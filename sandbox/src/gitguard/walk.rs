@@ -129,6 +129,20 @@ impl Listings {
         self.0.extend(other.0.iter().map(|(k, v)| (*k, v.clone())));
     }
 
+    /// The listings of the directories on device `from`, as seen on device `to` (the same
+    /// inodes and change times): an overlay shows a directory only its lower layer has with
+    /// the overlay's device and the lower directory's inode and change time. The rest is left
+    /// out.
+    pub fn moved(&self, from: u64, to: u64) -> Listings {
+        Listings(
+            self.0
+                .iter()
+                .filter(|((dev, _), _)| *dev == from)
+                .map(|((_, ino), kept)| ((to, *ino), kept.clone()))
+                .collect(),
+        )
+    }
+
     /// Writes the listings to `path` (a runner-owned file: through a temporary file renamed
     /// over it, so a reader sees the old file or the new one).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
@@ -182,7 +196,6 @@ impl Listings {
     }
 }
 
-#[cfg(test)]
 impl Listings {
     /// Directories kept.
     pub fn len(&self) -> usize {
@@ -190,6 +203,7 @@ impl Listings {
     }
 
     /// Whether none is.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -1,0 +1,173 @@
+//! Walks of an overlay from its lower layer's listings ([`super::keep_listings`],
+//! [`super::listings_seen_through`]), on a real overlay (root only: it skips, saying why,
+//! elsewhere): a walk that trusts them finds everything a fresh walk finds, whatever was made
+//! through the overlay after the listings were written, and lists again only what changed.
+
+use std::os::unix::fs::{MetadataExt, symlink};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// An overlay of a lower tree of plain directories, quiet for the walks (mounted; unmounted
+/// when dropped).
+struct Overlay {
+    _dir: tempfile::TempDir,
+    lower: PathBuf,
+    merged: PathBuf,
+    host: PathBuf,
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.merged, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+fn overlay() -> Option<Overlay> {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (lower, upper, work, merged, host) = (
+        root.join("lower"),
+        root.join("upper"),
+        root.join("work"),
+        root.join("merged"),
+        root.join("host"),
+    );
+    for d in [
+        "src/a/b/c",
+        "src/a/d",
+        "src/e",
+        "docs/f",
+        "docs/g",
+        "leaf1",
+        "leaf2",
+        "leaf3",
+    ] {
+        std::fs::create_dir_all(lower.join(d)).unwrap();
+        std::fs::write(lower.join(d).join("file.txt"), d).unwrap();
+    }
+    for d in [&upper, &work, &merged, &host] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    if let Err(e) = nix::mount::mount(
+        Some("overlay"),
+        &merged,
+        Some("overlay"),
+        nix::mount::MsFlags::empty(),
+        Some(options.as_str()),
+    ) {
+        assert!(!nix::unistd::geteuid().is_root(), "root cannot mount: {e}");
+        eprintln!("skipped: an overlay needs root here ({e})");
+        return None;
+    }
+    Some(Overlay {
+        _dir: dir,
+        lower,
+        merged,
+        host,
+    })
+}
+
+fn dev(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().dev()
+}
+
+fn repo_paths(i: &Inventory) -> Vec<PathBuf> {
+    i.trees[0].repos.keys().cloned().collect()
+}
+
+#[test]
+fn an_overlay_walked_from_its_lower_listings_finds_what_a_fresh_walk_finds() {
+    // Quiet first, so that the lower walk keeps its listings.
+    let Some(o) = overlay() else { return };
+    std::thread::sleep(walk::QUIET + std::time::Duration::from_millis(50));
+    let base = o.lower.parent().unwrap().join("base.walk");
+    let kept = keep_listings(&o.lower, &base).unwrap();
+    assert!(kept >= 10, "{kept}");
+    let seeded = o.lower.parent().unwrap().join("seeded.walk");
+    let n = listings_seen_through(&base, dev(&o.lower), dev(&o.merged), &seeded)
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, kept);
+    let g = GitGuard::new(&o.merged, &[], Vec::new());
+
+    // Unchanged: every kept directory is trusted, and the walk finds what a fresh one does.
+    let trusted = inventory_kept(&g, Some(&seeded));
+    assert!(trusted.reused() >= 10, "{}", trusted.reused());
+    assert_eq!(repo_paths(&trusted), repo_paths(&inventory(&g)));
+
+    // What a job could make through the overlay in directories only the lower layer had: a
+    // repository in a leaf and deep in the tree, a `.git` file, a socket, a directory swapped
+    // for a link out of the tree, a directory removed and made again.
+    let m = &o.merged;
+    std::fs::create_dir_all(m.join("leaf1/r/.git/hooks")).unwrap();
+    std::fs::write(m.join("leaf1/r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(m.join("leaf1/r/.git/objects")).unwrap();
+    std::fs::create_dir_all(m.join("leaf1/r/.git/refs")).unwrap();
+    std::fs::write(m.join("leaf1/r/.git/config"), "[core]\n\tfsmonitor = /x\n").unwrap();
+    std::fs::write(m.join("src/a/b/c/.git"), "gitdir: /elsewhere\n").unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(m.join("docs/f/s")).unwrap();
+    std::fs::remove_dir_all(m.join("leaf2")).unwrap();
+    symlink(&o.host, m.join("leaf2")).unwrap();
+    std::fs::remove_dir_all(m.join("src/e")).unwrap();
+    std::fs::create_dir(m.join("src/e")).unwrap();
+    std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
+
+    let trusted = inventory_kept(&g, Some(&seeded));
+    let fresh = inventory(&g);
+    assert_eq!(repo_paths(&trusted), repo_paths(&fresh));
+    for found in ["leaf1/r/.git", "src/a/b/c/.git", "src/e/.git"] {
+        assert!(
+            repo_paths(&trusted).contains(&PathBuf::from(found)),
+            "{found}"
+        );
+    }
+    assert_eq!(trusted.sockets(), fresh.sockets());
+    assert_eq!(
+        trusted.sockets().sockets,
+        [m.join("docs/f/s")],
+        "the socket made through the overlay"
+    );
+    assert_eq!(trusted.trees[0].unchecked, fresh.trees[0].unchecked);
+    // The untouched directories are still trusted (src/a/d, docs/g, leaf3).
+    assert!(trusted.reused() >= 3, "{}", trusted.reused());
+}
+
+#[test]
+fn listings_of_another_device_are_not_carried_over() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("t/a/b")).unwrap();
+    std::thread::sleep(walk::QUIET + std::time::Duration::from_millis(50));
+    let base = d.path().join("base.walk");
+    let kept = keep_listings(&d.path().join("t"), &base).unwrap();
+    assert_eq!(kept, 3, "t, t/a and t/a/b");
+    let dev = dev(d.path());
+    let to = d.path().join("to.walk");
+    // From another device than the listings': nothing.
+    assert_eq!(
+        listings_seen_through(&base, dev + 1, 7, &to)
+            .unwrap()
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        listings_seen_through(&base, dev, 7, &to).unwrap().unwrap(),
+        kept
+    );
+    let moved = walk::Listings::load(&to).unwrap();
+    assert_eq!(
+        moved.moved(7, 7).len(),
+        kept,
+        "every listing is on device 7"
+    );
+    // No file, or not one of listings: none.
+    assert!(listings_seen_through(&d.path().join("none"), dev, 7, &to).is_none());
+    std::fs::write(&base, b"junk").unwrap();
+    assert!(listings_seen_through(&base, dev, 7, &to).is_none());
+}
