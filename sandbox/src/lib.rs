@@ -39,6 +39,7 @@ pub mod native;
 pub mod outcome;
 pub mod plan;
 pub mod policy;
+pub mod posix_spawn;
 pub mod protect;
 pub mod report_dir;
 pub mod snapshot;

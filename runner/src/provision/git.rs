@@ -217,6 +217,81 @@ impl Git {
     /// Runs it, stdout to `file` when given (else captured); `checked`: a failure is an error.
     fn run_to(mut self, file: Option<std::fs::File>, checked: bool) -> Result<Ran, GitError> {
         let args = self.shown();
+        let spawn_err = |source| GitError::Spawn {
+            args: args.clone(),
+            source,
+        };
+        let ran = match spawnable(self.bound.as_ref()) {
+            Some(git) => self.spawned(git, file),
+            None => self.forked(file),
+        }
+        .map_err(spawn_err)?;
+        if let Some(bound) = &self.bound
+            && !ran.status.success()
+        {
+            let stderr = quote(&ran.stderr);
+            if let Some(how) = git_bound::out_of_memory(ran.status, &stderr) {
+                return Err(GitError::OutOfMemory {
+                    args,
+                    limit: bound.shown(),
+                    how,
+                    stderr,
+                });
+            }
+        }
+        if checked && !ran.status.success() {
+            return Err(GitError::Failed {
+                args,
+                status: ran.status,
+                stderr: quote(&ran.stderr),
+            });
+        }
+        Ok(ran)
+    }
+
+    /// Runs it without forking the runner ([`ralph_sandbox::posix_spawn::run`]): `git` the
+    /// program found in the runner's PATH; a bounded one through `/bin/sh`, which sets the
+    /// address-space limit before it executes git ([`git_bound::limited`]).
+    fn spawned(&mut self, git: &Path, file: Option<std::fs::File>) -> std::io::Result<Ran> {
+        let mut argv: Vec<OsString> = match &self.bound {
+            Some(bound) => git_bound::limited(git, bound.address_space),
+            None => vec![git.as_os_str().to_owned()],
+        };
+        for s in &self.settings {
+            argv.push("-c".into());
+            argv.push(s.into());
+        }
+        argv.extend(self.args.iter().cloned());
+        let env = self
+            .cmd
+            .get_envs()
+            .filter_map(|(k, v)| {
+                let mut kv = k.to_owned();
+                kv.push("=");
+                kv.push(v?);
+                Some(kv)
+            })
+            .collect();
+        let done = ralph_sandbox::posix_spawn::run(ralph_sandbox::posix_spawn::Command {
+            argv,
+            env,
+            cwd: self.cmd.get_current_dir().map(Path::to_path_buf),
+            stdin: self.stdin.take(),
+            stdout: file,
+        })?;
+        if let Some(bound) = &self.bound {
+            git_bound::record(bound, done.max_rss);
+        }
+        Ok(Ran {
+            status: done.status,
+            stdout: done.stdout,
+            stderr: done.stderr,
+        })
+    }
+
+    /// Runs it with `std::process::Command` (a fork of the runner): where git is not found in
+    /// the PATH (the error is then std's), or `/bin/sh` cannot set a bounded one's limit.
+    fn forked(&mut self, file: Option<std::fs::File>) -> std::io::Result<Ran> {
         for s in &self.settings {
             self.cmd.arg("-c").arg(s);
         }
@@ -227,44 +302,21 @@ impl Git {
         let to_file = file.is_some();
         self.cmd.stdout(file.map_or_else(Stdio::piped, Stdio::from));
         self.cmd.stderr(Stdio::piped());
-        let spawn_err = |source| GitError::Spawn {
-            args: args.clone(),
-            source,
-        };
-        let ran = match &self.bound {
+        match &self.bound {
             None => {
-                let out: Output = self.cmd.output().map_err(spawn_err)?;
-                Ran {
+                let out: Output = self.cmd.output()?;
+                Ok(Ran {
                     status: out.status,
                     stdout: if to_file { Vec::new() } else { out.stdout },
                     stderr: out.stderr,
-                }
+                })
             }
             Some(bound) => {
+                let bound = bound.clone();
                 git_bound::limit_child(&mut self.cmd, bound.address_space);
-                let ran = measured(&mut self.cmd, bound).map_err(spawn_err)?;
-                if !ran.status.success() {
-                    let stderr = quote(&ran.stderr);
-                    if let Some(how) = git_bound::out_of_memory(ran.status, &stderr) {
-                        return Err(GitError::OutOfMemory {
-                            args,
-                            limit: bound.shown(),
-                            how,
-                            stderr,
-                        });
-                    }
-                }
-                ran
+                measured(&mut self.cmd, &bound)
             }
-        };
-        if checked && !ran.status.success() {
-            return Err(GitError::Failed {
-                args,
-                status: ran.status,
-                stderr: quote(&ran.stderr),
-            });
         }
-        Ok(ran)
     }
 
     /// Runs it; its stdout as one trimmed line.
@@ -313,6 +365,25 @@ fn measured(cmd: &mut Command, bound: &Bound) -> std::io::Result<Ran> {
         stdout,
         stderr,
     })
+}
+
+/// The git a command runs through `posix_spawn`, if it can: the first `git` in the runner's
+/// PATH (found once), for a bounded command only where `/bin/sh` can set the bound
+/// ([`git_bound::shell_limits`]).
+fn spawnable(bound: Option<&Bound>) -> Option<&'static Path> {
+    static GIT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let git = GIT
+        .get_or_init(|| {
+            std::env::split_paths(&search_path())
+                .map(|dir| dir.join("git"))
+                .find(|p| {
+                    p.is_absolute()
+                        && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok()
+                        && p.is_file()
+                })
+        })
+        .as_deref()?;
+    (bound.is_none() || git_bound::shell_limits()).then_some(git)
 }
 
 /// `git --git-dir=DIR …`.

@@ -7,7 +7,9 @@
 //! with `wait4` so its peak resident memory is measured ([`PeakRss`]). A git that fails or
 //! dies for memory is told apart from one that fails otherwise ([`out_of_memory`]).
 
+use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,9 +86,9 @@ impl Bound {
     }
 }
 
-/// Sets the address-space limit of the child `cmd` starts, before it executes git. The limit
-/// never rises above the runner's own hard limit (an unprivileged runner cannot raise it).
-pub(super) fn limit_child(cmd: &mut Command, bytes: u64) {
+/// The address-space limit a bounded git gets for a bound of `bytes`: never above the
+/// runner's own hard limit (an unprivileged runner cannot raise it).
+fn allowed(bytes: u64) -> u64 {
     let mut current = libc::rlimit {
         rlim_cur: libc::RLIM_INFINITY,
         rlim_max: libc::RLIM_INFINITY,
@@ -95,11 +97,55 @@ pub(super) fn limit_child(cmd: &mut Command, bytes: u64) {
     if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut current) } != 0 {
         current.rlim_max = libc::RLIM_INFINITY;
     }
-    let bytes = if current.rlim_max == libc::RLIM_INFINITY {
+    if current.rlim_max == libc::RLIM_INFINITY {
         bytes
     } else {
         bytes.min(current.rlim_max)
-    };
+    }
+}
+
+/// The script `/bin/sh` runs a bounded git with: `$1` the limit in KiB (`ulimit -v` sets the
+/// soft and hard `RLIMIT_AS`), then git and its arguments, executed in its place (same pid:
+/// `wait4` measures git).
+const LIMIT_SCRIPT: &str = "ulimit -v \"$1\" || exit 125; shift; exec \"$@\"";
+
+/// The start of the command line that runs `git` under an address-space limit of `bytes`
+/// (rounded down to KiB) set before it executes: `/bin/sh -c LIMIT_SCRIPT`, so the runner
+/// needs no fork of its own to set it ([`ralph_sandbox::posix_spawn`]).
+pub(super) fn limited(git: &Path, bytes: u64) -> Vec<OsString> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        LIMIT_SCRIPT.into(),
+        "ralph-git".into(),
+        (allowed(bytes) / 1024).to_string().into(),
+        git.as_os_str().to_owned(),
+    ]
+}
+
+/// Whether `/bin/sh` sets the limit [`limited`] asks of it (asked once: a shell whose `ulimit`
+/// has no `-v` leaves the bounded git to a fork that sets it itself, [`limit_child`]).
+pub(super) fn shell_limits() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        let mut argv = limited(Path::new("/bin/sh"), GIT_MEMORY);
+        let kib = argv[4].clone();
+        argv.extend(["-c".into(), "ulimit -v".into()]);
+        ralph_sandbox::posix_spawn::run(ralph_sandbox::posix_spawn::Command {
+            argv,
+            env: vec!["PATH=/usr/bin:/bin".into()],
+            cwd: None,
+            stdin: None,
+            stdout: None,
+        })
+        .is_ok_and(|out| out.status.success() && out.stdout.trim_ascii() == kib.as_encoded_bytes())
+    })
+}
+
+/// Sets the address-space limit of the child `cmd` starts, before it executes git. The limit
+/// never rises above the runner's own hard limit (an unprivileged runner cannot raise it).
+pub(super) fn limit_child(cmd: &mut Command, bytes: u64) {
+    let bytes = allowed(bytes);
     let limit = libc::rlimit {
         rlim_cur: bytes,
         rlim_max: bytes,
@@ -171,6 +217,31 @@ pub(super) fn out_of_memory(status: ExitStatus, stderr: &str) -> Option<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shell_sets_the_soft_and_hard_limit_before_the_program_runs() {
+        // Debian's dash (and bash, busybox) can: CI runs the spawned path.
+        assert!(shell_limits(), "/bin/sh cannot set `ulimit -v` here");
+        let mut argv = limited(Path::new("/bin/sh"), 64 << 20);
+        argv.extend([
+            "-c".into(),
+            "ulimit -S -v; ulimit -H -v; x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo after"
+                .into(),
+        ]);
+        let out = ralph_sandbox::posix_spawn::run(ralph_sandbox::posix_spawn::Command {
+            argv,
+            env: vec!["PATH=/usr/bin:/bin".into()],
+            cwd: None,
+            stdin: None,
+            stdout: None,
+        })
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        // The limit is there before anything runs, and 100 MB do not fit in 64 MiB.
+        assert!(text.starts_with("65536\n65536\n"), "{text}");
+        assert!(!text.contains("after"), "{text}");
+        assert!(out.max_rss < 64 << 20, "{}", out.max_rss);
+    }
 
     #[test]
     fn a_failed_allocation_or_a_fatal_signal_is_out_of_memory_and_other_failures_are_not() {

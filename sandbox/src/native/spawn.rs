@@ -1,13 +1,13 @@
-//! Starting the helper with `posix_spawn(3)`: glibc starts it with `clone(CLONE_VM |
-//! CLONE_VFORK)`, so the runner's page tables are not copied and the runner takes no
-//! copy-on-write faults afterwards (a `fork` of a runner with its runtime's threads and heap
-//! cost about 0.5 ms per round here, and as much again in faults). The descriptors the helper
+//! Starting the helper with `posix_spawn(3)` ([`crate::posix_spawn`]): the runner's page
+//! tables are not copied and the runner takes no copy-on-write faults afterwards (a `fork` of a
+//! runner with its runtime's threads and heap cost about 0.5 ms per round here, and as much
+//! again in faults). The descriptors the helper
 //! inherits are exactly the ones named: its standard streams and the hand-overs
 //! (`posix_spawn_file_actions_adddup2` of a descriptor onto itself clears its close-on-exec in
 //! the child only, so no other process the runner starts meanwhile can inherit them). The child
 //! is then followed through a pidfd ([`HelperChild`]).
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
@@ -18,6 +18,8 @@ use std::process::ExitStatus;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
+
+use crate::posix_spawn::{self, Attr, CArgs, FileActions, open_null, pipe_pair};
 
 /// What the helper's standard input is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,23 +72,11 @@ pub struct HelperChild {
 /// Starts `spec` in a process group of its own (its pid), with every signal at its default
 /// disposition and none blocked (as `std::process::Command` does).
 pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
-    let c = |b: Vec<u8>| CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let program = c(spec.program.as_os_str().as_encoded_bytes().to_vec())?;
-    let mut argv = vec![program.clone()];
-    for a in &spec.args {
-        argv.push(c(a.clone().into_vec())?);
-    }
-    let envp = spec
-        .env
-        .iter()
-        .map(|e| c(e.clone().into_vec()))
-        .collect::<io::Result<Vec<_>>>()?;
-    let ptrs = |v: &[CString]| {
-        let mut p: Vec<*mut libc::c_char> = v.iter().map(|s| s.as_ptr().cast_mut()).collect();
-        p.push(std::ptr::null_mut());
-        p
-    };
-    let (argv_p, envp_p) = (ptrs(&argv), ptrs(&envp));
+    let argv = CArgs::new(
+        std::iter::once(spec.program.as_os_str().as_encoded_bytes().to_vec())
+            .chain(spec.args.iter().map(|a| a.clone().into_vec())),
+    )?;
+    let envp = CArgs::new(spec.env.iter().map(|e| e.clone().into_vec()))?;
 
     let (stdin_child, stdin_ours) = match spec.stdin {
         Stdin::Null => (Some(open_null()?), None),
@@ -108,24 +98,8 @@ pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
     for fd in &spec.keep {
         actions.dup2(*fd, *fd)?;
     }
-    let attr = Attr::new()?;
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer is valid for the call: the file actions and attributes were
-    // initialised above and live until after it; `program`, `argv` and `envp` are NUL-terminated
-    // strings in null-terminated arrays that outlive the call.
-    let rc = unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            program.as_ptr(),
-            &actions.0,
-            &attr.0,
-            argv_p.as_ptr(),
-            envp_p.as_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
+    let attr = Attr::new(true)?;
+    let pid = posix_spawn::spawn(&argv, &envp, &actions, &attr)?;
     // The child's ends are the child's now.
     drop((stdin_child, out_w, err_w));
     let pid_u = u32::try_from(pid).map_err(|_| io::Error::other("posix_spawn returned no pid"))?;
@@ -242,87 +216,6 @@ impl Drop for HelperChild {
             .spawn(move || {
                 let _ = nix::sys::wait::waitpid(pid, None);
             });
-    }
-}
-
-/// A pipe, both ends close-on-exec: (read, write).
-fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
-}
-
-fn open_null() -> io::Result<OwnedFd> {
-    Ok(std::fs::File::open("/dev/null")?.into())
-}
-
-/// `posix_spawn_file_actions_t`, destroyed when dropped.
-struct FileActions(libc::posix_spawn_file_actions_t);
-
-impl FileActions {
-    fn new() -> io::Result<Self> {
-        // SAFETY: zeroed storage that posix_spawn_file_actions_init initialises before any use.
-        let mut a = Self(unsafe { std::mem::zeroed() });
-        // SAFETY: a pointer to storage this function owns.
-        check(unsafe { libc::posix_spawn_file_actions_init(&mut a.0) })?;
-        Ok(a)
-    }
-
-    fn dup2(&mut self, from: RawFd, to: RawFd) -> io::Result<()> {
-        // SAFETY: initialised actions; plain descriptor numbers.
-        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut self.0, from, to) })
-    }
-}
-
-impl Drop for FileActions {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
-
-/// `posix_spawnattr_t` for a new process group, default signal dispositions and an empty
-/// signal mask; destroyed when dropped.
-struct Attr(libc::posix_spawnattr_t);
-
-impl Attr {
-    fn new() -> io::Result<Self> {
-        // SAFETY: zeroed storage that posix_spawnattr_init initialises before any use.
-        let mut a = Self(unsafe { std::mem::zeroed() });
-        // SAFETY: a pointer to storage this function owns.
-        check(unsafe { libc::posix_spawnattr_init(&mut a.0) })?;
-        // SAFETY: sigset_t values are initialised by sigemptyset/sigfillset before use; the
-        // attribute calls take pointers to live values.
-        unsafe {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigfillset(&mut all);
-            check(libc::posix_spawnattr_setsigmask(&mut a.0, &none))?;
-            check(libc::posix_spawnattr_setsigdefault(&mut a.0, &all))?;
-            check(libc::posix_spawnattr_setpgroup(&mut a.0, 0))?;
-            let flags = libc::POSIX_SPAWN_SETPGROUP
-                | libc::POSIX_SPAWN_SETSIGMASK
-                | libc::POSIX_SPAWN_SETSIGDEF;
-            check(libc::posix_spawnattr_setflags(
-                &mut a.0,
-                flags as libc::c_short,
-            ))?;
-        }
-        Ok(a)
-    }
-}
-
-impl Drop for Attr {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
-    }
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(rc))
     }
 }
 
