@@ -139,26 +139,31 @@ fn build(
             &tree,
         ])
         .output_to(tmp)?;
-    let files = git::at(&private)
-        .bounded(bound)
-        .args([
-            "diff-tree",
-            "-z",
-            "--name-only",
-            "-r",
-            "--no-renames",
-            base,
-            &tree,
-        ])
-        .output()?
-        .split(|b| *b == 0)
-        .filter(|l| !l.is_empty())
-        .count() as u64;
+    let files = files_in(tmp).map_err(|e| ProvisionError::io("read the result patch", tmp, e))?;
     std::fs::rename(tmp, to).map_err(|e| ProvisionError::io("write the result patch", to, e))?;
     let bytes = std::fs::metadata(to)
         .map_err(|e| ProvisionError::io("read the result patch", to, e))?
         .len();
     Ok((tree, files, bytes, staged.skipped))
+}
+
+/// The files a patch written by `git diff-tree -p --binary --no-renames` changes: its lines
+/// that start with `diff --git ` (one per file; every other line of a file's part starts with
+/// a header word, a context or change marker (` `, `+`, `-`, `\\`), `@@`, or a base85 line,
+/// whose alphabet has no space).
+fn files_in(patch: &Path) -> std::io::Result<u64> {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::with_capacity(1 << 16, std::fs::File::open(patch)?);
+    let (mut files, mut line) = (0, Vec::new());
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line)? == 0 {
+            return Ok(files);
+        }
+        if line.starts_with(b"diff --git ") {
+            files += 1;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -384,6 +389,45 @@ pub(crate) mod tests {
             String::from_utf8_lossy(&listed),
             "a.txt\ngood1\ngood2\ngood3\n"
         );
+    }
+
+    /// The count of files a patch changes is git's own count, whatever the files hold: lines
+    /// that read like a file's header inside content, binary content, names with a newline, a
+    /// space or a quote, a deletion, a mode change and a link.
+    #[test]
+    fn the_files_counted_in_a_patch_are_the_files_git_lists() {
+        let (dir, ws, base) = based();
+        let root = dir.path().canonicalize().unwrap();
+        sh(
+            &ws,
+            "printf 'diff --git a/x b/x\\n+diff --git a/y b/y\\ndiff --git \\n' > a.txt && \
+             head -c 3000 /dev/urandom > bin.dat && printf 'x\\ndiff --git a b\\n' > 'new\nline' && \
+             echo q > 'sp ace \"q' && rm tracked.txt && ln -s a.txt link && \
+             printf 'diff --git a/b b/b\\n' > README && chmod +x README",
+        );
+        let to = root.join("result.patch");
+        let w = write_patch(&ws, &base, &to).unwrap();
+        let listed = std::process::Command::new("git")
+            .args([
+                "diff-tree",
+                "-z",
+                "--name-only",
+                "-r",
+                "--no-renames",
+                &base,
+                &w.tree,
+            ])
+            .env("GIT_DIR", crate::provision::private_git_dir(&ws))
+            .output()
+            .unwrap();
+        assert!(listed.status.success());
+        let names = listed
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .count();
+        assert_eq!(names, 7, "{}", String::from_utf8_lossy(&listed.stdout));
+        assert_eq!(w.files, names as u64);
     }
 
     /// Issue 25: 300 MiB and 1 GiB sparse files are skipped as too large, never read: the
