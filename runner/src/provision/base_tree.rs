@@ -53,8 +53,9 @@ pub struct Owner {
 pub struct BaseTree {
     /// Its directory.
     pub dir: PathBuf,
-    /// Whether its staging index ([`staging_index`]) was there when the job took it: only a
-    /// job whose layers are made after the index may stage from it ([`super::stat_seed`]).
+    /// Whether its staging index ([`staging_index`]) was there when the job took it: a job
+    /// whose layers are made after the index may trust all of its stat data
+    /// ([`super::stat_seed`]).
     pub staging_index: bool,
     /// Whether its walk listings ([`walk_listings`]) were there when the job took it: only a
     /// job whose layers are made after them may start from them ([`super::walk_seed`]).
@@ -132,8 +133,10 @@ fn make(
 /// index write (measured: 120 ms per job on 10,000 files), and one whose time is later than a
 /// change made in that same second could hide the change (same size, modification time set
 /// back, change time in the second already recorded). So it is written only in a later
-/// second, and only jobs whose layers are made after it exists use it: every change they make
-/// has a later change time than any the index records. A failure only costs jobs a merge each.
+/// second; a job whose layers are made after it exists trusts it everywhere (every change it
+/// makes has a later change time than any the index records), one made before only outside
+/// the roots of its changes, the entries under them cleared ([`super::stage::StatTrust`]). A
+/// failure only costs jobs a merge each.
 fn keep_staging_index(tree: &Path, commit: &str) -> bool {
     let index = staging_index(tree);
     if std::fs::symlink_metadata(&index).is_ok_and(|m| m.file_type().is_file()) {

@@ -8,7 +8,7 @@ use super::{MAX_ROOTS, roots};
 use crate::provision::clone::init_private;
 use crate::provision::git_bound::{Bound, PeakRss};
 use crate::provision::patch::tests::{head_of, sh};
-use crate::provision::stage::{self, Base, StageLimits};
+use crate::provision::stage::{self, Base, StageLimits, StatTrust};
 use crate::provision::stat_seed;
 use crate::provision::{base_tree, layered};
 
@@ -73,30 +73,56 @@ fn layered_with(more: &str) -> Option<Layered> {
 /// The staging of `ws` from `base` a job's result makes when the base tree has no staging
 /// index: merged into the base tree's own index.
 fn staged(ws: &Path, base: &str, roots: Option<&[Vec<u8>]>) -> stage::Staged {
-    staged_as(ws, base, roots, false)
+    staged_as(ws, base, roots, None)
 }
 
 /// The staging of `ws` from `base` a job's result makes: from the runner's staging index
-/// beside the base tree where `from_index` (it must be there), else as [`staged`].
-fn staged_as(ws: &Path, base: &str, roots: Option<&[Vec<u8>]>, from_index: bool) -> stage::Staged {
-    let index = ws.parent().unwrap().join("staging.index");
+/// beside the base tree (it must be there), its stat data trusted as `trust` says; with no
+/// `trust`, as [`staged`].
+fn staged_as(
+    ws: &Path,
+    base: &str,
+    roots: Option<&[Vec<u8>]>,
+    trust: Option<StatTrust>,
+) -> stage::Staged {
+    staged_into(
+        ws,
+        base,
+        roots,
+        trust,
+        &ws.parent().unwrap().join("staging.index"),
+        true,
+    )
+}
+
+/// [`staged_as`] into `index`, removed after when `remove`.
+fn staged_into(
+    ws: &Path,
+    base: &str,
+    roots: Option<&[Vec<u8>]>,
+    trust: Option<StatTrust>,
+    index: &Path,
+    remove: bool,
+) -> stage::Staged {
     let meter = PeakRss::default();
     let seed = stat_seed::for_workspace(ws);
-    let made = from_index.then(|| stat_seed::staged_for_workspace(ws, base).unwrap());
+    let made = trust.map(|t| (stat_seed::staged_for_workspace(ws, base).unwrap().0, t));
     let out = stage::stage(
         ws,
         Some(Base {
             commit: base,
-            staged: made.as_deref(),
+            staged: made.as_ref().map(|(p, t)| (p.as_path(), *t)),
             stat_seed: seed.as_deref(),
             roots,
         }),
-        &index,
+        index,
         &StageLimits::default(),
         &Bound::new(&meter),
     )
     .unwrap();
-    let _ = std::fs::remove_file(&index);
+    if remove {
+        let _ = std::fs::remove_file(index);
+    }
     out
 }
 
@@ -121,12 +147,15 @@ fn check(change: &str) -> Option<Vec<String>> {
         "`{change}`: roots {:?} staged another tree",
         shown(&found)
     );
-    // What a job does: the roots, from the runner's staging index.
-    let from_index = staged_as(&l.ws, &l.base, Some(&found), true);
-    assert_eq!(
-        from_index, everywhere,
-        "`{change}`: the staging index staged another tree"
-    );
+    // What a job does: the roots, from the runner's staging index (trusted everywhere when
+    // the job's layers were made after it, else outside the roots).
+    for trust in [StatTrust::Everywhere, StatTrust::OutsideRoots] {
+        let from_index = staged_as(&l.ws, &l.base, Some(&found), Some(trust));
+        assert_eq!(
+            from_index, everywhere,
+            "`{change}`: the staging index ({trust:?}) staged another tree"
+        );
+    }
     Some(shown(&found))
 }
 
@@ -292,8 +321,10 @@ fn a_round_cannot_steer_the_staging_index_and_staging_never_writes_it() {
     );
     let found = roots(&l.ws).unwrap();
     let everywhere = staged(&l.ws, &l.base, None);
-    let from_index = staged_as(&l.ws, &l.base, Some(&found), true);
+    let from_index = staged_as(&l.ws, &l.base, Some(&found), Some(StatTrust::Everywhere));
     assert_eq!(from_index, everywhere);
+    let outside = staged_as(&l.ws, &l.base, Some(&found), Some(StatTrust::OutsideRoots));
+    assert_eq!(outside, everywhere);
     sh(
         &l.ws,
         &format!(
@@ -307,7 +338,60 @@ fn a_round_cannot_steer_the_staging_index_and_staging_never_writes_it() {
     // A staging index named for another commit is not taken.
     assert_eq!(stat_seed::staged_for_workspace(&l.ws, "0123abcd"), None);
     assert_eq!(stat_seed::staged_for_workspace(&l.ws, ""), None);
-    // Nor by layers made before it was there.
+    // Layers made before it was there trust it only outside the roots.
     std::fs::remove_file(layered::layer_dir(&l.ws).join("staging-index")).unwrap();
-    assert_eq!(stat_seed::staged_for_workspace(&l.ws, &l.base), None);
+    assert_eq!(
+        stat_seed::staged_for_workspace(&l.ws, &l.base).map(|(_, t)| t),
+        Some(StatTrust::OutsideRoots)
+    );
+}
+
+#[test]
+fn trusted_outside_the_roots_the_entries_under_them_lose_their_stat_data() {
+    let Some(l) = layered() else { return };
+    // A file rewritten with the same bytes (a root, unchanged) and one changed.
+    sh(
+        &l.ws,
+        "cat top.txt > t && cat t > top.txt && rm t && echo more >> src/a/b/deep.txt",
+    );
+    let found = roots(&l.ws).unwrap();
+    assert_eq!(shown(&found), ["src/a/b/deep.txt", "top.txt"]);
+    let index = l.ws.parent().unwrap().join("kept.index");
+    let outside = staged_into(
+        &l.ws,
+        &l.base,
+        Some(&found),
+        Some(StatTrust::OutsideRoots),
+        &index,
+        false,
+    );
+    assert_eq!(outside, staged(&l.ws, &l.base, None));
+    let debug = |path: &str| {
+        let out = std::process::Command::new("git")
+            .args(["ls-files", "--debug", "--", path])
+            .env("GIT_DIR", crate::provision::private_git_dir(&l.ws))
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_WORK_TREE", &l.ws)
+            .current_dir(&l.ws)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Under a root and unchanged: no stat data (git read it; nothing wrote it back).
+    assert!(
+        debug("top.txt").contains("ctime: 0:0"),
+        "{}",
+        debug("top.txt")
+    );
+    // Outside the roots: the base tree's own.
+    assert!(
+        !debug("docs/d.md").contains("ctime: 0:0"),
+        "{}",
+        debug("docs/d.md")
+    );
+    assert!(
+        debug("docs/d.md").contains("size: 4"),
+        "{}",
+        debug("docs/d.md")
+    );
 }

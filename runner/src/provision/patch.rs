@@ -110,12 +110,14 @@ fn build(
         });
     }
     let index = private.join("ralph-result.index");
-    let staged_index = stat_seed::staged_for_workspace(workspace, base);
-    let seed = stat_seed::for_workspace(workspace);
     let roots = layer_changes::roots(workspace);
+    // Trusted only outside the roots, it needs them.
+    let staged_index = stat_seed::staged_for_workspace(workspace, base)
+        .filter(|(_, trust)| *trust == stage::StatTrust::Everywhere || roots.is_some());
+    let seed = stat_seed::for_workspace(workspace);
     let base_of = stage::Base {
         commit: base,
-        staged: staged_index.as_deref(),
+        staged: staged_index.as_ref().map(|(p, t)| (p.as_path(), *t)),
         stat_seed: seed.as_deref(),
         roots: roots.as_deref(),
     };

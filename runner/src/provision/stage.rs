@@ -58,9 +58,10 @@ impl Default for StageLimits {
 pub struct Base<'a> {
     /// Its id.
     pub commit: &'a str,
-    /// An index of exactly the commit's entries that the runner made itself when it made the
-    /// base tree ([`super::base_tree::staging_index`]): copied as it is, with no merge.
-    pub staged: Option<&'a Path>,
+    /// An index of exactly the commit's entries that the runner made itself from the base
+    /// tree ([`super::base_tree::staging_index`]): copied as it is, with no merge, its stat
+    /// data trusted as far as the [`StatTrust`] says.
+    pub staged: Option<(&'a Path, StatTrust)>,
     /// An index whose stat data is kept for the entries where it names the commit's blob
     /// ([`stat_seed`]); its content never decides what is staged. Used when there is no
     /// `staged` index (or it cannot be copied).
@@ -68,6 +69,17 @@ pub struct Base<'a> {
     /// The paths outside of which the workspace is the commit's checkout, unchanged
     /// ([`super::layer_changes::roots`]): git looks for changes only there. `None`: everywhere.
     pub roots: Option<&'a [Vec<u8>]>,
+}
+
+/// Where the stat data of a staging index may decide that a file is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatTrust {
+    /// Everywhere: every change the job made is newer than the index's stat data (its layers
+    /// were made after the index: [`super::layered::BaseFile::StagingIndex`]).
+    Everywhere,
+    /// Only outside the roots (where the workspace is its base tree itself): the entries under
+    /// them have their stat data cleared after the copy, so git reads those files.
+    OutsideRoots,
 }
 
 /// A staged workspace.
@@ -222,8 +234,10 @@ pub fn stage(
 /// read-tree -m` of one tree: every entry is the commit's, the seed's stat data kept where it
 /// names the same blob; a seed git will not merge is dropped); else into an empty one.
 fn read_base(git: &dyn Fn() -> Git, index: &Path, base: &Base<'_>) -> Result<(), ProvisionError> {
-    if let Some(staged) = base.staged {
-        if stat_seed::copy(staged, index).is_ok() {
+    if let Some((staged, trust)) = base.staged {
+        if stat_seed::copy(staged, index).is_ok()
+            && (trust == StatTrust::Everywhere || forget_stat_under_roots(git, base)?)
+        {
             return Ok(());
         }
         let _ = std::fs::remove_file(index);
@@ -245,6 +259,53 @@ fn read_base(git: &dyn Fn() -> Git, index: &Path, base: &Base<'_>) -> Result<(),
         .args(["read-tree", "--end-of-options", base.commit])
         .output()?;
     Ok(())
+}
+
+/// Clears the stat data of the index's entries under `base`'s roots (`git ls-tree` of the
+/// commit under them, fed to `git update-index --index-info`, which makes each entry anew with
+/// none), so that git reads those files rather than trust their stat data. Whether it did;
+/// without roots it cannot.
+fn forget_stat_under_roots(git: &dyn Fn() -> Git, base: &Base<'_>) -> Result<bool, ProvisionError> {
+    let Some(roots) = base.roots else {
+        return Ok(false);
+    };
+    if roots.is_empty() {
+        return Ok(true);
+    }
+    let listed = match git()
+        .env("GIT_LITERAL_PATHSPECS", "1")
+        .args([
+            "ls-tree",
+            "-r",
+            "-z",
+            "--full-tree",
+            "--end-of-options",
+            base.commit,
+            "--",
+        ])
+        .args(roots.iter().map(|r| OsStr::from_bytes(r)))
+        .run()
+    {
+        Ok(ran) if ran.status.success() => ran.stdout,
+        Err(e @ GitError::OutOfMemory { .. }) => return Err(e.into()),
+        _ => return Ok(false),
+    };
+    if listed.is_empty() {
+        return Ok(true);
+    }
+    let io = |e| ProvisionError::io("write the entries to reset", Path::new("(temp)"), e);
+    let mut list = tempfile::tempfile().map_err(io)?;
+    list.write_all(&listed).map_err(io)?;
+    list.rewind().map_err(io)?;
+    match git()
+        .stdin_file(list)
+        .args(["update-index", "-z", "--index-info"])
+        .run()
+    {
+        Ok(ran) => Ok(ran.status.success()),
+        Err(e @ GitError::OutOfMemory { .. }) => Err(e.into()),
+        Err(_) => Ok(false),
+    }
 }
 
 /// Adds `paths` to the index by path, isolating the ones git refuses: those, with git's

@@ -15,12 +15,14 @@
 //!
 //! Most jobs skip even the merge: the runner keeps the merged index beside the base tree
 //! ([`super::base_tree::staging_index`], made once, in a later second than the tree's stat
-//! data), and a job whose layers were made after it existed copies it as it is
-//! ([`staged_for_workspace`]).
+//! data), and a job copies it ([`staged_for_workspace`]): as it is when the job's layers were
+//! made after it existed, else with the stat data of the entries under the roots of the job's
+//! changes cleared (outside them the workspace is the base tree itself).
 
 use std::path::{Path, PathBuf};
 
 use super::layered;
+use super::stage::StatTrust;
 
 /// The index whose stat data the result staging of `workspace` may start from: its base
 /// tree's, for a layered workspace that has one.
@@ -36,16 +38,21 @@ pub fn for_workspace(workspace: &Path) -> Option<PathBuf> {
     meta.file_type().is_file().then_some(index)
 }
 
-/// The runner's staging index of `commit` for `workspace` ([`super::base_tree::staging_index`]):
-/// for a layered workspace whose base tree is the one made at `commit`, has one, and had it
-/// before the workspace's layers were made (so that every change the job made is newer than
-/// any stat data the index holds). A link is not followed.
-pub fn staged_for_workspace(workspace: &Path, commit: &str) -> Option<PathBuf> {
-    if !layered::is_layered(workspace)
-        || !layered::made_after(workspace, layered::BaseFile::StagingIndex)
-    {
+/// The runner's staging index of `commit` for `workspace` ([`super::base_tree::staging_index`]),
+/// for a layered workspace whose base tree is the one made at `commit` and has one; and how far
+/// its stat data may be trusted: everywhere when the index was there before the workspace's
+/// layers were made (every change the job made is newer than any stat data it holds), else
+/// only outside the roots of the job's changes ([`super::layer_changes`]). A link is not
+/// followed.
+pub fn staged_for_workspace(workspace: &Path, commit: &str) -> Option<(PathBuf, StatTrust)> {
+    if !layered::is_layered(workspace) {
         return None;
     }
+    let trust = if layered::made_after(workspace, layered::BaseFile::StagingIndex) {
+        StatTrust::Everywhere
+    } else {
+        StatTrust::OutsideRoots
+    };
     let tree = layered::lower_of(workspace).ok()?;
     // The tree's name is the commit it was made at (a root runner's: `<commit>.<uid>`).
     let name = tree.file_name()?.to_str()?;
@@ -55,7 +62,7 @@ pub fn staged_for_workspace(workspace: &Path, commit: &str) -> Option<PathBuf> {
     }
     let index = super::base_tree::staging_index(&tree);
     let meta = std::fs::symlink_metadata(&index).ok()?;
-    meta.file_type().is_file().then_some(index)
+    meta.file_type().is_file().then_some((index, trust))
 }
 
 /// Copies `seed` to `index` with the seed's modification time: git judges an entry whose file
