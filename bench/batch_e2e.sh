@@ -21,8 +21,9 @@
 # device under BENCH_DIR, made before the time starts and dropped after): removing a million
 # files of 100 clones with `rm -rf` took longer than the runs on this machine, and no side
 # inherits the previous one's dirty pages or fragmentation. Their inode tables are zeroed by
-# mkfs (lazy_itable_init=0): with lazy initialisation, repetitions were bimodal
-# (docs/benchmarks.md). The upstream stays on BENCH_DIR's filesystem (so a clone copies its
+# mkfs (lazy_itable_init=0), so no side shares the disk with ext4's background initialisation
+# (the bimodal repetitions first blamed on it were git's racily clean index: docs/benchmarks.md,
+# the fifth pass). The upstream stays on BENCH_DIR's filesystem (so a clone copies its
 # objects rather than hard-linking them, for both sides).
 #
 # Run every timed part alone on the machine: `flock /tmp/bench.lock bench/batch_e2e.sh`.
