@@ -63,7 +63,8 @@ pub struct BaseTree {
 }
 
 /// The base tree of `mirror` at `commit` owned by `owner`, made if missing, with its staging
-/// index made if it is missing and can be. The caller holds the mirror's lock.
+/// index and walk listings made if they are missing and can be. The caller holds the mirror's
+/// lock.
 pub fn ensure(
     mirror: &Path,
     url: &str,
@@ -103,11 +104,12 @@ fn make(
         }
     }
     let (index, walk) = (staging_index(dir), walk_listings(dir));
-    for stale in [super::beside(&index, ".tmp"), index, walk] {
+    let temps = [super::beside(&index, ".tmp"), super::beside(&walk, ".tmp")];
+    for stale in temps.into_iter().chain([index, walk]) {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(ProvisionError::io(
-                    "remove a stale staging index",
+                    "remove a stale file of the base tree",
                     &stale,
                     e,
                 ));
