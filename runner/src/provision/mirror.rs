@@ -143,6 +143,20 @@ pub struct Fetched {
     pub lock: MirrorLock,
 }
 
+/// What the mirror `dir`'s pack directory looks like (identity, change times): a pack made in
+/// it changes them.
+fn packs_seen(dir: &Path) -> Option<(u64, i64, i64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(dir.join("objects").join("pack")).ok()?;
+    Some((
+        m.ino(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
+}
+
 /// Clones or fetches the mirror of `url` and resolves `git_ref` in it.
 pub fn fetch(
     state_dir: &Path,
@@ -169,10 +183,24 @@ pub fn fetch(
             .output()?;
         std::fs::rename(&tmp, &dir).map_err(|e| ProvisionError::io("move the mirror", &dir, e))?;
     } else if !(is_commit_id(git_ref) && resolve(&dir, git_ref).is_some()) {
+        let packs = packs_seen(&dir);
         git::at(&dir)
             .secret_config(&secrets)
+            // Objects always arrive as a pack, and git's automatic maintenance runs only
+            // after a fetch that brought some (below): not a `git maintenance` per job.
+            .config("fetch.unpackLimit=1")
+            .config("maintenance.auto=false")
             .args(["fetch", "--prune", "--quiet", "--", url, "+refs/*:refs/*"])
             .output()?;
+        if packs_seen(&dir) != packs {
+            // What git does after a fetch: a gc, a repack, only past its own thresholds.
+            if let Err(e) = git::at(&dir)
+                .args(["maintenance", "run", "--auto", "--quiet"])
+                .output()
+            {
+                tracing::debug!(error = %e, "workspaces: the mirror's maintenance failed: {e}");
+            }
+        }
     }
     let commit = resolve(&dir, git_ref).ok_or_else(|| ProvisionError::NoSuchRef {
         repo: url.to_owned(),
@@ -184,6 +212,65 @@ pub fn fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    #[test]
+    fn a_fetch_that_brings_objects_brings_a_pack_and_one_that_does_not_changes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let work = d.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("a.txt"), "a\n").unwrap();
+        git(&work, &["init", "-q", "-b", "main"]);
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "one"]);
+        let url = work.display().to_string();
+        let state = d.path().join("state");
+        let config = ProvisionConfig::default();
+        let first = fetch(&state, &config, &url, Some("main")).unwrap();
+        let mirror = first.dir.clone();
+        drop(first.lock);
+        let before = packs_seen(&mirror);
+        assert!(before.is_some());
+        // Nothing new upstream: the pack directory is as it was.
+        let same = fetch(&state, &config, &url, Some("main")).unwrap();
+        drop(same.lock);
+        assert_eq!(packs_seen(&mirror), before);
+        // A new commit: it arrives as a pack (no loose object), and resolves.
+        std::fs::write(work.join("b.txt"), "b\n").unwrap();
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "two"]);
+        let head = git(&work, &["rev-parse", "HEAD"]);
+        // (A clone from a path copies the objects as they are: loose here.)
+        let loose = git(&mirror, &["count-objects", "-v"]);
+        let next = fetch(&state, &config, &url, Some("main")).unwrap();
+        assert_eq!(next.commit, head);
+        drop(next.lock);
+        assert_ne!(packs_seen(&mirror), before);
+        let counted = git(&mirror, &["count-objects", "-v"]);
+        let line = |text: &str, key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(key))
+                .map(str::to_owned)
+                .unwrap()
+        };
+        assert_eq!(line(&counted, "count:"), line(&loose, "count:"));
+        assert_eq!(line(&counted, "in-pack:"), "in-pack: 3", "{counted}");
+    }
 
     #[test]
     fn mirror_names_are_stable_and_safe() {
