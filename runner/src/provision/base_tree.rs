@@ -198,7 +198,7 @@ pub fn walk_listings(tree: &Path) -> PathBuf {
 }
 
 /// Whether `later` falls in a later whole second (since the epoch) than `earlier`.
-fn later_second(earlier: std::time::SystemTime, later: std::time::SystemTime) -> bool {
+pub(super) fn later_second(earlier: std::time::SystemTime, later: std::time::SystemTime) -> bool {
     let secs = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())

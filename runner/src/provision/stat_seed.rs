@@ -25,7 +25,11 @@ use super::layered;
 use super::stage::StatTrust;
 
 /// The index whose stat data the result staging of `workspace` may start from: its base
-/// tree's, for a layered workspace that has one.
+/// tree's, for a layered workspace that has one, and whose layers were made in a later second
+/// than that index was written (its stat data taken): every change the job made then has a
+/// later change time than any the index records. A job made in the same second gets none (git,
+/// without nanosecond times, could trust a change made in that second whose size and
+/// modification time were put back), and its files are read.
 pub fn for_workspace(workspace: &Path) -> Option<PathBuf> {
     if !layered::is_layered(workspace) {
         return None;
@@ -35,7 +39,11 @@ pub fn for_workspace(workspace: &Path) -> Option<PathBuf> {
         .join(".git")
         .join("index");
     let meta = std::fs::symlink_metadata(&index).ok()?;
-    meta.file_type().is_file().then_some(index)
+    let made = std::fs::symlink_metadata(layered::layer_dir(workspace).join("lower"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let taken = meta.modified().ok()?;
+    (meta.file_type().is_file() && super::base_tree::later_second(taken, made)).then_some(index)
 }
 
 /// The runner's staging index of `commit` for `workspace` ([`super::base_tree::staging_index`]),
@@ -99,8 +107,24 @@ mod tests {
         std::os::unix::fs::symlink(ws.join(".git/index"), lower.join(".git/index")).unwrap();
         assert_eq!(for_workspace(&ws), None);
         std::fs::remove_file(lower.join(".git/index")).unwrap();
-        std::fs::write(lower.join(".git/index"), b"DIRC").unwrap();
-        assert_eq!(for_workspace(&ws), Some(lower.join(".git/index")));
+        let index = lower.join(".git/index");
+        std::fs::write(&index, b"DIRC").unwrap();
+        let set = |secs_ago: u64| {
+            let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+            std::fs::File::options()
+                .write(true)
+                .open(&index)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        };
+        // Written in an earlier second than the layers were made: its stat data is older
+        // than anything the job changed.
+        set(5);
+        assert_eq!(for_workspace(&ws), Some(index.clone()));
+        // Written in the layers' second (or after): no seed, the files are read.
+        set(0);
+        assert_eq!(for_workspace(&ws), None);
     }
 
     #[test]
