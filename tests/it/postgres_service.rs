@@ -566,3 +566,46 @@ fn a_journal_changed_by_another_runner_is_never_failed_by_the_service() {
         s.log_text()
     );
 }
+
+/// A host whose lease lapsed (its renewals failed through a store outage) claims nothing until
+/// its lease is live again: a job it claimed under the lapsed lease would be closed at once by
+/// another host's sweep, as the chaos test's database crashes showed.
+#[test]
+fn a_host_whose_lease_lapsed_claims_nothing_until_it_is_live_again() {
+    let Some(db) = TestDatabase::create("claim_lapsed_lease") else {
+        return;
+    };
+    let store = std::sync::Arc::new(Store::open_postgres(&db.url).unwrap());
+    let runner = RunnerInfo::current("serve");
+    // Renewed every 20 s: the test's own changes of it stand meanwhile.
+    let _lease = store
+        .start_lease(&runner, Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    let spec = JobSpec::new(
+        "objective",
+        "/tmp",
+        AgentSpec::Command {
+            command: "true".into(),
+        },
+    );
+    let id = store.submit(&spec).unwrap();
+    let mut admin = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    admin
+        .execute(
+            "UPDATE runner_leases SET expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .unwrap();
+    assert!(!store.claim(&id, &runner).unwrap());
+    let view = store.load(&id).unwrap();
+    assert_eq!((view.state, view.seq), (JobState::Queued, 1));
+    admin
+        .execute(
+            "UPDATE runner_leases SET expires_at = now() + interval '60 seconds'",
+            &[],
+        )
+        .unwrap();
+    assert!(store.claim(&id, &runner).unwrap());
+    assert_eq!(store.load(&id).unwrap().state, JobState::Running);
+}

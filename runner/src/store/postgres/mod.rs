@@ -184,10 +184,11 @@ impl PgStore {
             })
     }
 
-    /// Claims the job `job_id` if it is still queued: journals `started` (a `job_started`
-    /// event) as its next event and makes it running, in one transaction that locks the job's
-    /// row (a concurrent claim by another host waits for it, then finds the job running).
-    /// Returns whether it was claimed (`false`: no longer queued, or no such job).
+    /// Claims the job `job_id` if it is still queued and this process's lease (if it has one)
+    /// is live: journals `started` (a `job_started` event) as its next event and makes it
+    /// running, in one transaction that locks the job's row (a concurrent claim by another host
+    /// waits for it, then finds the job running). Returns whether it was claimed (`false`: no
+    /// longer queued, no such job, or the lease lapsed).
     pub fn claim(&self, job_id: &str, started: &EventKind) -> Result<bool, StoreError> {
         let data = encode(started)?;
         let durable = started.durability();
@@ -211,10 +212,15 @@ impl PgStore {
             // The time is taken now, after the wait for the connection, and never before the
             // previous event's (the row's `updated_at`): a journal's times follow its order.
             let now = super::now_rfc3339();
+            // Only under a live lease: a job claimed under one that lapsed (its renewals failed
+            // through a store outage) would be closed by another host's sweep at once. The job
+            // stays queued until a host with a live lease claims it.
             let claimed = tx.query_opt(
                 "UPDATE jobs SET state = 'running', updated_at = GREATEST($2, updated_at),
                      last_seq = last_seq + 1, lease_id = $3, heartbeat = NULL
                  WHERE id = $1 AND state = 'queued'
+                   AND ($3::text IS NULL OR EXISTS (
+                        SELECT 1 FROM runner_leases l WHERE l.id = $3 AND l.expires_at > now()))
                  RETURNING last_seq, updated_at",
                 &[&id, &now, &lease],
             )?;
