@@ -69,8 +69,17 @@ fn output_to_a_file_signals_and_a_missing_program_are_told() {
 fn what_we_open_is_not_inherited() {
     // Rust opens every descriptor close-on-exec: none of ours reaches the child (descriptors
     // the test harness itself inherited without it may).
+    // A number far from the ones `ls` opens itself (its own listing of /proc/self/fd).
     let open = std::fs::File::open("/dev/null").unwrap();
-    let mine = std::os::fd::AsRawFd::as_raw_fd(&open).to_string();
+    let high = nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&open),
+        nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(300),
+    )
+    .unwrap();
+    // SAFETY: a descriptor fcntl just made, owned by nothing else.
+    let high = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
+    let mine = std::os::fd::AsRawFd::as_raw_fd(&high).to_string();
+    assert!(std::os::fd::AsRawFd::as_raw_fd(&high) >= 300);
     let out = run(sh("ls /proc/self/fd")).unwrap();
     let fds: Vec<String> = String::from_utf8(out.stdout)
         .unwrap()
