@@ -286,8 +286,9 @@ pub fn run(cmd: Command) -> io::Result<Finished> {
     })
 }
 
-/// Reaps the child `pid` with `wait4`: how it ended and its peak resident memory in bytes.
-fn reap(pid: libc::pid_t) -> io::Result<(ExitStatus, u64)> {
+/// Reaps the child `pid` with `wait4`: how it ended and its peak resident memory in bytes (its
+/// own or that of a child of its own it waited for, whichever was larger).
+pub fn reap(pid: libc::pid_t) -> io::Result<(ExitStatus, u64)> {
     let mut status: libc::c_int = 0;
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     loop {

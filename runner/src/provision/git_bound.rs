@@ -167,24 +167,8 @@ pub(super) fn limit_child(cmd: &mut Command, bytes: u64) {
 pub(super) fn reap(child: &Child) -> std::io::Result<(ExitStatus, u64)> {
     let pid = libc::pid_t::try_from(child.id())
         .map_err(|_| std::io::Error::other("the child's pid does not fit a pid_t"))?;
-    let mut status: libc::c_int = 0;
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    loop {
-        // SAFETY: `status` and `usage` are valid, writable and live across the call; `pid` is
-        // our own child, not yet reaped (std's `Child` never waits on its own here).
-        let rc = unsafe { libc::wait4(pid, &mut status, 0, usage.as_mut_ptr()) };
-        if rc == pid {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    // SAFETY: wait4 returned the child, so it filled `usage` (and it was zeroed before).
-    let usage = unsafe { usage.assume_init() };
-    let kib = u64::try_from(usage.ru_maxrss).unwrap_or(0);
-    Ok((ExitStatus::from_raw(status), kib.saturating_mul(1024)))
+    // std's `Child` never waits on its own here: the pid is still ours to reap.
+    ralph_sandbox::posix_spawn::reap(pid)
 }
 
 /// Records a reaped git's peak in `bound`'s meter.
