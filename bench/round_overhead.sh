@@ -15,6 +15,9 @@
 # have real work.
 # TOOLCHAIN=none|auto passes `--toolchain` (default: ralph's own default, auto: the runner's
 # per-user toolchains are granted to every round and their trees scanned for sockets).
+# AGENT_SLEEP=S makes the agent sleep S seconds before it writes its report, on both sides, as a
+# real agent thinks between rounds (the kernel's lazily kept state then goes cold between rounds,
+# as it does for a real job: the back-to-back default hides such costs).
 # RALPH=path measures that binary instead of this tree's; BASELINE=path measures another build
 # (e.g. a copy of the one before a change) in the same hyperfine run, as its own rows.
 set -euo pipefail
@@ -38,9 +41,10 @@ if [ -n "${PROJECT_FILES:-}" ]; then
         && git add -A && git -c user.email=b@e -c user.name=bench commit -qm init)
 fi
 # The agent: one printf into the report file. Both sides run it as `/bin/sh -c '. agent.sh'`.
-cat > "$work/agent/agent.sh" <<'SH'
+{ [ -n "${AGENT_SLEEP:-}" ] && echo "sleep $AGENT_SLEEP"; cat <<'SH'
 printf '%s' '{"status":"continue","summary":"bench","evidence":[],"nextSteps":["again"],"blocker":""}' > "$RALPH_REPORT_FILE"
 SH
+} > "$work/agent/agent.sh"
 ralph_cmd() { # rounds [binary]
     echo "${2:-$ralph} run --objective bench --workspace $work/ws --state-dir $state_root/state-$1 --read $work/agent --mode $mode --max-rounds $1 ${TOOLCHAIN:+--toolchain $TOOLCHAIN} --agent-cmd '. $work/agent/agent.sh' >/dev/null 2>&1; test \$? = 2"
 }

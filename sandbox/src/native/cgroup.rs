@@ -1,7 +1,7 @@
-//! The run's own cgroups: created by the supervisor before the sandbox init starts, the init
-//! moved in, limits written, OOM kills read back, and the directories removed at the end. Named
-//! after their maker ([`super::cgroup_owner`]) so a service can reap the leftovers of a dead
-//! runner, and only those.
+//! The run's own cgroups: created by the supervisor before the sandbox init starts, limits
+//! written, joined (by the init itself on v1: [`RunCgroups::join`]), OOM kills read back, and the
+//! directories removed at the end. Named after their maker ([`super::cgroup_owner`]) so a
+//! service can reap the leftovers of a dead runner, and only those.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +15,8 @@ pub const PREFIX: &str = "ralph-";
 /// The cgroups of one run.
 #[derive(Debug, Default)]
 pub struct RunCgroups {
-    dirs: Vec<PathBuf>,
+    /// Each directory with its hierarchy's version (1 or 2).
+    dirs: Vec<(PathBuf, u8)>,
     memory: Option<(u8, PathBuf)>,
 }
 
@@ -38,14 +39,9 @@ pub fn cfs_quota(millis: u64) -> (u64, u64) {
 }
 
 impl RunCgroups {
-    fn dir(&mut self, parent: &Path, run_id: &str) -> Result<PathBuf, StepFailure> {
-        let name = super::cgroup_owner::CgroupOwner::current().map_or_else(
-            // Without its maker's identity a cgroup is never reaped by someone else.
-            || format!("{PREFIX}{run_id}"),
-            |o| o.cgroup_name(run_id),
-        );
-        let dir = parent.join(name);
-        if !self.dirs.contains(&dir) {
+    fn dir(&mut self, limit: &CgroupLimit, name: &str) -> Result<PathBuf, StepFailure> {
+        let dir = limit.parent.join(name);
+        if !self.dirs.iter().any(|(d, _)| *d == dir) {
             std::fs::create_dir(&dir).map_err(|e| {
                 StepFailure::io(
                     restriction::CGROUPS,
@@ -54,7 +50,7 @@ impl RunCgroups {
                     &e,
                 )
             })?;
-            self.dirs.push(dir.clone());
+            self.dirs.push((dir.clone(), limit.version));
         }
         Ok(dir)
     }
@@ -67,9 +63,14 @@ impl RunCgroups {
         run_id: &str,
     ) -> Result<Self, StepFailure> {
         let mut cg = RunCgroups::default();
+        let name = super::cgroup_owner::CgroupOwner::current().map_or_else(
+            // Without its maker's identity a cgroup is never reaped by someone else.
+            || format!("{PREFIX}{run_id}"),
+            |o| o.cgroup_name(run_id),
+        );
         let result = (|| {
             if let Some(m) = memory {
-                let dir = cg.dir(&m.parent, run_id)?;
+                let dir = cg.dir(m, &name)?;
                 let v = m.value.to_string();
                 if m.version == 1 {
                     write(&dir.join("memory.limit_in_bytes"), &v)?;
@@ -88,11 +89,11 @@ impl RunCgroups {
                 cg.memory = Some((m.version, dir));
             }
             if let Some(p) = pids {
-                let dir = cg.dir(&p.parent, run_id)?;
+                let dir = cg.dir(p, &name)?;
                 write(&dir.join("pids.max"), &p.value.to_string())?;
             }
             if let Some(c) = cpu {
-                let dir = cg.dir(&c.parent, run_id)?;
+                let dir = cg.dir(c, &name)?;
                 let (quota, period) = cfs_quota(c.value);
                 if c.version == 1 {
                     write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
@@ -112,9 +113,24 @@ impl RunCgroups {
         }
     }
 
-    /// Moves `pid` into every cgroup of the run.
+    /// Moves the calling process, which must be single-threaded (the sandbox's init, or the
+    /// command before its `execve`, right after the fork), into the run's cgroups on v1
+    /// hierarchies: the thread moves itself through `tasks` with `0`, and the kernel then takes
+    /// no global lock. Moving a process by its pid through `cgroup.procs` write-locks
+    /// `cgroup_threadgroup_rwsem`, which waits for a whole RCU grace period whenever no such
+    /// write happened during the last one: 15-20 ms on the 2-core test machine, paid by nearly
+    /// every round of a real job (an agent's round starts seconds after the last).
+    pub fn join(&self) -> Result<(), StepFailure> {
+        for (d, _) in self.dirs.iter().filter(|(_, v)| *v == 1) {
+            write(&d.join("tasks"), "0")?;
+        }
+        Ok(())
+    }
+
+    /// Moves `pid` into the run's cgroups on a v2 hierarchy (`cgroup.procs`: v2 has no move of
+    /// one thread across cgroups). The supervisor does it while the init sets the sandbox up.
     pub fn add(&self, pid: i32) -> Result<(), StepFailure> {
-        for d in &self.dirs {
+        for (d, _) in self.dirs.iter().filter(|(_, v)| *v != 1) {
             write(&d.join("cgroup.procs"), &pid.to_string())?;
         }
         Ok(())
@@ -143,7 +159,7 @@ impl RunCgroups {
 
     /// Removes the run's cgroups (they must be empty; the tree is dead by now).
     pub fn remove(&mut self) {
-        for d in self.dirs.drain(..) {
+        for (d, _) in self.dirs.drain(..) {
             for _ in 0..100 {
                 match std::fs::remove_dir(&d) {
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -159,6 +175,90 @@ impl RunCgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A v1 hierarchy is joined by the thread itself (`tasks`, `0`), a v2 one by pid
+    /// (`cgroup.procs`), each only where it belongs.
+    #[test]
+    fn v1_is_joined_by_the_thread_itself_and_v2_by_pid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (v1, v2) = (tmp.path().join("v1"), tmp.path().join("v2"));
+        std::fs::create_dir(&v1).unwrap();
+        std::fs::create_dir(&v2).unwrap();
+        let cg = RunCgroups {
+            dirs: vec![(v1.clone(), 1), (v2.clone(), 2)],
+            memory: None,
+        };
+        cg.join().unwrap();
+        assert_eq!(std::fs::read_to_string(v1.join("tasks")).unwrap(), "0");
+        assert!(!v2.join("tasks").exists() && !v2.join("cgroup.procs").exists());
+        cg.add(4242).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v2.join("cgroup.procs")).unwrap(),
+            "4242"
+        );
+        assert!(!v1.join("cgroup.procs").exists());
+    }
+
+    /// On the host's v1 `memory` and `pids` hierarchies, a forked child that joins is in both
+    /// run cgroups (and its parent in neither); the cgroups are removed after.
+    #[test]
+    fn a_forked_child_joins_the_v1_cgroups_itself() {
+        let sites: Vec<CgroupLimit> = ["memory", "pids"]
+            .iter()
+            .map(|c| Path::new("/sys/fs/cgroup").join(c))
+            .filter(|p| p.join("tasks").exists() && p.join("cgroup.procs").exists())
+            .map(|parent| CgroupLimit {
+                version: 1,
+                parent,
+                value: 1 << 30,
+            })
+            .collect();
+        let writable = sites.first().is_some_and(|s| {
+            nix::unistd::access(&s.parent, nix::unistd::AccessFlags::W_OK).is_ok()
+        });
+        if sites.len() != 2 || !writable {
+            eprintln!("skipped: needs writable cgroup v1 `memory` and `pids` hierarchies (root)");
+            return;
+        }
+        let pids = CgroupLimit {
+            value: 64,
+            ..sites[1].clone()
+        };
+        let mut cg = RunCgroups::create(Some(&sites[0]), Some(&pids), None, "join-test").unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        // SAFETY: the child only joins, reads a /proc file and writes to a pipe before _exit.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let text = match cg.join() {
+                    Ok(()) => std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+                    Err(e) => format!("join failed: {e:?}"),
+                };
+                let _ = nix::unistd::write(&w, text.as_bytes());
+                // SAFETY: ends the forked child without running the test harness's handlers.
+                unsafe { libc::_exit(0) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                drop(w);
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut text).unwrap();
+                nix::sys::wait::waitpid(child, None).unwrap();
+                let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+                for (d, _) in &cg.dirs {
+                    let name = d.file_name().unwrap().to_str().unwrap();
+                    let line = |t: &str, ctrl: &str| {
+                        t.lines()
+                            .any(|l| l.split(':').nth(1) == Some(ctrl) && l.ends_with(name))
+                    };
+                    let ctrl = d.parent().unwrap().file_name().unwrap().to_str().unwrap();
+                    assert!(line(&text, ctrl), "child not in {}: {text}", d.display());
+                    assert!(!line(&mine, ctrl), "the parent moved too: {mine}");
+                }
+                let dirs: Vec<PathBuf> = cg.dirs.iter().map(|(d, _)| d.clone()).collect();
+                cg.remove();
+                assert!(dirs.iter().all(|d| !d.exists()), "cgroups left: {dirs:?}");
+            }
+        }
+    }
 
     #[test]
     fn cpu_shares_become_cfs_quotas() {

@@ -111,7 +111,7 @@ pub fn report_and_exit(err_w: &OwnedFd, failure: &ChildFailure, code: i32) -> ! 
     unsafe { libc::_exit(code) }
 }
 
-fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
+pub(super) fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
     let failure = ChildFailure {
         step: f.step,
         errno: f.errno,

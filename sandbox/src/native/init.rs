@@ -30,7 +30,7 @@ pub struct InitPipes {
     pub err_w: OwnedFd,
     /// The command's wait status and the count of leftover processes, written once.
     pub status_w: OwnedFd,
-    /// One byte from the supervisor once the init is in its cgroups.
+    /// One byte from the supervisor once the init is in its cgroups and a held run was released.
     pub go_r: OwnedFd,
     /// `--network gateway` with ports: the hand-over to the runner ([`gateway`]), closed before
     /// the command is forked.

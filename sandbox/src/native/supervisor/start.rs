@@ -150,7 +150,15 @@ impl Supervisor {
         let main = match forked {
             ForkResult::Child => {
                 drop((ours, sigfd));
-                become_main(spec, plan, &exec_plan, &outside, theirs, gateway)
+                become_main(
+                    spec,
+                    plan,
+                    &exec_plan,
+                    &outside,
+                    &cleanup.cgroups,
+                    theirs,
+                    gateway,
+                )
             }
             ForkResult::Parent { child } => child,
         };
@@ -378,12 +386,16 @@ fn pipes(plan: &SandboxPlan) -> Result<(OurEnds, TheirEnds), String> {
     ))
 }
 
-/// In the forked child: the init of the new pid namespace, or (without one) the command.
+/// In the forked child: the init of the new pid namespace, or (without one) the command. It
+/// first moves itself into the run's v1 cgroups ([`RunCgroups::join`]), before anything of the
+/// sandbox is made and before it reads the go-ahead (the supervisor moves it into v2 ones before
+/// it writes that): whatever it forks later is in them.
 fn become_main(
     spec: &ExecSpec,
     plan: &SandboxPlan,
     exec_plan: &ExecPlan,
     outside: &Outside,
+    cgroups: &RunCgroups,
     theirs: TheirEnds,
     gateway: Option<OwnedFd>,
 ) -> ! {
@@ -393,6 +405,9 @@ fn become_main(
         go_r,
         report_w,
     } = theirs;
+    if let Err(f) = cgroups.join() {
+        child::die(&err_w, f)
+    }
     if plan.pid_namespace {
         init::run(
             spec,
@@ -416,7 +431,8 @@ fn become_main(
     child::exec(spec, Some(plan), exec_plan, &err_w)
 }
 
-/// Moves `main` into the run's cgroups, waits for the runner's release of a held run
+/// Moves `main` into the run's v2 cgroups (it joined the v1 ones itself), waits for the
+/// runner's release of a held run
 /// ([`hold`]), lets `main` go on, and waits for its set-up to end: `None` once the command
 /// runs, the `execve` failure when that is what ended it; with the time spent waiting for the
 /// release. A failed set-up, or a held run never released, kills `main` and removes what
