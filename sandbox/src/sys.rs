@@ -331,6 +331,61 @@ pub fn attach_tree(tree: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()>
     Ok(())
 }
 
+/// The kernel's `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`, Linux 5.7+).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (Linux 5.7+; not in every libc's headers).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Forks this process with the child born in the cgroup v2 directory `cgroup`
+/// (`clone3(CLONE_INTO_CGROUP)`): no move after the fork, so no write lock on the kernel's
+/// `cgroup_threadgroup_rwsem` (whose first taker after a quiet spell waits a whole RCU grace
+/// period). Returns the child's pid in the parent and 0 in the child, like `fork(2)`.
+///
+/// # Safety
+///
+/// Like `fork(2)` in a single-threaded process, and more: the child skips libc's fork
+/// handlers, and libc's own record of its thread id keeps the parent's. The caller must be
+/// single-threaded, and the child must not rely on libc's cached thread id (robust,
+/// error-checking or priority-inheritance mutexes).
+pub unsafe fn fork_into_cgroup(cgroup: &impl AsRawFd) -> io::Result<i32> {
+    let fd =
+        u64::try_from(cgroup.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: fd,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 reads `args` (size given) and, without CLONE_VM, duplicates the process
+    // like fork; the caller upholds the single-threaded contract above.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    i32::try_from(rc).map_err(|_| io::Error::other("clone3 returned an out-of-range pid"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

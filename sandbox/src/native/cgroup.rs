@@ -127,8 +127,27 @@ impl RunCgroups {
         Ok(())
     }
 
+    /// The run's cgroup on the v2 hierarchy, if it has one (one hierarchy: at most one
+    /// directory), opened for `clone3(CLONE_INTO_CGROUP)` ([`crate::sys::fork_into_cgroup`]):
+    /// the init is then born in it. `None` when there is none or it cannot be opened (then
+    /// [`RunCgroups::add`] moves the init and reports what fails).
+    pub fn v2_for_clone(&self) -> Option<std::os::fd::OwnedFd> {
+        let (dir, _) = self.dirs.iter().find(|(_, v)| *v != 1)?;
+        let fd = nix::fcntl::open(
+            dir.as_path(),
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        // SAFETY: `open` returned a fresh descriptor that nothing else owns.
+        Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
     /// Moves `pid` into the run's cgroups on a v2 hierarchy (`cgroup.procs`: v2 has no move of
-    /// one thread across cgroups). The supervisor does it while the init sets the sandbox up.
+    /// one thread across cgroups), when it was not born there. The supervisor does it while the
+    /// init sets the sandbox up.
     pub fn add(&self, pid: i32) -> Result<(), StepFailure> {
         for (d, _) in self.dirs.iter().filter(|(_, v)| *v != 1) {
             write(&d.join("cgroup.procs"), &pid.to_string())?;
@@ -175,6 +194,7 @@ impl RunCgroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     /// A v1 hierarchy is joined by the thread itself (`tasks`, `0`), a v2 one by pid
     /// (`cgroup.procs`), each only where it belongs.
@@ -197,6 +217,73 @@ mod tests {
             "4242"
         );
         assert!(!v1.join("cgroup.procs").exists());
+    }
+
+    /// The cgroup v2 hierarchy this test process is in: (mount point, its own cgroup there).
+    fn own_v2_cgroup() -> Option<PathBuf> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mount = mounts.lines().find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            (right.split(' ').next() == Some("cgroup2")).then(|| left.split(' ').nth(4))?
+        })?;
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+        Some(Path::new(mount).join(rel.trim_start_matches('/')))
+    }
+
+    /// A run's v2 cgroup is where the forked init is born (`clone3(CLONE_INTO_CGROUP)`): the
+    /// child's first look at `/proc/self/cgroup` shows it there, and the parent stayed.
+    #[test]
+    fn the_init_is_born_in_the_v2_cgroup() {
+        let Some(own) = own_v2_cgroup()
+            .filter(|d| nix::unistd::access(d.as_path(), nix::unistd::AccessFlags::W_OK).is_ok())
+        else {
+            eprintln!("skipped: needs a writable cgroup v2 hierarchy (root)");
+            return;
+        };
+        let dir = own.join(format!("{PREFIX}born-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let mut cg = RunCgroups {
+            dirs: vec![(dir.clone(), 2)],
+            memory: None,
+        };
+        let fd = cg.v2_for_clone().expect("the v2 cgroup opens");
+        let (r, w) = nix::unistd::pipe().unwrap();
+        // SAFETY: the child (of this multi-threaded test process: no allocation, no lock) only
+        // copies a /proc file into a pipe with raw syscalls before _exit.
+        let pid = unsafe { crate::sys::fork_into_cgroup(&fd) }.unwrap();
+        if pid == 0 {
+            let mut buf = [0u8; 4096];
+            // SAFETY: raw open/read/write/_exit on a stack buffer and descriptors we own.
+            unsafe {
+                let f = libc::open(c"/proc/self/cgroup".as_ptr(), libc::O_RDONLY);
+                let n = libc::read(f, buf.as_mut_ptr().cast(), buf.len());
+                if n > 0 {
+                    libc::write(w.as_raw_fd(), buf.as_ptr().cast(), n as usize);
+                }
+                libc::_exit(0)
+            }
+        }
+        drop(w);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut text).unwrap();
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap();
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        let born = |t: &str| {
+            t.lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(&format!("/{name}")))
+        };
+        assert!(born(&text), "child not born in {}: {text}", dir.display());
+        assert!(!born(
+            &std::fs::read_to_string("/proc/self/cgroup").unwrap()
+        ));
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+        drop(fd);
+        cg.remove();
+        assert!(!dir.exists(), "cgroup left: {}", dir.display());
     }
 
     /// On the host's v1 `memory` and `pids` hierarchies, a forked child that joins is in both

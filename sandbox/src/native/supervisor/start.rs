@@ -146,7 +146,7 @@ impl Supervisor {
         // SAFETY: this process is single-threaded (the helper never starts a runtime, and
         // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
         // code until `execve`.
-        let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
+        let (forked, born_in_v2) = fork_main(&cleanup.cgroups)?;
         let main = match forked {
             ForkResult::Child => {
                 drop((ours, sigfd));
@@ -165,7 +165,8 @@ impl Supervisor {
         // The init holds the gateway hand-over now: only its copy may stay open, so that the
         // runner sees end-of-file if the init dies before sending.
         drop((theirs, gateway));
-        let (exec_error, held) = await_setup(main, ours.err_r, ours.go_w, hold, &mut cleanup)?;
+        let (exec_error, held) =
+            await_setup(main, ours.err_r, ours.go_w, hold, &mut cleanup, born_in_v2)?;
         // The command runs: the init's mounts are made, the mask file's name is no longer needed.
         cleanup.drop_mask();
         // The set-up's own time: not the wait for the runner's release.
@@ -197,6 +198,32 @@ impl Supervisor {
             report: plan.report_dir.clone().map(|r| (r, ours.report_r)),
         }))
     }
+}
+
+/// Forks the init (or the command): born in the run's v2 cgroup where there is one
+/// (`clone3(CLONE_INTO_CGROUP)`, then `true`), else a plain fork, moved by [`await_setup`].
+/// Any failure of `clone3` (a kernel before 5.7, a cgroup it refuses) falls back to the plain
+/// fork, and the move then reports what is wrong.
+fn fork_main(cgroups: &RunCgroups) -> Result<(ForkResult, bool), String> {
+    if let Some(dir) = cgroups.v2_for_clone() {
+        // SAFETY: this process is single-threaded (see the caller), and the child uses no mutex
+        // that records libc's thread id.
+        match unsafe { crate::sys::fork_into_cgroup(&dir) } {
+            Ok(0) => return Ok((ForkResult::Child, true)),
+            Ok(pid) => {
+                return Ok((
+                    ForkResult::Parent {
+                        child: Pid::from_raw(pid),
+                    },
+                    true,
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    // SAFETY: as above.
+    let forked = unsafe { fork() }.map_err(|e| format!("failed to fork: {}", e.desc()))?;
+    Ok((forked, false))
 }
 
 /// Becomes a child subreaper, blocks the signals the supervisor handles (read through a
@@ -431,8 +458,8 @@ fn become_main(
     child::exec(spec, Some(plan), exec_plan, &err_w)
 }
 
-/// Moves `main` into the run's v2 cgroups (it joined the v1 ones itself), waits for the
-/// runner's release of a held run
+/// Moves `main` into the run's v2 cgroup unless it was born there (it joined the v1 ones
+/// itself), waits for the runner's release of a held run
 /// ([`hold`]), lets `main` go on, and waits for its set-up to end: `None` once the command
 /// runs, the `execve` failure when that is what ended it; with the time spent waiting for the
 /// release. A failed set-up, or a held run never released, kills `main` and removes what
@@ -443,13 +470,19 @@ fn await_setup(
     go_w: OwnedFd,
     hold: Option<OwnedFd>,
     cleanup: &mut Cleanup,
+    born_in_v2: bool,
 ) -> Result<(Option<String>, Duration), StartError> {
     let abandon = |cleanup: &mut Cleanup| {
         let _ = kill(main, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(main, None);
         cleanup.run();
     };
-    if let Err(f) = cleanup.cgroups.add(main.as_raw()) {
+    let moved = if born_in_v2 {
+        Ok(())
+    } else {
+        cleanup.cgroups.add(main.as_raw())
+    };
+    if let Err(f) = moved {
         abandon(cleanup);
         return Err(f.into());
     }
