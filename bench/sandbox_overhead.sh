@@ -13,6 +13,10 @@
 # measured on both too. BASELINE=path adds the same ralph lines for another build (e.g. a copy of
 # the one before a change), in the same hyperfine run.
 #
+# COLD=S sleeps S seconds before each timed run (hyperfine --prepare), as a round starts seconds
+# after the last: state the kernel keeps only briefly (e.g. the fast path of the cgroup
+# threadgroup lock, one RCU grace period) is then gone, as in real use; back to back hides it.
+#
 # Usage: bench/sandbox_overhead.sh   (needs hyperfine and bubblewrap: apt-get install hyperfine bubblewrap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +49,9 @@ if [ -n "$baseline" ]; then
            -n baseline-workspace-write-git50 "$baseline sandbox exec --mode workspace-write --workspace $proj -- /bin/true"
            -n baseline-read-only "$baseline sandbox exec --mode read-only --workspace $ws -- /bin/true")
 fi
-hyperfine -N --style basic --warmup 20 --runs "$runs" --export-json "$json" \
+cold=()
+if [ -n "${COLD:-}" ]; then cold=(--prepare "sleep $COLD"); fi
+hyperfine -N --style basic --warmup 20 --runs "$runs" --export-json "$json" "${cold[@]}" \
     -n true "/bin/true" \
     -n bwrap "bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true" \
     -n bwrap-same-view "$same_view" \
