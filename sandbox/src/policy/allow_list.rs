@@ -10,6 +10,8 @@ use serde::Deserialize;
 
 use super::syscall_table;
 
+/// The source of the embedded list (its JSON is what runs; a test checks they agree).
+#[cfg(test)]
 const ALLOWED: &str = include_str!("../../../policies/syscalls-allowed.toml");
 
 #[derive(Deserialize)]
@@ -21,10 +23,25 @@ struct File {
 /// The allowed syscalls: (name, x86_64 number), sorted by number.
 pub type Allowed = Vec<(String, i64)>;
 
+/// The embedded allow-list as JSON, converted from its TOML at build time (`build.rs`).
+const ALLOWED_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/syscalls-allowed.json"));
+
 /// Parses an allow-list file's text: every name must be a known x86_64 syscall, listed once.
 pub fn parse(text: &str) -> Result<Allowed, String> {
     let file: File = toml::from_str(text)
         .map_err(|e| format!("syscalls-allowed.toml: {}", e.to_string().trim_end()))?;
+    checked(file)
+}
+
+/// Like [`parse`], from the JSON the build made of the embedded file.
+fn parse_json(text: &str) -> Result<Allowed, String> {
+    let file: File =
+        serde_json::from_str(text).map_err(|e| format!("syscalls-allowed.toml (embedded): {e}"))?;
+    checked(file)
+}
+
+/// Every name a known x86_64 syscall, listed once: (name, number), sorted by number.
+fn checked(file: File) -> Result<Allowed, String> {
     // Looked up by name in a map of the table (a scan of the table per name, and of the names
     // so far for duplicates, were ~120,000 string compares at every start).
     let table: HashMap<&str, i64> = syscall_table::X86_64.iter().copied().collect();
@@ -50,7 +67,7 @@ pub fn parse(text: &str) -> Result<Allowed, String> {
 /// The embedded allow-list.
 pub fn embedded() -> Result<&'static Allowed, String> {
     static LIST: OnceLock<Result<Allowed, String>> = OnceLock::new();
-    LIST.get_or_init(|| parse(ALLOWED))
+    LIST.get_or_init(|| parse_json(ALLOWED_JSON))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -73,6 +90,12 @@ pub fn ranges(allowed: &[(String, i64)]) -> Vec<(i64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON the build embeds is exactly the TOML file.
+    #[test]
+    fn the_embedded_json_is_the_toml() {
+        assert_eq!(parse_json(ALLOWED_JSON).unwrap(), parse(ALLOWED).unwrap());
+    }
 
     #[test]
     fn the_embedded_list_parses_and_leaves_out_what_docker_refuses() {

@@ -19,8 +19,12 @@ use serde::Deserialize;
 use crate::mode::{Mode, Network};
 use crate::units::ByteSize;
 
+// The sources of the embedded policies (their JSON is what runs; a test checks they agree).
+#[cfg(test)]
 const READ_ONLY: &str = include_str!("../../../policies/read-only.toml");
+#[cfg(test)]
 const WORKSPACE_WRITE: &str = include_str!("../../../policies/workspace-write.toml");
+#[cfg(test)]
 const FULL_ACCESS: &str = include_str!("../../../policies/full-access.toml");
 
 /// One mode's policy.
@@ -224,6 +228,17 @@ impl Policy {
         Ok(policy)
     }
 
+    /// Like [`Policy::parse`], from the JSON the build made of an embedded policy file.
+    fn parse_json(text: &str, source_name: &str) -> Result<Self, PolicyError> {
+        let err = |message: String| PolicyError {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        let policy: Policy = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
+        policy.validate().map_err(err)?;
+        Ok(policy)
+    }
+
     fn validate(&self) -> Result<(), String> {
         let fs = &self.filesystem;
         for (key, paths) in [
@@ -287,11 +302,12 @@ pub fn file_name(mode: Mode) -> String {
     format!("{}.toml", mode.as_str())
 }
 
-fn embedded(mode: Mode) -> &'static str {
+/// The embedded policy of `mode` as JSON, converted from its TOML at build time (`build.rs`).
+fn embedded_json(mode: Mode) -> &'static str {
     match mode {
-        Mode::ReadOnly => READ_ONLY,
-        Mode::WorkspaceWrite => WORKSPACE_WRITE,
-        Mode::FullAccess => FULL_ACCESS,
+        Mode::ReadOnly => include_str!(concat!(env!("OUT_DIR"), "/read-only.json")),
+        Mode::WorkspaceWrite => include_str!(concat!(env!("OUT_DIR"), "/workspace-write.json")),
+        Mode::FullAccess => include_str!(concat!(env!("OUT_DIR"), "/full-access.json")),
     }
 }
 
@@ -322,7 +338,7 @@ fn read_policy(dir: Option<&Path>, mode: Mode) -> Result<(Policy, String), Polic
         }
     }
     let label = format!("embedded {name}");
-    Policy::parse(embedded(mode), &label).map(|p| (p, label))
+    Policy::parse_json(embedded_json(mode), &label).map(|p| (p, label))
 }
 
 impl PolicySet {
@@ -380,6 +396,22 @@ impl PolicySet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON the build embeds parses to exactly what each TOML file does.
+    #[test]
+    fn the_embedded_json_is_the_toml() {
+        for (mode, toml_text) in [
+            (Mode::ReadOnly, READ_ONLY),
+            (Mode::WorkspaceWrite, WORKSPACE_WRITE),
+            (Mode::FullAccess, FULL_ACCESS),
+        ] {
+            assert_eq!(
+                Policy::parse_json(embedded_json(mode), "json").unwrap(),
+                Policy::parse(toml_text, "toml").unwrap(),
+                "{mode:?}"
+            );
+        }
+    }
 
     #[test]
     fn embedded_policies_parse() {
