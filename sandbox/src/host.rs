@@ -280,6 +280,20 @@ fn writable(dir: &Path) -> bool {
 }
 
 /// Probes the running host.
+impl Host {
+    /// Every directory a run's cgroups can be made under (the memory, pids and cpu sites; a
+    /// site shared by several controllers once): where a dead runner's leftovers are looked for.
+    pub fn cgroup_parents(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for site in [&self.memory, &self.pids, &self.cpu].into_iter().flatten() {
+            if !out.contains(&site.dir) {
+                out.push(site.dir.clone());
+            }
+        }
+        out
+    }
+}
+
 pub fn probe() -> Host {
     let read_str = |p: &str| std::fs::read_to_string(p).ok();
     let read_path = |p: &Path| std::fs::read_to_string(p).ok();

@@ -94,12 +94,9 @@ pub fn recover(
 /// init then stops the round itself, with the grace, before its cgroup goes). When something
 /// still runs this happens in the background, and the report counts nothing of it.
 fn end_native_leftovers() -> ralph_sandbox::native::leftovers::Ended {
-    let host = ralph_sandbox::host::probe();
-    let parents = [host.memory.ok(), host.pids.ok()]
-        .into_iter()
-        .flatten()
-        .map(|site| site.dir)
-        .collect();
+    // Every hierarchy a round's cgroups can be in: the cpu one was missing here, and a runner
+    // killed during a round with a CPU limit left its cgroup there for good.
+    let parents = ralph_sandbox::host::probe().cgroup_parents();
     let found = ralph_sandbox::native::leftovers::Leftovers::find(parents);
     if !found.running() {
         return found.end();
@@ -175,5 +172,47 @@ fn log_failed_removals(reaped: &ralph_sandbox::docker::Reaped) {
             c.job,
             c.round
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ralph_sandbox::native::cgroup_owner::CgroupOwner;
+
+    /// A dead runner's cgroups are reaped in every hierarchy a round's can be in: memory, pids
+    /// and cpu (the cpu one was once forgotten, and its cgroups stayed for good).
+    #[test]
+    fn a_dead_runners_cgroups_are_reaped_in_every_hierarchy() {
+        let host = ralph_sandbox::host::probe();
+        let writable = |r: &Result<ralph_sandbox::host::CgroupSite, String>| {
+            r.as_ref().is_ok_and(|s| {
+                nix::unistd::access(s.dir.as_path(), nix::unistd::AccessFlags::W_OK).is_ok()
+            })
+        };
+        if !(writable(&host.memory) && writable(&host.pids) && writable(&host.cpu)) {
+            eprintln!("skipped: needs writable memory, pids and cpu cgroup sites (root)");
+            return;
+        }
+        // Named here, not taken from `cgroup_parents`: that list is what is under test.
+        let mut parents: Vec<std::path::PathBuf> = [&host.memory, &host.pids, &host.cpu]
+            .into_iter()
+            .flatten()
+            .map(|s| s.dir.clone())
+            .collect();
+        parents.dedup();
+        let dead = CgroupOwner {
+            pid: 999_999_999,
+            ..CgroupOwner::current().unwrap()
+        }
+        .cgroup_name(&format!("recovery-test-{}", std::process::id()));
+        for p in &parents {
+            std::fs::create_dir(p.join(&dead)).unwrap();
+        }
+        let ended = end_native_leftovers();
+        for p in &parents {
+            assert!(!p.join(&dead).exists(), "left: {}", p.join(&dead).display());
+        }
+        assert!(ended.cgroups_removed as usize >= parents.len(), "{ended:?}");
     }
 }
