@@ -219,6 +219,15 @@ mod tests {
         assert!(!v1.join("cgroup.procs").exists());
     }
 
+    /// Removes the test's cgroups however the test ends (a failed assertion included).
+    struct Removed(RunCgroups);
+
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            self.0.remove();
+        }
+    }
+
     /// The cgroup v2 hierarchy this test process is in: (mount point, its own cgroup there).
     fn own_v2_cgroup() -> Option<PathBuf> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -243,11 +252,11 @@ mod tests {
         };
         let dir = own.join(format!("{PREFIX}born-test-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();
-        let mut cg = RunCgroups {
+        let mut cg = Removed(RunCgroups {
             dirs: vec![(dir.clone(), 2)],
             memory: None,
-        };
-        let fd = cg.v2_for_clone().expect("the v2 cgroup opens");
+        });
+        let fd = cg.0.v2_for_clone().expect("the v2 cgroup opens");
         let (r, w) = nix::unistd::pipe().unwrap();
         // SAFETY: the child (of this multi-threaded test process: no allocation, no lock) only
         // copies a /proc file into a pipe with raw syscalls before _exit.
@@ -282,7 +291,7 @@ mod tests {
             "{status:?}"
         );
         drop(fd);
-        cg.remove();
+        cg.0.remove();
         assert!(!dir.exists(), "cgroup left: {}", dir.display());
     }
 
@@ -311,12 +320,13 @@ mod tests {
             value: 64,
             ..sites[1].clone()
         };
-        let mut cg = RunCgroups::create(Some(&sites[0]), Some(&pids), None, "join-test").unwrap();
+        let mut cg =
+            Removed(RunCgroups::create(Some(&sites[0]), Some(&pids), None, "join-test").unwrap());
         let (r, w) = nix::unistd::pipe().unwrap();
         // SAFETY: the child only joins, reads a /proc file and writes to a pipe before _exit.
         match unsafe { nix::unistd::fork() }.unwrap() {
             nix::unistd::ForkResult::Child => {
-                let text = match cg.join() {
+                let text = match cg.0.join() {
                     Ok(()) => std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
                     Err(e) => format!("join failed: {e:?}"),
                 };
@@ -330,7 +340,7 @@ mod tests {
                 std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut text).unwrap();
                 nix::sys::wait::waitpid(child, None).unwrap();
                 let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-                for (d, _) in &cg.dirs {
+                for (d, _) in &cg.0.dirs {
                     let name = d.file_name().unwrap().to_str().unwrap();
                     let line = |t: &str, ctrl: &str| {
                         t.lines()
@@ -340,8 +350,8 @@ mod tests {
                     assert!(line(&text, ctrl), "child not in {}: {text}", d.display());
                     assert!(!line(&mine, ctrl), "the parent moved too: {mine}");
                 }
-                let dirs: Vec<PathBuf> = cg.dirs.iter().map(|(d, _)| d.clone()).collect();
-                cg.remove();
+                let dirs: Vec<PathBuf> = cg.0.dirs.iter().map(|(d, _)| d.clone()).collect();
+                cg.0.remove();
                 assert!(dirs.iter().all(|d| !d.exists()), "cgroups left: {dirs:?}");
             }
         }
