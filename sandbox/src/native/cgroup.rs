@@ -230,14 +230,12 @@ mod tests {
 
     /// The cgroup v2 hierarchy this test process is in: (mount point, its own cgroup there).
     fn own_v2_cgroup() -> Option<PathBuf> {
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mount = mounts.lines().find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            (right.split(' ').next() == Some("cgroup2")).then(|| left.split(' ').nth(4))?
-        })?;
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-        Some(Path::new(mount).join(rel.trim_start_matches('/')))
+        let read = |p: &str| std::fs::read_to_string(p).ok();
+        let mounts = crate::host::parse_mountinfo(&read("/proc/self/mountinfo")?);
+        let own = crate::host::parse_proc_cgroup(&read("/proc/self/cgroup")?);
+        let mount = mounts.iter().find(|m| m.version == 2)?;
+        let (_, _, path) = own.iter().find(|(id, c, _)| *id == 0 && c.is_empty())?;
+        Some(mount.mount_point.join(path.trim_start_matches('/')))
     }
 
     /// A run's v2 cgroup is where the forked init is born (`clone3(CLONE_INTO_CGROUP)`): the

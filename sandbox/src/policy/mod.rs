@@ -218,23 +218,27 @@ pub struct PolicyError {
 impl Policy {
     /// Parses and validates a policy file's text.
     pub fn parse(text: &str, source_name: &str) -> Result<Self, PolicyError> {
-        let err = |message: String| PolicyError {
-            source_name: source_name.to_owned(),
-            message,
-        };
-        let policy: Policy =
-            toml::from_str(text).map_err(|e| err(e.to_string().trim_end().replace('\n', " ")))?;
-        policy.validate().map_err(err)?;
-        Ok(policy)
+        Self::validated(
+            toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " ")),
+            source_name,
+        )
     }
 
     /// Like [`Policy::parse`], from the JSON the build made of an embedded policy file.
     fn parse_json(text: &str, source_name: &str) -> Result<Self, PolicyError> {
+        Self::validated(
+            serde_json::from_str(text).map_err(|e| e.to_string()),
+            source_name,
+        )
+    }
+
+    /// A parsed policy once validated, or either failure named after `source_name`.
+    fn validated(parsed: Result<Self, String>, source_name: &str) -> Result<Self, PolicyError> {
         let err = |message: String| PolicyError {
             source_name: source_name.to_owned(),
             message,
         };
-        let policy: Policy = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
+        let policy = parsed.map_err(err)?;
         policy.validate().map_err(err)?;
         Ok(policy)
     }
