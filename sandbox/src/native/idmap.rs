@@ -3,15 +3,13 @@
 //! *idmapped* so that their owner's files are its own inside, and what it creates belongs to the
 //! owner on the host. The kernel needs a user namespace to describe each mapping
 //! (`mount_setattr(MOUNT_ATTR_IDMAP)`, Linux 5.12+, on filesystems that support it): the
-//! supervisor makes one per distinct mapping by forking a child into a new user namespace,
-//! writing its maps from outside and keeping a descriptor of the namespace; the child exits.
+//! supervisor makes one per distinct mapping with a child born in a new user namespace
+//! ([`super::ns_holder`]), writing its maps from outside and keeping a descriptor of the
+//! namespace; the child exits.
 
-use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use nix::sched::CloneFlags;
-use nix::unistd::{ForkResult, fork, pipe2};
-
+use super::ns_holder::Holder;
 use super::step::{StepFailure, restriction};
 use crate::plan::{OwnerMap, SandboxPlan};
 
@@ -49,48 +47,18 @@ fn fail(step: &str, what: &str, e: &std::io::Error) -> StepFailure {
 }
 
 /// A user namespace whose maps send the owner's ids on disk to the command's: a file the owner
-/// owns on disk appears as the command's through a mount idmapped with it.
+/// owns on disk appears as the command's through a mount idmapped with it. Its holder shares
+/// this process's memory ([`Holder`]): no copy of the caller's page tables per namespace.
 pub(crate) fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
-    let (ready_r, ready_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
-    let (done_r, done_w) = pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| fail("pipe2", "create a pipe for the idmap namespace", &e.into()))?;
-    // SAFETY: the child only calls async-signal-safe functions (close, close_range, unshare,
-    // write, read, _exit): the caller may be multi-threaded (the docker backend's idmapped
-    // clones are made by the runner itself).
-    let child = match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            drop((ready_r, done_w));
-            // Only its own two pipe ends: a copy of another thread's pipe (another round's
-            // idmap child) would keep that child waiting for an end-of-file that never comes,
-            // and the runner's listeners and locks must not outlive the runner here.
-            crate::sys::close_all_but([ready_w.as_raw_fd(), done_r.as_raw_fd()]);
-            let ok = nix::sched::unshare(CloneFlags::CLONE_NEWUSER).is_ok();
-            let _ = nix::unistd::write(&ready_w, if ok { b"1" } else { b"0" });
-            let mut b = [0u8; 1];
-            let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
-            // SAFETY: _exit in a forked child.
-            unsafe { libc::_exit(0) }
-        }
-        Ok(ForkResult::Parent { child }) => child,
-        Err(e) => return Err(fail("fork", "start the idmap namespace", &e.into())),
-    };
-    drop((ready_w, done_r));
-    let reap = |done_w: OwnedFd| {
-        drop(done_w);
-        let _ = nix::sys::wait::waitpid(child, None);
-    };
-    let mut b = [0u8; 1];
-    let got = std::fs::File::from(ready_r).read(&mut b);
-    if !matches!(got, Ok(1)) || b[0] != b'1' {
-        reap(done_w);
-        return Err(StepFailure::new(
+    let holder = Holder::spawn().map_err(|e| {
+        StepFailure::io(
             restriction::MOUNTS,
-            "unshare(CLONE_NEWUSER)",
-            "failed to create the user namespace of an idmapped mount",
-        ));
-    }
-    let dir = format!("/proc/{}", child.as_raw());
+            "clone(CLONE_NEWUSER)",
+            "create the user namespace of an idmapped mount",
+            &e,
+        )
+    })?;
+    let dir = format!("/proc/{}", holder.pid());
     let write = |file: &str, text: String| {
         std::fs::write(format!("{dir}/{file}"), text)
             .map_err(|e| fail("write", &format!("write the idmap namespace's {file}"), &e))
@@ -103,7 +71,7 @@ pub(crate) fn userns(map: &OwnerMap) -> Result<OwnedFd, StepFailure> {
                 .map(OwnedFd::from)
                 .map_err(|e| fail("open", "open the idmap namespace", &e))
         });
-    reap(done_w);
+    holder.finish();
     result
 }
 

@@ -30,6 +30,7 @@ pub mod leftovers;
 pub mod mounts;
 pub mod net;
 pub mod ns;
+pub mod ns_holder;
 pub mod plan;
 pub mod protocol;
 pub mod seccomp;
