@@ -61,6 +61,7 @@ mod report_contract;
 mod run_crash;
 mod sandbox_escape;
 mod sandbox_limits;
+mod sandbox_netns;
 mod service;
 mod service_crash;
 mod service_gateway;

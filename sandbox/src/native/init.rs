@@ -57,6 +57,7 @@ pub fn run(
     exec: &ExecPlan,
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
+    netns: Option<&OwnedFd>,
     pipes: InitPipes,
 ) -> ! {
     let InitPipes {
@@ -67,7 +68,7 @@ pub fn run(
         report,
     } = pipes;
     arm_parent_death(&status_w);
-    build_inside(plan, hidden_file, idmaps, handover, report, &err_w);
+    build_inside(plan, hidden_file, idmaps, netns, handover, report, &err_w);
     wait_for_go(go_r);
     let sigfd = match init_loop::signalfd() {
         Ok(fd) => fd,
@@ -146,11 +147,12 @@ fn build_inside(
     plan: &SandboxPlan,
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
+    netns: Option<&OwnedFd>,
     handover: Option<OwnedFd>,
     report: Option<OwnedFd>,
     err_w: &OwnedFd,
 ) {
-    enter_namespaces(plan, err_w);
+    enter_namespaces(plan, netns, err_w);
     if plan.mount_namespace {
         if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
             die(err_w, f);
@@ -161,7 +163,8 @@ fn build_inside(
     if let Err(f) = hand_over_report_dir(plan, report) {
         die(err_w, f);
     }
-    if plan.net_namespace {
+    // A namespace made ahead has its loopback up already.
+    if plan.net_namespace && netns.is_none() {
         if let Err(f) = net::loopback_up() {
             die(err_w, f);
         }
@@ -177,13 +180,23 @@ fn build_inside(
     }
 }
 
-/// Enters the mount, network, ipc and uts namespaces the plan asks for (in one `unshare`).
-fn enter_namespaces(plan: &SandboxPlan, err_w: &OwnedFd) {
+/// Enters the mount, network, ipc and uts namespaces the plan asks for (in one `unshare`; the
+/// network namespace made ahead by the supervisor, when there is one, with `setns`).
+fn enter_namespaces(plan: &SandboxPlan, netns: Option<&OwnedFd>, err_w: &OwnedFd) {
+    if let Some(ns) = netns {
+        if let Err(f) = net::enter(ns) {
+            die(err_w, f);
+        }
+    }
     let mut flags = CloneFlags::empty();
     let mut names = Vec::new();
     for (wanted, flag, name) in [
         (plan.mount_namespace, CloneFlags::CLONE_NEWNS, "CLONE_NEWNS"),
-        (plan.net_namespace, CloneFlags::CLONE_NEWNET, "CLONE_NEWNET"),
+        (
+            plan.net_namespace && netns.is_none(),
+            CloneFlags::CLONE_NEWNET,
+            "CLONE_NEWNET",
+        ),
         (plan.ipc_namespace, CloneFlags::CLONE_NEWIPC, "CLONE_NEWIPC"),
         (plan.uts_namespace, CloneFlags::CLONE_NEWUTS, "CLONE_NEWUTS"),
     ] {

@@ -161,7 +161,7 @@ mod raw {
         unsafe {
             std::arch::asm!(
                 "syscall",
-                inlateout("rax") nr as i64 => ret,
+                inlateout("rax") nr => ret,
                 in("rdi") a,
                 in("rsi") b,
                 in("rdx") c,

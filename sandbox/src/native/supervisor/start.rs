@@ -19,8 +19,8 @@ use super::super::child::{self, ChildFailure, ExecPlan};
 use super::super::hold;
 use super::super::idmap::Idmaps;
 use super::super::init::{self, InitPipes};
-use super::super::ns;
 use super::super::step::{StepFailure, restriction};
+use super::super::{net, ns};
 use super::{Cleanup, FromRunner, Phase, Started, Supervisor, base_enforcement};
 use crate::beneath;
 use crate::gitguard::{self, GitGuard, Inventory};
@@ -70,6 +70,8 @@ struct Outside {
     socket_masks: Vec<MountStep>,
     /// The run's enforcement, with the final line on unix sockets.
     enforcement: Enforcement,
+    /// The network namespace made ahead ([`net::Early`]), for the init to enter.
+    netns: Option<OwnedFd>,
 }
 
 /// The supervisor's ends of the pipes it shares with the init (or the command).
@@ -128,8 +130,12 @@ impl Supervisor {
         if let Some(map) = plan.user_namespace {
             ns::enter_user_namespace(map)?;
         }
+        // The network namespace is made on a thread meanwhile (in the user namespace just
+        // entered, which owns it as it would own the init's); joined before the fork.
+        let early_net = (plan.pid_namespace && plan.net_namespace).then(net::Early::start);
         let mut cleanup = Cleanup::default();
         let mut outside = prepare_outside(spec, plan, &mut cleanup)?;
+        outside.netns = early_net.and_then(net::Early::wait);
         // The writable trees' sockets found by the walk are masked like the plan's own (after
         // every other mount step, where the plan puts its socket masks).
         let with_masks;
@@ -162,6 +168,8 @@ impl Supervisor {
             }
             ForkResult::Parent { child } => child,
         };
+        // The init holds the network namespace now (or died, and it went with it).
+        drop(outside.netns.take());
         // The init holds the gateway hand-over now: only its copy may stay open, so that the
         // runner sees end-of-file if the init dies before sending.
         drop((theirs, gateway));
@@ -339,6 +347,7 @@ fn build_outside(
         git,
         socket_masks,
         enforcement,
+        netns: None,
     })
 }
 
@@ -442,6 +451,7 @@ fn become_main(
             exec_plan,
             outside.hidden_file.as_deref(),
             &outside.idmaps,
+            outside.netns.as_ref(),
             InitPipes {
                 err_w,
                 status_w,
