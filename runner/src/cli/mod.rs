@@ -12,6 +12,7 @@ pub mod diff;
 pub mod doctor;
 mod doctor_disk;
 pub mod exit;
+mod fast_parse;
 pub mod follow;
 pub mod job_args;
 pub mod job_source;
@@ -201,7 +202,12 @@ fn prints_job_text(command: &Command) -> bool {
 /// Parses the command line and runs the command.
 pub fn main() -> std::process::ExitCode {
     let json = wants_json();
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let parsed = match fast_parse::parse(&args) {
+        Some(command) => Ok(Cli { command }),
+        None => Cli::try_parse_from(&args),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let code = match e.kind() {
