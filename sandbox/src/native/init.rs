@@ -13,12 +13,11 @@ use std::path::Path;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
-use nix::unistd::{ForkResult, fork};
 
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
 use super::step::StepFailure;
-use super::{gateway, mounts, net, ns};
+use super::{gateway, mounts, net, ns, vfork};
 use crate::init_loop;
 use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
@@ -82,20 +81,18 @@ pub fn run(
             ),
         ),
     };
-    // SAFETY: this process is single-threaded (a fork of the single-threaded supervisor).
-    let command = match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            drop(sigfd);
-            child::exec(spec, Some(plan), exec, &err_w)
-        }
-        Ok(ForkResult::Parent { child }) => child,
+    // SAFETY: this process is single-threaded (a fork of the single-threaded supervisor), and
+    // child::exec ends in execve or _exit. The child keeps the signalfd until its execve
+    // (close-on-exec); what it reads of ours (the plans, `err_w`) is not changed while it runs.
+    let command = match unsafe { vfork::spawn(|| child::exec(spec, Some(plan), exec, &err_w)) } {
+        Ok(pid) => nix::unistd::Pid::from_raw(pid),
         Err(e) => die(
             &err_w,
-            StepFailure::nix(
+            StepFailure::io(
                 super::step::restriction::PROCESS,
-                "fork",
+                "clone",
                 "start the command",
-                e,
+                &e,
             ),
         ),
     };

@@ -39,6 +39,7 @@ pub mod spawn;
 pub mod step;
 pub mod supervisor;
 pub mod tree;
+pub mod vfork;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
