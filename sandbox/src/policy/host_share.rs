@@ -10,7 +10,8 @@ use crate::units::ByteSize;
 /// The host's size, as the plans see it: total memory and online CPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct HostSize {
-    /// `MemTotal` of `/proc/meminfo`, in bytes; `None` when unreadable.
+    /// Total memory in bytes (`sysinfo(2)`: the `MemTotal` of `/proc/meminfo`, without making
+    /// and parsing that file at every start); `None` when unreadable.
     pub memory: Option<u64>,
     /// CPUs this process may run on.
     pub cpus: u64,
@@ -20,15 +21,14 @@ impl HostSize {
     /// This host.
     pub fn probe() -> Self {
         Self {
-            memory: std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|t| mem_total(&t)),
+            memory: nix::sys::sysinfo::sysinfo().ok().map(|i| i.ram_total()),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
         }
     }
 }
 
 /// `MemTotal:  24576000 kB` → bytes.
+#[cfg(test)]
 fn mem_total(meminfo: &str) -> Option<u64> {
     meminfo.lines().find_map(|l| {
         let kib = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?;
@@ -208,5 +208,12 @@ mod tests {
         );
         assert_eq!(mem_total("nothing"), None);
         assert!(HostSize::probe().cpus >= 1);
+    }
+
+    /// The probe's memory is exactly the `MemTotal` the host reports.
+    #[test]
+    fn the_probe_reads_the_same_total_as_meminfo() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        assert_eq!(HostSize::probe().memory, mem_total(&meminfo));
     }
 }
