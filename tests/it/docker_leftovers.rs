@@ -24,12 +24,16 @@ fn a_killed_runners_container_is_gone_within_ten_seconds() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
+    // The killed command's private HOME and TMPDIR (made under TMPDIR, removed by a command that
+    // ends) stay behind after a SIGKILL: under this test's own directory, not the host's /tmp.
+    let scratch = tempfile::tempdir().unwrap();
     let job = format!("killed-{}", std::process::id());
     let mut child = std::process::Command::new(common::ralph_bin())
         .args(["sandbox", "exec", "--backend", "docker", "--workspace"])
         .arg(ws.path())
         .args(["--env", "RALPH_JOB_ID", "--", "sleep", "300"])
         .env("RALPH_JOB_ID", &job)
+        .env("TMPDIR", scratch.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -478,7 +478,6 @@ fn exec(backend: Backend, w: &World, case: &Case) -> common::Output {
 /// Checks that every "originals in DIR" that `ralph sandbox exec` printed holds a manifest, and
 /// removes those kept directories (`ralph-sanitized-*` under the temporary directory).
 fn check_and_remove_kept_originals(stderr: &str) -> Result<(), String> {
-    let mut kept = BTreeSet::new();
     for part in stderr.split("originals in ").skip(1) {
         let dir = PathBuf::from(part.split_whitespace().next().unwrap_or_default());
         if !dir.join("manifest.json").is_file() {
@@ -487,21 +486,17 @@ fn check_and_remove_kept_originals(stderr: &str) -> Result<(), String> {
                 dir.display()
             ));
         }
-        let parent = dir.parent().unwrap().to_owned();
-        assert!(
-            parent
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("ralph-sanitized-"),
-            "{}",
-            parent.display()
-        );
-        kept.insert(parent);
+        if !dir
+            .parent()
+            .is_some_and(|p| common::kept_originals(stderr).iter().any(|k| k == p))
+        {
+            return Err(format!(
+                "the kept originals {} are not in a ralph-sanitized-* directory",
+                dir.display()
+            ));
+        }
     }
-    for k in kept {
-        let _ = std::fs::remove_dir_all(k);
-    }
+    common::remove_kept_originals(stderr);
     Ok(())
 }
 
@@ -614,6 +609,8 @@ fn legit(backend: Backend) {
         .args(["--", "/bin/sh", "-c", LEGIT])
         .output();
     out.expect_code(0);
+    // The originals of the new project's repository, kept under the temporary directory.
+    check_and_remove_kept_originals(&out.stderr).unwrap();
     // One report: the new project. The workspace's own repository is not sanitized.
     let lines: Vec<&str> = out
         .stderr

@@ -1177,7 +1177,11 @@ fn protected() -> Vec<Case> {
                 Spec::sh(COMMONDIR_ATTACK, argv![marker, git], exit(3))
             };
             let (ws, home) = (w.ws.clone(), w.root.clone());
-            spec.after(move |_| host_git_unaffected(&git, &ws, &home, &marker, sb == WW))
+            spec.after(move |run| {
+                let unaffected = host_git_unaffected(&git, &ws, &home, &marker, sb == WW);
+                common::remove_kept_originals(&run.stderr);
+                unaffected
+            })
         }),
         Case::new("protect_refused_in_full_access", ONLY_FA, |w, _| {
             Spec::probe(

@@ -1,7 +1,7 @@
-//! The network namespace of a `ralph sandbox exec` command with the network off: its own (the
-//! supervisor makes it on a thread while it sets up the rest, and the sandbox's init enters
-//! it), with loopback up, and no descriptor of it reaching the command. Runs as any user (as
-//! root, and through user namespaces as the unprivileged `ralph-ci`).
+//! The network namespace of a `ralph sandbox exec` command with the network off: its own (made on
+//! a thread of the supervisor while the rest is set up, and entered by the sandbox's init), with
+//! loopback up, and no descriptor of it reaching the command; with `--network full`, the host's. Runs as any user (as root, and
+//! through user namespaces as the unprivileged `ralph-ci`).
 
 use crate::common::Ralph;
 
@@ -42,4 +42,23 @@ fn the_command_has_its_own_network_namespace_with_loopback_up_and_no_descriptor_
             );
         }
     }
+}
+
+/// `--network full` keeps the host's namespace: none is made.
+#[test]
+fn with_the_network_on_the_command_is_in_the_hosts_network_namespace() {
+    let ws = tempfile::tempdir().unwrap();
+    let host_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--network", "full", "--workspace"])
+        .arg(ws.path())
+        .args(["--", "/bin/sh", "-c", "readlink /proc/self/ns/net"])
+        .output();
+    out.expect_code(0);
+    assert_eq!(
+        out.stdout.trim(),
+        host_ns.to_string_lossy(),
+        "{}",
+        out.stderr
+    );
 }

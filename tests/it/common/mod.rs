@@ -313,6 +313,31 @@ pub fn complete_report(summary: &str) -> String {
     )
 }
 
+/// The directories `ralph sandbox exec` kept the originals of sanitized repositories in, as its
+/// stderr names them (`... originals in DIR ...`, DIR inside a `ralph-sanitized-*` directory
+/// under the temporary directory): each such `ralph-sanitized-*` directory once.
+pub fn kept_originals(stderr: &str) -> Vec<PathBuf> {
+    let mut kept = Vec::new();
+    for part in stderr.split("originals in ").skip(1) {
+        let dir = PathBuf::from(part.split_whitespace().next().unwrap_or_default());
+        let Some(parent) = dir.parent() else { continue };
+        let named = parent
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("ralph-sanitized-"));
+        if named && !kept.iter().any(|k: &PathBuf| k == parent) {
+            kept.push(parent.to_owned());
+        }
+    }
+    kept
+}
+
+/// Removes what [`kept_originals`] finds, so that a test leaves nothing under the host's /tmp.
+pub fn remove_kept_originals(stderr: &str) {
+    for k in kept_originals(stderr) {
+        let _ = std::fs::remove_dir_all(k);
+    }
+}
+
 /// Waits (at most `limit`) until `cond` holds, polling; panics naming `what` when it never does.
 /// Tests synchronise on real conditions through this, never on a sleep or a single check.
 pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
