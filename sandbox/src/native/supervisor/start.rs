@@ -149,9 +149,9 @@ impl Supervisor {
         };
         let (ours, theirs) = pipes(plan)?;
         let started = Instant::now();
-        // SAFETY: this process is single-threaded (the helper never starts a runtime, and
-        // `ralph sandbox exec` runs before any thread is created), so the child may run arbitrary
-        // code until `execve`.
+        // SAFETY: this process is single-threaded (the helper never starts a runtime,
+        // `ralph sandbox exec` runs before any thread is created, and the network namespace's
+        // thread was joined above), so the child may run arbitrary code until `execve`.
         let (forked, born_in_v2) = fork_main(&cleanup.cgroups)?;
         let main = match forked {
             ForkResult::Child => {
