@@ -385,14 +385,18 @@ fn try_lock(path: &Path, create: bool) -> Result<Locked, HoldError> {
 /// How long [`ExclusiveFile::try_acquire`] waits for a lock whose recorded holder is dead.
 pub const DEAD_HOLDER_WAIT: Duration = Duration::from_secs(2);
 
-/// Whether the process `/proc/locks` names as the lock's holder is gone (the lock is then held
-/// through a copy of its descriptor in a child that has not reached its `execve` yet).
+/// Whether the lock's holder may be gone: the process `/proc/locks` names is (the lock is then
+/// held through a copy of its descriptor in a child that has not reached its `execve` yet), or
+/// `/proc/locks` names none at all — the lock was let go between the failed `flock` and the
+/// read of `/proc/locks` (that child's `execve`), or its holder's pid is not visible here. The
+/// last case, a runner in another pid namespace, is only refused [`DEAD_HOLDER_WAIT`] later.
 fn holder_gone(holder: &crate::util::flock_holder::Holder) -> bool {
     match holder {
         crate::util::flock_holder::Holder::Process { pid, .. } => {
             !Path::new(&format!("/proc/{pid}")).exists()
         }
-        _ => false,
+        crate::util::flock_holder::Holder::Unknown => true,
+        crate::util::flock_holder::Holder::Job { .. } => false,
     }
 }
 

@@ -168,3 +168,16 @@ fn a_lock_whose_recorded_holder_died_is_waited_for_while_its_child_still_holds_i
     );
     drop(lock);
 }
+
+/// A lock `/proc/locks` names no holder for (let go between the failed `flock` and the read, or
+/// held from another pid namespace) is retried until `DEAD_HOLDER_WAIT`, like a dead holder's;
+/// a live holder of this host is refused at once.
+#[test]
+fn an_unnamed_holder_is_retried_and_a_live_one_is_not() {
+    use crate::util::flock_holder::Holder;
+    assert!(holder_gone(&Holder::Unknown));
+    assert!(!holder_gone(&Holder::Process {
+        pid: std::process::id(),
+        command: String::new(),
+    }));
+}
