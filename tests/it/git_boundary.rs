@@ -478,6 +478,7 @@ fn exec(backend: Backend, w: &World, case: &Case) -> common::Output {
 /// Checks that every "originals in DIR" that `ralph sandbox exec` printed holds a manifest, and
 /// removes those kept directories (`ralph-sanitized-*` under the temporary directory).
 fn check_and_remove_kept_originals(stderr: &str) -> Result<(), String> {
+    let kept = common::kept_originals(stderr);
     for part in stderr.split("originals in ").skip(1) {
         let dir = PathBuf::from(part.split_whitespace().next().unwrap_or_default());
         if !dir.join("manifest.json").is_file() {
@@ -486,10 +487,7 @@ fn check_and_remove_kept_originals(stderr: &str) -> Result<(), String> {
                 dir.display()
             ));
         }
-        if !dir
-            .parent()
-            .is_some_and(|p| common::kept_originals(stderr).iter().any(|k| k == p))
-        {
+        if !dir.parent().is_some_and(|p| kept.iter().any(|k| k == p)) {
             return Err(format!(
                 "the kept originals {} are not in a ralph-sanitized-* directory",
                 dir.display()

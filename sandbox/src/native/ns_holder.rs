@@ -24,7 +24,7 @@ const STACK_SIZE: usize = 16 * 1024;
 pub struct Holder {
     pid: libc::pid_t,
     /// Where the child runs: freed only after the child is reaped.
-    stack: Box<[u8]>,
+    _stack: Box<[u8]>,
     /// Our end of `done`: closing it lets the child exit.
     done_w: Option<OwnedFd>,
     reaped: bool,
@@ -68,7 +68,7 @@ impl Holder {
         }
         Ok(Holder {
             pid,
-            stack,
+            _stack: stack,
             done_w: Some(done_w),
             reaped: false,
         })
@@ -109,8 +109,7 @@ impl Drop for Holder {
             self.done_w = None;
             self.reap();
         }
-        // Only now may the stack go.
-        let _ = self.stack.len();
+        // The stack is freed after this, with the fields: the child is gone by now.
     }
 }
 
@@ -183,23 +182,9 @@ mod raw {
 mod tests {
     use super::*;
 
-    fn holders_of_this_process() -> Vec<libc::pid_t> {
-        let me = std::process::id().to_string();
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<libc::pid_t>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // ppid is the 2nd field after the parenthesised name.
-            let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-            if after.split_whitespace().nth(1) == Some(me.as_str()) {
-                out.push(pid);
-            }
-        }
-        out
+    /// Whether `pid` is a child of this process (a zombie included): /proc's parent link.
+    fn is_our_child(pid: libc::pid_t) -> bool {
+        super::super::tree::parent_of(pid) == i32::try_from(std::process::id()).ok()
     }
 
     /// The holder is in a user namespace of its own, holds none of our descriptors but its
@@ -239,7 +224,7 @@ mod tests {
         drop(canary);
         h.finish();
         // Reaped: no child of ours (not even a zombie) has its pid.
-        assert!(!holders_of_this_process().contains(&pid));
+        assert!(!is_our_child(pid));
     }
 
     /// Dropped without `finish` (a failure between the spawn and the end): killed and reaped,
@@ -252,6 +237,6 @@ mod tests {
         };
         let pid = h.pid();
         drop(h);
-        assert!(!holders_of_this_process().contains(&pid));
+        assert!(!is_our_child(pid));
     }
 }
