@@ -61,6 +61,13 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// and the error is [`SandboxError::Unavailable`].
     fn spawn<'a>(&'a self, spec: &'a ExecSpec, io: ExecIo) -> SpawnFuture<'a>;
 
+    /// A run with this kill grace is coming: a backend that starts a process of its own per run
+    /// may start it now, ahead ([`crate::native::standby`]). Nothing of any run starts; a
+    /// failure is not reported (the run starts its own).
+    fn prepare(&self, kill_grace: std::time::Duration) {
+        let _ = kill_grace;
+    }
+
     /// Whether [`Sandbox::spawn_held`] is supported.
     fn holds(&self) -> bool {
         false

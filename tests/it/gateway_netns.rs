@@ -49,7 +49,13 @@ enum Sb {
 /// Spawns `spec` on `sb` (docker: ralph's init, the image of the docker tests).
 async fn spawn(sb: Sb, spec: &ExecSpec, io: ExecIo) -> Result<Box<dyn Running>, SandboxError> {
     match sb {
-        Sb::Native => backend().spawn(spec, io).await,
+        Sb::Native => {
+            // Through a helper started ahead: the hand-over's end travels in its order (the
+            // egress cases below start a helper for their round, the hand-over inherited).
+            let b = backend();
+            b.prestart(spec.kill_grace);
+            b.spawn(spec, io).await
+        }
         Sb::Docker => {
             DockerBackend::new(std::sync::Arc::new(PolicySet::embedded().unwrap()))
                 .with_init_program(env!("CARGO_BIN_EXE_ralph"))

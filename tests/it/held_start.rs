@@ -4,7 +4,8 @@
 //! the sandbox is fully set up (the helper and the init both blocked) and nothing of the command
 //! has run; released, it runs; never released (the record failed, the runner moved on), it never
 //! runs, the run ends as not started, and the set-up is undone (the `--protect` placeholder
-//! removed, no process left).
+//! removed, no process left). Each case twice: with the helper started for the run, and started
+//! ahead of it (`native::standby`: the hold then travels in its order).
 //!
 //! No root needed: run as root (`cargo test`) and as the unprivileged `ralph-ci` by `.ci/run`.
 
@@ -21,6 +22,16 @@ use tokio_util::sync::CancellationToken;
 
 fn backend() -> NativeBackend {
     NativeBackend::new(env!("CARGO_BIN_EXE_ralph"), PolicySet::embedded().unwrap())
+}
+
+/// A backend whose next run's helper is started ahead (`ahead`: its hold's pipe then travels in
+/// the standby's order) or for the run.
+fn backend_for(spec: &ExecSpec, ahead: bool) -> NativeBackend {
+    let b = backend();
+    if ahead {
+        b.prestart(spec.kill_grace);
+    }
+    b
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -144,7 +155,7 @@ const MODES: [Mode; 3] = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::FullAccess
 
 #[test]
 fn a_held_command_runs_only_once_released() {
-    for mode in MODES {
+    for (mode, ahead) in MODES.into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let w = World::new();
         let mut spec = w.spec(mode);
         if mode == Mode::ReadOnly {
@@ -152,14 +163,14 @@ fn a_held_command_runs_only_once_released() {
             spec.argv = vec!["/bin/true".into()];
         }
         rt().block_on(async {
-            let b = backend();
+            let b = backend_for(&spec, ahead);
             assert!(b.holds());
             let mut run = b.spawn_held(&spec, io()).await.unwrap();
             let helper = run.pid().unwrap();
             wait_until_held(helper);
             assert!(
                 !w.ws().join("ran").exists(),
-                "{mode:?}: the command ran before its release"
+                "{mode:?} (ahead: {ahead}): the command ran before its release"
             );
             run.release();
             let report = run.wait(CancellationToken::new()).await.unwrap();
@@ -181,11 +192,14 @@ fn a_held_command_runs_only_once_released() {
 
 #[test]
 fn a_held_command_never_released_never_runs_and_its_set_up_is_undone() {
-    for mode in MODES {
+    for (mode, ahead) in MODES.into_iter().flat_map(|m| [(m, false), (m, true)]) {
         let w = World::new();
         let spec = w.spec(mode);
         rt().block_on(async {
-            let run = backend().spawn_held(&spec, io()).await.unwrap();
+            let run = backend_for(&spec, ahead)
+                .spawn_held(&spec, io())
+                .await
+                .unwrap();
             let helper = run.pid().unwrap();
             wait_until_held(helper);
             let init = children(helper)[0];
@@ -204,7 +218,7 @@ fn a_held_command_never_released_never_runs_and_its_set_up_is_undone() {
             }
             assert!(
                 !w.ws().join("ran").exists(),
-                "{mode:?}: an unreleased command ran"
+                "{mode:?} (ahead: {ahead}): an unreleased command ran"
             );
             assert!(
                 !w.ws().join("later").exists(),
@@ -214,7 +228,7 @@ fn a_held_command_never_released_never_runs_and_its_set_up_is_undone() {
             while pid_alive(init) || pid_alive(helper) {
                 assert!(
                     Instant::now() < deadline,
-                    "{mode:?}: the held run's processes were left behind"
+                    "{mode:?} (ahead: {ahead}): the held run's processes were left behind"
                 );
                 std::thread::sleep(Duration::from_millis(5));
             }

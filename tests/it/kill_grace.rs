@@ -246,15 +246,20 @@ fn docker_a_runner_killed_during_a_cancels_grace_leaves_the_round_the_rest_of_it
     runner_killed_during_a_cancel("docker", "71309");
 }
 
-/// The pid of a child of `parent` whose command line holds `needle`.
+/// The pid of a child of `parent` whose command line holds `needle` and that has a child of its
+/// own (the round's helper, whose child is the round's init; the runner's standby helper for the
+/// next round has none).
 fn child_with(parent: u32, needle: &str) -> Option<i32> {
     processes_with(needle).into_iter().find(|pid| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        stat.rsplit(')')
+        let ppid = stat
+            .rsplit(')')
             .next()
             .and_then(|r| r.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok())
-            == Some(parent)
+            .and_then(|p| p.parse::<u32>().ok());
+        let kids =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        ppid == Some(parent) && !kids.trim().is_empty()
     })
 }
 

@@ -69,6 +69,7 @@ mod service_input;
 mod service_logs;
 mod setup_step;
 mod socket_listings;
+mod standby_helper;
 mod state_bounds;
 mod systemd_units;
 mod task_jobs;

@@ -116,6 +116,11 @@ impl<'e> JobRun<'e> {
 
     /// Runs the job to its end.
     pub(super) async fn run(mut self) -> Result<JobResult, EngineError> {
+        // The first round's sandbox process starts while the job's start is recorded.
+        self.engine
+            .sandboxes
+            .get(self.spec.sandbox.backend)
+            .prepare(self.spec.kill_grace.0);
         // A job the service claimed is already running under this runner (the claim journalled
         // its `job_started`); one that runs under another runner is not ours to touch.
         let view = self.journal.view();

@@ -36,12 +36,13 @@ pub mod protocol;
 pub mod seccomp;
 pub mod socket_walk;
 pub mod spawn;
+pub mod standby;
 pub mod step;
 pub mod supervisor;
 pub mod tree;
 pub mod vfork;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -59,7 +60,7 @@ use crate::plan::SandboxPlan;
 use crate::policy::PolicySet;
 use crate::spec::{ExecSpec, SandboxRequest, StdinMode};
 pub use protocol::{HELPER_ARG, HelperResult, HelperSpec, SPEC_ENV};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Extra time the runner gives the helper beyond timeout + grace before killing it outright.
 const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
@@ -77,6 +78,9 @@ pub struct NativeBackend {
     helper_exe: PathBuf,
     policies: Arc<PolicySet>,
     host: Arc<OnceLock<Host>>,
+    /// The helper started ahead for the next round ([`standby`]); killed when the last clone of
+    /// the backend goes.
+    standby: Arc<Mutex<Option<standby::Standby>>>,
 }
 
 impl NativeBackend {
@@ -92,7 +96,27 @@ impl NativeBackend {
             helper_exe: helper_exe.into(),
             policies,
             host: Arc::new(OnceLock::new()),
+            standby: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// The standby helper's slot (a poisoned lock still holds a usable slot).
+    fn standby_slot(&self) -> std::sync::MutexGuard<'_, Option<standby::Standby>> {
+        self.standby.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
+    /// already. A failure is not an error: that round starts its own helper.
+    pub fn prestart(&self, grace: Duration) {
+        let mut slot = self.standby_slot();
+        if slot.is_none() {
+            *slot = standby::Standby::start(&self.helper_exe, grace).ok();
+        }
+    }
+
+    /// The pid of the helper waiting for the next round, if one does.
+    pub fn standby_pid(&self) -> Option<u32> {
+        self.standby_slot().as_ref().map(standby::Standby::id)
     }
 
     /// What this host can enforce (probed once).
@@ -184,6 +208,10 @@ impl Sandbox for NativeBackend {
         })
     }
 
+    fn prepare(&self, kill_grace: Duration) {
+        self.prestart(kill_grace);
+    }
+
     fn holds(&self) -> bool {
         true
     }
@@ -267,36 +295,52 @@ impl NativeBackend {
                 ),
             ));
         }
-        let keep: Vec<i32> = handover
-            .iter()
-            .map(|(_, h)| h.as_raw_fd())
-            .chain(hold.iter().map(|(_, h)| h.as_raw_fd()))
-            .collect();
-        let mut env = std::ffi::OsString::from(format!("{SPEC_ENV}="));
-        env.push(&encoded);
-        let spawned = spawn::spawn(&spawn::Spec {
-            program: &self.helper_exe,
-            args: vec![
-                HELPER_ARG.into(),
-                format!(
-                    "{}{}",
-                    protocol::GRACE_ARG_PREFIX,
-                    spec.kill_grace.as_millis()
-                )
-                .into(),
-            ],
-            env: vec![env],
-            stdin: match spec.stdin {
-                StdinMode::Null => spawn::Stdin::Null,
-                StdinMode::Piped => spawn::Stdin::Piped,
-                StdinMode::Inherit => spawn::Stdin::Inherit,
-            },
-            keep,
-        })
-        .map_err(|source| SandboxError::SpawnHelper {
-            exe: self.helper_exe.clone(),
-            source,
+        let stdin = match spec.stdin {
+            StdinMode::Null => spawn::Stdin::Null,
+            StdinMode::Piped => spawn::Stdin::Piped,
+            StdinMode::Inherit => spawn::Stdin::Inherit,
+        };
+        // The helper started ahead, when one waits with this round's grace; else one of its own.
+        let waiting = self
+            .standby_slot()
+            .take()
+            .filter(|s| s.fits(spec.kill_grace));
+        let ordered = waiting.and_then(|s| {
+            s.order(
+                encoded.as_bytes(),
+                stdin,
+                handover.as_ref().map(|(_, h)| h.as_fd()),
+                hold.as_ref().map(|(_, h)| h.as_fd()),
+            )
+            .ok()
+        });
+        let started = match ordered {
+            Some(started) => Ok(started),
+            None => {
+                let keep: Vec<i32> = handover
+                    .iter()
+                    .map(|(_, h)| h.as_raw_fd())
+                    .chain(hold.iter().map(|(_, h)| h.as_raw_fd()))
+                    .collect();
+                let mut env = std::ffi::OsString::from(format!("{SPEC_ENV}="));
+                env.push(&encoded);
+                spawn::start(&spawn::Spec {
+                    program: &self.helper_exe,
+                    args: standby::helper_args(spec.kill_grace),
+                    env: vec![env],
+                    stdin,
+                    keep,
+                })
+            }
+        };
+        let spawned = started.and_then(spawn::Started::follow).map_err(|source| {
+            SandboxError::SpawnHelper {
+                exe: self.helper_exe.clone(),
+                source,
+            }
         })?;
+        // The next round's helper starts now, while this one's sets up and runs.
+        self.prestart(spec.kill_grace);
         let spawn::Spawned {
             stdin: helper_stdin,
             stdout: helper_stdout,
@@ -562,9 +606,17 @@ fn read_result(
 /// Entry point of the helper process (`ralph __sandbox-helper`). Call it first thing in `main`,
 /// before any thread exists. Never returns.
 pub fn helper_main() -> ! {
-    let spec: Result<HelperSpec, String> = std::env::var(SPEC_ENV)
-        .map_err(|_| format!("{SPEC_ENV} is not set"))
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| format!("invalid {SPEC_ENV}: {e}")));
+    let spec: Result<HelperSpec, String> = match std::env::var(protocol::STANDBY_ENV) {
+        // Started ahead: its round comes on a socket, or the runner goes without one.
+        Ok(fd) => match standby::receive(&fd) {
+            Ok(Some(spec)) => Ok(spec),
+            Ok(None) => std::process::exit(0),
+            Err(e) => Err(e),
+        },
+        Err(_) => std::env::var(SPEC_ENV)
+            .map_err(|_| format!("{SPEC_ENV} is not set"))
+            .and_then(|s| serde_json::from_str(&s).map_err(|e| format!("invalid {SPEC_ENV}: {e}"))),
+    };
     let spec = match spec {
         Ok(s) => s,
         Err(message) => {

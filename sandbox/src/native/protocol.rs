@@ -27,6 +27,10 @@ pub const GRACE_ARG_PREFIX: &str = "--kill-grace-ms=";
 /// The environment variable carrying the [`HelperSpec`].
 pub const SPEC_ENV: &str = "RALPH_SANDBOX_SPEC";
 
+/// The environment variable of a helper started ahead of its round ([`super::standby`]): the
+/// number of the inherited socket on which its one order comes (instead of [`SPEC_ENV`]).
+pub const STANDBY_ENV: &str = "RALPH_SANDBOX_STANDBY";
+
 /// Largest encoded spec accepted (an environment string may not exceed 128 KiB on Linux).
 pub const MAX_SPEC_BYTES: usize = 120 * 1024;
 

@@ -69,9 +69,36 @@ pub struct HelperChild {
     status: Option<ExitStatus>,
 }
 
+/// A started process nothing follows yet: plain descriptors, registered with no runtime, so it
+/// can wait in a [`super::standby::Standby`] across runtimes. Dropped unregistered, the child is
+/// killed and reaped.
+#[derive(Debug)]
+pub struct Started {
+    /// Our end of its standard input ([`Stdin::Piped`]).
+    pub stdin: Option<OwnedFd>,
+    /// The read end of its standard output.
+    pub stdout: OwnedFd,
+    /// The read end of its standard error.
+    pub stderr: OwnedFd,
+    /// The process and its pidfd.
+    pub child: Pending,
+}
+
+/// A child process held by a pidfd and not yet followed by the runtime ([`HelperChild`]).
+#[derive(Debug)]
+pub struct Pending {
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+}
+
 /// Starts `spec` in a process group of its own (its pid), with every signal at its default
 /// disposition and none blocked (as `std::process::Command` does).
 pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
+    start(spec)?.follow()
+}
+
+/// [`spawn`] without the runtime: the child's pipes and pidfd as plain descriptors.
+pub fn start(spec: &Spec<'_>) -> io::Result<Started> {
     let argv = CArgs::new(
         std::iter::once(spec.program.as_os_str().as_encoded_bytes().to_vec())
             .chain(spec.args.iter().map(|a| a.clone().into_vec())),
@@ -103,23 +130,41 @@ pub fn spawn(spec: &Spec<'_>) -> io::Result<Spawned> {
     // The child's ends are the child's now.
     drop((stdin_child, out_w, err_w));
     let pid_u = u32::try_from(pid).map_err(|_| io::Error::other("posix_spawn returned no pid"))?;
-    let child = HelperChild::follow(pid_u)?;
-    // Our ends: `from_owned_fd` checks each is a pipe and makes it non-blocking.
-    Ok(Spawned {
-        stdin: stdin_ours.map(pipe::Sender::from_owned_fd).transpose()?,
-        stdout: pipe::Receiver::from_owned_fd(out_r)?,
-        stderr: pipe::Receiver::from_owned_fd(err_r)?,
+    let child = Pending::open(pid_u)?;
+    Ok(Started {
+        stdin: stdin_ours,
+        stdout: out_r,
+        stderr: err_r,
         child,
     })
 }
 
-impl HelperChild {
-    /// Follows the child `pid` (just started by this process, so the pid is still its).
-    fn follow(pid: u32) -> io::Result<Self> {
+impl Started {
+    /// Follows the child on the current runtime: its pipes become the runtime's
+    /// (`from_owned_fd` checks each is a pipe and makes it non-blocking), its pidfd too.
+    pub fn follow(self) -> io::Result<Spawned> {
+        let child = self.child.follow()?;
+        Ok(Spawned {
+            stdin: self.stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+            stdout: pipe::Receiver::from_owned_fd(self.stdout)?,
+            stderr: pipe::Receiver::from_owned_fd(self.stderr)?,
+            child,
+        })
+    }
+}
+
+impl Pending {
+    /// Holds the child `pid` (just started by this process and not reaped, so the pid is still
+    /// its) by a pidfd; when that fails, the child is killed and reaped here.
+    fn open(pid: u32) -> io::Result<Self> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        let fd = match RawFd::try_from(fd) {
-            Ok(fd) if fd >= 0 => fd,
+        match RawFd::try_from(fd) {
+            Ok(fd) if fd >= 0 => Ok(Self {
+                pid,
+                // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
+                pidfd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+            }),
             _ => {
                 let e = io::Error::last_os_error();
                 // Not followed, so not left running or unreaped.
@@ -128,22 +173,89 @@ impl HelperChild {
                     nix::sys::signal::Signal::SIGKILL,
                 );
                 let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
-                return Err(e);
+                Err(e)
             }
+        }
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether it has exited (without reaping it: a zombie answers yes).
+    pub fn exited(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return true;
         };
-        // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        matches!(
+            nix::sys::wait::waitid(
+                Id::PIDFd(fd.as_fd()),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+            ),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_)
+        )
+    }
+
+    /// Followed on the current runtime from now on.
+    fn follow(mut self) -> io::Result<HelperChild> {
+        let fd = self
+            .pidfd
+            .take()
+            .ok_or_else(|| io::Error::other("the child was already followed"))?;
         // SAFETY: `fd` is an open descriptor the `AsyncFd` owns for its whole life (an `OwnedFd`
-        // always returns the same number).
-        let pidfd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(Self {
-            pid,
+        // always returns the same number). Called inside a runtime (as every caller is: `start`).
+        let pidfd =
+            match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                Ok(p) => p,
+                Err(e) => {
+                    // Given back: killed and reaped as an unfollowed child is.
+                    let (fd, e) = e.into_parts();
+                    self.pidfd = Some(fd);
+                    return Err(e);
+                }
+            };
+        Ok(HelperChild {
+            pid: self.pid,
             pidfd,
             status: None,
         })
     }
+}
 
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(fd) = self.pidfd.take() else {
+            return;
+        };
+        // SAFETY: pidfd_send_signal on our pidfd with no siginfo and no flags; the pid is not
+        // reaped, so it is still our child's.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+        reap_in_background(self.pid, fd);
+    }
+}
+
+/// Reaps `pid` off this thread (a killed child may take a moment to die: its namespaces go with
+/// it); `pidfd` is held until then, so the pid is not reused meanwhile.
+fn reap_in_background(pid: u32, pidfd: OwnedFd) {
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = std::thread::Builder::new()
+        .name("ralph-reap".into())
+        .spawn(move || {
+            let _ = nix::sys::wait::waitpid(pid, None);
+            drop(pidfd);
+        });
+}
+
+impl HelperChild {
     /// Its pid.
     pub fn id(&self) -> u32 {
         self.pid

@@ -100,3 +100,52 @@ async fn a_killed_helper_reports_its_signal_and_a_dropped_one_is_killed_and_reap
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// `pid`'s state letter (`Z`: exited, not reaped); `None` once reaped.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().next()?.chars().next()
+}
+
+#[test]
+fn an_unfollowed_child_says_when_it_exited_and_is_killed_and_reaped_when_dropped() {
+    // Outside any runtime (as a standby waits): plain descriptors only.
+    let spec = Spec {
+        program: Path::new("/bin/sleep"),
+        args: vec!["600".into()],
+        env: Vec::new(),
+        stdin: Stdin::Null,
+        keep: Vec::new(),
+    };
+    let started = start(&spec).unwrap();
+    let pid = started.child.id();
+    assert!(!started.child.exited());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.child.exited() {
+        assert!(Instant::now() < deadline, "never seen exited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Seen exited without being reaped.
+    assert_eq!(state_of(pid), Some('Z'));
+    drop(started);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state_of(pid).is_some() {
+        assert!(Instant::now() < deadline, "never reaped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // A live one dropped unfollowed: killed and reaped.
+    let started = start(&spec).unwrap();
+    let pid = started.child.id();
+    drop(started);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state_of(pid).is_some() {
+        assert!(Instant::now() < deadline, "a dropped child was left");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,180 @@
+//! A helper started ahead of its round (issue 30, item 2): the `execve` of the static `ralph`,
+//! glibc's start and the binary's relocations (~0.9 ms) happen while the previous round runs,
+//! not on the next round's path. The standby waits, blocked in `recvmsg`, for exactly one order
+//! on a socket only the runner holds the other end of:
+//!
+//! ```text
+//! runner ──posix_spawn──▶ standby (`ralph __sandbox-helper --kill-grace-ms=N`, env: STANDBY_ENV=fd)
+//!    │                        │ recvmsg (blocked; end-of-file = the runner is gone: exit 0)
+//!    └── order ──────────────▶│ [flags][spec JSON] + SCM_RIGHTS: stdin, gateway end?, hold end?
+//!                             │ dup2 stdin onto 0, closes the socket: never a second order
+//!                             └─▶ the helper, as if started for that round
+//! ```
+//!
+//! What stays as with a helper started for the round: the same program, command line (the
+//! round's grace, which [`super::leftovers`] reads: a standby is used only by a round with the
+//! grace it was started with), environment (one variable), process group, stdout and stderr
+//! pipes (made when the standby started, read by the round that takes it), and the descriptors
+//! it ends up with (its streams, then the order's, each checked and made close-on-exec). A
+//! standby that cannot take its order (dead, killed, the socket refused) is dropped, killed and
+//! reaped, and the round starts a helper of its own.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use super::inherit;
+use super::protocol::{GRACE_ARG_PREFIX, HELPER_ARG, HelperSpec, MAX_SPEC_BYTES, STANDBY_ENV};
+use super::spawn::{self, Started, Stdin};
+use crate::fd_pass;
+use crate::posix_spawn::{open_null, pipe_pair};
+
+/// The order carries the gateway hand-over's helper end.
+const HAS_GATEWAY: u8 = 1;
+/// The order carries the hold's read end.
+const HAS_HOLD: u8 = 2;
+
+/// A started helper waiting for its round.
+#[derive(Debug)]
+pub struct Standby {
+    grace_ms: u128,
+    /// The runner's end of the order socket.
+    orders: OwnedFd,
+    started: Started,
+}
+
+/// The helper's command line for a round whose grace is `grace`.
+pub fn helper_args(grace: Duration) -> Vec<std::ffi::OsString> {
+    vec![
+        HELPER_ARG.into(),
+        format!("{GRACE_ARG_PREFIX}{}", grace.as_millis()).into(),
+    ]
+}
+
+impl Standby {
+    /// Starts `helper_exe` as a standby for rounds whose kill grace is `grace`.
+    pub fn start(helper_exe: &Path, grace: Duration) -> io::Result<Self> {
+        let (orders, theirs) = fd_pass::channel()?;
+        let started = spawn::start(&spawn::Spec {
+            program: helper_exe,
+            args: helper_args(grace),
+            env: vec![format!("{STANDBY_ENV}={}", theirs.as_raw_fd()).into()],
+            stdin: Stdin::Null,
+            keep: vec![theirs.as_raw_fd()],
+        })?;
+        // The standby holds its end now; ours must go, or its end-of-file would never come.
+        drop(theirs);
+        Ok(Self {
+            grace_ms: grace.as_millis(),
+            orders,
+            started,
+        })
+    }
+
+    /// Whether a round whose kill grace is `grace` may take it (its command line names that grace).
+    pub fn fits(&self, grace: Duration) -> bool {
+        self.grace_ms == grace.as_millis()
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.started.child.id()
+    }
+
+    /// Hands it its round: `spec` (encoded), its standard input made as `stdin` says, and the
+    /// helper ends of the gateway hand-over and of the hold. Returns the started helper of the
+    /// round; on an error the standby is dropped (killed and reaped) and nothing of the round
+    /// reached a process.
+    pub fn order(
+        self,
+        spec: &[u8],
+        stdin: Stdin,
+        gateway: Option<BorrowedFd<'_>>,
+        hold: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Started> {
+        if self.started.child.exited() {
+            return Err(io::Error::other("the standby helper is gone"));
+        }
+        let (theirs, ours) = match stdin {
+            Stdin::Null => (open_null()?, None),
+            Stdin::Piped => {
+                let (r, w) = pipe_pair()?;
+                (r, Some(w))
+            }
+            Stdin::Inherit => (io::stdin().as_fd().try_clone_to_owned()?, None),
+        };
+        let flags = if gateway.is_some() { HAS_GATEWAY } else { 0 }
+            | if hold.is_some() { HAS_HOLD } else { 0 };
+        let mut payload = Vec::with_capacity(spec.len() + 1);
+        payload.push(flags);
+        payload.extend_from_slice(spec);
+        let fds: Vec<BorrowedFd<'_>> = std::iter::once(theirs.as_fd())
+            .chain(gateway)
+            .chain(hold)
+            .collect();
+        fd_pass::send(self.orders.as_fd(), &payload, &fds)?;
+        let Self { started, .. } = self;
+        Ok(Started {
+            stdin: ours,
+            ..started
+        })
+    }
+}
+
+/// In the standby (the helper started with [`STANDBY_ENV`] set to `fd`): waits for its one order
+/// and returns the round's spec, its standard input in place and the order's descriptors adopted
+/// (`gateway_fd`/`hold_fd` name them, whatever the JSON said); `None` when the runner closed the
+/// socket without an order (it is gone or let the standby go). The socket is closed on return.
+pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
+    let fd: i32 = fd
+        .parse()
+        .map_err(|_| format!("{STANDBY_ENV} is not a descriptor number: `{fd}`"))?;
+    let orders = inherit::adopt(fd, inherit::Kind::Socket)?;
+    let mut buf = vec![0u8; MAX_SPEC_BYTES + 2];
+    let got = loop {
+        match fd_pass::recv(orders.as_fd(), &mut buf, 3, 0) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("failed to read the order: {e}")),
+            Ok(got) => break got,
+        }
+    };
+    drop(orders);
+    if got.len == 0 && got.fds.is_empty() {
+        return Ok(None);
+    }
+    if got.truncated || got.len > MAX_SPEC_BYTES + 1 {
+        return Err("the order did not fit (truncated)".into());
+    }
+    let flags = buf[0];
+    if flags & !(HAS_GATEWAY | HAS_HOLD) != 0 {
+        return Err(format!("the order's flags are unknown: {flags:#x}"));
+    }
+    let want = 1 + usize::from(flags & HAS_GATEWAY != 0) + usize::from(flags & HAS_HOLD != 0);
+    if got.fds.len() != want {
+        return Err(format!(
+            "the order came with {} descriptors, expected {want}",
+            got.fds.len()
+        ));
+    }
+    let mut spec: HelperSpec =
+        serde_json::from_slice(&buf[1..got.len]).map_err(|e| format!("invalid order: {e}"))?;
+    let mut fds = got.fds.into_iter();
+    let stdin = fds.next().ok_or("the order came without its stdin")?;
+    // SAFETY: dup2 onto 0 of a descriptor we own; the new 0 is not close-on-exec.
+    if unsafe { libc::dup2(stdin.as_raw_fd(), 0) } < 0 {
+        return Err(format!(
+            "failed to make the order's stdin descriptor 0: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    drop(stdin);
+    // Numbers the helper adopts as if inherited (kind checked there, close-on-exec already).
+    spec.gateway_fd = (flags & HAS_GATEWAY != 0)
+        .then(|| fds.next().map(IntoRawFd::into_raw_fd))
+        .flatten();
+    spec.hold_fd = (flags & HAS_HOLD != 0)
+        .then(|| fds.next().map(IntoRawFd::into_raw_fd))
+        .flatten();
+    Ok(Some(spec))
+}

@@ -1,0 +1,414 @@
+//! The helper started ahead of its round (`native::standby`, issue 30 item 2), checked on the
+//! host: while it waits it holds its streams and its order socket only, with the round helper's
+//! command line and one environment variable; it serves exactly one round (the round's stdin,
+//! hold and gateway hand-over reach it as they reach a helper started for the round, and it
+//! keeps nothing a helper started for the round would not); one of another grace, or a dead
+//! one, is never used; and it goes when its backend goes or its runner is killed.
+//!
+//! No root needed: run as root (`cargo test`) and as the unprivileged `ralph-ci` by `.ci/run`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use ralph_sandbox::native::NativeBackend;
+use ralph_sandbox::outcome::{CaptureSummary, Termination};
+use ralph_sandbox::policy::PolicySet;
+use ralph_sandbox::{ExecIo, ExecSpec, Mode, Sandbox, SandboxRequest, StderrMode, StdinMode};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{Fixture, wait_for_file, wait_until};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const GRACE: Duration = Duration::from_secs(1);
+
+fn backend() -> NativeBackend {
+    NativeBackend::new(env!("CARGO_BIN_EXE_ralph"), PolicySet::embedded().unwrap())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("ralph-standby-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["ws", "home", "tmp", "control"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        Self { _dir: dir, root }
+    }
+
+    fn spec(&self, script: &str, stdin: StdinMode, grace: Duration) -> ExecSpec {
+        let ws = self.root.join("ws");
+        ExecSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            cwd: ws.clone(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            stdin,
+            stderr: StderrMode::Separate,
+            timeout: Some(LIMIT),
+            kill_grace: grace,
+            sandbox: SandboxRequest::minimal(
+                Mode::WorkspaceWrite,
+                ws,
+                self.root.join("home"),
+                self.root.join("tmp"),
+            ),
+            control_dir: self.root.join("control"),
+            listings: None,
+        }
+    }
+}
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl ralph_sandbox::capture::OutputSink for Buf {
+    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
+        self.0.lock().unwrap().extend_from_slice(chunk);
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> std::io::Result<CaptureSummary> {
+        Ok(CaptureSummary::default())
+    }
+}
+
+impl Buf {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+fn io(stdin: Option<&[u8]>) -> (ExecIo, Buf, Buf) {
+    let (out, err) = (Buf::default(), Buf::default());
+    (
+        ExecIo {
+            stdin: stdin.map(<[u8]>::to_vec),
+            stdout: Box::new(out.clone()),
+            stderr: Box::new(err.clone()),
+        },
+        out,
+        err,
+    )
+}
+
+/// The syscall `pid` is blocked in (`/proc/PID/syscall`'s first field), if it is blocked.
+fn blocked_in(pid: u32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// `pid`'s state letter (`Z` for a zombie); `None` once it is gone (reaped).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// `pid`'s open descriptors as (number, what): `socket`, `pipe`, `anon_inode:...` or a path.
+fn fds(pid: u32) -> Vec<(i32, String)> {
+    let mut out: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            let t = target.to_string_lossy().into_owned();
+            let kind = t.split(":[").next().unwrap_or(&t).to_owned();
+            Some((n, kind))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The descriptors of this process without close-on-exec (above the standard streams): what
+/// the test's own environment passes to every child.
+fn inheritable_here() -> Vec<i32> {
+    fds(std::process::id())
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| {
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{n}")).unwrap_or_default();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok());
+            *n > 2 && flags.is_some_and(|f| f & libc::O_CLOEXEC as u32 == 0)
+        })
+        .collect()
+}
+
+/// Waits until the standby `pid` is blocked in `recvmsg` (waiting for its order).
+fn wait_until_waiting(pid: u32) {
+    wait_until("the standby waits for its order", LIMIT, || {
+        blocked_in(pid) == Some(libc::SYS_recvmsg)
+    });
+}
+
+#[test]
+fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round() {
+    let w = World::new();
+    rt().block_on(async {
+        let b = backend();
+        b.prestart(GRACE);
+        let first = b.standby_pid().expect("a standby after prestart");
+        wait_until_waiting(first);
+        // What it holds while it waits: stdin (/dev/null), its two pipes, the order socket
+        // (and whatever this test process itself leaks to every child it starts: a helper started
+        // for the round has those too).
+        let leaked = inheritable_here();
+        let held: Vec<(i32, String)> = fds(first)
+            .into_iter()
+            .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
+            .collect();
+        let kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["/dev/null", "pipe", "pipe", "socket"],
+            "the standby's descriptors: {held:?}"
+        );
+        let sock = held[3].0;
+        assert_eq!(
+            std::fs::read(format!("/proc/{first}/environ")).unwrap(),
+            format!("RALPH_SANDBOX_STANDBY={sock}\0").into_bytes(),
+            "its whole environment"
+        );
+        let cmdline = std::fs::read(format!("/proc/{first}/cmdline")).unwrap();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        assert_eq!(
+            &args[1..3],
+            [&b"__sandbox-helper"[..], b"--kill-grace-ms=1000"],
+            "the command line of a helper with the round's grace"
+        );
+
+        // Its round: the round's stdin reaches the command through it; the command holds only
+        // its streams (and ls's own directory).
+        let spec = w.spec(
+            "cat; ls /proc/self/fd | sort -n | tr '\\n' ' '",
+            StdinMode::Piped,
+            GRACE,
+        );
+        let (io1, out, err) = io(Some(b"to the round\n"));
+        let run = b.spawn(&spec, io1).await.unwrap();
+        assert_eq!(run.pid(), Some(first), "the round took the standby");
+        let second = b.standby_pid().expect("the next round's standby started");
+        assert_ne!(second, first);
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(
+            report.outcome.termination,
+            Termination::Exited { code: 0 },
+            "stderr: {}",
+            err.text()
+        );
+        assert_eq!(out.text(), "to the round\n0 1 2 3 ");
+        wait_until("the used standby is reaped", LIMIT, || {
+            state(first).is_none()
+        });
+
+        // The next one is another process, waiting still, and takes the next round only.
+        wait_until_waiting(second);
+        let (io2, out2, _) = io(None);
+        let spec2 = w.spec("cat; echo second", StdinMode::Null, GRACE);
+        let run = b.spawn(&spec2, io2).await.unwrap();
+        assert_eq!(run.pid(), Some(second));
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+        assert_eq!(out2.text(), "second\n", "stdin /dev/null: cat read nothing");
+    });
+}
+
+/// Waits until `helper` is held: blocked reading the release, its init blocked reading too.
+fn wait_until_held(helper: u32) {
+    wait_until("the run is held", LIMIT, || {
+        let kids = children(helper);
+        blocked_in(helper) == Some(libc::SYS_read)
+            && kids.len() == 1
+            && blocked_in(kids[0]) == Some(libc::SYS_read)
+    });
+}
+
+#[test]
+fn a_standby_that_took_its_round_holds_what_a_helper_started_for_it_holds() {
+    // Held (the hold's pipe travels in the order): the helper's descriptors during the hold,
+    // started ahead and started for the round, are as many of each kind (their numbers differ:
+    // the order's arrive under new ones): nothing of the order (its socket) is left.
+    let mut seen = Vec::new();
+    for ahead in [false, true] {
+        let w = World::new();
+        let spec = w.spec("echo ran > ran", StdinMode::Null, GRACE);
+        let held = rt().block_on(async {
+            let b = backend();
+            let standby = if ahead {
+                b.prestart(GRACE);
+                b.standby_pid()
+            } else {
+                None
+            };
+            let mut run = b.spawn_held(&spec, io(None).0).await.unwrap();
+            let helper = run.pid().unwrap();
+            if ahead {
+                assert_eq!(Some(helper), standby, "the held round took the standby");
+            }
+            wait_until_held(helper);
+            let mut held: Vec<String> = fds(helper).into_iter().map(|(_, k)| k).collect();
+            held.sort();
+            assert!(!w.root.join("ws/ran").exists(), "ran before its release");
+            run.release();
+            let report = run.wait(CancellationToken::new()).await.unwrap();
+            assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+            assert!(w.root.join("ws/ran").exists(), "released, it ran");
+            held
+        });
+        seen.push(held);
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "the helper's descriptors while held: started for the round, then ahead"
+    );
+}
+
+#[test]
+fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
+    let w = World::new();
+    rt().block_on(async {
+        let b = backend();
+        // Another grace: its command line would lie to a later start-up's sweep.
+        b.prestart(Duration::from_secs(7));
+        let other = b.standby_pid().unwrap();
+        let (io1, _, _) = io(None);
+        let run = b
+            .spawn(&w.spec("true", StdinMode::Null, GRACE), io1)
+            .await
+            .unwrap();
+        let helper = run.pid().unwrap();
+        assert_ne!(helper, other, "the standby of another grace was used");
+        let cmdline = std::fs::read(format!("/proc/{helper}/cmdline")).unwrap();
+        assert!(
+            cmdline.windows(20).any(|s| s == b"--kill-grace-ms=1000"),
+            "{}",
+            String::from_utf8_lossy(&cmdline)
+        );
+        run.wait(CancellationToken::new()).await.unwrap();
+        wait_until("the unused standby is killed and reaped", LIMIT, || {
+            state(other).is_none()
+        });
+
+        // A dead one (killed while it waited): the round starts its own helper and runs.
+        let dead = b.standby_pid().unwrap();
+        wait_until_waiting(dead);
+        kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
+        wait_until("the standby is dead", LIMIT, || state(dead) == Some('Z'));
+        let (io2, out, _) = io(None);
+        let run = b
+            .spawn(&w.spec("echo alive", StdinMode::Null, GRACE), io2)
+            .await
+            .unwrap();
+        assert_ne!(run.pid(), Some(dead));
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+        assert_eq!(out.text(), "alive\n");
+        wait_until("the dead standby is reaped", LIMIT, || {
+            state(dead).is_none()
+        });
+    });
+}
+
+#[test]
+fn a_standby_goes_with_its_backend() {
+    let b = backend();
+    b.prestart(GRACE);
+    let pid = b.standby_pid().unwrap();
+    wait_until_waiting(pid);
+    let clone = b.clone();
+    drop(b);
+    assert_eq!(
+        state(pid).map(|s| s != 'Z'),
+        Some(true),
+        "a clone still holds it"
+    );
+    drop(clone);
+    wait_until("the standby is killed and reaped", LIMIT, || {
+        state(pid).is_none()
+    });
+}
+
+/// The children of `parent` that are sandbox helpers (by their command line).
+fn helpers_of(parent: u32) -> Vec<u32> {
+    children(parent)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .nth(1)
+                == Some(ralph_sandbox::native::HELPER_ARG.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn a_standby_goes_when_its_runner_is_killed() {
+    let f = Fixture::new();
+    let agent = f.agent(
+        "hang.sh",
+        "touch \"$RALPH_WORKSPACE/started\"; exec sleep 600",
+    );
+    let mut child = f.run(&agent).spawn();
+    let runner = child.id();
+    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
+    // The round's helper has the init as a child; the standby for the next round has none.
+    let mut standby = None;
+    let mut round = None;
+    wait_until(
+        "the runner has a round's helper and a standby",
+        LIMIT,
+        || {
+            let helpers = helpers_of(runner);
+            standby = helpers.iter().copied().find(|h| children(*h).is_empty());
+            round = helpers.iter().copied().find(|h| !children(*h).is_empty());
+            standby.is_some() && round.is_some()
+        },
+    );
+    let (standby, round) = (standby.unwrap(), round.unwrap());
+    wait_until_waiting(standby);
+    kill(Pid::from_raw(runner as i32), Signal::SIGKILL).unwrap();
+    let _ = child.wait();
+    // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or
+    // gone), as the round's helper ends the round.
+    wait_until("the standby ended with its runner", LIMIT, || {
+        matches!(state(standby), None | Some('Z'))
+    });
+    wait_until("the round ended with its runner", LIMIT, || {
+        matches!(state(round), None | Some('Z'))
+    });
+}
