@@ -20,6 +20,9 @@
 # as it does for a real job: the back-to-back default hides such costs).
 # STATE_FS=ext4 puts the state dirs and the workspace on a fresh loop-mounted ext4 made with
 # mkfs's defaults (root only).
+# INTERLEAVE=N measures with bench/interleave.py instead of hyperfine: N rounds, each running
+# every command once in turn (this VM's speed drifts by 10-20 % within minutes, which moves
+# hyperfine's blocks of runs apart; interleaved, the drift hits every command alike).
 # RALPH=path measures that binary instead of this tree's; BASELINE=path measures another build
 # (e.g. a copy of the one before a change) in the same hyperfine run, as its own rows.
 set -euo pipefail
@@ -73,13 +76,24 @@ if [ -n "$baseline" ]; then
     extra=(-n "baseline-$short" "$(ralph_cmd "$short" "$baseline")"
            -n "baseline-$long" "$(ralph_cmd "$long" "$baseline")")
 fi
-hyperfine --style basic --warmup 1 --runs "$runs" --export-json "$work/h.json" \
-    --prepare "rm -rf $state_root/state-*; sync" \
-    -n "ralph-$short" "$(ralph_cmd "$short")" \
-    -n "ralph-$long" "$(ralph_cmd "$long")" \
-    "${extra[@]}" \
-    -n "direct-$short" "$(direct_cmd "$short")" \
-    -n "direct-$long" "$(direct_cmd "$long")" >&2
+if [ -n "${INTERLEAVE:-}" ]; then
+    named=("ralph-$short=$(ralph_cmd "$short")" "ralph-$long=$(ralph_cmd "$long")")
+    if [ -n "$baseline" ]; then
+        named+=("baseline-$short=$(ralph_cmd "$short" "$baseline")"
+                "baseline-$long=$(ralph_cmd "$long" "$baseline")")
+    fi
+    named+=("direct-$short=$(direct_cmd "$short")" "direct-$long=$(direct_cmd "$long")")
+    SHELL_CMDS=1 PREPARE="rm -rf $state_root/state-*; sync" JSON="$work/h.json" \
+        python3 bench/interleave.py "$INTERLEAVE" "${named[@]}" >&2
+else
+    hyperfine --style basic --warmup 1 --runs "$runs" --export-json "$work/h.json" \
+        --prepare "rm -rf $state_root/state-*; sync" \
+        -n "ralph-$short" "$(ralph_cmd "$short")" \
+        -n "ralph-$long" "$(ralph_cmd "$long")" \
+        "${extra[@]}" \
+        -n "direct-$short" "$(direct_cmd "$short")" \
+        -n "direct-$long" "$(direct_cmd "$long")" >&2
+fi
 python3 - "$work/h.json" "$short" "$long" "$mode" <<'PY'
 import json, sys
 data = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}

@@ -104,7 +104,12 @@ async fn a_killed_helper_reports_its_signal_and_a_dropped_one_is_killed_and_reap
 /// `pid`'s state letter (`Z`: exited, not reaped); `None` once reaped.
 fn state_of(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().next()?.chars().next()
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 #[test]
