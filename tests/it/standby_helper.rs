@@ -19,7 +19,9 @@ use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{ExecIo, ExecSpec, Mode, Sandbox, SandboxRequest, StderrMode, StdinMode};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{Fixture, wait_for_file, wait_until};
+use crate::common::server::{Server, job};
+use crate::common::{complete_report, wait_until};
+use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const GRACE: Duration = Duration::from_secs(1);
@@ -125,11 +127,20 @@ fn state(pid: u32) -> Option<char> {
         .next()
 }
 
+/// The children of `pid`, of all its threads (a runner starts a standby from any thread).
 fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
         .collect()
 }
 
@@ -221,8 +232,8 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         let (io1, out, err) = io(Some(b"to the round\n"));
         let run = b.spawn(&spec, io1).await.unwrap();
         assert_eq!(run.pid(), Some(first), "the round took the standby");
-        let second = b.standby_pid().expect("the next round's standby started");
-        assert_ne!(second, first);
+        // None is started while a round sets up and runs; the next once it ended.
+        assert_eq!(b.standby_pid(), None);
         let report = run.wait(CancellationToken::new()).await.unwrap();
         assert_eq!(
             report.outcome.termination,
@@ -235,7 +246,12 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             state(first).is_none()
         });
 
-        // The next one is another process, waiting still, and takes the next round only.
+        // The next one is another process, and takes the next round only.
+        wait_until("the next round's standby started", LIMIT, || {
+            b.standby_pid().is_some()
+        });
+        let second = b.standby_pid().unwrap();
+        assert_ne!(second, first);
         wait_until_waiting(second);
         let (io2, out2, _) = io(None);
         let spec2 = w.spec("cat; echo second", StdinMode::Null, GRACE);
@@ -306,8 +322,9 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
         b.prestart(Duration::from_secs(7));
         let other = b.standby_pid().unwrap();
         let (io1, _, _) = io(None);
-        let run = b
-            .spawn(&w.spec("true", StdinMode::Null, GRACE), io1)
+        // Held, so that its helper is still there to be looked at.
+        let mut run = b
+            .spawn_held(&w.spec("true", StdinMode::Null, GRACE), io1)
             .await
             .unwrap();
         let helper = run.pid().unwrap();
@@ -318,12 +335,16 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
             "{}",
             String::from_utf8_lossy(&cmdline)
         );
+        run.release();
         run.wait(CancellationToken::new()).await.unwrap();
         wait_until("the unused standby is killed and reaped", LIMIT, || {
             state(other).is_none()
         });
 
         // A dead one (killed while it waited): the round starts its own helper and runs.
+        wait_until("the next standby started", LIMIT, || {
+            b.standby_pid().is_some()
+        });
         let dead = b.standby_pid().unwrap();
         wait_until_waiting(dead);
         kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
@@ -378,37 +399,36 @@ fn helpers_of(parent: u32) -> Vec<u32> {
 
 #[test]
 fn a_standby_goes_when_its_runner_is_killed() {
-    let f = Fixture::new();
-    let agent = f.agent(
-        "hang.sh",
-        "touch \"$RALPH_WORKSPACE/started\"; exec sleep 600",
+    // A service keeps the next round's helper waiting between jobs.
+    let mut s = Server::new("");
+    let runner = s.child.as_ref().unwrap().id();
+    let ws = s.workspace("ws");
+    let agent = s.agent(
+        "done.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("done")
+        ),
     );
-    let mut child = f.run(&agent).spawn();
-    let runner = child.id();
-    wait_for_file(&f.ws.join("started"), Duration::from_secs(120));
-    // The round's helper has the init as a child; the standby for the next round has none.
-    let mut standby = None;
-    let mut round = None;
-    wait_until(
-        "the runner has a round's helper and a standby",
-        LIMIT,
-        || {
-            let helpers = helpers_of(runner);
-            standby = helpers.iter().copied().find(|h| children(*h).is_empty());
-            round = helpers.iter().copied().find(|h| !children(*h).is_empty());
-            standby.is_some() && round.is_some()
-        },
+    let (code, c) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job(&ws, &agent, json!({}))] }).to_string()),
     );
-    let (standby, round) = (standby.unwrap(), round.unwrap());
-    wait_until_waiting(standby);
-    kill(Pid::from_raw(runner as i32), Signal::SIGKILL).unwrap();
-    let _ = child.wait();
-    // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or
-    // gone), as the round's helper ends the round.
+    assert_eq!(code, 201, "{c}");
+    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "complete", "{j}");
+    let mut standby = Vec::new();
+    wait_until("the service's standby helper waits", LIMIT, || {
+        standby = helpers_of(runner);
+        standby.len() == 1 && blocked_in(standby[0]) == Some(libc::SYS_recvmsg)
+    });
+    let standby = standby[0];
+    assert!(children(standby).is_empty(), "a standby runs nothing");
+    s.kill9();
+    // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or gone).
     wait_until("the standby ended with its runner", LIMIT, || {
         matches!(state(standby), None | Some('Z'))
-    });
-    wait_until("the round ended with its runner", LIMIT, || {
-        matches!(state(round), None | Some('Z'))
     });
 }

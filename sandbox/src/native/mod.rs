@@ -109,11 +109,32 @@ impl NativeBackend {
     }
 
     /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
-    /// already. A failure is not an error: that round starts its own helper.
+    /// already. A failure is not an error: that round starts its own helper. The slot is not
+    /// locked during the spawn (a round taking it never waits for one).
     pub fn prestart(&self, grace: Duration) {
+        if self.standby_slot().is_some() {
+            return;
+        }
+        let Ok(started) = standby::Standby::start(&self.helper_exe, grace) else {
+            return;
+        };
         let mut slot = self.standby_slot();
         if slot.is_none() {
-            *slot = standby::Standby::start(&self.helper_exe, grace).ok();
+            *slot = Some(started);
+        }
+        // Else another got there first: this one is dropped (killed and reaped).
+    }
+
+    /// [`Self::prestart`] on a blocking thread of the current runtime (if any): `posix_spawn`
+    /// suspends its caller until the child's `execve`, which must not hold up a runtime thread
+    /// (the round's durable record, its output) on a busy host.
+    fn prestart_in_background(&self, grace: Duration) {
+        let me = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || me.prestart(grace));
+            }
+            Err(_) => me.prestart(grace),
         }
     }
 
@@ -185,6 +206,8 @@ pub struct NativeRun {
     gateway: Vec<(u16, std::net::TcpListener)>,
     /// A held run's release, until sent ([`hold`]).
     hold: Option<std::os::fd::OwnedFd>,
+    /// Whose standby to start again once this run's helper is gone.
+    backend: NativeBackend,
 }
 
 impl Sandbox for NativeBackend {
@@ -212,7 +235,7 @@ impl Sandbox for NativeBackend {
     }
 
     fn prepare(&self, kill_grace: Duration) {
-        self.prestart(kill_grace);
+        self.prestart_in_background(kill_grace);
     }
 
     fn holds(&self) -> bool {
@@ -342,8 +365,6 @@ impl NativeBackend {
                 source,
             }
         })?;
-        // The next round's helper starts now, while this one's sets up and runs.
-        self.prestart(spec.kill_grace);
         let spawn::Spawned {
             stdin: helper_stdin,
             stdout: helper_stdout,
@@ -408,6 +429,7 @@ impl NativeBackend {
             merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
             gateway,
             hold,
+            backend: self.clone(),
         })
     }
 }
@@ -534,6 +556,9 @@ impl NativeRun {
                 }
             }
         };
+        // The next round's helper starts while this one is concluded (the host is mostly idle
+        // then: the runner's durable record of the round's end), not while a round sets up.
+        self.backend.prestart_in_background(self.grace);
         if let Some(w) = self.stdin_writer.take() {
             w.abort();
         }
