@@ -63,10 +63,14 @@ use crate::plan::SandboxPlan;
 use crate::policy::PolicySet;
 use crate::spec::{ExecSpec, SandboxRequest, StdinMode};
 pub use protocol::{HELPER_ARG, HelperResult, HelperSpec, SPEC_ENV};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Extra time the runner gives the helper beyond timeout + grace before killing it outright.
 const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
+
+/// How long a round waits for a standby helper being started (normally well under a
+/// millisecond: its `posix_spawn` returns once it is exec'd) before it starts its own.
+const STANDBY_WAIT: Duration = Duration::from_millis(200);
 
 /// How long output readers may run on after the helper exited (the tree is dead by then).
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
@@ -83,7 +87,7 @@ pub struct NativeBackend {
     host: Arc<OnceLock<Host>>,
     /// The helper started ahead for the next round ([`standby`]); killed when the last clone of
     /// the backend goes.
-    standby: Arc<Mutex<Option<standby::Standby>>>,
+    standby: Arc<standby::Slot>,
 }
 
 impl NativeBackend {
@@ -99,30 +103,15 @@ impl NativeBackend {
             helper_exe: helper_exe.into(),
             policies,
             host: Arc::new(OnceLock::new()),
-            standby: Arc::new(Mutex::new(None)),
+            standby: Arc::new(standby::Slot::default()),
         }
-    }
-
-    /// The standby helper's slot (a poisoned lock still holds a usable slot).
-    fn standby_slot(&self) -> std::sync::MutexGuard<'_, Option<standby::Standby>> {
-        self.standby.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
-    /// already. A failure is not an error: that round starts its own helper. The slot is not
-    /// locked during the spawn (a round taking it never waits for one).
+    /// or is being started already. A failure is not an error: that round starts its own helper.
     pub fn prestart(&self, grace: Duration) {
-        if self.standby_slot().is_some() {
-            return;
-        }
-        let Ok(started) = standby::Standby::start(&self.helper_exe, grace) else {
-            return;
-        };
-        let mut slot = self.standby_slot();
-        if slot.is_none() {
-            *slot = Some(started);
-        }
-        // Else another got there first: this one is dropped (killed and reaped).
+        self.standby
+            .fill(|| standby::Standby::start(&self.helper_exe, grace));
     }
 
     /// [`Self::prestart`] on a blocking thread of the current runtime (if any): `posix_spawn`
@@ -140,7 +129,7 @@ impl NativeBackend {
 
     /// The pid of the helper waiting for the next round, if one does.
     pub fn standby_pid(&self) -> Option<u32> {
-        self.standby_slot().as_ref().map(standby::Standby::id)
+        self.standby.waiting_pid()
     }
 
     /// What this host can enforce (probed once).
@@ -328,8 +317,9 @@ impl NativeBackend {
         };
         // The helper started ahead, when one waits with this round's grace; else one of its own.
         let waiting = self
-            .standby_slot()
-            .take()
+            .standby
+            .take(STANDBY_WAIT)
+            .await
             .filter(|s| s.fits(spec.kill_grace));
         let ordered = waiting.and_then(|s| {
             s.order(

@@ -22,6 +22,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::inherit;
@@ -29,6 +30,86 @@ use super::protocol::{GRACE_ARG_PREFIX, HELPER_ARG, HelperSpec, MAX_SPEC_BYTES, 
 use super::spawn::{self, Started, Stdin};
 use crate::fd_pass;
 use crate::posix_spawn::{open_null, pipe_pair};
+
+/// The one standby of a backend, shared by its clones: the one waiting, and whether one is being
+/// started (a round that finds one being started waits for it: that start is already under way,
+/// and a helper of the round's own would do the same work again on a busy host).
+#[derive(Debug, Default)]
+pub struct Slot {
+    state: Mutex<SlotState>,
+    ready: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    waiting: Option<Standby>,
+    starting: bool,
+}
+
+/// Clears `starting` however the start ends (a panic included), and wakes the rounds waiting.
+struct Starting<'a>(&'a Slot);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().starting = false;
+        self.0.ready.notify_waiters();
+    }
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        // A poisoned lock still holds a usable slot.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fills the slot with what `start` starts, unless one waits or is being started (then
+    /// `start` is not called). The lock is not held while `start` runs. A failed start leaves
+    /// the slot empty: the next round starts a helper of its own.
+    pub fn fill(&self, start: impl FnOnce() -> io::Result<Standby>) {
+        {
+            let mut state = self.lock();
+            if state.waiting.is_some() || state.starting {
+                return;
+            }
+            state.starting = true;
+        }
+        let _starting = Starting(self);
+        if let Ok(standby) = start() {
+            let mut state = self.lock();
+            if state.waiting.is_none() {
+                state.waiting = Some(standby);
+            }
+        }
+    }
+
+    /// Takes the waiting standby; when one is being started, waits for it (at most `limit`).
+    pub async fn take(&self, limit: Duration) -> Option<Standby> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ready = self.ready.notified();
+            tokio::pin!(ready);
+            // Registered before the state is read: a start that ends in between still wakes us.
+            ready.as_mut().enable();
+            {
+                let mut state = self.lock();
+                if let Some(standby) = state.waiting.take() {
+                    return Some(standby);
+                }
+                if !state.starting {
+                    return None;
+                }
+            }
+            if tokio::time::timeout_at(deadline, ready).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// The pid of the standby waiting, if one does.
+    pub fn waiting_pid(&self) -> Option<u32> {
+        self.lock().waiting.as_ref().map(Standby::id)
+    }
+}
 
 /// The order carries the gateway hand-over's helper end.
 const HAS_GATEWAY: u8 = 1;
@@ -178,3 +259,6 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
         .flatten();
     Ok(Some(spec))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,91 @@
+//! The standby slot: one waiting at most, a round waits for one being started, a failed or
+//! panicking start leaves the slot usable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A standby object whose process is `/bin/true` (it exits at once: only the slot is tested).
+fn standby() -> io::Result<Standby> {
+    Standby::start(Path::new("/bin/true"), Duration::from_secs(1))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn an_empty_slot_answers_at_once_and_a_full_one_is_not_filled_again() {
+    let slot = Slot::default();
+    let start = Instant::now();
+    assert!(rt().block_on(slot.take(Duration::from_secs(30))).is_none());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "waited on nothing"
+    );
+    slot.fill(standby);
+    let first = slot.waiting_pid().unwrap();
+    slot.fill(|| panic!("a second start while one waits"));
+    assert_eq!(slot.waiting_pid(), Some(first));
+    let taken = rt().block_on(slot.take(Duration::from_secs(30))).unwrap();
+    assert_eq!(taken.id(), first);
+    assert_eq!(slot.waiting_pid(), None);
+}
+
+#[test]
+fn a_round_waits_for_a_standby_being_started() {
+    let slot = Arc::new(Slot::default());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let filler = {
+        let slot = slot.clone();
+        std::thread::spawn(move || {
+            slot.fill(|| {
+                // Held until the round is waiting.
+                go_rx.recv().unwrap();
+                standby()
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !slot.lock().starting {
+        assert!(Instant::now() < deadline, "the start never began");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let got = rt().block_on(async {
+        let take = slot.take(Duration::from_secs(60));
+        tokio::pin!(take);
+        // Not there yet: the round waits.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
+                .await
+                .is_err()
+        );
+        go_tx.send(()).unwrap();
+        take.await
+    });
+    filler.join().unwrap();
+    assert!(
+        got.is_some(),
+        "the round did not get the standby it waited for"
+    );
+}
+
+#[test]
+fn a_failed_or_panicking_start_leaves_the_slot_usable() {
+    let slot = Arc::new(Slot::default());
+    slot.fill(|| Err(io::Error::other("no")));
+    assert_eq!(slot.waiting_pid(), None);
+    let s2 = slot.clone();
+    let panicked = std::thread::spawn(move || s2.fill(|| panic!("start failed hard"))).join();
+    assert!(panicked.is_err());
+    // Not left "starting": a round does not wait, and the next fill starts one.
+    let start = Instant::now();
+    assert!(rt().block_on(slot.take(Duration::from_secs(30))).is_none());
+    assert!(start.elapsed() < Duration::from_secs(10));
+    slot.fill(standby);
+    assert!(slot.waiting_pid().is_some());
+}
