@@ -224,6 +224,9 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
     if got.len == 0 && got.fds.is_empty() {
         return Ok(None);
     }
+    if got.len == 0 {
+        return Err("the order is empty".into());
+    }
     if got.truncated || got.len > MAX_SPEC_BYTES + 1 {
         return Err("the order did not fit (truncated)".into());
     }
@@ -242,14 +245,26 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
         serde_json::from_slice(&buf[1..got.len]).map_err(|e| format!("invalid order: {e}"))?;
     let mut fds = got.fds.into_iter();
     let stdin = fds.next().ok_or("the order came without its stdin")?;
-    // SAFETY: dup2 onto 0 of a descriptor we own; the new 0 is not close-on-exec.
-    if unsafe { libc::dup2(stdin.as_raw_fd(), 0) } < 0 {
-        return Err(format!(
-            "failed to make the order's stdin descriptor 0: {}",
-            io::Error::last_os_error()
-        ));
+    if stdin.as_raw_fd() == 0 {
+        // Already in place (0 was closed): kept open, made inheritable.
+        let fd = stdin.into_raw_fd();
+        // SAFETY: fcntl on descriptor 0, which is ours.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(format!(
+                "failed to make the order's stdin inheritable: {}",
+                io::Error::last_os_error()
+            ));
+        }
+    } else {
+        // SAFETY: dup2 onto 0 of a descriptor we own; the new 0 is not close-on-exec.
+        if unsafe { libc::dup2(stdin.as_raw_fd(), 0) } < 0 {
+            return Err(format!(
+                "failed to make the order's stdin descriptor 0: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        drop(stdin);
     }
-    drop(stdin);
     // Numbers the helper adopts as if inherited (kind checked there, close-on-exec already).
     spec.gateway_fd = (flags & HAS_GATEWAY != 0)
         .then(|| fds.next().map(IntoRawFd::into_raw_fd))

@@ -1,5 +1,5 @@
-//! The standby slot: one waiting at most, a round waits for one being started, a failed or
-//! panicking start leaves the slot usable.
+//! The standby slot (one waiting at most, a round waits for one being started, a failed or
+//! panicking start leaves the slot usable) and the order as the standby reads it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,4 +88,44 @@ fn a_failed_or_panicking_start_leaves_the_slot_usable() {
     assert!(start.elapsed() < Duration::from_secs(10));
     slot.fill(standby);
     assert!(slot.waiting_pid().is_some());
+}
+
+/// The standby's end of a fresh order socket (as a number, as its environment names it) and the
+/// runner's end.
+fn order_socket() -> (String, OwnedFd) {
+    let (runner, standby) = fd_pass::channel().unwrap();
+    (standby.into_raw_fd().to_string(), runner)
+}
+
+fn null() -> OwnedFd {
+    open_null().unwrap()
+}
+
+#[test]
+fn a_standby_whose_runner_went_without_an_order_ends_quietly() {
+    let (fd, runner) = order_socket();
+    drop(runner);
+    assert_eq!(receive(&fd).map(|s| s.is_some()), Ok(false));
+}
+
+#[test]
+fn a_malformed_order_is_refused_before_anything_is_put_in_place() {
+    // Every refusal comes before the stdin is put in place (this process's descriptor 0 stays).
+    let cases: Vec<(&str, Vec<u8>, usize)> = vec![
+        ("empty", Vec::new(), 1),
+        ("unknown flags", b"\x08{}".to_vec(), 1),
+        ("too few descriptors", b"\x01{}".to_vec(), 1),
+        ("too many descriptors", b"\x00{}".to_vec(), 2),
+        ("not a spec", b"\x00{\"exec\":1}".to_vec(), 1),
+    ];
+    for (what, payload, n) in cases {
+        let (fd, runner) = order_socket();
+        let fds: Vec<OwnedFd> = (0..n).map(|_| null()).collect();
+        let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+        fd_pass::send(runner.as_fd(), &payload, &borrowed).unwrap();
+        let got = receive(&fd);
+        assert!(got.is_err(), "{what}: {:?}", got.map(|s| s.is_some()));
+    }
+    assert!(receive("x").is_err(), "not a number");
+    assert!(receive("1").is_err(), "a standard stream");
 }
