@@ -11,8 +11,8 @@
 //!    └─ reads result.json ◀──────┘ writes result.json, exits
 //! ```
 //!
-//! The helper is normally started ahead, while the previous round runs ([`standby`]): the round
-//! then hands it its spec and descriptors in one message instead of waiting for its `execve`.
+//! The helper is normally started ahead, between rounds ([`standby`]): the round then hands it
+//! its spec and descriptors in one message instead of waiting for its `execve`.
 //!
 //! With `--network gateway` and ports, `spawn` also hands the helper one end of a socketpair;
 //! the init, once loopback is up, makes a listener on `127.0.0.2:PORT` (`spec::GATEWAY_HOST`)

@@ -1,6 +1,7 @@
 //! A helper started ahead of its round (issue 30, item 2): the `execve` of the static `ralph`,
-//! glibc's start and the binary's relocations (~0.9 ms) happen while the previous round runs,
-//! not on the next round's path. The standby waits, blocked in `recvmsg`, for exactly one order
+//! glibc's start and the binary's relocations (~0.9 ms) happen between rounds (the next one is
+//! started when a round's helper has exited, while the runner records the round's end; a job's
+//! first when the job starts), not on the next round's path. The standby waits, blocked in `recvmsg`, for exactly one order
 //! on a socket only the runner holds the other end of:
 //!
 //! ```text
