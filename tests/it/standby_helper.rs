@@ -329,7 +329,13 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
             .unwrap();
         let helper = run.pid().unwrap();
         assert_ne!(helper, other, "the standby of another grace was used");
-        let cmdline = std::fs::read(format!("/proc/{helper}/cmdline")).unwrap();
+        // Read once the helper's exec has set its arguments up (posix_spawn returns as soon as
+        // the exec has replaced the memory, before the new arguments are in place).
+        let mut cmdline = Vec::new();
+        wait_until("the helper's command line is readable", LIMIT, || {
+            cmdline = std::fs::read(format!("/proc/{helper}/cmdline")).unwrap_or_default();
+            !cmdline.is_empty()
+        });
         assert!(
             cmdline.windows(20).any(|s| s == b"--kill-grace-ms=1000"),
             "{}",
