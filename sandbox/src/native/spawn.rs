@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -157,16 +157,12 @@ impl Pending {
     /// Holds the child `pid` (just started by this process and not reaped, so the pid is still
     /// its) by a pidfd; when that fails, the child is killed and reaped here.
     fn open(pid: u32) -> io::Result<Self> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        match RawFd::try_from(fd) {
-            Ok(fd) if fd >= 0 => Ok(Self {
+        match crate::sys::pidfd_open(pid as libc::pid_t) {
+            Ok(fd) => Ok(Self {
                 pid,
-                // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
-                pidfd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+                pidfd: Some(fd),
             }),
-            _ => {
-                let e = io::Error::last_os_error();
+            Err(e) => {
                 // Not followed, so not left running or unreaped.
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid as i32),
@@ -228,17 +224,8 @@ impl Drop for Pending {
         let Some(fd) = self.pidfd.take() else {
             return;
         };
-        // SAFETY: pidfd_send_signal on our pidfd with no siginfo and no flags; the pid is not
-        // reaped, so it is still our child's.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        // Not reaped, so the pidfd still names our child.
+        let _ = crate::sys::pidfd_send_signal(&fd, libc::SIGKILL);
         reap_in_background(self.pid, fd);
     }
 }
@@ -296,21 +283,7 @@ impl HelperChild {
         if self.status.is_some() {
             return Ok(());
         }
-        // SAFETY: pidfd_send_signal on our pidfd with no siginfo and no flags.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.get_ref().as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        crate::sys::pidfd_send_signal(self.pidfd.get_ref(), libc::SIGKILL)
     }
 }
 
