@@ -22,18 +22,19 @@ use crate::common;
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ralph_sandbox::docker::DockerBackend;
 use ralph_sandbox::native::NativeBackend;
-use ralph_sandbox::outcome::{CaptureSummary, Level, Restriction};
+use ralph_sandbox::outcome::{Level, Restriction};
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{
     ExecIo, ExecReport, ExecSpec, Mode, Network, Running, Sandbox, SandboxError, SandboxRequest,
     StderrMode, StdinMode,
 };
 use tokio_util::sync::CancellationToken;
+
+use crate::common::capture::{Buf, io_with};
 
 fn backend() -> NativeBackend {
     NativeBackend::new(env!("CARGO_BIN_EXE_ralph"), PolicySet::embedded().unwrap())
@@ -126,37 +127,8 @@ fn spec(w: &World, mode: Mode, network: Network, ports: &[u16], script: &str) ->
     }
 }
 
-/// Captures into a shared buffer.
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl ralph_sandbox::capture::OutputSink for Buf {
-    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        self.0.lock().unwrap().extend_from_slice(chunk);
-        Ok(())
-    }
-    fn finish(self: Box<Self>) -> std::io::Result<CaptureSummary> {
-        Ok(CaptureSummary::default())
-    }
-}
-
-impl Buf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 fn io() -> (ExecIo, Buf, Buf) {
-    let (out, err) = (Buf::default(), Buf::default());
-    (
-        ExecIo {
-            stdin: None,
-            stdout: Box::new(out.clone()),
-            stderr: Box::new(err.clone()),
-        },
-        out,
-        err,
-    )
+    io_with(None)
 }
 
 /// A port nobody on the host listens on right now.

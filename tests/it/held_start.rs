@@ -20,6 +20,8 @@ use ralph_sandbox::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::common::procs::{blocked_in, children};
+
 fn backend() -> NativeBackend {
     NativeBackend::new(env!("CARGO_BIN_EXE_ralph"), PolicySet::embedded().unwrap())
 }
@@ -107,21 +109,6 @@ fn io() -> ExecIo {
         stdout: Box::new(Null),
         stderr: Box::new(Null),
     }
-}
-
-/// The syscall `pid` is blocked in (`/proc/PID/syscall`'s first field), if it is blocked.
-fn blocked_in(pid: u32) -> Option<i64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
-    text.split_whitespace().next()?.parse().ok()
-}
-
-/// The children of `pid`.
-fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
 }
 
 /// Waits (with a deadline) until the run's set-up is over and it is held: the helper blocked

@@ -8,17 +8,18 @@
 //! No root needed: run as root (`cargo test`) and as the unprivileged `ralph-ci` by `.ci/run`.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use ralph_sandbox::native::NativeBackend;
-use ralph_sandbox::outcome::{CaptureSummary, Termination};
+use ralph_sandbox::outcome::Termination;
 use ralph_sandbox::policy::PolicySet;
-use ralph_sandbox::{ExecIo, ExecSpec, Mode, Sandbox, SandboxRequest, StderrMode, StdinMode};
+use ralph_sandbox::{ExecSpec, Mode, Sandbox, SandboxRequest, StderrMode, StdinMode};
 use tokio_util::sync::CancellationToken;
 
+use crate::common::capture::io_with;
+use crate::common::procs::{blocked_in, children, state};
 use crate::common::server::{Server, job};
 use crate::common::{complete_report, wait_until};
 use serde_json::json;
@@ -76,72 +77,6 @@ impl World {
             listings: None,
         }
     }
-}
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl ralph_sandbox::capture::OutputSink for Buf {
-    fn write(&mut self, chunk: &[u8]) -> std::io::Result<()> {
-        self.0.lock().unwrap().extend_from_slice(chunk);
-        Ok(())
-    }
-    fn finish(self: Box<Self>) -> std::io::Result<CaptureSummary> {
-        Ok(CaptureSummary::default())
-    }
-}
-
-impl Buf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-fn io(stdin: Option<&[u8]>) -> (ExecIo, Buf, Buf) {
-    let (out, err) = (Buf::default(), Buf::default());
-    (
-        ExecIo {
-            stdin: stdin.map(<[u8]>::to_vec),
-            stdout: Box::new(out.clone()),
-            stderr: Box::new(err.clone()),
-        },
-        out,
-        err,
-    )
-}
-
-/// The syscall `pid` is blocked in (`/proc/PID/syscall`'s first field), if it is blocked.
-fn blocked_in(pid: u32) -> Option<i64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
-    text.split_whitespace().next()?.parse().ok()
-}
-
-/// `pid`'s state letter (`Z` for a zombie); `None` once it is gone (reaped).
-fn state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
-}
-
-/// The children of `pid`, of all its threads (a runner starts a standby from any thread).
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .flat_map(|t| {
-            std::fs::read_to_string(t.path().join("children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
 }
 
 /// `pid`'s open descriptors as (number, what): `socket`, `pipe`, `anon_inode:...` or a path.
@@ -229,7 +164,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             StdinMode::Piped,
             GRACE,
         );
-        let (io1, out, err) = io(Some(b"to the round\n"));
+        let (io1, out, err) = io_with(Some(b"to the round\n"));
         let run = b.spawn(&spec, io1).await.unwrap();
         assert_eq!(run.pid(), Some(first), "the round took the standby");
         // None is started while a round sets up and runs; the next once it ended.
@@ -253,7 +188,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         let second = b.standby_pid().unwrap();
         assert_ne!(second, first);
         wait_until_waiting(second);
-        let (io2, out2, _) = io(None);
+        let (io2, out2, _) = io_with(None);
         let spec2 = w.spec("cat; echo second", StdinMode::Null, GRACE);
         let run = b.spawn(&spec2, io2).await.unwrap();
         assert_eq!(run.pid(), Some(second));
@@ -290,7 +225,7 @@ fn a_standby_that_took_its_round_holds_what_a_helper_started_for_it_holds() {
             } else {
                 None
             };
-            let mut run = b.spawn_held(&spec, io(None).0).await.unwrap();
+            let mut run = b.spawn_held(&spec, io_with(None).0).await.unwrap();
             let helper = run.pid().unwrap();
             if ahead {
                 assert_eq!(Some(helper), standby, "the held round took the standby");
@@ -321,7 +256,7 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
         // Another grace: its command line would lie to a later start-up's sweep.
         b.prestart(Duration::from_secs(7));
         let other = b.standby_pid().unwrap();
-        let (io1, _, _) = io(None);
+        let (io1, _, _) = io_with(None);
         // Held, so that its helper is still there to be looked at.
         let mut run = b
             .spawn_held(&w.spec("true", StdinMode::Null, GRACE), io1)
@@ -355,7 +290,7 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
         wait_until_waiting(dead);
         kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
         wait_until("the standby is dead", LIMIT, || state(dead) == Some('Z'));
-        let (io2, out, _) = io(None);
+        let (io2, out, _) = io_with(None);
         let run = b
             .spawn(&w.spec("echo alive", StdinMode::Null, GRACE), io2)
             .await

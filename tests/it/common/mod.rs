@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent_clis;
+pub mod capture;
 pub mod chaos;
 pub mod docker;
 pub mod fix_project;
@@ -19,6 +20,7 @@ pub mod model_api;
 pub mod model_server;
 pub mod package_mirror;
 pub mod pg_cluster;
+pub mod procs;
 pub mod promtool;
 pub mod server;
 pub mod small_disk;
