@@ -1,7 +1,8 @@
 //! A recording fake [`Sandbox`] for callers' tests (feature `testing`, never shipped): every
 //! spawn is recorded ([`Call`]: argv, working directory, environment, timeout, stdin, the
 //! request) and plays a scripted outcome ([`Script`]: stdout, exit code, time taken, files
-//! written, …). Waiting honours the spec's timeout and the cancel token, so a caller's deadline
+//! written, …), and so is every [`Sandbox::prepare`] ([`Prepared`]: how many spawns came
+//! before it). Waiting honours the spec's timeout and the cancel token, so a caller's deadline
 //! and cancel orderings are its own.
 //!
 //! Calls are sorted into lanes by a function of the [`ExecSpec`] the caller supplies (e.g. by
@@ -58,6 +59,15 @@ impl Call {
     }
 }
 
+/// One recorded [`Sandbox::prepare`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// How many spawns were recorded before it.
+    pub after_calls: usize,
+    /// The kill grace it named.
+    pub kill_grace: Duration,
+}
+
 /// The fake: scripted runs, recorded.
 pub struct FakeSandbox {
     kind: BackendKind,
@@ -65,6 +75,7 @@ pub struct FakeSandbox {
     lane_of: LaneOf,
     scripts: Mutex<BTreeMap<&'static str, VecDeque<Script>>>,
     calls: Mutex<Vec<Call>>,
+    prepares: Mutex<Vec<Prepared>>,
 }
 
 impl std::fmt::Debug for FakeSandbox {
@@ -92,6 +103,7 @@ impl FakeSandbox {
             lane_of: Box::new(|_| ""),
             scripts: Mutex::default(),
             calls: Mutex::default(),
+            prepares: Mutex::default(),
         }
     }
 
@@ -119,6 +131,11 @@ impl FakeSandbox {
     /// Appends `scripts` to what `lane`'s spawns play, in order.
     pub fn script(&self, lane: &'static str, scripts: Vec<Script>) {
         lock(&self.scripts).entry(lane).or_default().extend(scripts);
+    }
+
+    /// Every [`Sandbox::prepare`] so far, in order.
+    pub fn prepares(&self) -> Vec<Prepared> {
+        lock(&self.prepares).clone()
     }
 
     /// Every spawn so far, in order.
@@ -163,6 +180,15 @@ impl Sandbox for FakeSandbox {
         let script = self.record(spec, &io);
         let started = run::FakeRun::start(self.kind, script, spec, io);
         Box::pin(async move { started.map(|r| Box::new(r) as Box<dyn Running>) })
+    }
+
+    fn prepare(&self, kill_grace: Duration) {
+        // Counted under the calls' lock: a spawn is either before it or after it.
+        let calls = lock(&self.calls);
+        lock(&self.prepares).push(Prepared {
+            after_calls: calls.len(),
+            kill_grace,
+        });
     }
 }
 

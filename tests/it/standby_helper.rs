@@ -3,7 +3,8 @@
 //! command line and one environment variable; it serves exactly one round (the round's stdin,
 //! hold and gateway hand-over reach it as they reach a helper started for the round, and it
 //! keeps nothing a helper started for the round would not); one of another grace, or a dead
-//! one, is never used; and it goes when its backend goes or its runner is killed.
+//! one, is never used; none is started unless the runner announces a run (an idle service holds
+//! none); and it goes when its backend goes or its runner is killed.
 //!
 //! No root needed: run as root (`cargo test`) and as the unprivileged `ralph-ci` by `.ci/run`.
 
@@ -181,7 +182,11 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             state(first).is_none()
         });
 
-        // The next one is another process, and takes the next round only.
+        // The backend starts none by itself once a run ended: the runner says when another
+        // follows (`Sandbox::prepare`). Then the next one is another process, and takes the
+        // next round only.
+        assert_eq!(b.standby_pid(), None, "started without being asked");
+        b.prepare(GRACE);
         wait_until("the next round's standby started", LIMIT, || {
             b.standby_pid().is_some()
         });
@@ -283,6 +288,7 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
         });
 
         // A dead one (killed while it waited): the round starts its own helper and runs.
+        b.prepare(GRACE);
         wait_until("the next standby started", LIMIT, || {
             b.standby_pid().is_some()
         });
@@ -339,9 +345,10 @@ fn helpers_of(parent: u32) -> Vec<u32> {
 }
 
 #[test]
-fn a_standby_goes_when_its_runner_is_killed() {
-    // A service keeps the next round's helper waiting between jobs.
-    let mut s = Server::new("");
+fn a_service_keeps_no_helper_waiting_after_a_jobs_last_run() {
+    // The runner announces a run only when one follows: a job's last round is followed by
+    // nothing, so an idle service holds no helper.
+    let s = Server::new("");
     let runner = s.child.as_ref().unwrap().id();
     let ws = s.workspace("ws");
     let agent = s.agent(
@@ -360,8 +367,34 @@ fn a_standby_goes_when_its_runner_is_killed() {
     let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "complete", "{j}");
+    // An absence: watched for a while (a helper started after the last round would stay).
+    let watch = std::time::Instant::now();
+    while watch.elapsed() < Duration::from_secs(2) {
+        let helpers = helpers_of(runner);
+        assert!(
+            helpers.is_empty(),
+            "helpers of an idle service: {helpers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_standby_goes_when_its_runner_is_killed() {
+    // A round that failed with a retry left: the retry's helper waits through the backoff.
+    let mut s = Server::new("");
+    let runner = s.child.as_ref().unwrap().id();
+    let ws = s.workspace("ws");
+    let agent = s.agent("fail.sh", "exit 3");
+    let extra = json!({ "round_retries": 1, "retry_backoff": "10m" });
+    let (code, c) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job(&ws, &agent, extra)] }).to_string()),
+    );
+    assert_eq!(code, 201, "{c}");
     let mut standby = Vec::new();
-    wait_until("the service's standby helper waits", LIMIT, || {
+    wait_until("the retry's standby helper waits", LIMIT, || {
         standby = helpers_of(runner);
         standby.len() == 1 && blocked_in(standby[0]) == Some(libc::SYS_recvmsg)
     });

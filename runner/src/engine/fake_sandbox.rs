@@ -73,6 +73,16 @@ pub(crate) struct Call {
     pub gateway_ports: Vec<u16>,
 }
 
+/// A spawn, or a [`ralph_sandbox::Sandbox::prepare`] (a run announced ahead), in the order the
+/// engine made them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The engine said another run follows.
+    Prepare,
+    /// A process started.
+    Run(CallKind),
+}
+
 /// An agent attempt has a report file; a runner step says which it is.
 fn lane(spec: &ExecSpec) -> &'static str {
     let var = |name: &str| spec.env.iter().find(|(k, _)| k == name).map(|(_, v)| v);
@@ -128,6 +138,25 @@ impl FakeRounds {
     /// The kinds of the spawns so far.
     pub fn kinds(&self) -> Vec<CallKind> {
         self.calls().iter().map(|c| c.kind).collect()
+    }
+
+    /// The kill grace each prepare so far named.
+    pub fn prepared_graces(&self) -> Vec<Duration> {
+        self.0.prepares().iter().map(|p| p.kill_grace).collect()
+    }
+
+    /// The spawns and prepares so far, in order.
+    pub fn steps(&self) -> Vec<Step> {
+        let mut prepares = self.0.prepares().into_iter().peekable();
+        let mut steps = Vec::new();
+        for (i, kind) in self.kinds().into_iter().enumerate() {
+            while prepares.next_if(|p| p.after_calls <= i).is_some() {
+                steps.push(Step::Prepare);
+            }
+            steps.push(Step::Run(kind));
+        }
+        steps.extend(prepares.map(|_| Step::Prepare));
+        steps
     }
 }
 

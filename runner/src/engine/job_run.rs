@@ -100,7 +100,7 @@ impl<'e> JobRun<'e> {
         }
     }
 
-    fn deadline_passed(&self) -> bool {
+    pub(super) fn deadline_passed(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 

@@ -33,6 +33,9 @@ mod job_run;
 mod judge;
 #[cfg(test)]
 mod loop_tests;
+mod next_run;
+#[cfg(test)]
+mod next_run_tests;
 pub mod orphans;
 mod path_check;
 mod preset_check;

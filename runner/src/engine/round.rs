@@ -438,6 +438,17 @@ impl JobRun<'_> {
             read,
         } = x;
         let (end, exec) = self.attempt_end(&p, outcome, read.as_ref(), policy, disk_stop);
+        // The next run's process starts while this attempt's records are written.
+        let exited_zero = exec
+            .as_ref()
+            .is_some_and(|e| e.outcome.termination.shell_code() == 0);
+        self.prepare_next_run(super::next_run::after_attempt(
+            self.shape(),
+            round,
+            attempt,
+            &end,
+            exited_zero,
+        ));
         let dirs = &p.dirs;
         if matches!(end, AttemptEnd::Cancelled) {
             self.note_cancel()?;

@@ -72,6 +72,8 @@ impl JobRun<'_> {
             command: setup.command.clone(),
         };
         let v = self.run_step(step, started).await?;
+        // A set-up that passed is followed by the first round (or the task).
+        self.prepare_next_run(v.passed());
         self.journal.record(EventKind::SetupFinished {
             passed: v.passed(),
             exit: v.exit,

@@ -34,6 +34,12 @@ impl JobRun<'_> {
         let v = self
             .run_step(step, EventKind::VerifyStarted { round })
             .await?;
+        // A failed verify sends the loop to its next round, if one is left.
+        self.prepare_next_run(super::next_run::after_verify(
+            self.shape(),
+            matches!(v.end, StepEnd::Failed),
+            self.journal.view().rounds_started,
+        ));
         self.journal.record(EventKind::VerifyFinished {
             round,
             passed: v.passed(),

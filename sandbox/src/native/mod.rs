@@ -195,8 +195,6 @@ pub struct NativeRun {
     gateway: Vec<(u16, std::net::TcpListener)>,
     /// A held run's release, until sent ([`hold`]).
     hold: Option<std::os::fd::OwnedFd>,
-    /// Whose standby to start again once this run's helper is gone.
-    backend: NativeBackend,
 }
 
 impl Sandbox for NativeBackend {
@@ -419,7 +417,6 @@ impl NativeBackend {
             merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
             gateway,
             hold,
-            backend: self.clone(),
         })
     }
 }
@@ -546,9 +543,6 @@ impl NativeRun {
                 }
             }
         };
-        // The next round's helper starts while this one is concluded (the host is mostly idle
-        // then: the runner's durable record of the round's end), not while a round sets up.
-        self.backend.prestart_in_background(self.grace);
         if let Some(w) = self.stdin_writer.take() {
             w.abort();
         }

@@ -1,8 +1,11 @@
 //! A helper started ahead of its round (issue 30, item 2): the `execve` of the static `ralph`,
-//! glibc's start and the binary's relocations (~0.9 ms) happen between rounds (the next one is
-//! started when a round's helper has exited, while the runner records the round's end; a job's
-//! first when the job starts), not on the next round's path. The standby waits, blocked in `recvmsg`, for exactly one order
-//! on a socket only the runner holds the other end of:
+//! glibc's start and the binary's relocations (~0.9 ms) happen between rounds, not on the next
+//! round's path. The backend starts one only when asked ([`crate::Sandbox::prepare`]): the
+//! runner asks when a job starts, and when a run ended and it can tell another follows (the
+//! next round, a retry, the verify: before it records the run's end, so the start overlaps that
+//! record); never after a job's last run, so an idle runner keeps none. The standby waits,
+//! blocked in `recvmsg`, for exactly one order on a socket only the runner holds the other end
+//! of:
 //!
 //! ```text
 //! runner ──posix_spawn──▶ standby (`ralph __sandbox-helper --kill-grace-ms=N`, env: STANDBY_ENV=fd)
