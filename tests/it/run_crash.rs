@@ -164,6 +164,62 @@ fn a_killed_run_is_closed_as_interrupted_by_the_next_run_and_nothing_is_re_run()
     assert_eq!(executions(&f.ws).len(), 1, "nothing was re-run");
 }
 
+/// The entries of the state dir's scratch marks.
+fn marks(state: &Path) -> Vec<String> {
+    let mut m: Vec<String> = std::fs::read_dir(state.join("scratch-marks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    m.sort();
+    m
+}
+
+#[test]
+fn a_killed_runs_scratch_is_swept_by_the_next_run_which_looks_only_at_marked_jobs() {
+    let f = Fixture::new();
+    let done = f.agent(
+        "done.sh",
+        r#"echo '{"status":"complete","summary":"done","evidence":["e"],"nextSteps":[],"blocker":""}' > "$RALPH_REPORT_FILE""#,
+    );
+    // Finished jobs leave no mark.
+    for _ in 0..2 {
+        let out = f.run(&done).output();
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(marks(&f.state).is_empty(), "{:?}", marks(&f.state));
+    }
+    // A running job is marked, with its private scratch.
+    let agent = f.agent("hang.sh", AGENT);
+    let (mut child, id) = hanging_run(f.run(&agent), &f.ws, &f.state, None);
+    assert_eq!(marks(&f.state), vec![id.clone()]);
+    let attempt = f.state.join("jobs").join(&id).join("rounds/1/1");
+    std::fs::write(attempt.join("home/left-by-the-agent"), "x").unwrap();
+    kill9(&mut child);
+    assert!(attempt.join("home/left-by-the-agent").exists());
+    assert!(attempt.join("tmp").is_dir());
+    // Scratch of a job nobody marked (a state directory's marks are the sweep's only list).
+    let unmarked = f.state.join("jobs/not-a-marked-job/rounds/1/1/home");
+    std::fs::create_dir_all(&unmarked).unwrap();
+
+    // The next run closes the killed job, sweeps its scratch and unmarks it.
+    std::fs::remove_file(f.ws.join("hanging")).unwrap();
+    let out = f.run(&done).output();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        !attempt.join("home").exists(),
+        "the killed run's HOME stayed"
+    );
+    assert!(
+        !attempt.join("tmp").exists(),
+        "the killed run's TMPDIR stayed"
+    );
+    assert!(
+        attempt.join("stdout.log").exists(),
+        "artifacts are not scratch"
+    );
+    assert!(marks(&f.state).is_empty(), "{:?}", marks(&f.state));
+    assert!(unmarked.is_dir(), "an unmarked job was walked");
+}
+
 #[test]
 fn a_live_run_is_left_alone_a_second_serve_is_refused_and_resume_does_not_count_the_downtime() {
     let mut s = Server::new("");

@@ -144,6 +144,20 @@ impl<'e> JobRun<'e> {
                 })?;
             }
         }
+        // Marked for the scratch sweeps before any private scratch is made; unmarked when the
+        // run ends with none left (dropped at the end of this function).
+        let id = self.journal.view().id.clone();
+        let _mark = match super::scratch_sweep::Mark::take(&self.engine.state_dir, &id) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(
+                    job_id = %id,
+                    error = %e,
+                    "job {id}: failed to mark it for the scratch sweep (a killed run's private HOME and TMPDIR would stay): {e}"
+                );
+                None
+            }
+        };
         let checked = self.provision().await;
         let checked = match checked {
             Ok(()) => self.preflight(),
