@@ -6,7 +6,8 @@
 //! transaction as the event. The database runs in WAL mode; each event's
 //! [`Durability`](super::event::Durability) picks `synchronous=FULL` (the WAL is fsynced at commit:
 //! a round's start is on disk before its process exists) or `NORMAL` (committed, and flushed by the
-//! next FULL commit). A process crash loses no committed event either way.
+//! next FULL commit). A process crash loses no committed event either way. A closing
+//! connection does not checkpoint: the WAL stays for the next runner (see [`SqliteStore::open`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -104,6 +105,25 @@ INSERT OR IGNORE INTO job_labels
     SELECT l.key, l.value, j.id FROM jobs AS j, json_each(j.spec, '$.labels') AS l;
 ";
 
+/// Bytes the WAL is cut back to after a checkpoint (SQLite's `journal_size_limit`): about the
+/// size of the default `wal_autocheckpoint` of 1,000 pages.
+const WAL_SIZE_LIMIT: i64 = 4 << 20;
+
+/// `path` as an SQLite URI filename (`file:` and the path, `%`, `?` and `#` escaped), when it is
+/// UTF-8.
+fn sqlite_uri(path: &Path) -> Option<String> {
+    let mut uri = String::from("file:");
+    for c in path.to_str()?.chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    Some(uri)
+}
+
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -164,6 +184,19 @@ impl SqliteStore {
             .map_err(db_err(&path, "configure"))?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(db_err(&path, "configure"))?;
+        // No checkpoint when the connection closes: the WAL and what it holds stay for the next
+        // runner of this state directory, which appends to it. A closing `ralph run` would
+        // otherwise copy the WAL into the database and fsync both, and the next one make a new
+        // WAL and fsync its header and the directory (four flushes a job; issue 30). The WAL is
+        // copied in by SQLite's automatic checkpoint, after the commit that takes it past
+        // `wal_autocheckpoint` pages, and kept to a bounded size after that.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(db_err(&path, "configure"))?;
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+            .map_err(db_err(&path, "configure"))?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(db_err(&path, "read the schema of"))?;
@@ -196,23 +229,36 @@ impl SqliteStore {
         if !path.is_file() {
             return Err(StoreError::NoStore { path });
         }
-        // Opened for writing (never creating) with `query_only`: a reader that is the WAL
-        // database's last connection then removes the `-wal` and `-shm` files it had to make,
-        // as a writer does, so the state directory is left as it was. A store this user may not
-        // write is opened read-only.
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .or_else(|_| {
-            Connection::open_with_flags(
+        // The state directory is left as it was. Runners leave their WAL (see `open`): a reader
+        // that finds one opens the database read-only with a read-only `-shm` (`readonly_shm`:
+        // no read marks written, nothing checkpointed). Without one, it opens for writing (never
+        // creating) with `query_only`, so that, as the WAL database's last connection, it removes
+        // the `-wal` and `-shm` files it had to make. A store this user may not write is opened
+        // read-only.
+        let found_wal = path.with_file_name(format!("{DB_FILE}-wal")).exists();
+        let opened = match sqlite_uri(&path) {
+            Some(uri) if found_wal => Connection::open_with_flags(
+                format!("{uri}?readonly_shm=1"),
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            ),
+            _ => Connection::open_with_flags(
                 &path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-        })
-        .map_err(db_err(&path, "open"))?;
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            ),
+        };
+        let conn = opened
+            .or_else(|_| {
+                Connection::open_with_flags(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+            })
+            .map_err(db_err(&path, "open"))?;
         conn.pragma_update(None, "query_only", true)
             .map_err(db_err(&path, "configure"))?;
+
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(db_err(&path, "configure"))?;
         let version: i64 = conn
@@ -715,5 +761,75 @@ mod tests {
                 assert_eq!(mode(&p), 0o600, "{f}");
             }
         }
+    }
+
+    fn files(dir: &Path) -> Vec<(String, u64, i64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_closing_writer_leaves_its_wal_and_a_reader_leaves_everything_as_found() {
+        let dir = tempfile::tempdir().unwrap();
+        // A state directory whose path needs escaping in a URI.
+        let state = dir.path().join("st?a#te%20");
+        let store = SqliteStore::open(&state).unwrap();
+        store
+            .conn()
+            .unwrap()
+            .db
+            .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (7);")
+            .unwrap();
+        drop(store);
+        // Not checkpointed on close: the WAL holds the commit, for the next runner.
+        let wal = state.join("ralph.db-wal");
+        assert!(std::fs::metadata(&wal).unwrap().len() > 0);
+        let before = files(&state);
+        let reader = SqliteStore::open_read_only(&state).unwrap();
+        let x: i64 = reader
+            .conn()
+            .unwrap()
+            .db
+            .query_row("SELECT x FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(x, 7, "the reader sees what the WAL holds");
+        drop(reader);
+        assert_eq!(files(&state), before, "reading changed the state directory");
+        // The next writer appends to it and reads every commit.
+        let store = SqliteStore::open(&state).unwrap();
+        let n: i64 = store
+            .conn()
+            .unwrap()
+            .db
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn uris_escape_what_would_end_the_path() {
+        assert_eq!(
+            sqlite_uri(Path::new("/a b/c?d#e%f")).unwrap(),
+            "file:/a b/c%3fd%23e%25f"
+        );
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(
+            sqlite_uri(Path::new(std::ffi::OsStr::from_bytes(b"/x\xff"))),
+            None
+        );
     }
 }
