@@ -312,6 +312,35 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
 }
 
 #[test]
+fn a_standby_started_before_its_backend_serves_the_backends_first_round() {
+    // `ralph run` starts its first round's helper before it has opened its store.
+    let w = World::new();
+    let slot = ralph_sandbox::native::standby::Slot::start_early(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ralph")),
+        GRACE,
+    );
+    let b = backend().with_standby(slot);
+    let mut early = None;
+    wait_until("the early standby waits", LIMIT, || {
+        early = b.standby_pid();
+        early.is_some()
+    });
+    let early = early.unwrap();
+    wait_until_waiting(early);
+    rt().block_on(async {
+        let (io, out, _) = io_with(None);
+        let run = b
+            .spawn(&w.spec("echo first", StdinMode::Null, GRACE), io)
+            .await
+            .unwrap();
+        assert_eq!(run.pid(), Some(early), "the round took the early standby");
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+        assert_eq!(out.text(), "first\n");
+    });
+}
+
+#[test]
 fn a_standby_goes_with_its_backend() {
     let b = backend();
     b.prestart(GRACE);

@@ -16,6 +16,7 @@ use ralph_runner::metrics::{Metrics, MetricsObserver, push, textfile};
 use ralph_runner::store::Observer;
 use ralph_runner::store::postgres::pool::PoolOptions;
 use ralph_runner::util::terminal;
+use ralph_sandbox::BackendKind;
 
 use super::exit::Exit;
 use super::job_args::JobArgs;
@@ -126,6 +127,9 @@ fn host_error(e: HostError, state_dir: &Path) -> CliError {
 
 /// Runs `ralph run`.
 pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
+    // The first round's helper starts now, while the store opens and the job is journalled
+    // (a run whose grace differs from what the job ends up with does not use it).
+    let standby = early_standby(&args);
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
     let state_dir = match &args.state_dir {
@@ -193,7 +197,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
             "warning: failed to close the jobs of dead runners: {e}"
         )),
     }
-    let (engine, _holds) = host.into_engine(policies);
+    let (engine, _holds) = host.into_engine_with_standby(policies, standby);
     let engine = engine.with_agent_user(args.agent_user.clone());
     // The workspace first: a job that cannot have it is refused before it is journalled, so
     // it leaves no record (and certainly no `running` job) behind.
@@ -262,6 +266,22 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     );
     print_result(&result, args.json);
     Ok(Exit::for_result(&result))
+}
+
+/// The native backend's first helper, started ahead on a thread of its own with the kill grace
+/// the job will have (none for a job the docker backend runs).
+fn early_standby(args: &RunArgs) -> Option<Arc<ralph_sandbox::native::standby::Slot>> {
+    if matches!(args.job.sandbox.backend, Some(BackendKind::Docker)) {
+        return None;
+    }
+    let grace = args
+        .job
+        .kill_grace
+        .map_or(ralph_runner::job::DEFAULT_KILL_GRACE, |g| g.0);
+    Some(ralph_sandbox::native::standby::Slot::start_early(
+        Path::new("/proc/self/exe"),
+        grace,
+    ))
 }
 
 /// A workspace that cannot be locked: in use (SPEC §5) or not openable is a usage error (64);

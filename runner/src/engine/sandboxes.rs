@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ralph_sandbox::docker::DockerBackend;
-use ralph_sandbox::native::NativeBackend;
+use ralph_sandbox::native::{NativeBackend, standby};
 use ralph_sandbox::policy::PolicySet;
 use ralph_sandbox::{BackendKind, Sandbox};
 
@@ -27,15 +27,27 @@ impl Sandboxes {
     /// The docker backend removes this host's leftover containers (of runners that are gone)
     /// when it starts its first container.
     pub fn new(helper_exe: impl Into<PathBuf>, policies: PolicySet) -> Self {
+        Self::with_native_standby(helper_exe, policies, None)
+    }
+
+    /// [`Sandboxes::new`], the native backend's standby being `standby`'s when given (a helper
+    /// started before the backend was made: [`standby::Slot::start_early`]).
+    pub fn with_native_standby(
+        helper_exe: impl Into<PathBuf>,
+        policies: PolicySet,
+        standby: Option<Arc<standby::Slot>>,
+    ) -> Self {
         let policies = Arc::new(policies);
         let helper_exe = helper_exe.into();
         let self_exe = std::fs::canonicalize(&helper_exe).unwrap_or_else(|_| helper_exe.clone());
+        let native = NativeBackend::with_shared_policies(helper_exe.clone(), policies.clone());
+        let native = match standby {
+            Some(slot) => native.with_standby(slot),
+            None => native,
+        };
         Self {
             self_exe: self_exe.clone(),
-            native: Arc::new(NativeBackend::with_shared_policies(
-                helper_exe.clone(),
-                policies.clone(),
-            )),
+            native: Arc::new(native),
             // The same static executable is the containers' init, by its real path (the engine
             // resolves a mount's source itself: `/proc/self/exe` would be its own).
             docker: Arc::new(

@@ -154,9 +154,19 @@ impl Host {
     /// The engine of this host, running rounds with `policies`, and the host's holds (the
     /// serve lock, the lease), to keep while the engine runs.
     pub fn into_engine(self, policies: PolicySet) -> (Engine, HostHolds) {
+        self.into_engine_with_standby(policies, None)
+    }
+
+    /// [`Host::into_engine`], the native backend's standby helper being `standby`'s when given
+    /// (started before the host was opened: `ralph run`).
+    pub fn into_engine_with_standby(
+        self,
+        policies: PolicySet,
+        standby: Option<Arc<ralph_sandbox::native::standby::Slot>>,
+    ) -> (Engine, HostHolds) {
         let engine = Engine::new(
             self.store,
-            Sandboxes::new("/proc/self/exe", policies),
+            Sandboxes::with_native_standby("/proc/self/exe", policies, standby),
             self.state_dir,
             self.runner,
             RunnerEnv::capture(),

@@ -17,8 +17,8 @@ pub use model_access::ModelAccess;
 pub use outcome::{FinishReason, JobResult, Outcome, RoundFailure};
 pub use source::WorkspaceSource;
 pub use spec::{
-    AgentSpec, AttemptOf, Ceilings, JobKind, JobSpec, MAX_ATTEMPTS, SandboxSettings, SetupSpec,
-    SpecError,
+    AgentSpec, AttemptOf, Ceilings, DEFAULT_KILL_GRACE, JobKind, JobSpec, MAX_ATTEMPTS,
+    SandboxSettings, SetupSpec, SpecError,
 };
 
 /// A job's identifier (a UUIDv7: sortable by creation time).

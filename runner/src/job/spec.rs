@@ -17,6 +17,8 @@ pub const DEFAULT_MAX_ROUNDS: u32 = 20;
 pub const DEFAULT_ROUNDS_CEILING: u32 = 256;
 /// Default number of retries of a failed round (SPEC §3).
 pub const DEFAULT_ROUND_RETRIES: u32 = 1;
+/// Default grace between SIGTERM and SIGKILL when a round is stopped (`--kill-grace`).
+pub const DEFAULT_KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Highest number of retries a job may ask for.
 pub const MAX_ROUND_RETRIES: u32 = 10;
 /// Smallest handoff cap: room for a minimal valid report.
@@ -305,7 +307,7 @@ impl JobSpec {
             retry_backoff: HumanDuration(std::time::Duration::from_secs(2)),
             round_timeout: Some(HumanDuration(std::time::Duration::from_secs(3600))),
             job_timeout: None,
-            kill_grace: HumanDuration(std::time::Duration::from_secs(5)),
+            kill_grace: HumanDuration(DEFAULT_KILL_GRACE),
             max_tokens: None,
             max_stalled_rounds: 0,
             verify: None,

@@ -107,6 +107,13 @@ impl NativeBackend {
         }
     }
 
+    /// This backend with `slot` as its standby's (one started before the backend was made:
+    /// [`standby::Slot::start_early`]).
+    pub fn with_standby(mut self, slot: Arc<standby::Slot>) -> Self {
+        self.standby = slot;
+        self
+    }
+
     /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
     /// or is being started already. A failure is not an error: that round starts its own helper.
     pub fn prestart(&self, grace: Duration) {

@@ -86,6 +86,20 @@ impl Slot {
         }
     }
 
+    /// A slot whose standby is started now, on a thread of its own (no runtime needed), for a
+    /// runner that knows a run with kill grace `grace` is coming before it has its backend (`ralph
+    /// run`: the helper starts while the store opens and the job is journalled). Hand it to the
+    /// backend with [`super::NativeBackend::with_standby`].
+    pub fn start_early(helper_exe: &Path, grace: Duration) -> std::sync::Arc<Self> {
+        let slot = std::sync::Arc::new(Self::default());
+        let (s, exe) = (slot.clone(), helper_exe.to_owned());
+        // A thread that cannot be made leaves the slot empty: the round starts its own helper.
+        let _ = std::thread::Builder::new()
+            .name("ralph-standby".into())
+            .spawn(move || s.fill(|| Standby::start(&exe, grace)));
+        slot
+    }
+
     /// Takes the waiting standby; when one is being started, waits for it (at most `limit`).
     pub async fn take(&self, limit: Duration) -> Option<Standby> {
         let deadline = tokio::time::Instant::now() + limit;
