@@ -139,12 +139,34 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
             .collect();
         let kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
-        assert_eq!(
-            kinds,
-            ["/dev/null", "pipe", "pipe", "socket"],
-            "the standby's descriptors: {held:?}"
-        );
-        let sock = held[3].0;
+        // As root it also holds the network namespace it made for its round: a new one, not
+        // the host's, close-on-exec.
+        let root = nix::unistd::geteuid().is_root();
+        let expected: &[&str] = if root {
+            &["/dev/null", "pipe", "pipe", "net", "socket"]
+        } else {
+            &["/dev/null", "pipe", "pipe", "socket"]
+        };
+        assert_eq!(kinds, expected, "the standby's descriptors: {held:?}");
+        let made_net = root.then(|| {
+            let (n, _) = held[3];
+            let made = std::fs::read_link(format!("/proc/{first}/fd/{n}")).unwrap();
+            let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+            assert_ne!(made, host, "the standby holds the host's network namespace");
+            let info = std::fs::read_to_string(format!("/proc/{first}/fdinfo/{n}")).unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+                .unwrap();
+            assert_ne!(
+                flags & libc::O_CLOEXEC as u32,
+                0,
+                "not close-on-exec: {info}"
+            );
+            made.to_string_lossy().into_owned()
+        });
+        let sock = held.last().unwrap().0;
         assert_eq!(
             std::fs::read(format!("/proc/{first}/environ")).unwrap(),
             format!("RALPH_SANDBOX_STANDBY={sock}\0").into_bytes(),
@@ -161,7 +183,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         // Its round: the round's stdin reaches the command through it; the command holds only
         // its streams (and ls's own directory).
         let spec = w.spec(
-            "cat; ls /proc/self/fd | sort -n | tr '\\n' ' '",
+            "cat; ls /proc/self/fd | sort -n | tr '\\n' ' '; readlink /proc/self/ns/net >&2",
             StdinMode::Piped,
             GRACE,
         );
@@ -178,6 +200,13 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             err.text()
         );
         assert_eq!(out.text(), "to the round\n0 1 2 3 ");
+        if let Some(made) = made_net {
+            assert_eq!(
+                err.text().trim(),
+                made,
+                "the round runs in the namespace its standby made"
+            );
+        }
         wait_until("the used standby is reaped", LIMIT, || {
             state(first).is_none()
         });
@@ -337,6 +366,31 @@ fn a_standby_started_before_its_backend_serves_the_backends_first_round() {
         let report = run.wait(CancellationToken::new()).await.unwrap();
         assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
         assert_eq!(out.text(), "first\n");
+    });
+}
+
+#[test]
+fn a_round_with_the_network_on_never_gets_the_namespace_its_standby_made() {
+    let w = World::new();
+    rt().block_on(async {
+        let b = backend();
+        b.prestart(GRACE);
+        let pid = b.standby_pid().unwrap();
+        wait_until_waiting(pid);
+        let mut spec = w.spec("readlink /proc/self/ns/net", StdinMode::Null, GRACE);
+        spec.sandbox.network = Some(ralph_sandbox::Network::Full);
+        let (io, out, err) = io_with(None);
+        let run = b.spawn(&spec, io).await.unwrap();
+        assert_eq!(run.pid(), Some(pid));
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(
+            report.outcome.termination,
+            Termination::Exited { code: 0 },
+            "stderr: {}",
+            err.text()
+        );
+        let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert_eq!(out.text().trim(), host.to_string_lossy(), "--network full");
     });
 }
 

@@ -625,16 +625,26 @@ fn read_result(
 /// Entry point of the helper process (`ralph __sandbox-helper`). Call it first thing in `main`,
 /// before any thread exists. Never returns.
 pub fn helper_main() -> ! {
-    let spec: Result<HelperSpec, String> = match std::env::var(protocol::STANDBY_ENV) {
-        // Started ahead: its round comes on a socket, or the runner goes without one.
-        Ok(fd) => match standby::receive(&fd) {
-            Ok(Some(spec)) => Ok(spec),
-            Ok(None) => std::process::exit(0),
-            Err(e) => Err(e),
-        },
-        Err(_) => std::env::var(SPEC_ENV)
-            .map_err(|_| format!("{SPEC_ENV} is not set"))
-            .and_then(|s| serde_json::from_str(&s).map_err(|e| format!("invalid {SPEC_ENV}: {e}"))),
+    let (spec, netns): (Result<HelperSpec, String>, _) = match std::env::var(protocol::STANDBY_ENV)
+    {
+        // Started ahead: its round comes on a socket, or the runner goes without one. As root,
+        // it makes its round's network namespace while it waits.
+        Ok(fd) => {
+            let netns = nix::unistd::geteuid().is_root().then(net::Early::start);
+            match standby::receive(&fd) {
+                Ok(Some(spec)) => (Ok(spec), netns),
+                Ok(None) => std::process::exit(0),
+                Err(e) => (Err(e), netns),
+            }
+        }
+        Err(_) => (
+            std::env::var(SPEC_ENV)
+                .map_err(|_| format!("{SPEC_ENV} is not set"))
+                .and_then(|s| {
+                    serde_json::from_str(&s).map_err(|e| format!("invalid {SPEC_ENV}: {e}"))
+                }),
+            None,
+        ),
     };
     let spec = match spec {
         Ok(s) => s,
@@ -679,7 +689,11 @@ pub fn helper_main() -> ! {
             std::process::exit(code)
         }
     };
-    let from_runner = supervisor::FromRunner { gateway, hold };
+    let from_runner = supervisor::FromRunner {
+        gateway,
+        hold,
+        netns,
+    };
     let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid, from_runner);
     let code = match write_result(&spec.result_path, &result) {
         Ok(()) => 0,

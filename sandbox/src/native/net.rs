@@ -8,6 +8,9 @@
 //! thread of the supervisor while the supervisor does its own set-up outside (cgroups, the
 //! snapshot, the git inventory, idmaps); the init then only enters it (`setns`). The thread is
 //! joined before the supervisor forks, so the fork still happens in a single-threaded process.
+//! A standby helper running as root makes one while it waits for its order (a round then only
+//! enters it); the supervisor drops it for a plan that does not want it or has a user namespace
+//! of its own.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::thread::JoinHandle;
@@ -53,6 +56,14 @@ impl Drop for Early {
 /// On the thread: a new network namespace for this thread only, loopback up, and a descriptor
 /// of it. The thread's own reference goes when it exits.
 fn make() -> Option<OwnedFd> {
+    // No signal is ever delivered to this thread (a standby starts it before the supervisor
+    // blocks the signals it reads from a descriptor: one delivered here would take its
+    // default action on the whole process).
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&nix::sys::signal::SigSet::all()),
+        None,
+    );
     leave_this_cpu();
     nix::sched::unshare(CloneFlags::CLONE_NEWNET).ok()?;
     loopback_up().ok()?;

@@ -76,6 +76,9 @@ pub struct FromRunner {
     pub gateway: Option<OwnedFd>,
     /// A held run's release ([`super::hold`]): the command is not let go before it.
     pub hold: Option<OwnedFd>,
+    /// A network namespace a standby made while it waited for its order ([`super::net::Early`],
+    /// made as root: used only by a plan without a user namespace of its own).
+    pub netns: Option<super::net::Early>,
 }
 
 enum Started {

@@ -111,7 +111,11 @@ impl Supervisor {
         from_runner: FromRunner,
     ) -> Result<Box<Supervisor>, StartError> {
         let setup_began = Instant::now();
-        let FromRunner { gateway, hold } = from_runner;
+        let FromRunner {
+            gateway,
+            hold,
+            netns: ahead,
+        } = from_runner;
         if !plan.gateway_ports.is_empty() && gateway.is_none() {
             return Err(StepFailure::new(
                 restriction::GATEWAY,
@@ -127,12 +131,20 @@ impl Supervisor {
             parent,
             spare_readers,
         } = arm(parent_pid)?;
+        let wants_net = plan.pid_namespace && plan.net_namespace;
+        // One made ahead (by a standby, as root: in the initial user namespace) serves only a
+        // plan without a user namespace of its own; any other is dropped (its thread joined:
+        // the user namespace below needs a single-threaded process).
+        let ahead = ahead.filter(|_| wants_net && plan.user_namespace.is_none());
         if let Some(map) = plan.user_namespace {
             ns::enter_user_namespace(map)?;
         }
-        // The network namespace is made on a thread meanwhile (in the user namespace just
+        // Else the network namespace is made on a thread meanwhile (in the user namespace just
         // entered, which owns it as it would own the init's); joined before the fork.
-        let early_net = (plan.pid_namespace && plan.net_namespace).then(net::Early::start);
+        let early_net = match ahead {
+            Some(made) => Some(made),
+            None => wants_net.then(net::Early::start),
+        };
         let mut cleanup = Cleanup::default();
         let mut outside = prepare_outside(spec, plan, &mut cleanup)?;
         outside.netns = early_net.and_then(net::Early::wait);
