@@ -229,41 +229,51 @@ impl SqliteStore {
         if !path.is_file() {
             return Err(StoreError::NoStore { path });
         }
-        // The state directory is left as it was. Runners leave their WAL (see `open`): a reader
-        // that finds one opens the database read-only with a read-only `-shm` (`readonly_shm`:
-        // no read marks written, nothing checkpointed). Without one, it opens for writing (never
-        // creating) with `query_only`, so that, as the WAL database's last connection, it removes
-        // the `-wal` and `-shm` files it had to make. A store this user may not write is opened
+        // The state directory is left as it was. Runners leave their WAL and its `-shm` (see
+        // `open`): a reader that finds both opens the database read-only with a read-only `-shm`
+        // (`readonly_shm`: no read marks written, nothing checkpointed). Otherwise (or if that
+        // fails: a `-shm` that needs rebuilding), it opens for writing (never creating) with
+        // `query_only`, so that, as the WAL database's last connection, it removes the `-wal`
+        // and `-shm` files it had to make (a WAL found without its `-shm`, copied alone, is
+        // then checkpointed into the database). A store this user may not write is opened
         // read-only.
-        let found_wal = path.with_file_name(format!("{DB_FILE}-wal")).exists();
-        let opened = match sqlite_uri(&path) {
-            Some(uri) if found_wal => Connection::open_with_flags(
+        let beside = |suffix: &str| path.with_file_name(format!("{DB_FILE}-{suffix}")).exists();
+        if beside("wal")
+            && beside("shm")
+            && let Some(uri) = sqlite_uri(&path)
+            && let Ok(conn) = Connection::open_with_flags(
                 format!("{uri}?readonly_shm=1"),
                 OpenFlags::SQLITE_OPEN_READ_ONLY
                     | OpenFlags::SQLITE_OPEN_URI
                     | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            ),
-            _ => Connection::open_with_flags(
+            )
+            && let Ok(store) = Self::reader(conn, &path)
+        {
+            return Ok(store);
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .or_else(|_| {
+            Connection::open_with_flags(
                 &path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            ),
-        };
-        let conn = opened
-            .or_else(|_| {
-                Connection::open_with_flags(
-                    &path,
-                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-            })
-            .map_err(db_err(&path, "open"))?;
-        conn.pragma_update(None, "query_only", true)
-            .map_err(db_err(&path, "configure"))?;
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        })
+        .map_err(db_err(&path, "open"))?;
+        Self::reader(conn, &path)
+    }
 
+    /// `conn` made a reader of the store at `path` (`query_only`), its schema checked.
+    fn reader(conn: Connection, path: &Path) -> Result<Self, StoreError> {
+        conn.pragma_update(None, "query_only", true)
+            .map_err(db_err(path, "configure"))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(db_err(&path, "configure"))?;
+            .map_err(db_err(path, "configure"))?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(db_err(&path, "read the schema of"))?;
+            .map_err(db_err(path, "read the schema of"))?;
         if version > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema {
                 location: path.display().to_string(),
@@ -276,7 +286,7 @@ impl SqliteStore {
                 db: conn,
                 sync: Durability::Immediate,
             }),
-            path,
+            path: path.to_owned(),
         })
     }
 
@@ -809,6 +819,17 @@ mod tests {
         assert_eq!(x, 7, "the reader sees what the WAL holds");
         drop(reader);
         assert_eq!(files(&state), before, "reading changed the state directory");
+        // A WAL copied without its -shm is read too (and checkpointed into the database).
+        std::fs::remove_file(state.join("ralph.db-shm")).unwrap();
+        let reader = SqliteStore::open_read_only(&state).unwrap();
+        let x: i64 = reader
+            .conn()
+            .unwrap()
+            .db
+            .query_row("SELECT x FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(x, 7, "a WAL without its -shm");
+        drop(reader);
         // The next writer appends to it and reads every commit.
         let store = SqliteStore::open(&state).unwrap();
         let n: i64 = store
