@@ -130,6 +130,14 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         b.prestart(GRACE);
         let first = b.standby_pid().expect("a standby after prestart");
         wait_until_waiting(first);
+        // As root it also makes its round's network namespace while it waits, on a thread that
+        // may still be at it when the standby is already in recvmsg: waited for.
+        let root = nix::unistd::geteuid().is_root();
+        if root {
+            wait_until("the standby holds the namespace it made", LIMIT, || {
+                fds(first).iter().any(|(_, k)| k == "net")
+            });
+        }
         // What it holds while it waits: stdin (/dev/null), its two pipes, the order socket
         // (and whatever this test process itself leaks to every child it starts: a helper started
         // for the round has those too).
@@ -141,7 +149,6 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         let kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
         // As root it also holds the network namespace it made for its round: a new one, not
         // the host's, close-on-exec.
-        let root = nix::unistd::geteuid().is_root();
         let expected: &[&str] = if root {
             &["/dev/null", "pipe", "pipe", "net", "socket"]
         } else {
