@@ -115,6 +115,14 @@ fn inheritable_here() -> Vec<i32> {
         .collect()
 }
 
+/// Starts `b`'s standby with [`GRACE`] and waits until it waits for its order: its pid.
+fn waiting_standby(b: &NativeBackend) -> u32 {
+    b.prestart(GRACE);
+    let pid = b.standby_pid().expect("a standby after prestart");
+    wait_until_waiting(pid);
+    pid
+}
+
 /// Waits until the standby `pid` is blocked in `recvmsg` (waiting for its order).
 fn wait_until_waiting(pid: u32) {
     wait_until("the standby waits for its order", LIMIT, || {
@@ -127,9 +135,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
     let w = World::new();
     rt().block_on(async {
         let b = backend();
-        b.prestart(GRACE);
-        let first = b.standby_pid().expect("a standby after prestart");
-        wait_until_waiting(first);
+        let first = waiting_standby(&b);
         // As root it also makes its round's network namespace while it waits, on a thread that
         // may still be at it when the standby is already in recvmsg: waited for.
         let root = nix::unistd::geteuid().is_root();
@@ -381,9 +387,7 @@ fn a_round_with_the_network_on_never_gets_the_namespace_its_standby_made() {
     let w = World::new();
     rt().block_on(async {
         let b = backend();
-        b.prestart(GRACE);
-        let pid = b.standby_pid().unwrap();
-        wait_until_waiting(pid);
+        let pid = waiting_standby(&b);
         let mut spec = w.spec("readlink /proc/self/ns/net", StdinMode::Null, GRACE);
         spec.sandbox.network = Some(ralph_sandbox::Network::Full);
         let (io, out, err) = io_with(None);
@@ -404,9 +408,7 @@ fn a_round_with_the_network_on_never_gets_the_namespace_its_standby_made() {
 #[test]
 fn a_standby_goes_with_its_backend() {
     let b = backend();
-    b.prestart(GRACE);
-    let pid = b.standby_pid().unwrap();
-    wait_until_waiting(pid);
+    let pid = waiting_standby(&b);
     let clone = b.clone();
     drop(b);
     assert_eq!(

@@ -792,6 +792,16 @@ mod tests {
         out
     }
 
+    /// The one number `sql` selects from `store`.
+    fn one_number(store: &SqliteStore, sql: &str) -> i64 {
+        store
+            .conn()
+            .unwrap()
+            .db
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    }
+
     #[test]
     fn a_closing_writer_leaves_its_wal_and_a_reader_leaves_everything_as_found() {
         let dir = tempfile::tempdir().unwrap();
@@ -810,34 +820,19 @@ mod tests {
         assert!(std::fs::metadata(&wal).unwrap().len() > 0);
         let before = files(&state);
         let reader = SqliteStore::open_read_only(&state).unwrap();
-        let x: i64 = reader
-            .conn()
-            .unwrap()
-            .db
-            .query_row("SELECT x FROM t", [], |r| r.get(0))
-            .unwrap();
+        let x = one_number(&reader, "SELECT x FROM t");
         assert_eq!(x, 7, "the reader sees what the WAL holds");
         drop(reader);
         assert_eq!(files(&state), before, "reading changed the state directory");
         // A WAL copied without its -shm is read too (and checkpointed into the database).
         std::fs::remove_file(state.join("ralph.db-shm")).unwrap();
         let reader = SqliteStore::open_read_only(&state).unwrap();
-        let x: i64 = reader
-            .conn()
-            .unwrap()
-            .db
-            .query_row("SELECT x FROM t", [], |r| r.get(0))
-            .unwrap();
+        let x = one_number(&reader, "SELECT x FROM t");
         assert_eq!(x, 7, "a WAL without its -shm");
         drop(reader);
         // The next writer appends to it and reads every commit.
         let store = SqliteStore::open(&state).unwrap();
-        let n: i64 = store
-            .conn()
-            .unwrap()
-            .db
-            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-            .unwrap();
+        let n = one_number(&store, "SELECT count(*) FROM t");
         assert_eq!(n, 1);
     }
 
