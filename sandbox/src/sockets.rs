@@ -19,6 +19,7 @@
 //! nothing was heard since its last scan is taken whole from that scan ([`memo::TreeFound`]).
 
 mod memo;
+mod place;
 pub mod watch;
 
 use std::os::fd::AsFd;
@@ -121,7 +122,7 @@ pub(crate) fn scan_with(
         });
         let generation = covered.map_or(0, |w| w.generation);
         // (directory, whether its parent's listing was reused): a tree's root is always looked at.
-        let mut stack = vec![(tree.clone(), false)];
+        let mut stack = vec![(place::Place::root(tree.clone()), false)];
         let mut complete = true;
         match std::fs::symlink_metadata(tree) {
             Ok(m) if m.file_type().is_dir() => {}
@@ -148,27 +149,42 @@ pub(crate) fn scan_with(
         let (seen_before, dirs_before, sockets_before) = (seen, dirs, found.sockets.len());
         // Whether what this walk finds can be taken whole next time ([`memo::TreeFound`]).
         let mut whole = root_now.is_some();
-        while let Some((dir, parent_reused)) = stack.pop() {
+        while let Some((at, parent_reused)) = stack.pop() {
             dirs += 1;
-            let (listing, reused) = match memo.reuse(&dir, trust, parent_reused) {
+            let dir = &at.dir;
+            // The directory's descriptor, when it was statted or listed through one.
+            let mut fd = None;
+            let stat = |kept: &memo::Listing| {
+                let (now, opened) = at.stat(!kept.subdirs.is_empty())?;
+                fd = opened;
+                Some(now)
+            };
+            let (listing, reused) = match memo.reuse(dir, trust, parent_reused, stat) {
                 Some(l) => (l, true),
                 None => {
-                    let Some(l) = list(&dir) else {
+                    let Some((l, opened)) = list(&at) else {
                         whole = false;
                         continue;
                     };
+                    fd = Some(opened);
                     let l = std::sync::Arc::new(l);
-                    whole &= memo.keep(&dir, &l, margin, generation);
+                    whole &= memo.keep(dir, &l, margin, generation);
                     (l, false)
                 }
             };
+            let held = at.hold(fd);
             whole &= hears(listing.dev());
             seen += listing.entries;
             if seen > ENTRY_LIMIT {
                 complete = false;
                 break;
             }
-            stack.extend(listing.subdirs.iter().map(|n| (dir.join(n), reused)));
+            stack.extend(
+                listing
+                    .subdirs
+                    .iter()
+                    .map(|n| (at.child(n, held.as_ref()), reused)),
+            );
             found
                 .sockets
                 .extend(listing.sockets.iter().map(|n| dir.join(n)));
@@ -196,13 +212,15 @@ pub(crate) fn scan_with(
     found
 }
 
-/// Lists `dir` with one `openat` and its `getdents64` calls (no libc stream, no stat): types
-/// from `d_type`, so a symlink is never followed. `None` when it cannot be listed. The
-/// directory's identity and change time are taken first, so a change during the listing
-/// shows as a newer change time the next time.
-fn list(dir: &Path) -> Option<memo::Listing> {
-    let mut out = memo::Listing::stat(dir)?;
-    let fd = fsat::open_root_nofollow(dir, Access::Read).ok()?;
+/// Lists the directory at `at` with one `openat` (relative to its parent's descriptor when the
+/// walk holds it, [`place`]), an `fstat` and its `getdents64` calls (no libc stream, no stat per
+/// entry): types from `d_type`, so a symlink is never followed. `None` when it cannot be listed.
+/// The directory's identity and change time are taken from its descriptor before the listing,
+/// so a change during the listing shows as a newer change time the next time. Returns the
+/// descriptor too (for its children).
+fn list(at: &place::Place) -> Option<(memo::Listing, std::os::fd::OwnedFd)> {
+    let fd = at.open(Access::Read)?;
+    let mut out = memo::Listing::of_fd(fd.as_fd())?;
     let mut listing = fsat::Listing::new(fd.as_fd(), LISTING_BUFFER);
     while let Ok(Some(e)) = listing.next_entry() {
         out.entries += 1;
@@ -219,7 +237,8 @@ fn list(dir: &Path) -> Option<memo::Listing> {
             _ => {}
         }
     }
-    Some(out)
+    drop(listing);
+    Some((out, fd))
 }
 
 /// The trees to scan: `candidates` that do not lie inside another candidate.
@@ -611,5 +630,80 @@ mod tests {
             std::fs::write(&file, bad).unwrap();
             assert!(memo::Memo::load(&file).is_none());
         }
+    }
+
+    #[test]
+    fn a_tree_nested_deeper_than_the_descriptors_a_walk_holds_is_walked_whole() {
+        // Below `place::HELD_DEPTH` directories are reached by path: every socket is still
+        // found, listed or reused, and one made later at the bottom too.
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let mut deep = root.clone();
+        let mut at_edge = None;
+        for level in 0..place::HELD_DEPTH + 20 {
+            deep.push("d");
+            if level + 1 == place::HELD_DEPTH {
+                at_edge = Some(deep.clone());
+            }
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        // A socket's path at bind is short (`sun_path`): bound near the top, then moved down.
+        let staging = tempfile::tempdir().unwrap();
+        let bind_at = |to: &std::path::Path| {
+            let here = staging.path().join("s.sock");
+            let l = std::os::unix::net::UnixListener::bind(&here).unwrap();
+            std::fs::rename(&here, to).unwrap();
+            l
+        };
+        let at_edge = at_edge.unwrap().join("edge.sock");
+        let _edge = bind_at(&at_edge);
+        let _bottom = bind_at(&deep.join("bottom.sock"));
+        let (memo, margin) = quiet_memo();
+        let off = std::sync::Mutex::new(watch::State::Off);
+        let trees = std::slice::from_ref(&root);
+        let first = scan_with(trees, &memo, margin, &off);
+        let mut want = vec![at_edge.clone(), deep.join("bottom.sock")];
+        want.sort();
+        assert_eq!(first.sockets, want);
+        let again = scan_with(trees, &memo, margin, &off);
+        assert_eq!(again, first);
+        assert_eq!(memo.lock().unwrap().reused, place::HELD_DEPTH as u64 + 21);
+        wait_past(std::time::SystemTime::now(), margin + margin / 5);
+        let _later = bind_at(&deep.join("later.sock"));
+        let after = scan_with(trees, &memo, margin, &off);
+        assert!(after.sockets.contains(&deep.join("later.sock")), "{after:?}");
+        assert_eq!(after.sockets.len(), 3);
+    }
+
+    #[test]
+    fn a_kept_directory_swapped_for_a_link_is_not_followed_by_the_next_process() {
+        // The next process stats each kept directory relative to its parent's descriptor; a
+        // directory (or its parent) replaced by a link to a tree with a socket in it is a link:
+        // nothing behind it is walked.
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let root = base.join("tree");
+        for sub in ["a/b/c", "x/y"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let elsewhere = base.join("elsewhere");
+        std::fs::create_dir_all(elsewhere.join("b/c")).unwrap();
+        std::fs::create_dir_all(elsewhere.join("y")).unwrap();
+        let _e1 = std::os::unix::net::UnixListener::bind(elsewhere.join("b/c/e.sock")).unwrap();
+        let _e2 = std::os::unix::net::UnixListener::bind(elsewhere.join("y/f.sock")).unwrap();
+        let (memo, margin) = quiet_memo();
+        let off = std::sync::Mutex::new(watch::State::Off);
+        let trees = std::slice::from_ref(&root);
+        assert!(scan_with(trees, &memo, margin, &off).sockets.is_empty());
+        let file = base.join(LISTINGS_FILE);
+        memo.lock().unwrap().save(&file).unwrap();
+        std::fs::rename(root.join("a"), base.join("old-a")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("a")).unwrap();
+        std::fs::rename(root.join("x/y"), base.join("old-y")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("y"), root.join("x/y")).unwrap();
+        let next = std::sync::Mutex::new(memo::Memo::load(&file).unwrap());
+        let found = scan_with(trees, &next, margin, &off);
+        assert!(found.sockets.is_empty(), "{found:?}");
+        assert!(found.incomplete.is_empty());
     }
 }

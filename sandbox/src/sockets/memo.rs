@@ -59,6 +59,30 @@ impl Listing {
         })
     }
 
+    /// An empty listing of the directory `fd` stands for, with its identity and change time
+    /// (`None`: not a directory, or it cannot be statted).
+    pub fn of_fd(fd: std::os::fd::BorrowedFd<'_>) -> Option<Listing> {
+        let at = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        Self::of_stat(&crate::fsat::fstat(fd).ok()?, at)
+    }
+
+    /// An empty listing of the directory `name` in `dir`, not following a link (`None`: not a
+    /// directory, or nothing of that name).
+    pub fn stat_at(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::OsStr) -> Option<Listing> {
+        let at = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        Self::of_stat(&crate::fsat::lstat(dir, name).ok()??, at)
+    }
+
+    fn of_stat(st: &crate::fsat::Stat, at: Duration) -> Option<Listing> {
+        (st.kind == crate::fsat::Kind::Dir).then(|| Listing {
+            dev: st.dev,
+            ino: st.ino,
+            ctime: st.ctime,
+            at,
+            ..Listing::default()
+        })
+    }
+
     /// The device it is on.
     pub fn dev(&self) -> u64 {
         self.dev
@@ -146,12 +170,15 @@ impl Memo {
     }
 
     /// The kept listing of `dir`: without a stat under `trust` when the parent's listing was
-    /// reused (`parent_reused`), else if `dir` is still that directory with that change time.
+    /// reused (`parent_reused`), else if `dir` is still that directory with that change time,
+    /// as `stat` finds it now (given the kept listing: [`Listing::stat`] or a stat relative to
+    /// a descriptor).
     pub fn reuse(
         &mut self,
         dir: &Path,
         trust: Option<Trust<'_>>,
         parent_reused: bool,
+        stat: impl FnOnce(&Listing) -> Option<Listing>,
     ) -> Option<Arc<Listing>> {
         let kept = self.dirs.as_mut()?.get_mut(dir.as_os_str())?;
         if let Some(t) = trust
@@ -162,8 +189,8 @@ impl Memo {
             self.heard += 1;
             return Some(kept.listing.clone());
         }
-        let now = Listing::stat(dir)?;
         let was = &kept.listing;
+        let now = stat(was)?;
         if (now.dev, now.ino, now.ctime) != (was.dev, was.ino, was.ctime) {
             return None;
         }
@@ -358,5 +385,40 @@ impl Memo {
 impl Default for Memo {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_directory_has_one_identity_by_path_by_name_and_by_descriptor() {
+        // Listings kept by path-stats are compared with stats relative to a descriptor: the
+        // device is encoded alike, and a link or a file is no directory in either.
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().canonicalize().unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("file"), b"").unwrap();
+        std::os::unix::fs::symlink(dir.join("sub"), dir.join("link")).unwrap();
+        let parent = crate::fsat::open_root(&dir, crate::fsat::Access::Path).unwrap();
+        let sub = crate::fsat::open_dir(
+            parent.as_fd(),
+            std::ffi::OsStr::new("sub"),
+            crate::fsat::Access::Path,
+        )
+        .unwrap();
+        let by_path = Listing::stat(&dir.join("sub")).unwrap().identity();
+        let by_name = Listing::stat_at(parent.as_fd(), std::ffi::OsStr::new("sub"))
+            .unwrap()
+            .identity();
+        let by_fd = Listing::of_fd(sub.as_fd()).unwrap().identity();
+        assert_eq!(by_path, by_name);
+        assert_eq!(by_path, by_fd);
+        for name in ["file", "link", "missing"] {
+            assert!(Listing::stat_at(parent.as_fd(), std::ffi::OsStr::new(name)).is_none());
+            assert!(Listing::stat(&dir.join(name)).is_none());
+        }
     }
 }
