@@ -20,6 +20,7 @@
 
 mod memo;
 mod place;
+mod precheck;
 pub mod watch;
 
 use std::os::fd::AsFd;
@@ -71,6 +72,42 @@ pub fn load_listings(path: &Path) -> usize {
     }
 }
 
+/// [`load_listings`] on a thread of its own, started now: a process that has other work to do
+/// before its first scan (a `ralph run` opening its store and journalling its job) reads and
+/// parses the file meanwhile (2.3 MB for a runner with rustup and pyenv: ~6 ms). Wait for it
+/// with [`LoadAhead::wait`] before the first scan.
+pub fn load_listings_ahead(path: PathBuf) -> LoadAhead {
+    let spawned = std::thread::Builder::new()
+        .name("ralph-listings".into())
+        .spawn({
+            let path = path.clone();
+            move || load_listings(&path)
+        });
+    match spawned {
+        Ok(thread) => LoadAhead::Loading(thread),
+        Err(_) => LoadAhead::Inline(path),
+    }
+}
+
+/// A load of kept listings under way ([`load_listings_ahead`]).
+#[derive(Debug)]
+pub enum LoadAhead {
+    /// On its thread.
+    Loading(std::thread::JoinHandle<usize>),
+    /// No thread could be started: loaded by [`LoadAhead::wait`].
+    Inline(PathBuf),
+}
+
+impl LoadAhead {
+    /// Waits until the listings are loaded; returns the directories loaded.
+    pub fn wait(self) -> usize {
+        match self {
+            LoadAhead::Loading(thread) => thread.join().unwrap_or(0),
+            LoadAhead::Inline(path) => load_listings(&path),
+        }
+    }
+}
+
 /// Saves this process's memo to `path` ([`LISTINGS_FILE`]) when a scan changed it since it was
 /// loaded or last saved.
 pub fn save_listings(path: &Path) -> std::io::Result<()> {
@@ -108,11 +145,23 @@ pub(crate) fn scan_with(
         memo.forget_under(&forget.under);
     }
     let watch = watch.as_deref();
+    // Without a watch every kept listing needs its stat: taken on several threads first.
+    let threads = if watch.is_none() {
+        precheck::threads(&memo)
+    } else {
+        0
+    };
+    let mut checked = Vec::new();
+    if threads > 1 {
+        let check = memo.begin_check();
+        checked = precheck::run(&memo, check, trees, threads);
+        memo.checked += checked.iter().map(|c| c.dirs as u64).sum::<u64>();
+    }
     let hears = |dev: u64| watch.is_some_and(|w| w.hears(dev));
     let mut found = Found::default();
     let mut seen = 0usize;
     let mut dirs = 0usize;
-    for tree in trees {
+    for (i, tree) in trees.iter().enumerate() {
         // A tree the watch does not cover keeps listings of generation 0: never trusted until
         // a stat under a watch finds them current.
         let covered = watch.filter(|w| w.covers(tree));
@@ -121,7 +170,8 @@ pub(crate) fn scan_with(
             hears: &hears,
         });
         let generation = covered.map_or(0, |w| w.generation);
-        // (directory, whether its parent's listing was reused): a tree's root is always looked at.
+        // (directory, whether its parent's listing was reused): a tree's root is always looked at,
+        // or what a check on other threads left of the tree.
         let mut stack = vec![(place::Place::root(tree.clone()), false)];
         let mut complete = true;
         match std::fs::symlink_metadata(tree) {
@@ -134,6 +184,19 @@ pub(crate) fn scan_with(
                 continue;
             }
             Err(_) => continue,
+        }
+        if let Some(c) = checked.get_mut(i) {
+            stack = std::mem::take(&mut c.rest)
+                .into_iter()
+                .map(|p| (p, false))
+                .collect();
+            seen += c.entries;
+            dirs += c.dirs;
+            found.sockets.append(&mut c.sockets);
+            if seen > ENTRY_LIMIT {
+                found.incomplete.push(tree.clone());
+                continue;
+            }
         }
         // The whole tree as the last scan found it, when nothing was heard of it since.
         let root_now = covered.and_then(|_| memo::Listing::stat(tree));
@@ -204,6 +267,7 @@ pub(crate) fn scan_with(
             );
         }
     }
+    memo.end_check();
     if watch.is_none() {
         state.scanned(dirs);
     }
@@ -671,7 +735,10 @@ mod tests {
         wait_past(std::time::SystemTime::now(), margin + margin / 5);
         let _later = bind_at(&deep.join("later.sock"));
         let after = scan_with(trees, &memo, margin, &off);
-        assert!(after.sockets.contains(&deep.join("later.sock")), "{after:?}");
+        assert!(
+            after.sockets.contains(&deep.join("later.sock")),
+            "{after:?}"
+        );
         assert_eq!(after.sockets.len(), 3);
     }
 
@@ -705,5 +772,96 @@ mod tests {
         let found = scan_with(trees, &next, margin, &off);
         assert!(found.sockets.is_empty(), "{found:?}");
         assert!(found.incomplete.is_empty());
+    }
+
+    #[test]
+    fn a_check_on_other_threads_finds_what_the_walk_finds_and_every_change_since() {
+        // The next process's first scan checks the kept listings on other threads first
+        // (`precheck`); what it finds, and what it leaves to the walk, must be what a walk alone
+        // finds, before and after changes of every kind.
+        if std::thread::available_parallelism().map_or(1, std::num::NonZero::get) < 2 {
+            eprintln!("skipped: one CPU, a scan checks nothing on other threads");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let (one, two) = (base.join("one"), base.join("two"));
+        for i in 0..12 {
+            for sub in ["a/b", "c", "x/y/z"] {
+                std::fs::create_dir_all(one.join(format!("p{i}")).join(sub)).unwrap();
+            }
+        }
+        std::fs::create_dir_all(two.join("t/u")).unwrap();
+        let bind = |p: std::path::PathBuf| std::os::unix::net::UnixListener::bind(p).unwrap();
+        let _s = [
+            bind(one.join("p3/a/b/s.sock")),
+            bind(one.join("p7/c/s.sock")),
+            bind(two.join("t/u/s.sock")),
+        ];
+        let lone = base.join("lone.sock");
+        let _lone = bind(lone.clone());
+        let elsewhere = base.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let _e = bind(elsewhere.join("e.sock"));
+        let trees = [one.clone(), two.clone(), lone.clone(), base.join("missing")];
+        let (memo, margin) = quiet_memo();
+        let off = || std::sync::Mutex::new(watch::State::Off);
+        let first = scan_with(&trees, &memo, margin, &off());
+        assert_eq!(first.sockets.len(), 4, "{first:?}");
+        let file = base.join(LISTINGS_FILE);
+        memo.lock().unwrap().save(&file).unwrap();
+        // Every directory: one, 12 x (p, a, b, c, x, y, z), two, t, u.
+        let kept_dirs = 1 + 12 * 7 + 3;
+        // Loaded as the next process loads them, scanned with and without the check.
+        let load = |check: bool| {
+            let mut m = memo::Memo::load(&file).unwrap();
+            m.check_from = if check { 0 } else { usize::MAX };
+            std::sync::Mutex::new(m)
+        };
+        let (checked, walked) = (load(true), load(false));
+        assert_eq!(scan_with(&trees, &checked, margin, &off()), first);
+        assert_eq!(scan_with(&trees, &walked, margin, &off()), first);
+        {
+            let (c, w) = (checked.lock().unwrap(), walked.lock().unwrap());
+            assert_eq!((c.checked, c.reused), (kept_dirs, 0));
+            assert_eq!((w.checked, w.reused), (0, kept_dirs));
+        }
+        // A socket made in a kept directory, a directory swapped for another with a socket, one
+        // swapped for a link to a directory with a socket, a new directory with a socket, a kept
+        // directory removed with the socket it held.
+        let _n1 = bind(one.join("p5/x/y/z/new.sock"));
+        std::fs::rename(one.join("p9/a"), base.join("old-a")).unwrap();
+        std::fs::create_dir_all(one.join("p9/a/b")).unwrap();
+        let _n2 = bind(one.join("p9/a/b/swapped.sock"));
+        std::fs::rename(one.join("p2/x"), base.join("old-x")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, one.join("p2/x")).unwrap();
+        std::fs::create_dir_all(two.join("t/fresh")).unwrap();
+        let _n3 = bind(two.join("t/fresh/fresh.sock"));
+        std::fs::remove_file(one.join("p7/c/s.sock")).unwrap();
+        std::fs::remove_dir(one.join("p7/c")).unwrap();
+        let (checked, walked) = (load(true), load(false));
+        let after = scan_with(&trees, &checked, margin, &off());
+        assert_eq!(after, scan_with(&trees, &walked, margin, &off()));
+        let mut want = vec![
+            lone.clone(),
+            one.join("p3/a/b/s.sock"),
+            one.join("p5/x/y/z/new.sock"),
+            one.join("p9/a/b/swapped.sock"),
+            two.join("t/fresh/fresh.sock"),
+            two.join("t/u/s.sock"),
+        ];
+        want.sort();
+        assert_eq!(after.sockets, want);
+        assert!(after.incomplete.is_empty());
+        // What changed was left to the walk, which listed it without statting it again, nor
+        // anything the check found current below it. Of the 88 kept directories, p2/x, p2/x/y,
+        // p2/x/y/z (behind a link now) and p7/c (removed) are gone; p9/a and p9/a/b (swapped) and
+        // the changed ones (p2, p5/x/y/z, p7, p9, two/t) are listed again; the rest is reused:
+        // after the check's stat, or, by the walk alone, after its own.
+        let unchanged = kept_dirs - 4 - 2 - 5;
+        let c = checked.lock().unwrap();
+        assert_eq!((c.checked, c.reused), (unchanged, 0));
+        let w = walked.lock().unwrap();
+        assert_eq!((w.checked, w.reused), (0, unchanged));
     }
 }

@@ -168,6 +168,11 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         None => None,
     };
     let state_dir = host.state_dir.clone();
+    // The socket scans' listings of the last run of this state directory, read while the job
+    // is set up and journalled: the first scan stats the toolchains' directories instead of
+    // listing them (`ralph_sandbox::sockets::memo`).
+    let listings = state_dir.join(ralph_sandbox::sockets::LISTINGS_FILE);
+    let loading = ralph_sandbox::sockets::load_listings_ahead(listings.clone());
     let store = host.store.clone();
     // The job's paths are resolved once the store says where earlier rounds could write.
     let known = WritableTrees::new(
@@ -234,10 +239,7 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         hold.observer(),
     ]);
     let cancel = Cancel::new();
-    // The socket scans' listings of the last run of this state directory: the first scan stats
-    // the toolchains' directories instead of listing them (`ralph_sandbox::sockets::memo`).
-    let listings = state_dir.join(ralph_sandbox::sockets::LISTINGS_FILE);
-    ralph_sandbox::sockets::load_listings(&listings);
+    loading.wait();
     let result = rt.block_on(async {
         watch_signals(cancel.clone());
         let r = engine.run(&job_id, workspace, cancel, observers).await;

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -111,10 +112,19 @@ pub struct Memo {
     pub trees_reused: u64,
     /// Listings reused after a stat (tests).
     pub reused: u64,
+    /// Listings found current by a check on other threads ([`super::precheck`]) and reused
+    /// without a stat of the scan's own (tests).
+    pub checked: u64,
+    /// Kept directories from which a scan checks them on other threads first (tests lower it).
+    pub check_from: usize,
     /// Listings reused without one, nothing having been heard of them (tests).
     pub heard: u64,
     /// Whether a listing was kept or dropped since the memo was made, loaded or saved.
     pub changed: bool,
+    /// Checks begun ([`Memo::begin_check`]).
+    checks: u64,
+    /// Whether what the last check found stands in for stats ([`Memo::reuse`]).
+    checking: bool,
 }
 
 /// A kept listing and the watch's generation it is current for.
@@ -124,6 +134,19 @@ struct Kept {
     /// ([`super::watch`]); 0: never under a watch.
     generation: u64,
     listing: Arc<Listing>,
+    /// What a check on other threads ([`super::precheck`]) found: `check << 1 | current`; 0:
+    /// never checked. Read only while that check is [`Memo::checking`].
+    checked: AtomicU64,
+}
+
+impl Kept {
+    fn new(generation: u64, listing: Arc<Listing>) -> Kept {
+        Kept {
+            generation,
+            listing,
+            checked: AtomicU64::new(0),
+        }
+    }
 }
 
 /// What a scan found in one tree that the watch covers, when every directory in it had a kept
@@ -145,6 +168,22 @@ pub struct TreeFound {
     pub dirs: usize,
 }
 
+/// A kept listing being checked on another thread ([`Memo::checkable`]).
+pub struct Checkable<'a> {
+    /// The listing.
+    pub listing: &'a Listing,
+    slot: &'a AtomicU64,
+}
+
+impl Checkable<'_> {
+    /// Records what check `check` ([`Memo::begin_check`]) found: `current` when the directory is
+    /// still the one listed, with the same change time.
+    pub fn record(&self, check: u64, current: bool) {
+        self.slot
+            .store(check << 1 | u64::from(current), Ordering::Release);
+    }
+}
+
 /// What a scan trusts without a stat: a directory reached from a parent whose own listing was
 /// reused (so it is the same directory it was), whose listing is of the watch's current
 /// generation, on a filesystem the watch hears.
@@ -163,7 +202,11 @@ impl Memo {
             dirs: None,
             trees: std::collections::BTreeMap::new(),
             trees_reused: 0,
+            checks: 0,
+            checking: false,
             reused: 0,
+            checked: 0,
+            check_from: super::precheck::MIN_DIRS,
             heard: 0,
             changed: false,
         }
@@ -188,6 +231,17 @@ impl Memo {
         {
             self.heard += 1;
             return Some(kept.listing.clone());
+        }
+        if self.checking {
+            let c = kept.checked.load(Ordering::Acquire);
+            if c >> 1 == self.checks {
+                if c & 1 == 0 {
+                    return None;
+                }
+                kept.generation = trust.map_or(0, |t| t.generation);
+                self.checked += 1;
+                return Some(kept.listing.clone());
+            }
         }
         let was = &kept.listing;
         let now = stat(was)?;
@@ -222,10 +276,7 @@ impl Memo {
         self.changed = true;
         dirs.insert(
             dir.as_os_str().to_owned(),
-            Kept {
-                generation,
-                listing: listing.clone(),
-            },
+            Kept::new(generation, listing.clone()),
         );
         true
     }
@@ -267,6 +318,29 @@ impl Memo {
                 .any(|p| below(k.as_bytes(), p.as_os_str().as_bytes()))
         });
         self.changed |= dirs.len() != before;
+    }
+
+    /// Begins a check of kept listings on other threads ([`super::precheck`]): until
+    /// [`Memo::end_check`], what [`Memo::record`] records with the number returned stands in for
+    /// [`Memo::reuse`]'s stat.
+    pub fn begin_check(&mut self) -> u64 {
+        self.checks += 1;
+        self.checking = true;
+        self.checks
+    }
+
+    /// Ends the check: what it recorded is never read again.
+    pub fn end_check(&mut self) {
+        self.checking = false;
+    }
+
+    /// The kept listing of `dir`, for a check on another thread.
+    pub fn checkable(&self, dir: &Path) -> Option<Checkable<'_>> {
+        let kept = self.dirs.as_ref()?.get(dir.as_os_str())?;
+        Some(Checkable {
+            listing: &kept.listing,
+            slot: &kept.checked,
+        })
     }
 
     /// Drops the listing of `dir` (the watch heard of a change in it).
@@ -355,17 +429,18 @@ impl Memo {
             };
             dirs.insert(
                 OsString::from(std::ffi::OsStr::from_bytes(dir)),
-                Kept {
-                    generation: 0,
-                    listing: Arc::new(listing),
-                },
+                Kept::new(0, Arc::new(listing)),
             );
         }
         r.done().then_some(Memo {
             dirs: Some(dirs),
             trees: std::collections::BTreeMap::new(),
             trees_reused: 0,
+            checks: 0,
+            checking: false,
             reused: 0,
+            checked: 0,
+            check_from: super::precheck::MIN_DIRS,
             heard: 0,
             changed: false,
         })
