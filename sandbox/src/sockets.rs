@@ -17,6 +17,9 @@
 //! change time moved: a socket made, removed or renamed in a directory changes the directory's
 //! own change time, which no process can set back. Under a watch ([`watch`]), a tree in which
 //! nothing was heard since its last scan is taken whole from that scan ([`memo::TreeFound`]).
+//! Without one, each kept listing needs a stat: those are taken on several threads first
+//! ([`precheck`]), and the walk lists only what they found changed. Every directory below a
+//! tree's root is statted, opened and listed relative to its parent's descriptor ([`place`]).
 
 mod memo;
 mod place;

@@ -48,6 +48,15 @@ impl Place {
         }
     }
 
+    /// The same directory, reached by its path: no descriptor held for it (a place kept for
+    /// later, among many, must not hold its parent's open).
+    pub fn by_path(self) -> Place {
+        Place {
+            parent: None,
+            ..self
+        }
+    }
+
     /// Its parent's descriptor and its name in it, when the walk holds the parent.
     fn at(&self) -> Option<(&OwnedFd, &OsStr)> {
         Some((self.parent.as_deref()?, self.dir.file_name()?))

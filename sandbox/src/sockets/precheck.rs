@@ -47,6 +47,8 @@ pub struct Checked {
     /// Those directories.
     pub dirs: usize,
     /// Directories below them (or the root) to be walked: changed, or with no kept listing.
+    /// Reached by path: there may be thousands (every leaf changed), and a descriptor held for
+    /// each could run the runner out of them, which would leave directories unlisted.
     pub rest: Vec<Place>,
 }
 
@@ -194,14 +196,14 @@ fn visit(
 ) {
     let Some(kept) = memo.checkable(&at.dir) else {
         if let Some(found) = found {
-            found.rest.push(at);
+            found.rest.push(at.by_path());
         }
         return;
     };
     let Some((now, fd)) = at.stat(!kept.listing.subdirs.is_empty()) else {
         kept.record(check, false);
         if let Some(found) = found {
-            found.rest.push(at);
+            found.rest.push(at.by_path());
         }
         return;
     };
@@ -223,7 +225,7 @@ fn visit(
                 .sockets
                 .extend(l.sockets.iter().map(|n| at.dir.join(n)));
         }
-        Some(found) => found.rest.push(at),
+        Some(found) => found.rest.push(at.by_path()),
         None => {}
     }
 }
@@ -238,6 +240,8 @@ mod tests {
             .into_iter()
             .map(|mut c| {
                 c.sockets.sort();
+                // Left to the walk by path, holding no descriptor.
+                assert!(c.rest.iter().all(|p| p.parent.is_none()));
                 let mut rest: Vec<PathBuf> = c.rest.into_iter().map(|p| p.dir).collect();
                 rest.sort();
                 (c.sockets, c.entries, c.dirs, rest)
