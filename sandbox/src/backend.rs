@@ -68,6 +68,12 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
         let _ = kill_grace;
     }
 
+    /// The run last announced with [`Sandbox::prepare`] will not come after all: a process
+    /// started ahead for it is stopped (killed, reaped), one still being started as soon as it
+    /// is, so that an idle runner keeps none. No run is affected: one that finds none starts its
+    /// own.
+    fn discard(&self) {}
+
     /// Whether [`Sandbox::spawn_held`] is supported.
     fn holds(&self) -> bool {
         false

@@ -59,13 +59,15 @@ impl Call {
     }
 }
 
-/// One recorded [`Sandbox::prepare`].
+/// One recorded [`Sandbox::prepare`] or [`Sandbox::discard`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Prepared {
     /// How many spawns were recorded before it.
     pub after_calls: usize,
-    /// The kill grace it named.
+    /// The kill grace it named (a discard: zero).
     pub kill_grace: Duration,
+    /// A discard: the run announced last will not come.
+    pub discard: bool,
 }
 
 /// The fake: scripted runs, recorded.
@@ -133,7 +135,7 @@ impl FakeSandbox {
         lock(&self.scripts).entry(lane).or_default().extend(scripts);
     }
 
-    /// Every [`Sandbox::prepare`] so far, in order.
+    /// Every [`Sandbox::prepare`] and [`Sandbox::discard`] so far, in order.
     pub fn prepares(&self) -> Vec<Prepared> {
         lock(&self.prepares).clone()
     }
@@ -188,6 +190,16 @@ impl Sandbox for FakeSandbox {
         lock(&self.prepares).push(Prepared {
             after_calls: calls.len(),
             kill_grace,
+            discard: false,
+        });
+    }
+
+    fn discard(&self) {
+        let calls = lock(&self.calls);
+        lock(&self.prepares).push(Prepared {
+            after_calls: calls.len(),
+            kill_grace: Duration::ZERO,
+            discard: true,
         });
     }
 }

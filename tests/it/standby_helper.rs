@@ -3,8 +3,9 @@
 //! command line and one environment variable; it serves exactly one round (the round's stdin,
 //! hold and gateway hand-over reach it as they reach a helper started for the round, and it
 //! keeps nothing a helper started for the round would not); one of another grace, or a dead
-//! one, is never used; none is started unless the runner announces a run (an idle service holds
-//! none); and it goes when its backend goes or its runner is killed.
+//! one, is never used; none is started unless the runner announces a run, and one announced for a
+//! run that does not come is discarded, killed and reaped (an idle service holds none); and it
+//! goes when its backend goes or its runner is killed.
 //!
 //! No root needed: run as root (`cargo test`) and as the unprivileged `ralph-ci` by `.ci/run`.
 
@@ -436,10 +437,66 @@ fn helpers_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The helpers this test process started with kill grace `grace` (by their command line: the
+/// tests of this module run side by side, each with graces of its own where it counts helpers).
+fn helpers_with_grace(grace: Duration) -> Vec<u32> {
+    let want: Vec<Vec<u8>> = ralph_sandbox::native::standby::helper_args(grace)
+        .into_iter()
+        .map(|a| a.into_encoded_bytes())
+        .collect();
+    children(std::process::id())
+        .into_iter()
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).skip(1).take(2).collect();
+            args == want.iter().map(Vec::as_slice).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn a_discarded_standby_is_killed_and_reaped_before_the_discard_returns() {
+    // A run announced that will not come (a job's last round said `complete`): the standby
+    // waiting for it is gone, reaped, when `discard` returns.
+    let grace = Duration::from_millis(1234);
+    let b = backend();
+    b.prestart(grace);
+    let pid = b.standby_pid().expect("a standby after prestart");
+    wait_until_waiting(pid);
+    Sandbox::discard(&b);
+    assert_eq!(state(pid), None, "not reaped");
+    assert_eq!(b.standby_pid(), None);
+    assert!(helpers_with_grace(grace).is_empty());
+}
+
+#[test]
+fn a_standby_discarded_while_it_is_being_started_is_never_kept() {
+    // Announced on a blocking thread and discarded at once, in every interleaving this host
+    // gives: the start had not begun (it never starts), was under way (the discard waits for it
+    // and stops it), or had ended (stopped). Nothing is left, then or later.
+    let grace = Duration::from_millis(1235);
+    let b = backend();
+    rt().block_on(async {
+        for _ in 0..20 {
+            Sandbox::prepare(&b, grace);
+            Sandbox::discard(&b);
+            assert_eq!(b.standby_pid(), None);
+            assert_eq!(helpers_with_grace(grace), Vec::<u32>::new());
+        }
+    });
+    // The blocking threads are done with the runtime: a start that came late started nothing.
+    assert_eq!(b.standby_pid(), None);
+    assert_eq!(helpers_with_grace(grace), Vec::<u32>::new());
+    // And the slot still serves: the next announcement starts one.
+    b.prestart(grace);
+    let pid = b.standby_pid().expect("a standby after a later prestart");
+    wait_until_waiting(pid);
+}
+
 #[test]
 fn a_service_keeps_no_helper_waiting_after_a_jobs_last_run() {
-    // The runner announces a run only when one follows: a job's last round is followed by
-    // nothing, so an idle service holds no helper.
+    // A run announced while a job's last round ran (rounds were left) is discarded when the
+    // round says `complete` with no verify: an idle service holds no helper.
     let s = Server::new("");
     let runner = s.child.as_ref().unwrap().id();
     let ws = s.workspace("ws");

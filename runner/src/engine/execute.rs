@@ -95,6 +95,8 @@ impl JobRun<'_> {
     /// Runs `x` to its end ([`Execution`]).
     pub(super) async fn execute(&mut self, x: Execution<'_>) -> Result<Ran, EngineError> {
         let started = Instant::now();
+        // What was announced is for this run, which takes it (or starts its own).
+        self.announced = false;
         let spawned = match self.paths_unchanged(x.known) {
             Ok(()) => self.start_journalled(x.started, x.spec, x.io).await?,
             Err(e) => {
@@ -112,6 +114,8 @@ impl JobRun<'_> {
                         attempt,
                         pid: run.pid(),
                     })?;
+                    // The next run's process starts, and sets itself up, while the agent works.
+                    self.prepare_likely_run(round);
                 }
                 match x.plan {
                     None => run.wait(x.stop.clone()).await,

@@ -73,12 +73,14 @@ pub(crate) struct Call {
     pub gateway_ports: Vec<u16>,
 }
 
-/// A spawn, or a [`ralph_sandbox::Sandbox::prepare`] (a run announced ahead), in the order the
-/// engine made them.
+/// A spawn, a [`ralph_sandbox::Sandbox::prepare`] (a run announced ahead) or a
+/// [`ralph_sandbox::Sandbox::discard`], in the order the engine made them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
     /// The engine said another run follows.
     Prepare,
+    /// The engine said the run it announced will not come.
+    Discard,
     /// A process started.
     Run(CallKind),
 }
@@ -142,20 +144,32 @@ impl FakeRounds {
 
     /// The kill grace each prepare so far named.
     pub fn prepared_graces(&self) -> Vec<Duration> {
-        self.0.prepares().iter().map(|p| p.kill_grace).collect()
+        self.0
+            .prepares()
+            .iter()
+            .filter(|p| !p.discard)
+            .map(|p| p.kill_grace)
+            .collect()
     }
 
-    /// The spawns and prepares so far, in order.
+    /// The spawns, prepares and discards so far, in order.
     pub fn steps(&self) -> Vec<Step> {
+        let step = |p: &ralph_sandbox::testing::Prepared| {
+            if p.discard {
+                Step::Discard
+            } else {
+                Step::Prepare
+            }
+        };
         let mut prepares = self.0.prepares().into_iter().peekable();
         let mut steps = Vec::new();
         for (i, kind) in self.kinds().into_iter().enumerate() {
-            while prepares.next_if(|p| p.after_calls <= i).is_some() {
-                steps.push(Step::Prepare);
+            while let Some(p) = prepares.next_if(|p| p.after_calls <= i) {
+                steps.push(step(&p));
             }
             steps.push(Step::Run(kind));
         }
-        steps.extend(prepares.map(|_| Step::Prepare));
+        steps.extend(prepares.map(|p| step(&p)));
         steps
     }
 }

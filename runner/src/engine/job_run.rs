@@ -48,6 +48,18 @@ pub(super) struct JobRun<'e> {
     pub(super) caches: Vec<crate::cache::CacheEntry>,
     /// The observers given to this run that hear its attempts' journals too (SPEC §13).
     pub(super) attempt_observers: Vec<std::sync::Arc<dyn crate::store::Observer>>,
+    /// A run was announced ([`super::next_run`]) and has not started: discarded if this run of
+    /// the job ends first.
+    pub(super) announced: bool,
+}
+
+impl Drop for JobRun<'_> {
+    fn drop(&mut self) {
+        // However the job's run ends (an error, a cancel or the deadline after a forecast that
+        // another run follows included), nothing announced for it stays started: an idle runner
+        // keeps no helper.
+        self.discard_announced();
+    }
 }
 
 /// The delay before retry number `attempt` (1-based): base · 2^(attempt-1), capped.
@@ -82,6 +94,7 @@ impl<'e> JobRun<'e> {
             toolchain: Default::default(),
             caches: Vec::new(),
             attempt_observers: Vec::new(),
+            announced: false,
         }
     }
 
@@ -117,10 +130,7 @@ impl<'e> JobRun<'e> {
     /// Runs the job to its end.
     pub(super) async fn run(mut self) -> Result<JobResult, EngineError> {
         // The first round's sandbox process starts while the job's start is recorded.
-        self.engine
-            .sandboxes
-            .get(self.spec.sandbox.backend)
-            .prepare(self.spec.kill_grace.0);
+        self.announce();
         // A job the service claimed is already running under this runner (the claim journalled
         // its `job_started`); one that runs under another runner is not ours to touch.
         let view = self.journal.view();

@@ -140,7 +140,7 @@ impl Harness {
 }
 
 /// Cancels the job as soon as an attempt has finished (so during the backoff that follows).
-struct CancelAfterAttempt(Cancel);
+pub(super) struct CancelAfterAttempt(pub(super) Cancel);
 
 impl Observer for CancelAfterAttempt {
     fn on_event(&self, _view: &JobView, event: &Event) {

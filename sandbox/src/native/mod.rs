@@ -117,20 +117,26 @@ impl NativeBackend {
     /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
     /// or is being started already. A failure is not an error: that round starts its own helper.
     pub fn prestart(&self, grace: Duration) {
+        self.prestart_for(self.standby.ticket(), grace);
+    }
+
+    fn prestart_for(&self, ticket: standby::Ticket, grace: Duration) {
         self.standby
-            .fill(|| standby::Standby::start(&self.helper_exe, grace));
+            .fill_for(ticket, || standby::Standby::start(&self.helper_exe, grace));
     }
 
     /// [`Self::prestart`] on a blocking thread of the current runtime (if any): `posix_spawn`
     /// suspends its caller until the child's `execve`, which must not hold up a runtime thread
     /// (the round's durable record, its output) on a busy host.
     fn prestart_in_background(&self, grace: Duration) {
+        // Taken now: a discard that comes before the blocking thread runs still counts.
+        let ticket = self.standby.ticket();
         let me = self.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn_blocking(move || me.prestart(grace));
+                rt.spawn_blocking(move || me.prestart_for(ticket, grace));
             }
-            Err(_) => me.prestart(grace),
+            Err(_) => me.prestart_for(ticket, grace),
         }
     }
 
@@ -230,6 +236,10 @@ impl Sandbox for NativeBackend {
 
     fn prepare(&self, kill_grace: Duration) {
         self.prestart_in_background(kill_grace);
+    }
+
+    fn discard(&self) {
+        self.standby.discard();
     }
 
     fn holds(&self) -> bool {

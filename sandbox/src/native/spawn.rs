@@ -193,6 +193,28 @@ impl Pending {
         )
     }
 
+    /// Kills it and reaps it here when it has died within `within` (a process blocked in a
+    /// system call dies at once); else it is reaped off this thread, as a dropped one is.
+    pub fn stop(mut self, within: std::time::Duration) {
+        let Some(fd) = self.pidfd.take() else {
+            return;
+        };
+        let _ = crate::sys::pidfd_send_signal(&fd, libc::SIGKILL);
+        let mut poll = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd, alive for the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+        if ready == 1 && nix::sys::wait::waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED).is_ok()
+        {
+            return;
+        }
+        reap_in_background(self.pid, fd);
+    }
+
     /// Followed on the current runtime from now on.
     fn follow(mut self) -> io::Result<HelperChild> {
         let fd = self

@@ -42,13 +42,29 @@ use crate::posix_spawn::{open_null, pipe_pair};
 pub struct Slot {
     state: Mutex<SlotState>,
     ready: tokio::sync::Notify,
+    /// Signalled when a start ends (for [`Slot::discard`], which waits without a runtime).
+    started: std::sync::Condvar,
 }
+
+/// How long [`Slot::discard`] waits for a start under way to end (one `posix_spawn`: normally
+/// well under a millisecond).
+const DISCARD_WAIT: Duration = Duration::from_millis(200);
+
+/// How long a standby stopped is waited for before it is left to be reaped off the thread (one
+/// blocked in `recvmsg` dies at once).
+const STOP_WAIT: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Default)]
 struct SlotState {
     waiting: Option<Standby>,
     starting: bool,
+    /// Discards so far ([`Slot::discard`]): a start that began before one is not kept.
+    discards: u64,
 }
+
+/// The discards a slot had seen when a start was asked for ([`Slot::ticket`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Ticket(u64);
 
 /// Clears `starting` however the start ends (a panic included), and wakes the rounds waiting.
 struct Starting<'a>(&'a Slot);
@@ -56,6 +72,7 @@ struct Starting<'a>(&'a Slot);
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
         self.0.lock().starting = false;
+        self.0.started.notify_all();
         self.0.ready.notify_waiters();
     }
 }
@@ -70,9 +87,21 @@ impl Slot {
     /// `start` is not called). The lock is not held while `start` runs. A failed start leaves
     /// the slot empty: the next round starts a helper of its own.
     pub fn fill(&self, start: impl FnOnce() -> io::Result<Standby>) {
+        self.fill_for(self.ticket(), start);
+    }
+
+    /// What a start asked for now must see undiscarded to go on ([`Slot::fill_for`]).
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.lock().discards)
+    }
+
+    /// [`Slot::fill`] for a start asked for when `ticket` was taken: nothing is started, or kept,
+    /// once a discard came after it (the run it was asked for will not come).
+    pub fn fill_for(&self, ticket: Ticket, start: impl FnOnce() -> io::Result<Standby>) {
+        let discards = ticket.0;
         {
             let mut state = self.lock();
-            if state.waiting.is_some() || state.starting {
+            if state.waiting.is_some() || state.starting || state.discards != discards {
                 return;
             }
             state.starting = true;
@@ -80,9 +109,39 @@ impl Slot {
         let _starting = Starting(self);
         if let Ok(standby) = start() {
             let mut state = self.lock();
-            if state.waiting.is_none() {
+            if state.waiting.is_none() && state.discards == discards {
                 state.waiting = Some(standby);
+                return;
             }
+            // Not kept (discarded meanwhile): killed and reaped once the lock is released.
+            drop(state);
+            standby.stop();
+        }
+    }
+
+    /// The run a standby was started for will not come: the waiting one is dropped (killed,
+    /// reaped), and one being started is dropped by its start as it ends ([`Slot::fill`]), which
+    /// this waits for (at most [`DISCARD_WAIT`]): when it returns, no standby of this slot is
+    /// left (a runner that says a job ended holds none).
+    pub fn discard(&self) {
+        let deadline = std::time::Instant::now() + DISCARD_WAIT;
+        let mut state = self.lock();
+        state.discards += 1;
+        let waiting = state.waiting.take();
+        while state.starting {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .started
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        drop(state);
+        if let Some(standby) = waiting {
+            standby.stop();
         }
     }
 
@@ -179,6 +238,11 @@ impl Standby {
     /// Its pid.
     pub fn id(&self) -> u32 {
         self.started.child.id()
+    }
+
+    /// Kills and reaps it ([`spawn::Pending::stop`]): its run will not come.
+    pub fn stop(self) {
+        self.started.child.stop(STOP_WAIT);
     }
 
     /// Hands it its round: `spec` (encoded), its standard input made as `stdin` says, and the
