@@ -456,7 +456,7 @@ fn helpers_with_grace(grace: Duration) -> Vec<u32> {
 
 #[test]
 fn a_discarded_standby_is_killed_and_reaped_before_the_discard_returns() {
-    // A run announced that will not come (a job's last round said `complete`): the standby
+    // A run announced that will not come (the job was cancelled before it): the standby
     // waiting for it is gone, reaped, when `discard` returns.
     let grace = Duration::from_millis(1234);
     let b = backend();
@@ -495,8 +495,8 @@ fn a_standby_discarded_while_it_is_being_started_is_never_kept() {
 
 #[test]
 fn a_service_keeps_no_helper_waiting_after_a_jobs_last_run() {
-    // A run announced while a job's last round ran (rounds were left) is discarded when the
-    // round says `complete` with no verify: an idle service holds no helper.
+    // The runner announces a run only when one follows: a job's last round is followed by
+    // nothing, so an idle service holds no helper.
     let s = Server::new("");
     let runner = s.child.as_ref().unwrap().id();
     let ws = s.workspace("ws");
@@ -524,6 +524,43 @@ fn a_service_keeps_no_helper_waiting_after_a_jobs_last_run() {
             helpers.is_empty(),
             "helpers of an idle service: {helpers:?}"
         );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_service_keeps_no_helper_for_a_run_that_a_cancel_stopped() {
+    // A failed round with a retry left: the retry is announced (its helper started ahead), then
+    // the job is cancelled during the backoff: the retry never comes, and its helper is
+    // discarded when the job ends, not left waiting in the idle service.
+    let s = Server::new("");
+    let runner = s.child.as_ref().unwrap().id();
+    let ws = s.workspace("ws");
+    let agent = s.agent("fail.sh", "exit 3");
+    let extra = json!({"round_retries": 1, "retry_backoff": "10m"});
+    let (code, c) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job(&ws, &agent, extra)] }).to_string()),
+    );
+    assert_eq!(code, 201, "{c}");
+    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    wait_until("the first attempt failed", LIMIT, || {
+        !s.events_of(&id, "round_finished").is_empty()
+    });
+    // The retry's helper was started ahead (the standby started when the failure was known).
+    wait_until("the retry's helper waits", LIMIT, || {
+        !helpers_of(runner).is_empty()
+    });
+    let (code, c) = s.api("POST", &format!("/v1/jobs/{id}/cancel"), None);
+    assert!(code == 200 || code == 202, "{code} {c}");
+    let j = s.wait_finished(&id, LIMIT);
+    assert_eq!(j["outcome"], "cancelled", "{j}");
+    // Gone when the job is: killed and reaped by the discard, before the job's end was told.
+    assert_eq!(helpers_of(runner), Vec::<u32>::new(), "helpers after the cancel");
+    let watch = std::time::Instant::now();
+    while watch.elapsed() < Duration::from_secs(1) {
+        assert_eq!(helpers_of(runner), Vec::<u32>::new());
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -114,8 +114,6 @@ impl JobRun<'_> {
                         attempt,
                         pid: run.pid(),
                     })?;
-                    // The next run's process starts, and sets itself up, while the agent works.
-                    self.prepare_likely_run(round);
                 }
                 match x.plan {
                     None => run.wait(x.stop.clone()).await,

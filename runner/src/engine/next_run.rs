@@ -4,16 +4,11 @@
 //! start none when the job is about to end: no helper started for nothing at a job's end, and
 //! none left waiting in an idle service.
 //!
-//! Earlier still, as soon as an agent attempt runs, the engine tells whether another run is
-//! likely to follow it ([`likely_after`]: anything but the last round of a job with no verify
-//! and no retry left), so the next run's process is started, and its set-up done ahead, while
-//! the agent works. When the attempt's end says no run follows after all (a `blocked` report, a
-//! failure with no retry left), what was started for it is discarded
-//! ([`ralph_sandbox::Sandbox::discard`]): killed and reaped there and then, not left waiting.
-//!
 //! A forecast, never a decision: the loop still decides (a cancel, the deadline, the budget or
 //! the stall watch may end the job after all; a run announced and not started is then discarded
-//! when the job's run ends, [`JobRun::announced`]). The forecasts are pure data here.
+//! when the job's run ends, [`JobRun::announced`], [`ralph_sandbox::Sandbox::discard`]: what was
+//! started for it is killed and reaped, not left waiting in an idle runner). The forecast is
+//! pure data here.
 
 use super::job_run::JobRun;
 use super::round::AttemptEnd;
@@ -64,16 +59,6 @@ pub(super) fn after_attempt(
     }
 }
 
-/// While round `round` runs: whether another run of the job is likely to follow it (the next
-/// round, or the verify): what follows a round that ends as it should. A retry is not counted
-/// on (a failure is announced when it happens, [`after_attempt`]).
-pub(super) fn likely_after(shape: Shape, round: u32) -> bool {
-    match shape.kind {
-        JobKind::Task => shape.has_verify,
-        JobKind::Loop => shape.has_verify || round < shape.max_rounds,
-    }
-}
-
 /// After the verify command ran (`failed`: it ended with a failing status, not a cancel or
 /// an error) once `rounds_started` rounds had started: whether another round follows.
 pub(super) fn after_verify(shape: Shape, failed: bool, rounds_started: u32) -> bool {
@@ -91,21 +76,9 @@ impl JobRun<'_> {
         }
     }
 
-    /// At the end of a run: announces the next one if `follows` and it was not announced
-    /// already (while the run that ended ran); when nothing follows after all, discards what an
-    /// announcement started.
+    /// At the end of a run: announces the next one if `follows`.
     pub(super) fn prepare_next_run(&mut self, follows: bool) {
-        if follows && !self.announced {
-            self.announce();
-        } else if !follows && self.announced {
-            self.discard_announced();
-        }
-    }
-
-    /// While an attempt of round `round` runs: announces the run likely to follow it
-    /// ([`likely_after`]), settled by [`JobRun::prepare_next_run`] at the attempt's end.
-    pub(super) fn prepare_likely_run(&mut self, round: u32) {
-        if likely_after(self.shape(), round) {
+        if follows {
             self.announce();
         }
     }

@@ -1,11 +1,10 @@
-//! When the engine announces a run ahead ([`ralph_sandbox::Sandbox::prepare`]) and discards an
-//! announcement ([`ralph_sandbox::Sandbox::discard`]), driven by the scripted fake against a
-//! real SQLite journal: once when the job starts; while a round runs when another run is likely
-//! to follow it (rounds left, or a verify); after a run that another one follows (a retry, the
-//! round after a failed verify, the first round after the set-up) unless announced already;
-//! each before that next run. What was announced for a run that does not come (a `blocked` or
-//! final round, a failure with no retry left, a failed verify, a cancel) is discarded: after a
-//! job's last run nothing stays announced, so a runner keeps no helper started for nothing.
+//! When the engine announces a run ahead ([`ralph_sandbox::Sandbox::prepare`]), driven by the
+//! scripted fake against a real SQLite journal: once when the job starts, then only after a run
+//! that another one follows (the next round, a retry, the verify, the round after a failed
+//! verify, the first round after the set-up), each before that next run; never after a job's
+//! last run, and one announced for a run that does not come (a cancel during a backoff) is
+//! discarded when the job ends ([`ralph_sandbox::Sandbox::discard`]), so a runner keeps no
+//! helper started for nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -42,12 +41,11 @@ async fn a_one_round_job_announces_its_round_only() {
         h.run().await;
         assert_eq!(h.fake.steps(), vec![P, Run(Agent)], "{report}");
     }
-    // A blocked round ends the job whatever rounds are left: the round announced while it ran
-    // (rounds were left) is discarded at its end.
+    // A blocked round ends the job whatever rounds are left.
     let blocked = serde_json::json!({"status":"blocked","summary":"stuck","evidence":[],"nextSteps":[],"blocker":"no key"});
     let h = Harness::new(vec![Script::report(blocked)], vec![]);
     h.run().await;
-    assert_eq!(h.fake.steps(), vec![P, Run(Agent), P, D]);
+    assert_eq!(h.fake.steps(), vec![P, Run(Agent)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,8 +56,8 @@ async fn retries_are_announced_while_retries_are_left() {
     assert_eq!(r.outcome, Outcome::RoundFailed);
     assert_eq!(
         h.fake.steps(),
-        vec![P, Run(Agent), P, Run(Agent), P, Run(Agent), P, D],
-        "the last attempt's failure ends the job: what was announced while it ran is discarded"
+        vec![P, Run(Agent), P, Run(Agent), P, Run(Agent)],
+        "the last attempt's failure ends the job: nothing after it"
     );
 }
 
@@ -90,8 +88,7 @@ async fn a_setup_that_passed_announces_the_first_round_and_one_that_failed_nothi
     );
     h.spec.setup = Some(SetupSpec::new("make deps"));
     h.run().await;
-    // `complete` with no verify ends the job: the round announced while it ran is discarded.
-    assert_eq!(h.fake.steps(), vec![P, Run(Setup), P, Run(Agent), P, D]);
+    assert_eq!(h.fake.steps(), vec![P, Run(Setup), P, Run(Agent)]);
 
     let mut h = Harness::with(
         vec![Script::report(complete())],
@@ -108,9 +105,8 @@ async fn a_setup_that_passed_announces_the_first_round_and_one_that_failed_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_announces_its_verify_after_a_clean_exit_only() {
     for (exit, steps) in [
-        // The verify is announced while the task runs, and discarded when it fails.
         (0, vec![P, Run(Agent), P, Run(Verify)]),
-        (1, vec![P, Run(Agent), P, D]),
+        (1, vec![P, Run(Agent)]),
     ] {
         let mut h = Harness::new(vec![Script::exit(exit)], vec![Script::exit(0)]);
         h.spec.kind = JobKind::Task;
@@ -139,8 +135,8 @@ async fn what_is_announced_names_the_jobs_kill_grace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_announced_that_never_comes_is_discarded_when_the_job_ends() {
-    // A failed attempt with a retry left: the retry follows (announced while the round ran),
-    // then a cancel during the backoff ends the job before it.
+    // A failed attempt with a retry left: the retry is announced, then a cancel during the
+    // backoff ends the job before it.
     let mut h = Harness::new(vec![Script::exit(3), Script::report(complete())], vec![]);
     h.spec.round_retries = 1;
     h.spec.retry_backoff = HumanDuration(Duration::from_secs(60));
