@@ -557,7 +557,11 @@ fn a_service_keeps_no_helper_for_a_run_that_a_cancel_stopped() {
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "cancelled", "{j}");
     // Gone when the job is: killed and reaped by the discard, before the job's end was told.
-    assert_eq!(helpers_of(runner), Vec::<u32>::new(), "helpers after the cancel");
+    assert_eq!(
+        helpers_of(runner),
+        Vec::<u32>::new(),
+        "helpers after the cancel"
+    );
     let watch = std::time::Instant::now();
     while watch.elapsed() < Duration::from_secs(1) {
         assert_eq!(helpers_of(runner), Vec::<u32>::new());

@@ -57,7 +57,7 @@ impl Drop for JobRun<'_> {
     fn drop(&mut self) {
         // However the job's run ends (an error, a cancel or the deadline after a forecast that
         // another run follows included), nothing announced for it stays started: an idle runner
-        // keeps no helper.
+        // keeps no helper. (A job that ends by `finish` has discarded it before `job_finished`.)
         self.discard_announced();
     }
 }
@@ -233,6 +233,7 @@ impl<'e> JobRun<'e> {
             return Ok(());
         }
         self.release_workspace();
+        self.discard_announced();
         let id = self.journal.view().id.clone();
         let end = super::close::Ending {
             ran_ms: Some(self.ran_ms()),
@@ -757,6 +758,8 @@ impl<'e> JobRun<'e> {
         message: &str,
         exit_code: Option<i32>,
     ) -> Result<(), EngineError> {
+        // Nothing announced stays started once the job is seen finished.
+        self.discard_announced();
         // A provisioned workspace's result is written before the job is seen finished.
         self.write_result()?;
         self.release_workspace();
