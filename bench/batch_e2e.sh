@@ -53,11 +53,9 @@ use_docker=0
 if [ "${DOCKER:-auto}" != 0 ] && docker image inspect "$image" >/dev/null 2>&1; then
     use_docker=1
 fi
+. bench/fresh_ext4.sh
 fs_make() {  # dir: a fresh ext4 mounted there
-    mkdir -p "$1"
-    truncate -s 20G "$1.img"
-    mkfs.ext4 -q -F -N 2500000 -E lazy_itable_init=0,lazy_journal_init=0 "$1.img"
-    mount -o loop "$1.img" "$1"
+    fresh_ext4 "$1" 20G -N 2500000
     chmod 755 "$1"
 }
 fs_drop() {  # dir

@@ -39,14 +39,9 @@ mkdir -p "$PWD/target/bench"
 work=$(mktemp -d "$PWD/target/bench/round-XXXXXX")
 trap 'rm -rf "$work" "${STATE_ROOT:-$work}"/state-*' EXIT
 if [ "${STATE_FS:-}" = ext4 ]; then
-    # A fresh ext4 with mkfs's defaults (a journal; inode tables zeroed now, not in the
-    # background) for the state dirs and the workspace: this machine's root filesystem has no
-    # journal, where each file created costs ~0.5 ms (ext4 then skips recently freed inodes by
-    # reading their dtime), which a usual disk does not show.
-    mkdir -p "$work.fs"
-    truncate -s 4G "$work.fs.img"
-    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$work.fs.img"
-    mount -o loop "$work.fs.img" "$work.fs"
+    # A fresh ext4 for the state dirs and the workspace (bench/fresh_ext4.sh says why).
+    . bench/fresh_ext4.sh
+    fresh_ext4 "$work.fs" 4G
     trap 'rm -rf "$work" "$work.fs"/*; umount "$work.fs"; rm -rf "$work.fs.img" "$work.fs"' EXIT
     mkdir -p "$work.fs/state"
     export STATE_ROOT=$work.fs/state

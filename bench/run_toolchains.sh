@@ -22,10 +22,8 @@ work=$(mktemp -d "$PWD/target/bench/toolchains-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work
 if [ "${STATE_FS:-}" = ext4 ]; then
-    mkdir -p "$work.fs"
-    truncate -s 2G "$work.fs.img"
-    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$work.fs.img"
-    mount -o loop "$work.fs.img" "$work.fs"
+    . bench/fresh_ext4.sh
+    fresh_ext4 "$work.fs" 2G
     trap 'rm -rf "$work" "$work.fs"/*; umount "$work.fs"; rm -rf "$work.fs.img" "$work.fs"' EXIT
     root=$work.fs
 fi

@@ -507,25 +507,39 @@ fn a_service_keeps_no_helper_waiting_after_a_jobs_last_run() {
             complete_report("done")
         ),
     );
-    let (code, c) = s.api(
-        "POST",
-        "/v1/jobs",
-        Some(&json!({ "job": [job(&ws, &agent, json!({}))] }).to_string()),
-    );
-    assert_eq!(code, 201, "{c}");
-    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let id = s.submit(job(&ws, &agent, json!({})));
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "complete", "{j}");
     // An absence: watched for a while (a helper started after the last round would stay).
+    no_helper_for(runner, Duration::from_secs(2));
+}
+
+/// Asserts that the service `runner` has no helper now and none appears for `watched`.
+fn no_helper_for(runner: u32, watched: Duration) {
     let watch = std::time::Instant::now();
-    while watch.elapsed() < Duration::from_secs(2) {
+    loop {
         let helpers = helpers_of(runner);
         assert!(
             helpers.is_empty(),
             "helpers of an idle service: {helpers:?}"
         );
+        if watch.elapsed() >= watched {
+            return;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Submits to `s` a job whose round fails with a retry left after a 10-minute backoff: the
+/// retry's helper is started ahead and waits through the backoff.
+fn job_in_a_retrys_backoff(s: &Server) -> String {
+    let ws = s.workspace("ws");
+    let agent = s.agent("fail.sh", "exit 3");
+    s.submit(job(
+        &ws,
+        &agent,
+        json!({ "round_retries": 1, "retry_backoff": "10m" }),
+    ))
 }
 
 #[test]
@@ -535,16 +549,7 @@ fn a_service_keeps_no_helper_for_a_run_that_a_cancel_stopped() {
     // discarded when the job ends, not left waiting in the idle service.
     let s = Server::new("");
     let runner = s.child.as_ref().unwrap().id();
-    let ws = s.workspace("ws");
-    let agent = s.agent("fail.sh", "exit 3");
-    let extra = json!({"round_retries": 1, "retry_backoff": "10m"});
-    let (code, c) = s.api(
-        "POST",
-        "/v1/jobs",
-        Some(&json!({ "job": [job(&ws, &agent, extra)] }).to_string()),
-    );
-    assert_eq!(code, 201, "{c}");
-    let id = c["jobs"][0]["id"].as_str().unwrap().to_owned();
+    let id = job_in_a_retrys_backoff(&s);
     wait_until("the first attempt failed", LIMIT, || {
         !s.events_of(&id, "round_finished").is_empty()
     });
@@ -557,16 +562,7 @@ fn a_service_keeps_no_helper_for_a_run_that_a_cancel_stopped() {
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "cancelled", "{j}");
     // Gone when the job is: killed and reaped by the discard, before the job's end was told.
-    assert_eq!(
-        helpers_of(runner),
-        Vec::<u32>::new(),
-        "helpers after the cancel"
-    );
-    let watch = std::time::Instant::now();
-    while watch.elapsed() < Duration::from_secs(1) {
-        assert_eq!(helpers_of(runner), Vec::<u32>::new());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    no_helper_for(runner, Duration::from_secs(1));
 }
 
 #[test]
@@ -574,15 +570,7 @@ fn a_standby_goes_when_its_runner_is_killed() {
     // A round that failed with a retry left: the retry's helper waits through the backoff.
     let mut s = Server::new("");
     let runner = s.child.as_ref().unwrap().id();
-    let ws = s.workspace("ws");
-    let agent = s.agent("fail.sh", "exit 3");
-    let extra = json!({ "round_retries": 1, "retry_backoff": "10m" });
-    let (code, c) = s.api(
-        "POST",
-        "/v1/jobs",
-        Some(&json!({ "job": [job(&ws, &agent, extra)] }).to_string()),
-    );
-    assert_eq!(code, 201, "{c}");
+    job_in_a_retrys_backoff(&s);
     let mut standby = Vec::new();
     wait_until("the retry's standby helper waits", LIMIT, || {
         standby = helpers_of(runner);

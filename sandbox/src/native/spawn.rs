@@ -196,21 +196,30 @@ impl Pending {
     /// Kills it and reaps it here when it has died within `within` (a process blocked in a
     /// system call dies at once); else it is reaped off this thread, as a dropped one is.
     pub fn stop(mut self, within: std::time::Duration) {
+        self.kill(Some(within));
+    }
+
+    /// Kills it (not reaped, so the pidfd still names our child) and reaps it: here when it has
+    /// died `within` that long, else (or with no wait) off this thread.
+    fn kill(&mut self, within: Option<std::time::Duration>) {
         let Some(fd) = self.pidfd.take() else {
             return;
         };
         let _ = crate::sys::pidfd_send_signal(&fd, libc::SIGKILL);
-        let mut poll = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd, alive for the call.
-        let ready = unsafe { libc::poll(&mut poll, 1, ms) };
-        if ready == 1 && nix::sys::wait::waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED).is_ok()
-        {
-            return;
+        if let Some(within) = within {
+            let mut poll = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd, alive for the call.
+            let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+            if ready == 1
+                && nix::sys::wait::waitid(Id::PIDFd(fd.as_fd()), WaitPidFlag::WEXITED).is_ok()
+            {
+                return;
+            }
         }
         reap_in_background(self.pid, fd);
     }
@@ -243,12 +252,7 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let Some(fd) = self.pidfd.take() else {
-            return;
-        };
-        // Not reaped, so the pidfd still names our child.
-        let _ = crate::sys::pidfd_send_signal(&fd, libc::SIGKILL);
-        reap_in_background(self.pid, fd);
+        self.kill(None);
     }
 }
 

@@ -310,6 +310,17 @@ impl Server {
         )
     }
 
+    /// Submits one job (a [`job`] body) and returns its id; anything but `201` fails the test.
+    pub fn submit(&self, job: Value) -> String {
+        let (code, c) = self.api(
+            "POST",
+            "/v1/jobs",
+            Some(&serde_json::json!({ "job": [job] }).to_string()),
+        );
+        assert_eq!(code, 201, "{c}");
+        c["jobs"][0]["id"].as_str().unwrap().to_owned()
+    }
+
     /// The CLI client, pointed at this server.
     pub fn ralph(&self, args: &[&str]) -> Output {
         let out = Command::new(ralph_bin())
