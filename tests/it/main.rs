@@ -53,6 +53,7 @@ mod path_flags;
 mod postgres_pool;
 mod postgres_service;
 mod postgres_tls;
+mod power_loss;
 mod process_tree;
 mod provisioned;
 mod prune;

@@ -26,7 +26,7 @@ pub mod sqlite;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use event::{AttemptResult, Event, EventKind, RefusalCount, RunnerInfo};
+pub use event::{AttemptResult, Durability, Event, EventKind, RefusalCount, RunnerInfo};
 pub use id_prefix::{MAX_CANDIDATES, MIN_ID_PREFIX};
 pub use journal::{Journal, Observer};
 pub use projection::{JobState, JobView, ProjectionError};
@@ -391,7 +391,8 @@ impl Store {
             },
         };
         let view = JobView::submitted(&event)?;
-        dispatch!(self.insert_job(std::slice::from_ref(&event), &view, priority))?;
+        let durability = event.kind.durability();
+        dispatch!(self.insert_job(std::slice::from_ref(&event), &view, priority, durability))?;
         Ok((view, event))
     }
 
@@ -403,6 +404,16 @@ impl Store {
 
     /// [`Store::submit_started`] with the id chosen by the caller (who took its run hold
     /// first: the job is never seen running without one).
+    ///
+    /// Committed with [`Durability::Deferred`]: nobody was told of this job yet (no client
+    /// holds its id, unlike a submission's answer), and the runner that started it journals an
+    /// immediate event before anything irreversible happens (the first round's or set-up's
+    /// start, the provisioned workspace, the job's end), whose flush carries this commit to
+    /// the disk with it. A process crash loses nothing (the commit is made); a power loss before
+    /// that first flush loses a job that never ran anything. The flush it saves (and, on
+    /// SQLite, the state directory's own on a new connection's first one) was on the path of
+    /// every `ralph run` before its first round (issue 30); the round's start flushes while the
+    /// sandbox is set up.
     pub fn submit_started_as(
         &self,
         id: JobId,
@@ -428,7 +439,7 @@ impl Store {
         };
         let mut view = JobView::submitted(&submitted)?;
         view.apply(&started)?;
-        dispatch!(self.insert_job(&[submitted, started], &view, 0))?;
+        dispatch!(self.insert_job(&[submitted, started], &view, 0, Durability::Deferred))?;
         Ok(id)
     }
 

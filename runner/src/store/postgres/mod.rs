@@ -99,6 +99,7 @@ impl PgStore {
         events: &[Event],
         view: &JobView,
         priority: i32,
+        durable: Durability,
     ) -> Result<(), StoreError> {
         let events = events.to_vec();
         let (Some(first), Some(last)) = (events.first().cloned(), events.last().cloned()) else {
@@ -126,7 +127,7 @@ impl PgStore {
                 if attempt == Attempt::MaybeCommitted && stored(&mut tx, &first, &first_data)? {
                     return Ok(());
                 }
-                durability(&mut tx, first.kind.durability())?;
+                durability(&mut tx, durable)?;
                 tx.execute(
                     "INSERT INTO jobs (id, kind, state, outcome, rounds, priority, created_at, updated_at, last_seq, spec, lease_id)
                      VALUES ($1, $2, $3, NULL, 0, $4, $5, $6, $7, $8, $9)",
