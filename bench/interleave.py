@@ -7,12 +7,17 @@ Usage: bench/interleave.py N name=command...
   SHELL_CMDS=1  runs each command with `bash -c` (redirections, quotes) instead of splitting it
   PREPARE=C     runs the shell command C before each run, untimed (as hyperfine's --prepare)
   JSON=F        also writes the medians to F, shaped as hyperfine's --export-json
+  SHUFFLE=1     runs the commands of each round in a random order (seeded: the same every time)
+                instead of as given: what a command leaves for the kernel to finish behind it
+                (a network namespace's or cgroup's teardown, writeback) then slows each of the
+                others alike, not always the one given after it
 Example:
   bench/interleave.py 200 "old=/tmp/ralph-old sandbox exec --workspace $ws -- /bin/true" \\
       "new=target/x86_64-unknown-linux-gnu/release/ralph sandbox exec --workspace $ws -- /bin/true"
 """
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -27,8 +32,12 @@ n = int(sys.argv[1])
 res = {k: [] for k in cmds}
 sleep = float(os.environ.get("SLEEP", "0"))
 prepare = os.environ.get("PREPARE")
+order = list(cmds.items())
+shuffle = random.Random(30) if os.environ.get("SHUFFLE") == "1" else None
 for _ in range(n):
-    for k, c in cmds.items():
+    if shuffle:
+        shuffle.shuffle(order)
+    for k, c in order:
         if prepare:
             subprocess.run(["bash", "-c", prepare], check=False)
         if sleep:
