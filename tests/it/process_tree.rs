@@ -147,6 +147,29 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     assert_gone(marker);
 }
 
+/// A round's result comes only once every process it left behind is dead (the checks after the
+/// run need a tree that writes nothing more): when `ralph sandbox exec` returns, nothing of its
+/// command runs, not even a detached loop that kept writing into the workspace. Checked at
+/// once, without waiting.
+#[test]
+fn nothing_a_command_left_runs_once_its_result_is_out() {
+    let f = Fixture::new();
+    let marker = "93700";
+    let out = Ralph::new()
+        .args(["sandbox", "exec", "--workspace"])
+        .arg(&f.ws)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!(
+            r#"setsid sh -c 'while :; do echo x >> ticks; sleep 0.{marker}1; done' &
+( trap '' TERM HUP; while :; do echo y >> ticks; sleep 0.{marker}2; done ) &
+while [ ! -s ticks ]; do sleep 0.01; done"#
+        ))
+        .output();
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let left = processes_with(marker);
+    assert!(left.is_empty(), "still running after the result: {left:?}");
+}
+
 /// An agent started behind a shell (`--agent-cmd` runs under `sh -c`) that traps SIGTERM to
 /// clean up gets its kill grace: the wrapper shell dying at once must not cut the clean-up short.
 #[test]

@@ -201,6 +201,7 @@ impl Supervisor {
             sigfd,
             parent,
             status_r: Some(ours.status_r),
+            reported: None,
             phase: Phase::Running,
             ended_by: EndedBy::Exit,
             main_status: None,
