@@ -19,20 +19,10 @@ use std::time::{Duration, Instant};
 use common::docker::{IMAGE, ready};
 use common::server::{Server, job};
 use common::small_disk::SmallDisk;
-use common::{Output, Ralph, complete_report, continue_report, wait_until};
-use serde_json::{Value, json};
+use common::{Output, Ralph, complete_report, continue_report, journal, wait_until};
+use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn events_of(state: &Path, id: &str) -> Vec<Value> {
-    let store = ralph_runner::store::Store::open_sqlite_read_only(state).unwrap();
-    store
-        .events(id)
-        .unwrap()
-        .into_iter()
-        .map(|e| serde_json::to_value(e).unwrap())
-        .collect()
-}
 
 /// `ralph run` of `agent` on `ws` with the state in `state`.
 fn run(
@@ -145,7 +135,7 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     let store = ralph_runner::store::Store::open_sqlite_read_only(&state).unwrap();
     let view = store.load(&id).unwrap();
     assert_eq!(view.state.as_str(), "finished", "left {:?}", view.state);
-    let events = events_of(&state, &id);
+    let events = journal(&state, &id);
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     let n = types.len();
     assert_eq!(

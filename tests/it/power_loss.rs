@@ -13,14 +13,13 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::server::{Server, job};
-use common::{Fixture, complete_report, wait_until};
+use common::{Fixture, complete_report, journal, wait_until};
 use ralph_runner::store::{JobState, Store};
-use serde_json::Value;
 
 /// An ext4 on an image file, loop-mounted for one test (unmounted, with its copies, when
 /// dropped).
@@ -131,16 +130,6 @@ echo '{}' > "$RALPH_REPORT_FILE""#,
     )
 }
 
-fn events(state: &Path, id: &str) -> Vec<Value> {
-    let store = Store::open(state, None).unwrap();
-    store
-        .events(id)
-        .unwrap_or_else(|e| panic!("job {id} after the power cut: {e}"))
-        .into_iter()
-        .map(|e| serde_json::to_value(e).unwrap())
-        .collect()
-}
-
 #[test]
 fn a_power_loss_while_a_round_runs_keeps_the_job_and_the_rounds_start() {
     let Some(mut disk) = ImageDisk::new("power_loss") else {
@@ -166,7 +155,7 @@ fn a_power_loss_while_a_round_runs_keeps_the_job_and_the_rounds_start() {
         .unwrap();
     assert_eq!(running.len(), 1, "the job is on the disk: {running:?}");
     let id = &running[0];
-    let ev = events(&state, id);
+    let ev = journal(&state, id);
     let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         types.first().copied(),
@@ -195,7 +184,7 @@ fn a_power_loss_while_a_round_runs_keeps_the_job_and_the_rounds_start() {
         "{}",
         done.stderr
     );
-    let ev = events(&state, id);
+    let ev = journal(&state, id);
     let last = ev.last().unwrap();
     assert_eq!(last["type"], "job_finished", "{last}");
     assert_eq!(last["outcome"], "interrupted", "{last}");
@@ -236,7 +225,7 @@ fn a_submission_the_service_answered_is_on_the_disk_before_it_runs() {
         .to_owned();
     drop(server);
 
-    let ev = events(&after.join(on_disk), &queued);
+    let ev = journal(&after.join(on_disk), &queued);
     let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         types,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::docker::{IMAGE, ready};
 use common::server::{Server, job};
 use common::small_disk::SmallDisk;
-use common::{Fixture, Output, Ralph, complete_report, continue_report};
+use common::{Fixture, Output, Ralph, complete_report, continue_report, journal};
 use ralph_runner::store::reserve::RESERVE_BYTES;
 use ralph_sandbox::beneath::tree::{Totals, measure};
 use serde_json::{Value, json};
@@ -52,16 +52,6 @@ fn size(p: &Path) -> Totals {
     measure(p).unwrap().unwrap_or_default()
 }
 
-fn events_of(state: &Path, id: &str) -> Vec<Value> {
-    let store = ralph_runner::store::Store::open_sqlite_read_only(state).unwrap();
-    store
-        .events(id)
-        .unwrap()
-        .into_iter()
-        .map(|e| serde_json::to_value(e).unwrap())
-        .collect()
-}
-
 fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
@@ -91,7 +81,7 @@ fn flooding_the_report_dir_fails_the_round_and_keeps_the_state_dir_small(backend
         "the round ran to its end"
     );
     let id = out.job_id();
-    let events = events_of(&f.state, &id);
+    let events = journal(&f.state, &id);
     let finished: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "round_finished")
@@ -274,7 +264,7 @@ fn a_full_state_disk_closes_the_job_interrupted(test: &str, backend: &[&str]) {
         "the job is left {:?}",
         view.state
     );
-    assert_closed_for_a_full_disk(&events_of(&state, &id));
+    assert_closed_for_a_full_disk(&journal(&state, &id));
 }
 
 #[test]
@@ -318,7 +308,7 @@ fn serve_a_full_state_disk_closes_the_job_and_the_service_keeps_serving() {
     let id = body["jobs"][0]["id"].as_str().unwrap().to_owned();
     let j = s.wait_finished(&id, LIMIT);
     assert_eq!(j["outcome"], "interrupted", "{j}\n{}", s.log_text());
-    assert_closed_for_a_full_disk(&events_of(&s.state, &id));
+    assert_closed_for_a_full_disk(&journal(&s.state, &id));
     // The service lives and answers.
     let (health, _) = s.api("GET", "/healthz", None);
     assert_eq!(health, 200, "{}", s.log_text());

@@ -361,8 +361,6 @@ impl SqliteStore {
             .db
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(&err)?;
-        // The statements of every event are prepared once per connection (cached): parsing
-        // them again for each event was a fair part of the runner's work between two rounds.
         let last: Option<i64> = tx
             .prepare_cached("SELECT last_seq FROM jobs WHERE id = ?1")
             .and_then(|mut s| s.query_row(params![event.job_id], |r| r.get(0)))

@@ -309,6 +309,17 @@ pub fn continue_report(summary: &str) -> String {
 }
 
 /// A valid complete report.
+/// The journal of job `id` in the SQLite store of `state`, read without changing anything.
+pub fn journal(state: &Path, id: &str) -> Vec<Value> {
+    let store = ralph_runner::store::Store::open_sqlite_read_only(state).unwrap();
+    store
+        .events(id)
+        .unwrap_or_else(|e| panic!("job {id} in {}: {e}", state.display()))
+        .into_iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
+}
+
 pub fn complete_report(summary: &str) -> String {
     format!(
         r#"{{"status":"complete","summary":"{summary}","evidence":["checked"],"nextSteps":[],"blocker":""}}"#
