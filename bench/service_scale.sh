@@ -17,6 +17,9 @@
 # this run (the ratio column).
 #
 # Usage: N=1000000 bench/service_scale.sh   (N defaults to 100000; RALPH=path: that binary)
+# WORKSPACES=K spreads the jobs over K workspaces (default 100); WORKSPACES=$N gives each job its
+# own, as a CI pipeline's checkouts or provisioned jobs have: the store then knows N writable
+# trees.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-100000}
@@ -24,6 +27,7 @@ BATCH=${BATCH:-1000}
 REQS=${REQS:-200}
 RATE=${RATE:-500}
 SECONDS_AT_RATE=${SECONDS_AT_RATE:-10}
+WORKSPACES=${WORKSPACES:-100}
 # RALPH=path measures that binary instead (e.g. a copy of the one before a change).
 if [ -z "${RALPH:-}" ]; then cargo build --release --quiet -p ralph; fi
 ralph=${RALPH:-$PWD/target/x86_64-unknown-linux-gnu/release/ralph}
@@ -35,10 +39,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "${DATABASE_URL:-}" <<'PY'
+python3 - "$ralph" "$work" "$N" "$BATCH" "$REQS" "$RATE" "$SECONDS_AT_RATE" "$WORKSPACES" "${DATABASE_URL:-}" <<'PY'
 import concurrent.futures, http.client, json, os, signal, socket, subprocess, sys, threading, time
 
-ralph, work, N, BATCH, REQS, RATE, SECS, db = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8]), sys.argv[8]
+ralph, work, N, BATCH, REQS, RATE, SECS, WORKSPACES, db = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:9]), sys.argv[9]
 root, state = f"{work}/root", f"{work}/state"
 os.makedirs(f"{root}/agents")
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
@@ -110,7 +114,7 @@ def call(method, path, body=None, fail=True):
     return dt, data
 
 def job(i, agent="/bin/true"):
-    ws = f"{root}/ws{i % 100}"
+    ws = f"{root}/ws{i % WORKSPACES}"
     os.makedirs(ws, exist_ok=True)
     return {"objective": "bench", "workspace": ws, "agent_cmd": agent, "kind": "task",
             "labels": {"shard": str(i % 1000), "team": "infra"}}
@@ -177,7 +181,7 @@ state_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(st
 server.send_signal(signal.SIGKILL); server.wait()
 
 store = "PostgreSQL" if db else "SQLite"
-print(f"### {N:,} queued jobs behind 4 running ({store})\n")
+print(f"### {N:,} queued jobs behind 4 running ({store}), {min(N, WORKSPACES):,} workspaces\n")
 print(f"- submitted as {N // BATCH} batch files of {BATCH}: {submit_s:.1f} s ({N / submit_s:,.0f} jobs/s)")
 print(f"- server RSS with them queued: {rss:.0f} MiB (peak {hwm:.0f} MiB)")
 print(f"- restart after `kill -9` until /readyz 200: {restart_s * 1e3:.0f} ms")

@@ -175,12 +175,16 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     let loading = ralph_sandbox::sockets::load_listings_ahead(listings.clone());
     let store = host.store.clone();
     // The job's paths are resolved once the store says where earlier rounds could write.
-    let known = WritableTrees::new(
-        store
-            .writable_trees()
-            .map_err(|e| CliError::internal(e.to_string()))?,
+    let known = ralph_runner::store::trees::writable_trees(
+        &store,
+        ralph_runner::store::trees::Patience::None,
     );
-    let spec = build_spec(&args, &cwd, &known)?;
+    let spec = build_spec(&args, &cwd, &known).map_err(|e| match known.lookup_failure() {
+        Some(why) => CliError::internal(format!(
+            "the job's paths could not be checked: the state store could not say which workspaces rounds have written ({why})"
+        )),
+        None => e,
+    })?;
     if overlaps(&state_dir, &spec.workspace) {
         return Err(CliError::usage(format!(
             "the state directory `{}` and the workspace `{}` overlap: the agent could edit the journal; choose another --state-dir",

@@ -276,9 +276,7 @@ impl<'e> JobRun<'e> {
                 ),
             ));
         }
-        let known = self
-            .known_trees()
-            .map_err(|e| (FinishReason::InternalError, e.to_string()))?;
+        let known = self.known_trees();
         self.paths_unchanged(&known)
             .map_err(|e| (finish_reason_of(e.class()), e.to_string()))?;
         let dirs = super::artifacts::AttemptDirs::new(&self.job_dir, 0, 0);

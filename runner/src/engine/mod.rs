@@ -332,8 +332,12 @@ impl Engine {
     /// jobs in its store ([`Store::writable_trees`]). A new job's paths are resolved against
     /// these ([`crate::job::request::JobRequest::into_spec`]), and so are a job's before each of
     /// its rounds.
-    pub fn writable_trees(&self) -> Result<WritableTrees, EngineError> {
-        Ok(WritableTrees::new(self.store.writable_trees()?))
+    ///
+    /// The store's trees are looked up when a walk meets a symlink, without waiting out an
+    /// outage: a failed lookup refuses the link and is told by
+    /// [`WritableTrees::lookup_failure`] (the store's fault, not the request's).
+    pub fn writable_trees(&self) -> WritableTrees {
+        crate::store::trees::writable_trees(&self.store, crate::store::trees::Patience::None)
     }
 
     /// Checks a job request against the ceilings, the agent presets and the environment.

@@ -14,20 +14,19 @@
 
 use ralph_sandbox::SandboxError;
 
-use super::EngineError;
 use super::job_run::JobRun;
 use std::path::PathBuf;
 
 use crate::job::paths::{Requested, resolve_paths};
 use crate::job::resolve::{ResolveError, WritableTrees};
 use crate::job::tree_mark;
+use crate::store::trees::Patience;
 
 impl JobRun<'_> {
-    /// The writable trees of the engine's store (this job's own are added by the check).
-    pub(super) fn known_trees(&self) -> Result<WritableTrees, EngineError> {
-        Ok(WritableTrees::new(crate::store::journal::patiently(
-            || self.engine.store().writable_trees(),
-        )?))
+    /// The writable trees of the engine's store (this job's own are added by the check), looked
+    /// up when a walk meets a symlink; an outage is waited out as the job's events' are.
+    pub(super) fn known_trees(&self) -> WritableTrees {
+        crate::store::trees::writable_trees(self.engine.store(), Patience::OfARunningJob)
     }
 
     /// Fails when one of the job's paths now runs through a symlink a round could have planted.
@@ -54,6 +53,13 @@ impl JobRun<'_> {
             sockets: &s.sockets,
         };
         match resolve_paths(req, &self.spec.workspace, known) {
+            // The store could not say whether a link on the way lies in a tree rounds wrote:
+            // the check is not passed (fail closed), and the fault is the runner's, not the job's.
+            Err(e) if matches!(e.source, ResolveError::TreesUnknown { .. }) => {
+                Err(SandboxError::Helper {
+                    message: format!("checking the job's paths again: {e}"),
+                })
+            }
             Err(e)
                 if matches!(
                     e.source,

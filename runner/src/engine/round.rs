@@ -272,7 +272,7 @@ impl JobRun<'_> {
             stderr: Box::new(stderr),
         });
 
-        let known = self.known_trees()?;
+        let known = self.known_trees();
         Ok(Prepared {
             dirs,
             _scratch,

@@ -179,7 +179,7 @@ impl JobRun<'_> {
             stderr: Box::new(Discard::default()),
         };
 
-        let known = self.known_trees()?;
+        let known = self.known_trees();
         let stop = self.cancel.token().child_token();
         let ran = self
             .execute(Execution {

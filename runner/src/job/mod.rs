@@ -10,6 +10,7 @@ pub mod request;
 pub mod resolve;
 pub mod source;
 pub mod spec;
+pub mod tree_lookup;
 pub mod tree_mark;
 
 pub use caps::RaisedCaps;

@@ -41,6 +41,9 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use super::tree_lookup::{TreeLookup, TreeSource};
 
 /// How many symlinks one resolution may follow (Linux's own limit, `MAXSYMLINKS`).
 pub const MAX_LINK_HOPS: u32 = 40;
@@ -56,15 +59,18 @@ const TRUSTED_OWNER: u32 = 0;
 /// The trees a round could have written into (real, symlink-free absolute paths), and who is
 /// trusted to own a link outside them ([`TRUSTED_OWNER`]).
 ///
-/// A store names every workspace it ever ran (100,000 jobs of their own workspaces are 100,000
-/// trees), and the set is built for each submission and each job's start: duplicates are found
-/// by hash (`seen`), not by scanning the list (quadratic: at 1,000 trees it was most of a fleet
-/// host's CPU, `bench/fleet_drain.sh`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Two kinds: trees held here (the job's own, a service's workspace roots, a batch's jobs), and
+/// the state store's, asked for by path only when a walk meets a symlink ([`TreeLookup`]): a
+/// store names every workspace it ever ran (100,000 jobs of their own workspaces are 100,000
+/// trees), and reading them all for each submission and each round was most of a round's time
+/// there. Which tree holds a directory is found from the directory's ancestors (by hash here, by
+/// index in the store), never by scanning every tree.
+#[derive(Clone, Debug)]
 pub struct WritableTrees {
     roots: Vec<PathBuf>,
     seen: HashSet<PathBuf>,
     trusted: Vec<u32>,
+    stored: Option<TreeLookup>,
 }
 
 impl Default for WritableTrees {
@@ -73,6 +79,7 @@ impl Default for WritableTrees {
             roots: Vec::new(),
             seen: HashSet::new(),
             trusted: vec![TRUSTED_OWNER],
+            stored: None,
         }
     }
 }
@@ -99,6 +106,14 @@ impl WritableTrees {
         t
     }
 
+    /// The trees a store knows, asked for when a walk meets a symlink ([`TreeLookup`]).
+    pub fn stored(source: Arc<dyn TreeSource>) -> Self {
+        Self {
+            stored: Some(TreeLookup::new(source)),
+            ..Self::none()
+        }
+    }
+
     /// Adds trees (real absolute paths; relative ones are ignored, duplicates dropped).
     pub fn extend(&mut self, roots: impl IntoIterator<Item = PathBuf>) {
         for r in roots {
@@ -108,26 +123,36 @@ impl WritableTrees {
         }
     }
 
-    /// These trees and `more`.
+    /// These trees and `more` (the store's answers so far shared).
     pub fn with(&self, more: impl IntoIterator<Item = PathBuf>) -> Self {
         let mut t = self.clone();
         t.extend(more);
         t
     }
 
-    /// The roots, in the order they were added.
+    /// The roots held here, in the order they were added (not the store's).
     pub fn roots(&self) -> &[PathBuf] {
         &self.roots
     }
 
     /// The innermost tree that holds the directory `dir` (a real path), if any: the most precise
-    /// one to name (a job's workspace rather than the service root it lies under).
-    pub fn containing(&self, dir: &Path) -> Option<&Path> {
-        self.roots
-            .iter()
-            .filter(|r| dir.starts_with(r))
-            .max_by_key(|r| r.components().count())
-            .map(PathBuf::as_path)
+    /// one to name (a job's workspace rather than the service root it lies under). `Err` when
+    /// the store could not say (the reason; also kept, [`WritableTrees::lookup_failure`]).
+    pub fn containing(&self, dir: &Path) -> Result<Option<PathBuf>, String> {
+        let held = dir.ancestors().find(|a| self.seen.contains(*a));
+        let Some(lookup) = &self.stored else {
+            return Ok(held.map(Path::to_path_buf));
+        };
+        let depth = held.map_or(0, |h| h.components().count());
+        Ok(lookup
+            .innermost(dir, depth)?
+            .or_else(|| held.map(Path::to_path_buf)))
+    }
+
+    /// Why the store could not say which trees hold a directory, if it once could not: a
+    /// refusal then is the store's fault ([`ResolveError::TreesUnknown`]), not the path's.
+    pub fn lookup_failure(&self) -> Option<String> {
+        self.stored.as_ref().and_then(TreeLookup::failure)
     }
 }
 
@@ -163,6 +188,18 @@ pub enum ResolveError {
         target: String,
         /// Who could have made it, and what to pass instead.
         planted: Box<Planted>,
+    },
+    /// The walk met a symlink and the state store could not say whether it lies in a tree
+    /// rounds have written: refused (fail closed), the store's fault.
+    #[error(
+        "`{}` is a symlink, and the state store could not say whether it lies in a tree rounds have written: {reason}",
+        link.display()
+    )]
+    TreesUnknown {
+        /// The symlink.
+        link: PathBuf,
+        /// The store's error.
+        reason: String,
     },
     /// A component does not exist.
     #[error("`{}` does not exist", at.display())]
@@ -330,12 +367,16 @@ pub fn resolve(given: &Path, base: &Path, trees: &WritableTrees) -> Result<PathB
                 at: here.clone(),
                 source,
             })?;
-            if let Some(tree) = trees.containing(&real) {
-                return Err(ResolveError::LinkInWritableTree {
-                    link: here,
-                    target: shown(&target),
-                    tree: tree.to_owned(),
-                });
+            match trees.containing(&real) {
+                Ok(Some(tree)) => {
+                    return Err(ResolveError::LinkInWritableTree {
+                        link: here,
+                        target: shown(&target),
+                        tree,
+                    });
+                }
+                Ok(None) => {}
+                Err(reason) => return Err(ResolveError::TreesUnknown { link: here, reason }),
             }
             if let Some(why) = planted_by_whom(&meta, &real, &trees.trusted) {
                 return Err(ResolveError::UntrustedLink {

@@ -458,7 +458,7 @@ async fn create_jobs(
     let limits = svc.config().limits_for(&caller.name).clone();
     // Where a round may have left a symlink: everything under the workspace roots, and the
     // workspaces and `write` directories of the jobs in the store (and of this batch).
-    let mut known = blocking(|| svc.engine().writable_trees())?;
+    let mut known = svc.engine().writable_trees();
     known.extend(limits.workspace_roots.iter().map(|r| real_root(r)));
     // All or nothing: every job is checked before any is queued.
     let mut specs: Vec<(JobSpec, i32, Option<super::provisioned::Planned>)> = Vec::new();
@@ -508,9 +508,10 @@ async fn create_jobs(
                 &known,
                 provisioned.as_ref().map(|p| p.root.as_path()),
             )
-            .map_err(|e| {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
-                    .field(at(e.field))
+            .map_err(|e| match known.lookup_failure() {
+                Some(why) => ApiError::trees_unknown(&why),
+                None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
+                    .field(at(e.field)),
             })?;
         if let Some(p) = &provisioned {
             spec.workspace = p.workspace.clone();

@@ -183,6 +183,18 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
+    /// 500: a path could not be judged because the state store could not say which of the trees
+    /// it knows holds a symlink on the way (`why`): the server's fault, not the request's.
+    pub fn trees_unknown(why: &str) -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!(
+                "the job's paths could not be checked: the state store could not say which workspaces rounds have written ({why})"
+            ),
+        )
+    }
+
     /// 507: the state store cannot write for lack of room (`why`).
     pub fn disk_full(why: &str) -> Self {
         ApiError::new(

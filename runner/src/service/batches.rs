@@ -229,7 +229,7 @@ async fn retry(
         })
         .collect();
     let limits = svc.config().limits_for(&caller.name).clone();
-    let mut known = blocking(|| svc.engine().writable_trees())?;
+    let mut known = svc.engine().writable_trees();
     known.extend(limits.workspace_roots.iter().map(|r| real_root(r)));
     // All or nothing, as a submission: every retry is judged before any is queued.
     let mut specs = Vec::new();
@@ -352,11 +352,12 @@ fn recheck_paths(
         FsPath::new("/"),
         known,
     )
-    .map_err(|e| {
-        bad(
+    .map_err(|e| match known.lookup_failure() {
+        Some(why) => ApiError::trees_unknown(&why),
+        None => bad(
             e.field,
             format!("{e}: the job cannot be retried as it was; submit it again"),
-        )
+        ),
     })?;
     let changed = |field: &str, was: &[PathBuf], now: &[PathBuf]| match was
         .iter()

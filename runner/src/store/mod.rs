@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod projection;
 pub mod reserve;
 pub mod sqlite;
+pub mod trees;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -516,6 +517,13 @@ impl Store {
         trees.sort();
         trees.dedup();
         Ok(trees)
+    }
+
+    /// Which of `paths` (real absolute paths) are the workspace or a `write` directory of a job
+    /// of this store whose rounds could write there: [`Store::writable_trees`] asked about a few
+    /// paths, by the table's key, instead of read whole ([`crate::job::tree_lookup`]).
+    pub fn writable_trees_among(&self, paths: &[String]) -> Result<Vec<String>, StoreError> {
+        dispatch!(self.writable_trees_among(paths))
     }
 
     /// Whether this store keeps the jobs' result files for every host ([`job_files`]):

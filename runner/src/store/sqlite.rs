@@ -657,6 +657,24 @@ impl SqliteStore {
         Ok(all.into_iter().flatten().collect())
     }
 
+    /// Which of `paths` are writable trees (one lookup of the table's key per path).
+    pub fn writable_trees_among(&self, paths: &[String]) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn()?;
+        let err = db_err(&self.path, "look up workspaces in");
+        let asked = serde_json::to_string(paths).map_err(StoreError::Encode)?;
+        let mut stmt = conn
+            .db
+            .prepare_cached(
+                "SELECT path FROM writable_trees WHERE path IN (SELECT value FROM json_each(?1))",
+            )
+            .map_err(&err)?;
+        let rows = stmt
+            .query_map([asked], |r| r.get::<_, Option<String>>(0))
+            .map_err(&err)?;
+        let found = rows.collect::<Result<Vec<_>, _>>().map_err(&err)?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -1027,6 +1027,25 @@ fn writable_trees_are_the_distinct_workspaces_and_write_dirs(db: &Db) {
         ["/srv/ws1", "/srv/ws2", "/var/cache/a", "/var/cache/b"],
         "{trees:?}"
     );
+    // Asked about by path (a walk's directory and its ancestors): exactly the trees among them;
+    // a prefix, a parent or a read-only job's workspace is none.
+    let asked = |paths: &[&str]| -> Vec<String> {
+        let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        let mut got = store.writable_trees_among(&paths).unwrap();
+        got.sort();
+        got
+    };
+    assert_eq!(
+        asked(&["/srv/ws1/src/x", "/srv/ws1/src", "/srv/ws1", "/srv", "/"]),
+        ["/srv/ws1"]
+    );
+    assert_eq!(
+        asked(&["/var/cache/a/b", "/var/cache/a", "/var/cache", "/var"]),
+        ["/var/cache/a"]
+    );
+    assert!(asked(&["/srv/ws", "/srv/ws10", "/srv/readonly", "/srv"]).is_empty());
+    assert!(asked(&[]).is_empty());
+    assert_eq!(asked(&["/srv/ws2", "/srv/ws1", "/var/cache/b"]).len(), 3);
 }
 
 #[test]

@@ -298,11 +298,14 @@ fn real_paths_inside_a_tree_and_nested_tree_roots_are_fine() {
     );
     // The innermost tree is the one named.
     assert_eq!(
-        trees.containing(&w.ws.join("sub/x")),
-        Some(w.ws.join("sub").as_path())
+        trees.containing(&w.ws.join("sub/x")).unwrap(),
+        Some(w.ws.join("sub"))
     );
-    assert_eq!(trees.containing(&w.ws.join("x")), Some(w.ws.as_path()));
-    assert_eq!(trees.containing(&w.root), None);
+    assert_eq!(
+        trees.containing(&w.ws.join("x")).unwrap(),
+        Some(w.ws.clone())
+    );
+    assert_eq!(trees.containing(&w.root).unwrap(), None);
 }
 
 #[test]
@@ -498,7 +501,103 @@ fn trees_keep_their_first_order_and_drop_duplicates_and_relative_paths() {
     );
     assert_eq!(many.roots().len(), 50_000);
     assert_eq!(
-        many.containing(Path::new("/w/49999/x")),
-        Some(Path::new("/w/49999"))
+        many.containing(Path::new("/w/49999/x")).unwrap(),
+        Some(PathBuf::from("/w/49999"))
     );
+    // Held trees are found by the directory's ancestors, whatever form they were given in.
+    assert_eq!(
+        t.containing(Path::new("/c/d/e")).unwrap(),
+        Some(PathBuf::from("/c/./d"))
+    );
+    assert_eq!(
+        t.containing(Path::new("/a/x")).unwrap(),
+        Some(PathBuf::from("/a"))
+    );
+    assert_eq!(t.containing(Path::new("/ab")).unwrap(), None);
+}
+
+/// A store's trees, as [`crate::job::tree_lookup::TreeSource`], counting its questions.
+struct StoreOf {
+    trees: Vec<String>,
+    questions: std::sync::atomic::AtomicUsize,
+    down: bool,
+}
+
+impl crate::job::tree_lookup::TreeSource for StoreOf {
+    fn trees_among(&self, paths: &[String]) -> Result<Vec<String>, String> {
+        self.questions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.down {
+            return Err("database is locked".into());
+        }
+        Ok(paths
+            .iter()
+            .filter(|p| self.trees.contains(p))
+            .cloned()
+            .collect())
+    }
+}
+
+fn store_of(trees: &[&Path], down: bool) -> Arc<StoreOf> {
+    Arc::new(StoreOf {
+        trees: trees.iter().map(|t| t.display().to_string()).collect(),
+        questions: std::sync::atomic::AtomicUsize::new(0),
+        down,
+    })
+}
+
+#[test]
+fn a_link_in_a_tree_the_store_knows_is_refused_and_the_innermost_named() {
+    let w = World::new();
+    std::fs::create_dir(w.ws.join("sub")).unwrap();
+    let link = w.ws.join("sub/cache");
+    symlink(&w.host, &link).unwrap();
+    let src = store_of(&[&w.ws, &w.ws.join("sub")], false);
+    let trees = WritableTrees::stored(src.clone()).trusting(&owners());
+    refused_at(resolve(&link, &w.root, &trees), &link, &w.ws.join("sub"));
+    // Held here and in the store: the innermost of both is named.
+    let held = trees.with([w.ws.clone()]);
+    refused_at(resolve(&link, &w.root, &held), &link, &w.ws.join("sub"));
+    // The same link is followed where the store knows no tree above it.
+    let other = WritableTrees::stored(store_of(&[&w.out], false)).trusting(&owners());
+    assert_eq!(resolve(&link, &w.root, &other).unwrap(), w.host);
+    assert_eq!(other.lookup_failure(), None);
+}
+
+#[test]
+fn the_store_is_asked_nothing_when_the_walk_meets_no_link() {
+    let w = World::new();
+    let src = store_of(&[&w.ws], false);
+    let trees = WritableTrees::stored(src.clone()).trusting(&owners());
+    assert_eq!(resolve(&w.ws, &w.root, &trees).unwrap(), w.ws);
+    assert_eq!(
+        resolve(&w.host.join("secret"), &w.root, &trees).unwrap(),
+        w.host.join("secret")
+    );
+    assert_eq!(src.questions.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_store_that_cannot_answer_refuses_the_link_and_says_it_is_its_fault() {
+    let w = World::new();
+    let link = w.out.join("src");
+    symlink(&w.host, &link).unwrap();
+    let trees = WritableTrees::stored(store_of(&[], true)).trusting(&owners());
+    // Followed by the rule without memory, had the store answered: refused now (fail closed).
+    match resolve(&link, &w.root, &trees) {
+        Err(e @ ResolveError::TreesUnknown { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains(&link.display().to_string()), "{msg}");
+            assert!(msg.contains("database is locked"), "{msg}");
+        }
+        other => panic!("want TreesUnknown, got {other:?}"),
+    }
+    assert_eq!(
+        trees.lookup_failure().as_deref(),
+        Some("database is locked")
+    );
+    // No link on the way: no question, and the path resolves.
+    let quiet = WritableTrees::stored(store_of(&[], true));
+    assert_eq!(resolve(&w.ws, &w.root, &quiet).unwrap(), w.ws);
+    assert_eq!(quiet.lookup_failure(), None);
 }

@@ -414,6 +414,24 @@ impl PgStore {
         })
     }
 
+    /// Which of `paths` are writable trees (one lookup of the table's key per path).
+    pub fn writable_trees_among(&self, paths: &[String]) -> Result<Vec<String>, StoreError> {
+        let asked = paths.to_vec();
+        self.conn.call("look up workspaces in", move |client, _| {
+            let rows = client.query(
+                "SELECT path FROM writable_trees WHERE path = ANY($1)",
+                &[&asked],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                if let Some(p) = r.try_get::<_, Option<String>>(0)? {
+                    out.push(p);
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// The distinct workspaces and `write` directories of jobs not run `read-only`.
     pub fn writable_trees(&self) -> Result<Vec<String>, StoreError> {
         self.conn.call("list the workspaces in", move |client, _| {
