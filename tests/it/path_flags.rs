@@ -619,3 +619,123 @@ fn a_planted_link_is_refused_without_the_record_of_the_job_that_planted_it() {
         panic!("this host has no /var/run symlink to check the system-link case with");
     }
 }
+
+/// A store that cannot say which trees hold a link's directory (here: it lost its table of
+/// trees) never lets the link through: `ralph run` refuses the path as the store's fault (exit
+/// 70, not the user's 64), before anything is stored or run. The same link is followed when the
+/// store can answer ([`ralph_run_still_follows_links_outside_writable_trees`]).
+fn refused_when_the_store_cannot_say(f: &Fixture, lose_trees: impl FnOnce(), extra: &[String]) {
+    let base = f.root.path().canonicalize().unwrap();
+    let host = host_dir(&base);
+    let before = snapshot(&host);
+    let out_dir = base.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let link = out_dir.join("data");
+    symlink(&host, &link).unwrap();
+    let agent = greedy_agent(&f.ws);
+    lose_trees();
+    let out = run_in(f, &f.ws, &agent)
+        .args(extra)
+        .arg("--read")
+        .arg(&link)
+        .output();
+    out.expect_code(70);
+    assert!(
+        out.stderr.contains(&format!(
+            "`{}` is a symlink, and the state store could not say whether it lies in a tree rounds have written",
+            link.display()
+        )) && out.stderr.contains("writable_trees"),
+        "{}",
+        out.stderr
+    );
+    common::assert_no_result(&out);
+    assert_eq!(snapshot(&host), before);
+    assert!(!f.ws.join("leak").exists() && !f.ws.join("marker").exists());
+}
+
+#[test]
+fn a_store_that_cannot_say_where_rounds_wrote_refuses_a_path_through_a_link() {
+    let f = Fixture::new();
+    let done = format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok"));
+    run_in(&f, &f.ws, &done).output().expect_code(0);
+    let jobs = stored_jobs(&f);
+    refused_when_the_store_cannot_say(
+        &f,
+        || {
+            rusqlite::Connection::open(f.state.join("ralph.db"))
+                .unwrap()
+                .execute_batch("ALTER TABLE writable_trees RENAME TO writable_trees_lost")
+                .unwrap();
+        },
+        &[],
+    );
+    assert_eq!(stored_jobs(&f), jobs, "nothing stored");
+}
+
+#[test]
+fn a_postgres_store_that_cannot_say_where_rounds_wrote_refuses_a_path_through_a_link() {
+    let Some(db) = TestDatabase::create("path_flags_trees_lost") else {
+        return;
+    };
+    let f = Fixture::new();
+    let url = ["--database-url".to_owned(), db.url.clone()];
+    let done = format!("echo '{}' > \"$RALPH_REPORT_FILE\"", complete_report("ok"));
+    run_in(&f, &f.ws, &done).args(&url).output().expect_code(0);
+    let count = || -> i64 {
+        db.client()
+            .query_one("SELECT count(*) FROM jobs", &[])
+            .unwrap()
+            .get(0)
+    };
+    let jobs = count();
+    refused_when_the_store_cannot_say(
+        &f,
+        || {
+            db.client()
+                .batch_execute("ALTER TABLE writable_trees RENAME TO writable_trees_lost")
+                .unwrap();
+        },
+        &url,
+    );
+    assert_eq!(count(), jobs, "nothing stored");
+}
+
+#[test]
+fn the_service_answers_500_when_its_store_cannot_say_where_rounds_wrote() {
+    let ext = tempfile::Builder::new()
+        .prefix("ralph-ext-")
+        .tempdir()
+        .unwrap();
+    let ext = ext.path().canonicalize().unwrap();
+    let s = Server::new(&format!("[limits]\nread_roots = [\"{}\"]\n", ext.display()));
+    let base = s.dir.path().canonicalize().unwrap();
+    let host = host_dir(&base);
+    let before = snapshot(&host);
+    let ws = s.workspace("ws");
+    let greedy = s.agent("greedy.sh", &greedy_agent(&ws));
+    // A link under a read root, outside the workspace roots: only the store could say whether a
+    // round wrote there.
+    let link = ext.join("data");
+    symlink(&host, &link).unwrap();
+    rusqlite::Connection::open(s.state.join("ralph.db"))
+        .unwrap()
+        .execute_batch("ALTER TABLE writable_trees RENAME TO writable_trees_lost")
+        .unwrap();
+    let reads = json!([s.agents, link]);
+    let (code, body) = s.api(
+        "POST",
+        "/v1/jobs",
+        Some(&json!({ "job": [job(&ws, &greedy, json!({ "read": reads }))] }).to_string()),
+    );
+    assert_eq!(code, 500, "{body}");
+    assert_eq!(body["error"]["code"], "internal", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the state store could not say") && message.contains("writable_trees"),
+        "{message}"
+    );
+    let (code, listed) = s.api("GET", "/v1/jobs", None);
+    assert_eq!(code, 200, "{listed}");
+    assert_eq!(listed["jobs"], json!([]), "nothing queued: {listed}");
+    assert_eq!(snapshot(&host), before);
+}

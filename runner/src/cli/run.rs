@@ -179,10 +179,10 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
         &store,
         ralph_runner::store::trees::Patience::None,
     );
+    // A path refused because the store could not answer is the store's fault (exit 70), not
+    // the user's: the message (which names the link and the store's error) stays.
     let spec = build_spec(&args, &cwd, &known).map_err(|e| match known.lookup_failure() {
-        Some(why) => CliError::internal(format!(
-            "the job's paths could not be checked: the state store could not say which workspaces rounds have written ({why})"
-        )),
+        Some(_) => CliError::internal(e.message),
         None => e,
     })?;
     if overlaps(&state_dir, &spec.workspace) {
