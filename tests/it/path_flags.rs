@@ -731,7 +731,11 @@ fn the_service_answers_500_when_its_store_cannot_say_where_rounds_wrote() {
     assert_eq!(body["error"]["code"], "internal", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("the state store could not say") && message.contains("writable_trees"),
+        message.contains(&format!(
+            "`{}` is a symlink, and the state store could not say whether it lies in a tree rounds have written",
+            link.display()
+        )) && message.contains("writable_trees")
+            && message.contains("the server's fault"),
         "{message}"
     );
     let (code, listed) = s.api("GET", "/v1/jobs", None);

@@ -509,7 +509,7 @@ async fn create_jobs(
                 provisioned.as_ref().map(|p| p.root.as_path()),
             )
             .map_err(|e| match known.lookup_failure() {
-                Some(why) => ApiError::trees_unknown(&why),
+                Some(_) => ApiError::trees_unknown(&e.message),
                 None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.message)
                     .field(at(e.field)),
             })?;

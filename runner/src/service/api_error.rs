@@ -183,14 +183,15 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
-    /// 500: a path could not be judged because the state store could not say which of the trees
-    /// it knows holds a symlink on the way (`why`): the server's fault, not the request's.
-    pub fn trees_unknown(why: &str) -> Self {
+    /// 500: a path was refused because the state store could not say which of the trees it
+    /// knows holds a symlink on the way (`refusal` names the link and the store's error): the
+    /// server's fault, not the request's.
+    pub fn trees_unknown(refusal: &str) -> Self {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             format!(
-                "the job's paths could not be checked: the state store could not say which workspaces rounds have written ({why})"
+                "{refusal} (the server's fault, not the request's: submit it again once the server's state store answers)"
             ),
         )
     }

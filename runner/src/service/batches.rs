@@ -353,7 +353,7 @@ fn recheck_paths(
         known,
     )
     .map_err(|e| match known.lookup_failure() {
-        Some(why) => ApiError::trees_unknown(&why),
+        Some(_) => ApiError::trees_unknown(&e.to_string()),
         None => bad(
             e.field,
             format!("{e}: the job cannot be retried as it was; submit it again"),
