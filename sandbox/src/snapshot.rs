@@ -111,6 +111,8 @@ pub struct Snapshot {
     roots: Vec<TreePath>,
     entries: Vec<Entry>,
     store: Option<PathBuf>,
+    /// Files copied by this take (a kept copy reused is not counted).
+    copied: usize,
 }
 
 /// `fstatat(AT_SYMLINK_NOFOLLOW)` of `name` in `dir` as an [`Ident`]; `None` when absent.
@@ -292,23 +294,95 @@ fn copy_out(
         });
     }
     let copy = store.join(n.to_string());
+    let copied = copy_into(&mut src, &copy, budget)?;
+    Ok((copy, copied))
+}
+
+/// Copies up to `budget` bytes of `src` into a new file at `copy` (owner-only).
+fn copy_into(src: &mut std::fs::File, copy: &Path, budget: u64) -> Result<u64, SnapshotError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let on_copy = |op| {
-        let path = copy.clone();
+        let path = copy.to_owned();
         move |source| SnapshotError::Path { op, path, source }
     };
-    let mut dst = std::fs::File::create(&copy).map_err(on_copy("create"))?;
-    let copied = std::io::copy(&mut (&mut src).take(budget), &mut dst).map_err(on_copy("copy"))?;
-    Ok((copy, copied))
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(copy)
+        .map_err(on_copy("create"))?;
+    std::io::copy(&mut src.take(budget), &mut dst).map_err(on_copy("copy"))
+}
+
+/// Copies the regular file `name` in `dir` (the entry `ident` at `at`) for a kept copy: into
+/// `tmp`, renamed to `path` once whole (a file that changed meanwhile keeps its copy at `tmp`,
+/// for this run only: the next take sweeps it). Returns the copy's path and the bytes copied.
+fn copy_kept(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    ident: &Ident,
+    at: &TreePath,
+    (tmp, path): (PathBuf, PathBuf),
+    budget: u64,
+) -> Result<(PathBuf, u64), SnapshotError> {
+    let (mut src, st) =
+        fsat::open_regular(dir, name).map_err(|e| fs_failed("read", &at.full(), e))?;
+    if (st.dev, st.ino) != (ident.dev, ident.ino) {
+        return Err(SnapshotError::Path {
+            op: "read",
+            path: at.full(),
+            source: std::io::Error::other("replaced while it was being recorded"),
+        });
+    }
+    let copied = copy_into(&mut src, &tmp, budget)?;
+    let after = fsat::fstat(src.as_fd()).map_err(|e| fs_failed("fstat", &at.full(), e))?;
+    if copied != ident.size
+        || (after.size, after.mtime, after.ctime) != (ident.size, ident.mtime, ident.ctime)
+    {
+        return Ok((tmp, copied));
+    }
+    std::fs::rename(&tmp, &path).map_err(|source| SnapshotError::Path {
+        op: "keep",
+        path: path.clone(),
+        source,
+    })?;
+    Ok((path, copied))
 }
 
 impl Snapshot {
     /// Records `protected` (after the run's placeholders exist), copying content into `store`
     /// (a runner-owned directory, created here).
     pub fn take(protected: &[TreePath], store: &Path) -> Result<Snapshot, SnapshotError> {
+        Self::take_kept(protected, store, None)
+    }
+
+    /// [`Snapshot::take`], reusing the copies kept in `kept` (a runner-owned directory of the
+    /// job, created here) by the earlier runs of the job for the files that did not change
+    /// since, and keeping there the copies it makes ([`kept`]). A `kept` that cannot be made
+    /// only costs the copies.
+    pub fn take_kept(
+        protected: &[TreePath],
+        store: &Path,
+        kept: Option<&Path>,
+    ) -> Result<Snapshot, SnapshotError> {
+        Self::take_at(protected, store, kept, std::time::SystemTime::now())
+    }
+
+    /// [`Snapshot::take_kept`] as if the clock said `now` (tests: a take a while after the
+    /// files were written).
+    fn take_at(
+        protected: &[TreePath],
+        store: &Path,
+        kept: Option<&Path>,
+        now: std::time::SystemTime,
+    ) -> Result<Snapshot, SnapshotError> {
+        let mut kept = kept.and_then(|d| kept::Kept::open(d, now).ok());
         let mut snap = Snapshot {
             roots: protected.to_vec(),
             entries: Vec::new(),
             store: None,
+            copied: 0,
         };
         let mut budget = COPY_BUDGET;
         for root in protected {
@@ -322,9 +396,23 @@ impl Snapshot {
                 };
                 match ident.kind {
                     Kind::File if ident.size <= budget => {
-                        let n = snap.entries.len() + entries.len();
-                        let (copy, copied) =
-                            copy_out(dir, name, ident, at, store, &mut snap.store, n, budget)?;
+                        let reused = kept.as_mut().and_then(|k| k.reuse(ident));
+                        let slot = match (&reused, kept.as_mut()) {
+                            (None, Some(k)) => k.slot(ident),
+                            _ => None,
+                        };
+                        let (copy, copied) = match (reused, slot) {
+                            (Some(copy), _) => (copy, ident.size),
+                            (None, Some(slot)) => {
+                                snap.copied += 1;
+                                copy_kept(dir, name, ident, at, slot, budget)?
+                            }
+                            (None, None) => {
+                                snap.copied += 1;
+                                let n = snap.entries.len() + entries.len();
+                                copy_out(dir, name, ident, at, store, &mut snap.store, n, budget)?
+                            }
+                        };
                         budget = budget.saturating_sub(copied);
                         entry.copy = Some(copy);
                     }
@@ -338,7 +426,15 @@ impl Snapshot {
             })?;
             snap.entries.extend(entries);
         }
+        if let Some(k) = &kept {
+            k.sweep();
+        }
         Ok(snap)
+    }
+
+    /// How many files this take copied (a kept copy reused is not one).
+    pub fn copied(&self) -> usize {
+        self.copied
     }
 
     /// After the run (its processes gone): every difference from the recorded state is undone
@@ -540,6 +636,8 @@ fn symlink_at(dir: &Dir, name: &std::ffi::OsStr, target: &OsString) -> Result<()
     }
     Ok(())
 }
+
+mod kept;
 
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,12 @@ pub struct ExecSpec {
     /// everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listings: Option<PathBuf>,
+    /// A runner-owned directory (never visible to the command) where the copies of the
+    /// protected files are kept between the runs of one job, so that the next run copies only
+    /// what changed ([`crate::snapshot::Snapshot::take_kept`]). `None`: every run copies
+    /// everything, and removes its copies after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_copies: Option<PathBuf>,
 }
 
 /// Standard input of the sandboxed command.

@@ -751,6 +751,14 @@ fn ralph_run(backend: Backend) {
             .contains(&Value::from("core.fsmonitor")),
         "{repo:#}"
     );
+    // The copies of the protected files kept between the job's runs went with its end.
+    assert!(
+        !f.state
+            .join("jobs")
+            .join(&job)
+            .join("protected-copies")
+            .exists()
+    );
     // The originals are in round 1's artifacts.
     let attempt_dir = f.state.join("jobs").join(&job).join("rounds/1/1");
     let originals = attempt_dir.join("sanitized/1");

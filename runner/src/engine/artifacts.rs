@@ -63,6 +63,11 @@ pub fn job_dir(state_dir: &Path, job_id: &str) -> PathBuf {
 /// keeps its directory listings between the job's runs (`ExecSpec::listings`).
 pub const WALK_LISTINGS: &str = "walk-listings";
 
+/// The job's directory (never bound into a round) where the sandbox keeps the copies of the
+/// protected files between the job's runs (`ExecSpec::protected_copies`); removed when the job
+/// finishes.
+pub const PROTECTED_COPIES: &str = "protected-copies";
+
 /// Paths of one round attempt.
 #[derive(Clone, Debug)]
 pub struct AttemptDirs {

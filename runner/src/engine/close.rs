@@ -76,6 +76,8 @@ pub(crate) fn close_job(
         exit_code: end.exit_code,
         ran_ms: end.ran_ms,
     })?;
+    // The protected files' kept copies serve the job's next run, and a finished job has none.
+    let _ = std::fs::remove_dir_all(artifacts.join(super::artifacts::PROTECTED_COPIES));
     Ok((outcome, reason))
 }
 

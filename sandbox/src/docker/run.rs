@@ -207,7 +207,11 @@ pub async fn start(
         .map_err(|m| SandboxError::invalid("policy", m))?;
     let placeholders = prepare_host(&plan)?;
     // What the protected paths hold, to find and undo any change after the run.
-    let snapshot = match Snapshot::take(&plan.protected, &spec.control_dir.join("protected")) {
+    let snapshot = match Snapshot::take_kept(
+        &plan.protected,
+        &spec.control_dir.join("protected"),
+        spec.protected_copies.as_deref(),
+    ) {
         Ok(s) => s,
         Err(e) => {
             cleanup_host(&placeholders);

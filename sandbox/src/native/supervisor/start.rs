@@ -312,14 +312,18 @@ fn build_outside(
     )?;
     make_placeholders(plan, cleanup)?;
     // What the protected paths hold, to find and undo any change after the run.
-    let snapshot =
-        Snapshot::take(&plan.protected, &spec.control_dir.join("protected")).map_err(|m| {
-            StepFailure::new(
-                restriction::MOUNTS,
-                "snapshot",
-                format!("failed to record the protected paths: {m}"),
-            )
-        })?;
+    let snapshot = Snapshot::take_kept(
+        &plan.protected,
+        &spec.control_dir.join("protected"),
+        spec.protected_copies.as_deref(),
+    )
+    .map_err(|m| {
+        StepFailure::new(
+            restriction::MOUNTS,
+            "snapshot",
+            format!("failed to record the protected paths: {m}"),
+        )
+    })?;
     // What git repositories the writable trees hold before anything of the run exists; the
     // same walk finds their unix sockets, masked like the plan's own.
     let git = plan.git.as_ref().map(|g| {

@@ -1,0 +1,121 @@
+//! Copies of protected files kept between the runs of one job ([`super::Snapshot::take_kept`]),
+//! so that a run whose protected files did not change since the last one copies nothing (a git
+//! project's `.git/hooks` holds a dozen sample hooks: each round copied them, then removed the
+//! copies).
+//!
+//! A copy is named by the identity its file had when it was copied (device, inode, mode, size,
+//! modification and change times) and reused for a file that has that identity now: a write, a
+//! truncation, a rename over it or a `chmod` moves the change time, which no process can set
+//! back. Two guards: a copy is kept only of a file whose change time was at least [`QUIET`] old
+//! when it was copied (a write in the same tick of the coarse clock as the copy would leave the
+//! change time where it was), and a copy is written under a temporary name and renamed once
+//! whole (a runner killed mid-copy leaves no short copy under a file's name). Copies no file has
+//! any more are removed at the next take. The directory is the runner's, in the job's own
+//! directory, never visible to a run.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Ident;
+
+/// How old a file's change time must be for its copy to be kept.
+pub const QUIET: Duration = Duration::from_secs(1);
+
+/// The job's kept copies, and which of them this take uses.
+#[derive(Debug)]
+pub(super) struct Kept {
+    dir: PathBuf,
+    used: HashSet<String>,
+    /// Seconds and nanoseconds since the epoch when the take began.
+    now: (i64, i64),
+}
+
+impl Kept {
+    /// The kept copies in `dir` (made, owner-only, when missing), for a take at `now`.
+    pub(super) fn open(dir: &Path, now: SystemTime) -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        Ok(Self {
+            dir: dir.to_owned(),
+            used: HashSet::new(),
+            now: (
+                i64::try_from(now.as_secs()).unwrap_or(i64::MAX),
+                i64::from(now.subsec_nanos()),
+            ),
+        })
+    }
+
+    /// The kept copy of a file with `ident`, if there is one (a regular file of its size).
+    pub(super) fn reuse(&mut self, ident: &Ident) -> Option<PathBuf> {
+        let name = name_of(ident);
+        let path = self.dir.join(&name);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.file_type().is_file() || meta.len() != ident.size {
+            return None;
+        }
+        self.used.insert(name);
+        Some(path)
+    }
+
+    /// Where to copy a file with `ident` so that the copy is kept (`Some((temporary, final))`),
+    /// or `None` when its change time is too recent for a kept copy to be trusted.
+    pub(super) fn slot(&mut self, ident: &Ident) -> Option<(PathBuf, PathBuf)> {
+        if !quiet(ident.ctime, self.now) {
+            return None;
+        }
+        let name = name_of(ident);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let path = self.dir.join(&name);
+        self.used.insert(name);
+        Some((tmp, path))
+    }
+
+    /// Removes the copies this take did not use (and what a killed copy left).
+    pub(super) fn sweep(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let keep = name.to_str().is_some_and(|n| self.used.contains(n));
+            if !keep && e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Whether a change time `ctime` was at least [`QUIET`] before `now`.
+fn quiet(ctime: (i64, i64), now: (i64, i64)) -> bool {
+    let nanos = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+    nanos(now) - nanos(ctime) >= i128::try_from(QUIET.as_nanos()).unwrap_or(i128::MAX)
+}
+
+/// A copy's name: the identity of the file it is a copy of.
+fn name_of(i: &Ident) -> String {
+    format!(
+        "{:x}-{:x}-{:o}-{:x}-{}.{:09}-{}.{:09}",
+        i.dev, i.ino, i.mode, i.size, i.mtime.0, i.mtime.1, i.ctime.0, i.ctime.1
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_time_is_quiet_a_second_after() {
+        assert!(quiet((100, 0), (101, 0)));
+        assert!(quiet((100, 500), (101, 500)));
+        assert!(!quiet((100, 501), (101, 500)));
+        assert!(
+            !quiet((101, 0), (100, 0)),
+            "a change time ahead of the clock"
+        );
+    }
+}
