@@ -69,10 +69,13 @@ impl Kept {
             return None;
         }
         let name = name_of(ident);
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        let path = self.dir.join(&name);
+        let tmp = format!("{name}.tmp");
+        let (tmp_path, path) = (self.dir.join(&tmp), self.dir.join(&name));
+        // Both are this take's: the temporary one stays this run's copy when the file changed
+        // while it was copied (the next take sweeps it).
         self.used.insert(name);
-        Some((tmp, path))
+        self.used.insert(tmp);
+        Some((tmp_path, path))
     }
 
     /// Removes the copies this take did not use (and what a killed copy left).
@@ -107,6 +110,45 @@ fn name_of(i: &Ident) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ident(size: u64, ctime: (i64, i64)) -> Ident {
+        Ident {
+            kind: crate::beneath::Kind::File,
+            dev: 1,
+            ino: 2,
+            mode: 0o100644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size,
+            mtime: ctime,
+            ctime,
+        }
+    }
+
+    #[test]
+    fn a_copy_left_under_its_temporary_name_is_this_runs_until_the_next_take() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept_dir = dir.path().join("kept");
+        let at = UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut k = Kept::open(&kept_dir, at).unwrap();
+        let i = ident(5, (990, 0));
+        let (tmp, path) = k.slot(&i).unwrap();
+        // The file changed while it was copied: the copy stays at its temporary name.
+        std::fs::write(&tmp, "12345").unwrap();
+        std::fs::write(kept_dir.join("stale"), "x").unwrap();
+        k.sweep();
+        assert!(tmp.exists(), "this run's copy was swept");
+        assert!(!path.exists());
+        assert!(!kept_dir.join("stale").exists());
+        // The next take does not reuse it (it is not under the file's name) and sweeps it.
+        let mut next = Kept::open(&kept_dir, at).unwrap();
+        assert_eq!(next.reuse(&i), None);
+        next.sweep();
+        assert!(!tmp.exists());
+        // A copy of a file changed less than a second before the take is not kept.
+        assert_eq!(next.slot(&ident(5, (999, 500_000_000))), None);
+    }
 
     #[test]
     fn a_change_time_is_quiet_a_second_after() {
