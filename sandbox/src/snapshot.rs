@@ -111,6 +111,8 @@ pub struct Snapshot {
     roots: Vec<TreePath>,
     entries: Vec<Entry>,
     store: Option<PathBuf>,
+    /// Where this run's copies go (`store`, once made).
+    store_dir: PathBuf,
     /// Files copied by this take (a kept copy reused is not counted).
     copied: usize,
 }
@@ -382,6 +384,7 @@ impl Snapshot {
             roots: protected.to_vec(),
             entries: Vec::new(),
             store: None,
+            store_dir: store.to_owned(),
             copied: 0,
         };
         let mut budget = COPY_BUDGET;
@@ -484,11 +487,12 @@ impl Snapshot {
             });
         }
         // Entries that changed or disappeared: restored from the record (parents first).
-        for e in &self.entries {
+        for (i, e) in self.entries.iter().enumerate() {
             let current = now.iter().find(|(p, _)| *p == e.at).map(|(_, i)| *i);
             if current == Some(e.ident) {
                 continue;
             }
+            self.keep_as_evidence(i, e);
             let what = match current {
                 None => "disappeared",
                 Some(c) if c.kind != e.ident.kind => "was replaced",
@@ -514,6 +518,18 @@ impl Snapshot {
             }
         }
         out
+    }
+
+    /// Copies the `i`th entry's content into this run's copies when it is a copy kept for the
+    /// job ([`kept`]): what was undone stays next to the round's logs, as evidence, after the
+    /// job's kept copies are gone.
+    fn keep_as_evidence(&self, i: usize, e: &Entry) {
+        let Some(copy) = e.copy.as_ref().filter(|c| !c.starts_with(&self.store_dir)) else {
+            return;
+        };
+        if std::fs::create_dir_all(&self.store_dir).is_ok() {
+            let _ = std::fs::copy(copy, self.store_dir.join(i.to_string()));
+        }
     }
 
     /// Puts `e` back as recorded.

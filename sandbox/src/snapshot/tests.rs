@@ -189,6 +189,12 @@ fn kept_copies_spare_the_next_run_every_copy_of_an_unchanged_file() {
         read(w.ws.join(".git/hooks/pre-commit")),
         "#!/bin/sh\nexit 0\n"
     );
+    // What was undone stays next to the run's logs, as evidence, as without kept copies.
+    let evidence: Vec<String> = std::fs::read_dir(&w.store)
+        .unwrap()
+        .map(|e| read(e.unwrap().path()))
+        .collect();
+    assert_eq!(evidence, ["#!/bin/sh\nexit 0\n"]);
 }
 
 #[test]
