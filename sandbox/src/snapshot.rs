@@ -286,8 +286,21 @@ fn copy_out(
         })?;
         *created = Some(store.to_owned());
     }
-    let (mut src, st) =
-        fsat::open_regular(dir, name).map_err(|e| fs_failed("read", &at.full(), e))?;
+    let mut src = open_recorded(dir, name, ident, at)?;
+    let copy = store.join(n.to_string());
+    let copied = copy_into(&mut src, &copy, budget)?;
+    Ok((copy, copied))
+}
+
+/// The regular file `name` in `dir` opened for reading, checked to be the entry `ident` at `at`
+/// (not one swapped in since it was seen).
+fn open_recorded(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    ident: &Ident,
+    at: &TreePath,
+) -> Result<std::fs::File, SnapshotError> {
+    let (src, st) = fsat::open_regular(dir, name).map_err(|e| fs_failed("read", &at.full(), e))?;
     if (st.dev, st.ino) != (ident.dev, ident.ino) {
         return Err(SnapshotError::Path {
             op: "read",
@@ -295,9 +308,7 @@ fn copy_out(
             source: std::io::Error::other("replaced while it was being recorded"),
         });
     }
-    let copy = store.join(n.to_string());
-    let copied = copy_into(&mut src, &copy, budget)?;
-    Ok((copy, copied))
+    Ok(src)
 }
 
 /// Copies up to `budget` bytes of `src` into a new file at `copy` (owner-only).
@@ -328,15 +339,7 @@ fn copy_kept(
     (tmp, path): (PathBuf, PathBuf),
     budget: u64,
 ) -> Result<(PathBuf, u64), SnapshotError> {
-    let (mut src, st) =
-        fsat::open_regular(dir, name).map_err(|e| fs_failed("read", &at.full(), e))?;
-    if (st.dev, st.ino) != (ident.dev, ident.ino) {
-        return Err(SnapshotError::Path {
-            op: "read",
-            path: at.full(),
-            source: std::io::Error::other("replaced while it was being recorded"),
-        });
-    }
+    let mut src = open_recorded(dir, name, ident, at)?;
     let copied = copy_into(&mut src, &tmp, budget)?;
     let after = fsat::fstat(src.as_fd()).map_err(|e| fs_failed("fstat", &at.full(), e))?;
     if copied != ident.size
@@ -399,18 +402,13 @@ impl Snapshot {
                 };
                 match ident.kind {
                     Kind::File if ident.size <= budget => {
-                        let reused = kept.as_mut().and_then(|k| k.reuse(ident));
-                        let slot = match (&reused, kept.as_mut()) {
-                            (None, Some(k)) => k.slot(ident),
-                            _ => None,
-                        };
-                        let (copy, copied) = match (reused, slot) {
-                            (Some(copy), _) => (copy, ident.size),
-                            (None, Some(slot)) => {
+                        let (copy, copied) = match kept.as_mut().map(|k| k.place(ident)) {
+                            Some(kept::Place::Kept(copy)) => (copy, ident.size),
+                            Some(kept::Place::Copy(tmp, path)) => {
                                 snap.copied += 1;
-                                copy_kept(dir, name, ident, at, slot, budget)?
+                                copy_kept(dir, name, ident, at, (tmp, path), budget)?
                             }
-                            (None, None) => {
+                            Some(kept::Place::NotKept) | None => {
                                 snap.copied += 1;
                                 let n = snap.entries.len() + entries.len();
                                 copy_out(dir, name, ident, at, store, &mut snap.store, n, budget)?

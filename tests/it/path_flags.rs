@@ -341,14 +341,21 @@ fn sandbox_exec_refuses_a_link_in_its_own_workspace_and_follows_others() {
     assert_eq!(out.stdout, "ok\n");
 }
 
-#[test]
-fn the_service_refuses_such_paths_from_job_files_and_the_api() {
-    let ext = tempfile::Builder::new()
+/// A server whose limits grant reads under a directory outside its workspace roots (`ext`, a
+/// real path; the temporary directory is returned to be kept while the test runs).
+fn server_with_a_read_root() -> (tempfile::TempDir, PathBuf, Server) {
+    let dir = tempfile::Builder::new()
         .prefix("ralph-ext-")
         .tempdir()
         .unwrap();
-    let ext = ext.path().canonicalize().unwrap();
+    let ext = dir.path().canonicalize().unwrap();
     let s = Server::new(&format!("[limits]\nread_roots = [\"{}\"]\n", ext.display()));
+    (dir, ext, s)
+}
+
+#[test]
+fn the_service_refuses_such_paths_from_job_files_and_the_api() {
+    let (_ext, ext, s) = server_with_a_read_root();
     let base = s.dir.path().canonicalize().unwrap();
     let host = host_dir(&base);
     let ws = s.workspace("ws");
@@ -702,12 +709,7 @@ fn a_postgres_store_that_cannot_say_where_rounds_wrote_refuses_a_path_through_a_
 
 #[test]
 fn the_service_answers_500_when_its_store_cannot_say_where_rounds_wrote() {
-    let ext = tempfile::Builder::new()
-        .prefix("ralph-ext-")
-        .tempdir()
-        .unwrap();
-    let ext = ext.path().canonicalize().unwrap();
-    let s = Server::new(&format!("[limits]\nread_roots = [\"{}\"]\n", ext.display()));
+    let (_ext, ext, s) = server_with_a_read_root();
     let base = s.dir.path().canonicalize().unwrap();
     let host = host_dir(&base);
     let before = snapshot(&host);

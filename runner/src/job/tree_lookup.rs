@@ -96,37 +96,56 @@ impl TreeLookup {
     }
 }
 
+/// A store of given trees that records every question, or that is down (tests).
+#[cfg(test)]
+pub(crate) struct FakeTrees {
+    trees: Vec<String>,
+    down: bool,
+    /// Every question asked, in order.
+    pub(crate) asked: Mutex<Vec<Vec<String>>>,
+}
+
+#[cfg(test)]
+impl FakeTrees {
+    /// A store knowing `trees`; `down`: every question fails.
+    pub(crate) fn new(trees: &[&Path], down: bool) -> Arc<Self> {
+        Arc::new(Self {
+            trees: trees.iter().map(|t| t.display().to_string()).collect(),
+            down,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// How many questions were asked.
+    pub(crate) fn questions(&self) -> usize {
+        self.asked.lock().map(|a| a.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+impl TreeSource for FakeTrees {
+    fn trees_among(&self, paths: &[String]) -> Result<Vec<String>, String> {
+        if let Ok(mut a) = self.asked.lock() {
+            a.push(paths.to_vec());
+        }
+        if self.down {
+            return Err("the store is down".into());
+        }
+        Ok(paths
+            .iter()
+            .filter(|p| self.trees.contains(p))
+            .cloned()
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A store of `trees` that records every question.
-    struct Recording {
-        trees: Vec<String>,
-        asked: Mutex<Vec<Vec<String>>>,
-        fail: bool,
-    }
-
-    impl TreeSource for Recording {
-        fn trees_among(&self, paths: &[String]) -> Result<Vec<String>, String> {
-            self.asked.lock().unwrap().push(paths.to_vec());
-            if self.fail {
-                return Err("the store is down".into());
-            }
-            Ok(paths
-                .iter()
-                .filter(|p| self.trees.contains(p))
-                .cloned()
-                .collect())
-        }
-    }
-
-    fn recording(trees: &[&str], fail: bool) -> Arc<Recording> {
-        Arc::new(Recording {
-            trees: trees.iter().map(|t| (*t).to_owned()).collect(),
-            asked: Mutex::new(Vec::new()),
-            fail,
-        })
+    fn recording(trees: &[&str], down: bool) -> Arc<FakeTrees> {
+        let trees: Vec<&Path> = trees.iter().map(Path::new).collect();
+        FakeTrees::new(&trees, down)
     }
 
     #[test]

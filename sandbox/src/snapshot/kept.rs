@@ -31,7 +31,29 @@ pub(super) struct Kept {
     now: (i64, i64),
 }
 
+/// Where a file's copy comes from ([`Kept::place`]).
+#[derive(Debug)]
+pub(super) enum Place {
+    /// A kept copy of it as it is now: nothing to copy.
+    Kept(PathBuf),
+    /// Copy it to the temporary path, then keep it under the final one.
+    Copy(PathBuf, PathBuf),
+    /// Copy it for this run only (its change time is too recent to trust a kept copy with).
+    NotKept,
+}
+
 impl Kept {
+    /// Where the copy of a file with `ident` comes from.
+    pub(super) fn place(&mut self, ident: &Ident) -> Place {
+        if let Some(copy) = self.reuse(ident) {
+            return Place::Kept(copy);
+        }
+        match self.slot(ident) {
+            Some((tmp, path)) => Place::Copy(tmp, path),
+            None => Place::NotKept,
+        }
+    }
+
     /// The kept copies in `dir` (made, owner-only, when missing), for a take at `now`.
     pub(super) fn open(dir: &Path, now: SystemTime) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
@@ -51,7 +73,7 @@ impl Kept {
     }
 
     /// The kept copy of a file with `ident`, if there is one (a regular file of its size).
-    pub(super) fn reuse(&mut self, ident: &Ident) -> Option<PathBuf> {
+    fn reuse(&mut self, ident: &Ident) -> Option<PathBuf> {
         let name = name_of(ident);
         let path = self.dir.join(&name);
         let meta = std::fs::symlink_metadata(&path).ok()?;
@@ -64,7 +86,7 @@ impl Kept {
 
     /// Where to copy a file with `ident` so that the copy is kept (`Some((temporary, final))`),
     /// or `None` when its change time is too recent for a kept copy to be trusted.
-    pub(super) fn slot(&mut self, ident: &Ident) -> Option<(PathBuf, PathBuf)> {
+    fn slot(&mut self, ident: &Ident) -> Option<(PathBuf, PathBuf)> {
         if !quiet(ident.ctime, self.now) {
             return None;
         }

@@ -516,34 +516,8 @@ fn trees_keep_their_first_order_and_drop_duplicates_and_relative_paths() {
     assert_eq!(t.containing(Path::new("/ab")).unwrap(), None);
 }
 
-/// A store's trees, as [`crate::job::tree_lookup::TreeSource`], counting its questions.
-struct StoreOf {
-    trees: Vec<String>,
-    questions: std::sync::atomic::AtomicUsize,
-    down: bool,
-}
-
-impl crate::job::tree_lookup::TreeSource for StoreOf {
-    fn trees_among(&self, paths: &[String]) -> Result<Vec<String>, String> {
-        self.questions
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if self.down {
-            return Err("database is locked".into());
-        }
-        Ok(paths
-            .iter()
-            .filter(|p| self.trees.contains(p))
-            .cloned()
-            .collect())
-    }
-}
-
-fn store_of(trees: &[&Path], down: bool) -> Arc<StoreOf> {
-    Arc::new(StoreOf {
-        trees: trees.iter().map(|t| t.display().to_string()).collect(),
-        questions: std::sync::atomic::AtomicUsize::new(0),
-        down,
-    })
+fn store_of(trees: &[&Path], down: bool) -> Arc<crate::job::tree_lookup::FakeTrees> {
+    crate::job::tree_lookup::FakeTrees::new(trees, down)
 }
 
 #[test]
@@ -574,7 +548,7 @@ fn the_store_is_asked_nothing_when_the_walk_meets_no_link() {
         resolve(&w.host.join("secret"), &w.root, &trees).unwrap(),
         w.host.join("secret")
     );
-    assert_eq!(src.questions.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(src.questions(), 0);
 }
 
 #[test]
@@ -588,14 +562,11 @@ fn a_store_that_cannot_answer_refuses_the_link_and_says_it_is_its_fault() {
         Err(e @ ResolveError::TreesUnknown { .. }) => {
             let msg = e.to_string();
             assert!(msg.contains(&link.display().to_string()), "{msg}");
-            assert!(msg.contains("database is locked"), "{msg}");
+            assert!(msg.contains("the store is down"), "{msg}");
         }
         other => panic!("want TreesUnknown, got {other:?}"),
     }
-    assert_eq!(
-        trees.lookup_failure().as_deref(),
-        Some("database is locked")
-    );
+    assert_eq!(trees.lookup_failure().as_deref(), Some("the store is down"));
     // No link on the way: no question, and the path resolves.
     let quiet = WritableTrees::stored(store_of(&[], true));
     assert_eq!(resolve(&w.ws, &w.root, &quiet).unwrap(), w.ws);
