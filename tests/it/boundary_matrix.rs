@@ -347,6 +347,49 @@ fn cases() -> Vec<Case> {
                 .keep(l)
             },
         ),
+        // The walk's sockets reach the init as bytes while it builds the view: a name with a
+        // newline, an escape sequence and bytes that are not UTF-8 is masked like any other
+        // (the probe finds it by a glob: ralph's own command line takes UTF-8 only).
+        Case::new("socket_with_a_hostile_name_is_masked", CONFINED, |w, _| {
+            use std::os::unix::ffi::OsStrExt;
+            let dir = w.ws.join("h");
+            std::fs::create_dir(&dir).unwrap();
+            let path = dir.join(std::ffi::OsStr::from_bytes(b"x\n\x1b[31mred\xff.sock"));
+            let l = listener(&path);
+            Spec::sh(
+                r#"for f in "$1"/x*; do exec "$0" unix-connect "$f"; done; echo no socket >&2; exit 3"#,
+                argv![dir],
+                by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
+            )
+            .after(accepted(l.try_clone().unwrap(), 0))
+            .keep(l)
+        }),
+        // More sockets than a pipe holds at once (1,500 names, ~110 KB of paths): every one is
+        // masked, the live one made last included, and the run does not hang.
+        Case::new(
+            "many_sockets_in_the_workspace_are_all_masked",
+            CONFINED,
+            |w, _| {
+                let dir = w.ws.join("s");
+                std::fs::create_dir(&dir).unwrap();
+                let pad = "p".repeat(40);
+                for i in 0..1500 {
+                    // Bound then closed: a socket file nobody listens on any more.
+                    drop(
+                        std::os::unix::net::UnixListener::bind(dir.join(format!("{i}{pad}")))
+                            .unwrap(),
+                    );
+                }
+                let path = dir.join(format!("live{pad}"));
+                let l = listener(&path);
+                Spec::probe(
+                    argv!["unix-connect", path],
+                    by_backend(err("EACCES", "connect"), err("ECONNREFUSED", "connect")),
+                )
+                .after(accepted(l.try_clone().unwrap(), 0))
+                .keep(l)
+            },
+        ),
         Case::new("socket_in_a_protected_path_is_masked", ONLY_WW, |w, _| {
             let dir = w.ws.join(".ralph");
             std::fs::create_dir_all(&dir).unwrap();

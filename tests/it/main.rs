@@ -60,6 +60,7 @@ mod prune;
 mod readme_tour;
 mod report_contract;
 mod run_crash;
+mod sandbox_cpus;
 mod sandbox_escape;
 mod sandbox_limits;
 mod sandbox_netns;

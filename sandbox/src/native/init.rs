@@ -16,6 +16,7 @@ use nix::sched::CloneFlags;
 
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
+use super::spread::Spread;
 use super::step::StepFailure;
 use super::{gateway, mounts, net, ns, vfork};
 use crate::init_loop;
@@ -37,6 +38,9 @@ pub struct InitPipes {
     /// The report directory's hand-over to the supervisor ([`crate::report_dir`]): its tmpfs
     /// is sent once mounted, and this end closed before the command is forked.
     pub report: Option<OwnedFd>,
+    /// The writable trees' socket masks, read before the view becomes the root
+    /// ([`super::late_masks`]).
+    pub late_masks: Option<OwnedFd>,
 }
 
 fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
@@ -49,26 +53,60 @@ fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
     child::report_and_exit(err_w, &failure, 127)
 }
 
+/// What the supervisor made outside for the init.
+#[derive(Debug)]
+pub struct FromOutside<'a> {
+    /// The mask file's host path, when something is masked.
+    pub hidden_file: Option<&'a Path>,
+    pub idmaps: &'a Idmaps,
+    /// The network namespace made ahead, to enter.
+    pub netns: Option<&'a OwnedFd>,
+    /// The CPUs the supervisor was allowed, to widen back to before the command is forked
+    /// ([`super::spread`]).
+    pub spread: Option<&'a Spread>,
+}
+
 /// Runs as pid 1 of the new pid namespace. Never returns.
 pub fn run(
     spec: &ExecSpec,
     plan: &SandboxPlan,
     exec: &ExecPlan,
-    hidden_file: Option<&Path>,
-    idmaps: &Idmaps,
-    netns: Option<&OwnedFd>,
+    outside: FromOutside<'_>,
     pipes: InitPipes,
 ) -> ! {
+    let FromOutside {
+        hidden_file,
+        idmaps,
+        netns,
+        spread,
+    } = outside;
     let InitPipes {
         err_w,
         status_w,
         go_r,
         gateway: handover,
         report,
+        late_masks,
     } = pipes;
     arm_parent_death(&status_w);
-    build_inside(plan, hidden_file, idmaps, netns, handover, report, &err_w);
+    let handovers = Handovers {
+        gateway: handover,
+        report,
+        late_masks,
+    };
+    build_inside(plan, hidden_file, idmaps, netns, handovers, &err_w);
     wait_for_go(go_r);
+    if let Some(Err(e)) = spread.map(Spread::restore) {
+        die(
+            &err_w,
+            StepFailure::nix(
+                super::step::restriction::PROCESS,
+                "sched_setaffinity",
+                "give the command every CPU the runner may use",
+                e,
+            ),
+        );
+    }
     let sigfd = match init_loop::signalfd() {
         Ok(fd) => fd,
         Err(e) => die(
@@ -137,6 +175,13 @@ fn arm_parent_death(status_w: &OwnedFd) {
     }
 }
 
+/// The channels [`build_inside`] uses and closes.
+struct Handovers {
+    gateway: Option<OwnedFd>,
+    report: Option<OwnedFd>,
+    late_masks: Option<OwnedFd>,
+}
+
 /// The set-up done inside: the namespaces, the mounts, the report directory's and the
 /// gateway's hand-overs, loopback. A failure is reported on `err_w` and ends the init (with
 /// every descriptor it still holds open until then).
@@ -145,15 +190,21 @@ fn build_inside(
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
     netns: Option<&OwnedFd>,
-    handover: Option<OwnedFd>,
-    report: Option<OwnedFd>,
+    handovers: Handovers,
     err_w: &OwnedFd,
 ) {
+    let Handovers {
+        gateway: handover,
+        report,
+        late_masks,
+    } = handovers;
     enter_namespaces(plan, netns, err_w);
     if plan.mount_namespace {
-        if let Err(f) = mounts::apply(plan, hidden_file, idmaps) {
+        if let Err(f) = mounts::apply(plan, hidden_file, idmaps, late_masks) {
             die(err_w, f);
         }
+    } else {
+        drop(late_masks);
     }
     // The report directory's tmpfs goes to the supervisor, which copies its report files out
     // once every process of the run is gone.

@@ -4,7 +4,8 @@
 //! the temporary root with the host's tree moved under `/oldroot`; a second tmpfs (`/newroot`)
 //! receives bind mounts of exactly the trees the plan lists (read-only unless writable), a
 //! private `/dev` with the allowed devices, the private `/tmp` and a fresh `/proc`; protections
-//! (pinned parents, read-only protected paths, masked secrets) are applied; then `/newroot`
+//! (pinned parents, read-only protected paths, masked secrets, then the writable trees' sockets
+//! the supervisor's walk found meanwhile: [`super::late_masks`]) are applied; then `/newroot`
 //! becomes `/`, the host's tree is detached, and the root itself is made read-only. Nothing of
 //! the host that is not listed exists inside: no paths to probe, no unix sockets to reach, and
 //! no metadata (chmod, utimes, xattrs) to change outside the writable trees.
@@ -16,12 +17,14 @@
 //! In every mode the report directory, when the plan has one, is a tmpfs of its own, bounded in
 //! bytes and entries ([`crate::report_dir`]): the command never writes the host's.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::statvfs::{FsFlags, statvfs};
 
 use super::idmap::Idmaps;
+use super::late_masks;
 use super::step::{StepFailure, restriction};
 use crate::beneath::{self, TreePath};
 use crate::plan::{MountStep, ReportDirPlan, RootPlan, SandboxPlan};
@@ -299,25 +302,44 @@ fn apply_step(
 }
 
 /// Sets up the plan's filesystem view. `hidden_file` is the host path of an empty mode-000 file
-/// (present whenever the plan masks a file); `idmaps` the user namespaces of idmapped binds.
+/// (present whenever the plan masks a file); `idmaps` the user namespaces of idmapped binds;
+/// `late` the supervisor's masks for the sockets its walk finds meanwhile, applied after the
+/// plan's steps ([`super::late_masks`]).
 pub fn apply(
     plan: &SandboxPlan,
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
+    late: Option<OwnedFd>,
 ) -> Result<(), StepFailure> {
     // Nothing done here may leak back to the host's mount table.
     mount(NONE, "/", NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
         .map_err(|e| fail("mount(MS_REC|MS_PRIVATE)", Path::new("/"), e))?;
     let report = plan.report_dir.as_ref().filter(|r| r.tmpfs);
     match &plan.root {
-        Some(root) => build_root(root, &plan.mounts, report, hidden_file, idmaps),
+        Some(root) => build_root(root, &plan.mounts, report, hidden_file, idmaps, late),
         None => {
             plan.mounts
                 .iter()
                 .try_for_each(|s| apply_step(s, "/", hidden_file))?;
+            apply_late(late, "/", hidden_file)?;
             report.map_or(Ok(()), |r| mount_report_dir(r, "/"))
         }
     }
+}
+
+/// Waits for the supervisor's socket masks (when it sends any: `late`) and applies them.
+fn apply_late(
+    late: Option<OwnedFd>,
+    prefix: &str,
+    hidden_file: Option<&Path>,
+) -> Result<(), StepFailure> {
+    let Some(r) = late else {
+        return Ok(());
+    };
+    for path in late_masks::receive(r)? {
+        apply_step(&MountStep::HideFile { path }, prefix, hidden_file)?;
+    }
+    Ok(())
 }
 
 /// The report directory's own tmpfs (bounded in bytes and entries, no exec, no devices, no
@@ -349,6 +371,7 @@ fn build_root(
     report: Option<&ReportDirPlan>,
     hidden_file: Option<&Path>,
     idmaps: &Idmaps,
+    late: Option<OwnedFd>,
 ) -> Result<(), StepFailure> {
     let tmpfs = |at: &Path, opts: &str| {
         mount(
@@ -440,6 +463,7 @@ fn build_root(
     for step in steps {
         apply_step(step, NEW, mask.as_deref())?;
     }
+    apply_late(late, NEW, mask.as_deref())?;
     // 4. The new root becomes `/`; the scratch root and the host's tree are detached.
     chdir(NEW)?;
     pivot_root(".", ".")?;

@@ -64,33 +64,12 @@ fn make() -> Option<OwnedFd> {
         Some(&nix::sys::signal::SigSet::all()),
         None,
     );
-    leave_this_cpu();
+    super::spread::leave_this_cpu();
     nix::sched::unshare(CloneFlags::CLONE_NEWNET).ok()?;
     loopback_up().ok()?;
     std::fs::File::open("/proc/thread-self/ns/net")
         .ok()
         .map(OwnedFd::from)
-}
-
-/// Moves this thread off the CPU it started on, when another one is allowed: a new thread
-/// starts on its creator's CPU and, preempting it there, would make the two run in turn
-/// instead of side by side (seen with `perf sched timehist`: the supervisor waited 0.7 ms on a
-/// CPU while the other was idle).
-fn leave_this_cpu() {
-    // SAFETY: sched_getcpu takes nothing and returns a CPU number or -1.
-    let Ok(here) = usize::try_from(unsafe { libc::sched_getcpu() }) else {
-        return;
-    };
-    let me = nix::unistd::Pid::from_raw(0);
-    let Ok(mut set) = nix::sched::sched_getaffinity(me) else {
-        return;
-    };
-    let others = (0..nix::sched::CpuSet::count())
-        .filter(|&c| c != here && set.is_set(c).unwrap_or(false))
-        .count();
-    if others > 0 && set.unset(here).is_ok() {
-        let _ = nix::sched::sched_setaffinity(me, &set);
-    }
 }
 
 /// Enters the namespace `ns` made by [`Early`] (`setns(2)`, in the init).

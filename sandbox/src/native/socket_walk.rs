@@ -5,9 +5,9 @@
 //! The plan scans what the git walk does not cover — the policy's scanned trees, the `--read`
 //! trees and the protected paths inside the writable trees (read-only mounts, which the git walk
 //! never looks into) — and leaves the writable trees to the helper: [`SocketWalk`] is what it
-//! hands over. Once the inventory is taken, [`SocketWalk::finish`] turns the sockets it found
-//! into masks (an empty mode-000 file mounted over each, as for the plan's own) and states the
-//! restriction's final line in the run's enforcement.
+//! hands over. Once the inventory is taken, [`SocketWalk::finish`] names the sockets it found
+//! to mask (the init mounts an empty mode-000 file over each, as for the plan's own:
+//! [`super::late_masks`]) and states the restriction's final line in the run's enforcement.
 
 use std::path::PathBuf;
 
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gitguard::Inventory;
 use crate::outcome::{Enforcement, Level, Restriction};
-use crate::plan::{MountStep, sockets_detail};
+use crate::plan::sockets_detail;
 
 /// What the plan leaves to the helper's walk of the writable trees.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,15 +32,14 @@ pub struct SocketWalk {
 }
 
 impl SocketWalk {
-    /// The masks for the sockets `inventory` found that are not granted, and the final line of
+    /// The sockets `inventory` found that are not granted (to mask), and the final line of
     /// [`Restriction::UnixSockets`] in `e` (replacing the plan's).
-    pub fn finish(&self, inventory: &Inventory, e: &mut Enforcement) -> Vec<MountStep> {
+    pub fn finish(&self, inventory: &Inventory, e: &mut Enforcement) -> Vec<PathBuf> {
         let found = inventory.sockets();
-        let masks: Vec<MountStep> = found
+        let masks: Vec<PathBuf> = found
             .sockets
             .into_iter()
             .filter(|s| !self.granted.contains(s))
-            .map(|path| MountStep::HideFile { path })
             .collect();
         let mut incomplete = self.incomplete.clone();
         incomplete.extend(found.incomplete);
@@ -109,12 +108,8 @@ mod tests {
         assert_eq!(
             masks,
             [
-                MountStep::HideFile {
-                    path: ws.join("a/b/.git/fsmonitor--daemon.ipc")
-                },
-                MountStep::HideFile {
-                    path: ws.join("a/b/deep.sock")
-                },
+                ws.join("a/b/.git/fsmonitor--daemon.ipc"),
+                ws.join("a/b/deep.sock"),
             ]
         );
         let lines: Vec<_> = e

@@ -1,7 +1,9 @@
 //! The supervisor's start: what it watches (signals, the runner), what it sets up outside the
-//! sandbox (user namespace, cgroups, placeholders, the snapshot of protected paths, the mask
-//! file, idmaps, the pid namespace), the fork of the init (or the command), and the wait for the
-//! sandbox's set-up to end in the command's `execve`.
+//! sandbox (user namespace, cgroups, placeholders, the mask file, idmaps, the pid namespace),
+//! the fork of the init (or the command), what it records while the init builds the view (the
+//! writable trees' walk, whose sockets it hands the init to mask: [`late_masks`]; the snapshot
+//! of the protected paths), and the wait for the sandbox's set-up to end in the command's
+//! `execve`.
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -18,7 +20,9 @@ use super::super::cgroup::RunCgroups;
 use super::super::child::{self, ChildFailure, ExecPlan};
 use super::super::hold;
 use super::super::idmap::Idmaps;
-use super::super::init::{self, InitPipes};
+use super::super::init::{self, FromOutside, InitPipes};
+use super::super::late_masks;
+use super::super::spread::Spread;
 use super::super::step::{StepFailure, restriction};
 use super::super::{net, ns};
 use super::{Cleanup, FromRunner, Phase, Started, Supervisor, base_enforcement};
@@ -26,7 +30,6 @@ use crate::beneath;
 use crate::gitguard::{self, GitGuard, Inventory};
 use crate::outcome::EndedBy;
 use crate::outcome::Enforcement;
-use crate::plan::MountStep;
 use crate::plan::SandboxPlan;
 use crate::snapshot::Snapshot;
 use crate::spec::ExecSpec;
@@ -59,19 +62,24 @@ struct Armed {
     spare_readers: Vec<OwnedFd>,
 }
 
-/// What the set-up outside the sandbox made for the run (besides [`Cleanup`]).
+/// What the set-up outside the sandbox made for the run (besides [`Cleanup`]), before the fork.
 struct Outside {
-    snapshot: Snapshot,
     /// The mask file for secrets, when something is masked.
     hidden_file: Option<PathBuf>,
     idmaps: Idmaps,
-    git: Option<(GitGuard, Inventory)>,
-    /// Masks for the writable trees' sockets the git walk found ([`crate::native::socket_walk`]).
-    socket_masks: Vec<MountStep>,
-    /// The run's enforcement, with the final line on unix sockets.
-    enforcement: Enforcement,
     /// The network namespace made ahead ([`net::Early`]), for the init to enter.
     netns: Option<OwnedFd>,
+    /// The CPUs the supervisor may use, when it forks an init and has more than one.
+    spread: Option<Spread>,
+}
+
+/// What the supervisor recorded of the host while the init built the view: what the run is
+/// checked against once it ended.
+struct Before {
+    snapshot: Snapshot,
+    git: Option<(GitGuard, Inventory)>,
+    /// The run's enforcement, with the final line on unix sockets.
+    enforcement: Enforcement,
 }
 
 /// The supervisor's ends of the pipes it shares with the init (or the command).
@@ -80,6 +88,8 @@ struct OurEnds {
     status_r: OwnedFd,
     go_w: OwnedFd,
     report_r: Option<OwnedFd>,
+    /// The walk's socket masks, when the init waits for them ([`late_masks`]).
+    late_w: Option<OwnedFd>,
 }
 
 /// The init's (or the command's) ends.
@@ -88,6 +98,7 @@ struct TheirEnds {
     status_w: OwnedFd,
     go_r: OwnedFd,
     report_w: Option<OwnedFd>,
+    late_r: Option<OwnedFd>,
 }
 
 impl Supervisor {
@@ -148,17 +159,6 @@ impl Supervisor {
         let mut cleanup = Cleanup::default();
         let mut outside = prepare_outside(spec, plan, &mut cleanup)?;
         outside.netns = early_net.and_then(net::Early::wait);
-        // The writable trees' sockets found by the walk are masked like the plan's own (after
-        // every other mount step, where the plan puts its socket masks).
-        let with_masks;
-        let plan = if outside.socket_masks.is_empty() {
-            plan
-        } else {
-            let mut p = plan.clone();
-            p.mounts.append(&mut outside.socket_masks);
-            with_masks = p;
-            &with_masks
-        };
         let (ours, theirs) = pipes(plan)?;
         let started = Instant::now();
         // SAFETY: this process is single-threaded (the helper never starts a runtime,
@@ -180,13 +180,33 @@ impl Supervisor {
             }
             ForkResult::Parent { child } => child,
         };
+        // The init works beside the supervisor (which records the host meanwhile): moved off
+        // this CPU.
+        if let Some(s) = &outside.spread {
+            s.push_off_this_cpu(main);
+        }
         // The init holds the network namespace now (or died, and it went with it).
         drop(outside.netns.take());
         // The init holds the gateway hand-over now: only its copy may stay open, so that the
         // runner sees end-of-file if the init dies before sending.
         drop((theirs, gateway));
-        let (exec_error, held) =
-            await_setup(main, ours.err_r, ours.go_w, hold, &mut cleanup, born_in_v2)?;
+        let OurEnds {
+            err_r,
+            status_r,
+            go_w,
+            report_r,
+            late_w,
+        } = ours;
+        // While the init builds the view: the writable trees' walk (its sockets go to the init
+        // as soon as it is done) and the snapshot; the command starts only after both.
+        let before = match record_before(spec, plan, late_w) {
+            Ok(b) => b,
+            Err(f) => {
+                abandon(main, &mut cleanup);
+                return Err(f.into());
+            }
+        };
+        let (exec_error, held) = await_setup(main, err_r, go_w, hold, &mut cleanup, born_in_v2)?;
         // The command runs: the init's mounts are made, the mask file's name is no longer needed.
         cleanup.drop_mask();
         // The set-up's own time: not the wait for the runner's release.
@@ -200,7 +220,7 @@ impl Supervisor {
             grace: spec.kill_grace,
             sigfd,
             parent,
-            status_r: Some(ours.status_r),
+            status_r: Some(status_r),
             reported: None,
             phase: Phase::Running,
             ended_by: EndedBy::Exit,
@@ -208,15 +228,15 @@ impl Supervisor {
             main_wall: None,
             leftovers_killed: 0,
             exec_error,
-            enforcement: outside.enforcement,
+            enforcement: before.enforcement,
             cleanup,
             absent: plan.absent.clone(),
             watch: plan.watch.clone(),
-            snapshot: outside.snapshot,
-            git: outside.git,
+            snapshot: before.snapshot,
+            git: before.git,
             control_dir: spec.control_dir.clone(),
             spare_readers,
-            report: plan.report_dir.clone().map(|r| (r, ours.report_r)),
+            report: plan.report_dir.clone().map(|r| (r, report_r)),
         }))
     }
 }
@@ -311,35 +331,10 @@ fn build_outside(
         &run_id,
     )?;
     make_placeholders(plan, cleanup)?;
-    // What the protected paths hold, to find and undo any change after the run.
-    let snapshot = Snapshot::take_kept(
-        &plan.protected,
-        &spec.control_dir.join("protected"),
-        spec.protected_copies.as_deref(),
-    )
-    .map_err(|m| {
-        StepFailure::new(
-            restriction::MOUNTS,
-            "snapshot",
-            format!("failed to record the protected paths: {m}"),
-        )
-    })?;
-    // What git repositories the writable trees hold before anything of the run exists; the
-    // same walk finds their unix sockets, masked like the plan's own.
-    let git = plan.git.as_ref().map(|g| {
-        (
-            g.clone(),
-            gitguard::inventory_kept(g, spec.listings.as_deref()),
-        )
-    });
-    let mut enforcement = base_enforcement(spec, plan);
-    let socket_masks = match (&plan.socket_walk, &git) {
-        (Some(w), Some((_, inventory))) => w.finish(inventory, &mut enforcement),
-        _ => Vec::new(),
-    };
     // The mask for secret files: an empty mode-000 file, on tmpfs when there is one (no disk
-    // journal), created only when something is masked and removed once the mounts are made.
-    let needs_mask = !socket_masks.is_empty()
+    // journal), created only when something is masked (or the walk may find sockets to mask)
+    // and removed once the mounts are made.
+    let needs_mask = late_masks::expected(plan)
         || plan
             .mounts
             .iter()
@@ -358,13 +353,56 @@ fn build_outside(
         ns::enter(CloneFlags::CLONE_NEWPID, "CLONE_NEWPID")?;
     }
     Ok(Outside {
-        snapshot,
         hidden_file,
         idmaps,
-        git,
-        socket_masks,
-        enforcement,
         netns: None,
+        spread: if plan.pid_namespace {
+            Spread::take()
+        } else {
+            None
+        },
+    })
+}
+
+/// What the run is checked against, recorded after the init was forked (see [`Before`]): the
+/// git repositories the writable trees hold before anything of the command exists, whose walk
+/// also finds their unix sockets (sent to the init on `late_w`, masked like the plan's own),
+/// then what the protected paths hold, to find and undo any change after the run.
+fn record_before(
+    spec: &ExecSpec,
+    plan: &SandboxPlan,
+    late_w: Option<OwnedFd>,
+) -> Result<Before, StepFailure> {
+    let git = plan.git.as_ref().map(|g| {
+        (
+            g.clone(),
+            gitguard::inventory_kept(g, spec.listings.as_deref()),
+        )
+    });
+    let mut enforcement = base_enforcement(spec, plan);
+    let socket_masks: Vec<PathBuf> = match (&plan.socket_walk, &git) {
+        (Some(w), Some((_, inventory))) => w.finish(inventory, &mut enforcement),
+        _ => Vec::new(),
+    };
+    if let Some(w) = late_w {
+        late_masks::send(w, &socket_masks);
+    }
+    let snapshot = Snapshot::take_kept(
+        &plan.protected,
+        &spec.control_dir.join("protected"),
+        spec.protected_copies.as_deref(),
+    )
+    .map_err(|m| {
+        StepFailure::new(
+            restriction::MOUNTS,
+            "snapshot",
+            format!("failed to record the protected paths: {m}"),
+        )
+    })?;
+    Ok(Before {
+        snapshot,
+        git,
+        enforcement,
     })
 }
 
@@ -415,6 +453,12 @@ fn pipes(plan: &SandboxPlan) -> Result<(OurEnds, TheirEnds), String> {
     let (err_r, err_w) = pipe()?;
     let (status_r, status_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
+    let (late_r, late_w) = if late_masks::expected(plan) {
+        let (r, w) = pipe()?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
     let (report_r, report_w) = match &plan.report_dir {
         Some(r) if r.tmpfs && plan.pid_namespace => {
             let (a, b) = crate::report_dir::channel()
@@ -429,12 +473,14 @@ fn pipes(plan: &SandboxPlan) -> Result<(OurEnds, TheirEnds), String> {
             status_r,
             go_w,
             report_r,
+            late_w,
         },
         TheirEnds {
             err_w,
             status_w,
             go_r,
             report_w,
+            late_r,
         },
     ))
 }
@@ -457,6 +503,7 @@ fn become_main(
         status_w,
         go_r,
         report_w,
+        late_r,
     } = theirs;
     if let Err(f) = cgroups.join() {
         child::die(&err_w, f)
@@ -466,19 +513,23 @@ fn become_main(
             spec,
             plan,
             exec_plan,
-            outside.hidden_file.as_deref(),
-            &outside.idmaps,
-            outside.netns.as_ref(),
+            FromOutside {
+                hidden_file: outside.hidden_file.as_deref(),
+                idmaps: &outside.idmaps,
+                netns: outside.netns.as_ref(),
+                spread: outside.spread.as_ref(),
+            },
             InitPipes {
                 err_w,
                 status_w,
                 go_r,
                 gateway,
                 report: report_w,
+                late_masks: late_r,
             },
         )
     }
-    drop((status_w, gateway, report_w));
+    drop((status_w, gateway, report_w, late_r));
     // Without an init the command itself waits for the go-ahead: it is in the run's cgroups,
     // and a held run was released, before anything of it runs.
     init::wait_for_go(go_r);
@@ -499,11 +550,7 @@ fn await_setup(
     cleanup: &mut Cleanup,
     born_in_v2: bool,
 ) -> Result<(Option<String>, Duration), StartError> {
-    let abandon = |cleanup: &mut Cleanup| {
-        let _ = kill(main, Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(main, None);
-        cleanup.run();
-    };
+    let abandon = |cleanup: &mut Cleanup| abandon(main, cleanup);
     let moved = if born_in_v2 {
         Ok(())
     } else {
@@ -554,6 +601,13 @@ fn await_setup(
         errno: failure.errno,
     }
     .into())
+}
+
+/// Kills `main` (nothing of the command ran), reaps it, and removes what `cleanup` holds.
+fn abandon(main: Pid, cleanup: &mut Cleanup) {
+    let _ = kill(main, Signal::SIGKILL);
+    let _ = nix::sys::wait::waitpid(main, None);
+    cleanup.run();
 }
 
 /// An empty file nobody can read (mode 000), to mount over secret files: created exclusively
