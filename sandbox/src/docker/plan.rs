@@ -201,7 +201,7 @@ pub(crate) fn resolve_with(
     let chown = mounts::hand_over(req, runner.euid, user.uid);
     let guarded = mounts::protected(probe, policy, req, &mut mounts, &mut e)?;
     mounts::sort_and_check(probe, &mut mounts, runner.sockets, &req.forbidden)?;
-    let masked = masks::masked(probe, policy, req, &admitted, &mut e);
+    let masked = masks::masked(probe, policy, req, &admitted, &mut e)?;
     let seccomp = process::process(policy, req, &admitted, &mut e)?;
     let limits = limits::limits(policy, req, runner, &mut e)?;
     Ok(ContainerPlan {

@@ -2,6 +2,7 @@
 //! kernel paths with the policy's hidden ones, the unix sockets found in the mounted trees
 //! (masked unless granted), the HOME/TMPDIR tmpfs and the report directory's.
 
+use crate::error::SandboxError;
 use crate::outcome::{Enforcement, Level, Restriction};
 use crate::plan::probe::FsProbe;
 use crate::plan::sockets_detail;
@@ -11,14 +12,16 @@ use crate::sockets;
 use crate::spec::SandboxRequest;
 
 /// The container's masked paths; records the socket, scratch, report directory and secret
-/// lines.
+/// lines. A socket to mask whose path is not UTF-8 cannot be named to the engine (its API
+/// takes strings; a lossy name masks nothing and leaves the socket connectable): the run is
+/// refused, naming it.
 pub(super) fn masked(
     probe: &dyn FsProbe,
     policy: &Policy,
     req: &SandboxRequest,
     admitted: &Admitted,
     e: &mut Enforcement,
-) -> Vec<String> {
+) -> Result<Vec<String>, SandboxError> {
     let mut masked = masked_paths(policy);
     // Unix sockets in the mounted trees: masked unless granted.
     let candidates = std::iter::once(req.workspace.clone())
@@ -27,13 +30,17 @@ pub(super) fn masked(
         .collect();
     let found = probe.scan_sockets(&sockets::roots(candidates));
     let before = masked.len();
-    masked.extend(
-        found
-            .sockets
-            .iter()
-            .filter(|s| !req.sockets.contains(s))
-            .map(|s| s.display().to_string()),
-    );
+    for s in found.sockets.iter().filter(|s| !req.sockets.contains(s)) {
+        let Some(name) = s.to_str() else {
+            return Err(SandboxError::unavailable(
+                "unix sockets",
+                format!(
+                    "the socket {s:?} has a path that is not UTF-8, which a container's masked paths cannot name; remove it, or run with the native backend"
+                ),
+            ));
+        };
+        masked.push(name.to_owned());
+    }
     e.record(
         Restriction::UnixSockets,
         if found.incomplete.is_empty() {
@@ -71,7 +78,7 @@ pub(super) fn masked(
             masked.len()
         ),
     );
-    masked
+    Ok(masked)
 }
 
 /// The engine's masked paths ([`kernel_paths::MASKED`], in every mode) plus the policy's hidden
