@@ -1,6 +1,7 @@
 //! The CPUs a sandboxed command may run on: exactly those its runner may use. The supervisor
 //! moves its init off its own CPU while the two set the sandbox up side by side
-//! (`sandbox/src/native/spread.rs`); the init widens itself back before it forks the command.
+//! (`sandbox/src/native/spread.rs`) and widens it back before the go-ahead, so the command the
+//! init forks inherits the whole set.
 //! Runs as any user (as root, and through user namespaces as the unprivileged `ralph-ci`).
 
 use crate::common;

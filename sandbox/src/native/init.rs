@@ -16,7 +16,6 @@ use nix::sched::CloneFlags;
 
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
-use super::spread::Spread;
 use super::step::StepFailure;
 use super::{gateway, mounts, net, ns, vfork};
 use crate::init_loop;
@@ -53,33 +52,16 @@ fn die(err_w: &OwnedFd, f: StepFailure) -> ! {
     child::report_and_exit(err_w, &failure, 127)
 }
 
-/// What the supervisor made outside for the init.
-#[derive(Debug)]
-pub struct FromOutside<'a> {
-    /// The mask file's host path, when something is masked.
-    pub hidden_file: Option<&'a Path>,
-    pub idmaps: &'a Idmaps,
-    /// The network namespace made ahead, to enter.
-    pub netns: Option<&'a OwnedFd>,
-    /// The CPUs the supervisor was allowed, to widen back to before the command is forked
-    /// ([`super::spread`]).
-    pub spread: Option<&'a Spread>,
-}
-
 /// Runs as pid 1 of the new pid namespace. Never returns.
 pub fn run(
     spec: &ExecSpec,
     plan: &SandboxPlan,
     exec: &ExecPlan,
-    outside: FromOutside<'_>,
+    hidden_file: Option<&Path>,
+    idmaps: &Idmaps,
+    netns: Option<&OwnedFd>,
     pipes: InitPipes,
 ) -> ! {
-    let FromOutside {
-        hidden_file,
-        idmaps,
-        netns,
-        spread,
-    } = outside;
     let InitPipes {
         err_w,
         status_w,
@@ -96,17 +78,6 @@ pub fn run(
     };
     build_inside(plan, hidden_file, idmaps, netns, handovers, &err_w);
     wait_for_go(go_r);
-    if let Some(Err(e)) = spread.map(Spread::restore) {
-        die(
-            &err_w,
-            StepFailure::nix(
-                super::step::restriction::PROCESS,
-                "sched_setaffinity",
-                "give the command every CPU the runner may use",
-                e,
-            ),
-        );
-    }
     let sigfd = match init_loop::signalfd() {
         Ok(fd) => fd,
         Err(e) => die(

@@ -20,7 +20,7 @@ use super::super::cgroup::RunCgroups;
 use super::super::child::{self, ChildFailure, ExecPlan};
 use super::super::hold;
 use super::super::idmap::Idmaps;
-use super::super::init::{self, FromOutside, InitPipes};
+use super::super::init::{self, InitPipes};
 use super::super::late_masks;
 use super::super::spread::Spread;
 use super::super::step::{StepFailure, restriction};
@@ -180,8 +180,8 @@ impl Supervisor {
             }
             ForkResult::Parent { child } => child,
         };
-        // The init works beside the supervisor (which records the host meanwhile): moved off
-        // this CPU.
+        // The init works beside the supervisor, which records the host meanwhile: off this CPU
+        // until then.
         if let Some(s) = &outside.spread {
             s.push_off_this_cpu(main);
         }
@@ -199,7 +199,14 @@ impl Supervisor {
         } = ours;
         // While the init builds the view: the writable trees' walk (its sockets go to the init
         // as soon as it is done) and the snapshot; the command starts only after both.
-        let before = match record_before(spec, plan, late_w) {
+        let before = record_before(spec, plan, late_w).and_then(|b| {
+            // Back to every CPU before the go-ahead: the command inherits the init's set.
+            match &outside.spread {
+                Some(s) => s.widen(main).map(|()| b),
+                None => Ok(b),
+            }
+        });
+        let before = match before {
             Ok(b) => b,
             Err(f) => {
                 abandon(main, &mut cleanup);
@@ -513,12 +520,9 @@ fn become_main(
             spec,
             plan,
             exec_plan,
-            FromOutside {
-                hidden_file: outside.hidden_file.as_deref(),
-                idmaps: &outside.idmaps,
-                netns: outside.netns.as_ref(),
-                spread: outside.spread.as_ref(),
-            },
+            outside.hidden_file.as_deref(),
+            &outside.idmaps,
+            outside.netns.as_ref(),
             InitPipes {
                 err_w,
                 status_w,
