@@ -98,16 +98,18 @@ impl Spread {
     }
 
     /// In the supervisor, before the go-ahead: `child` back to every CPU the supervisor was
-    /// allowed. A failure fails the start: the command would inherit the narrowed set.
+    /// allowed. A failure fails the start: the command would inherit the narrowed set. A child
+    /// already gone (its set-up failed) is no failure here: its own report says why.
     pub fn widen(&self, child: Pid) -> Result<(), StepFailure> {
-        sched_setaffinity(child, &self.allowed).map_err(|e| {
-            StepFailure::nix(
+        match sched_setaffinity(child, &self.allowed) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+            Err(e) => Err(StepFailure::nix(
                 restriction::PROCESS,
                 "sched_setaffinity",
                 "give the sandbox's init every CPU the runner may use",
                 e,
-            )
-        })
+            )),
+        }
     }
 }
 
@@ -132,6 +134,23 @@ mod tests {
             runnable_now().is_some_and(|n| n >= 1),
             "this test itself runs"
         );
+    }
+
+    #[test]
+    fn widening_a_child_already_gone_is_no_failure() {
+        let Some(spread) = Spread::take() else {
+            eprintln!("skipped: this process may run on one CPU only");
+            return;
+        };
+        // SAFETY: the child `_exit`s at once.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            // SAFETY: _exit in a forked child.
+            nix::unistd::ForkResult::Child => unsafe { libc::_exit(0) },
+            nix::unistd::ForkResult::Parent { child } => {
+                nix::sys::wait::waitpid(child, None).unwrap();
+                assert!(spread.widen(child).is_ok());
+            }
+        }
     }
 
     #[test]
