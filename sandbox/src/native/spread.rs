@@ -22,6 +22,13 @@ fn this_cpu() -> Option<usize> {
     usize::try_from(unsafe { libc::sched_getcpu() }).ok()
 }
 
+/// How many CPUs `set` holds.
+fn count(set: &CpuSet) -> usize {
+    (0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .count()
+}
+
 /// `set` without `cpu`, when another CPU of it is left.
 fn without(set: &CpuSet, cpu: usize) -> Option<CpuSet> {
     let others = (0..CpuSet::count())
@@ -31,14 +38,17 @@ fn without(set: &CpuSet, cpu: usize) -> Option<CpuSet> {
     (others > 0 && narrowed.unset(cpu).is_ok()).then_some(narrowed)
 }
 
-/// Moves the calling thread off the CPU it runs on, when another one is allowed (for a thread
-/// that lives only while its creator works: nothing inherits its narrowed set).
+/// Moves the calling thread off the CPU it runs on, when another one is allowed and the host
+/// has an idle CPU (see [`Spread::push_off_this_cpu`]); for a thread that lives only while its
+/// creator works: nothing inherits its narrowed set.
 pub fn leave_this_cpu() {
     let me = Pid::from_raw(0);
     let (Some(here), Ok(set)) = (this_cpu(), sched_getaffinity(me)) else {
         return;
     };
-    if let Some(narrowed) = without(&set, here) {
+    if let Some(narrowed) = without(&set, here)
+        && runnable_now().is_some_and(|n| n <= count(&set))
+    {
         let _ = sched_setaffinity(me, &narrowed);
     }
 }
@@ -72,9 +82,7 @@ impl Spread {
     /// The caller's allowed CPUs, when there is more than one.
     pub fn take() -> Option<Spread> {
         let allowed = sched_getaffinity(Pid::from_raw(0)).ok()?;
-        let count = (0..CpuSet::count())
-            .filter(|&c| allowed.is_set(c).unwrap_or(false))
-            .count();
+        let count = count(&allowed);
         (count > 1).then_some(Spread { allowed, count })
     }
 
