@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod projection;
 pub mod reserve;
 pub mod sqlite;
+pub mod sqlite_new;
 pub mod trees;
 
 use std::path::{Path, PathBuf};

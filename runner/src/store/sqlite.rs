@@ -172,11 +172,48 @@ fn upgrade(conn: &Connection, from: i64) -> rusqlite::Result<()> {
     ))
 }
 
+/// Makes the database of a new state directory whole in one flush ([`super::sqlite_new`]);
+/// where this host cannot, it is left to be made the ordinary way by the open that follows.
+fn make_new(path: &Path) -> Result<(), StoreError> {
+    use super::sqlite_new::{Made, NewDbError, create, image};
+    let made = image(|conn| {
+        upgrade(conn, 0)?;
+        conn.execute_batch(ADDED_INDEXES)
+    })
+    .and_then(|image| create(path, &image));
+    match made {
+        Ok(Made::Linked | Made::Exists) => Ok(()),
+        Ok(Made::Unsupported(why)) => {
+            tracing::debug!(%why, "new database made the ordinary way");
+            Ok(())
+        }
+        Err(NewDbError::Schema(source)) => Err(StoreError::Sqlite {
+            action: "create the schema of",
+            path: path.to_owned(),
+            source,
+        }),
+        Err(NewDbError::Io { action, source, .. }) => Err(StoreError::Io {
+            action,
+            path: path.to_owned(),
+            source,
+        }),
+        Err(e @ NewDbError::NoHeader(_)) => Err(StoreError::Io {
+            action: "create",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         create_private_dir(state_dir)?;
         let path = state_dir.join(DB_FILE);
+        if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            make_new(&path)?;
+        }
         private_db_files(&path)?;
         let conn = Connection::open(&path).map_err(db_err(&path, "open"))?;
         // Room for every statement the store prepares (`list` makes one per filter shape), so
