@@ -529,6 +529,46 @@ fn sandbox_exec_exit_codes_and_no_container_left() {
     );
 }
 
+/// A `--read` or `--write` directory whose path is not UTF-8 cannot be named to the engine (a
+/// mount's paths are strings there; lossy, it named another path and the engine answered `400
+/// ... bind source path does not exist`): refused with the usage exit before any container
+/// exists, naming the flag and the path with its bytes escaped.
+#[test]
+fn a_path_that_is_not_utf8_is_refused_by_name_and_no_container_is_made() {
+    use std::os::unix::ffi::OsStrExt;
+    if !ready("a_path_that_is_not_utf8_is_refused_by_name_and_no_container_is_made") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let odd = other
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"rd\xffx\n\x1b[31m"));
+    std::fs::create_dir(&odd).unwrap();
+    let job = format!("utf8-{}", std::process::id());
+    for flag in ["--read", "--write"] {
+        let out = std::process::Command::new(common::ralph_bin())
+            .args(["sandbox", "exec", "--backend", "docker", "--workspace"])
+            .arg(ws.path())
+            .arg(flag)
+            .arg(&odd)
+            .args(["--env", "RALPH_JOB_ID", "--", "true"])
+            .env("RALPH_JOB_ID", &job)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: ", &flag[2..]))
+                && stderr.contains(r#"rd\xFFx\n\u{1b}[31m" is not UTF-8"#),
+            "{flag}: {stderr}"
+        );
+        assert!(!stderr.contains('\x1b'), "{flag}: {stderr:?}");
+        assert!(containers_with_label(labels::JOB, &job).is_empty());
+    }
+}
+
 /// A run dropped without being waited for (the caller failed between spawn and wait) still
 /// removes its container.
 #[test]

@@ -102,6 +102,33 @@ fn no_mount_goes_through_a_symlink_or_shows_the_engine_socket() {
 }
 
 #[test]
+fn a_mount_whose_path_is_not_utf8_is_refused_naming_it_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    // Lossy, it would bind `/data/rd\u{FFFD}x` (nothing, or another user's directory); the
+    // engine's error would not say which flag or path.
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/data/rd\xffx\n\x1b[31m"));
+    let m = BindMount {
+        path,
+        read_only: true,
+        origin: "read",
+    };
+    let Err(SandboxError::InvalidRequest { field, message }) =
+        mounts::check_mount(&fake(), &m, &[], &[])
+    else {
+        panic!("a non-UTF-8 mount was not refused");
+    };
+    assert_eq!(field, "read");
+    assert!(
+        message.starts_with(r#""/data/rd\xFFx\n\u{1b}[31m" is not UTF-8"#),
+        "{message}"
+    );
+    assert!(
+        !message.contains('\x1b') && !message.contains('\n'),
+        "{message:?}"
+    );
+}
+
+#[test]
 fn a_root_runners_round_on_a_root_owned_workspace_is_the_agents() {
     let fs = fake()
         .dir("/ws", (0, 0))

@@ -196,10 +196,11 @@ pub(super) fn sort_and_check(
     Ok(())
 }
 
-/// The checks every bind mount passes, whoever asked for it: its source is free of symlinks
-/// (the engine resolves a source path itself, following them, and a round could have planted
-/// one), it is not and does not contain an engine socket (a command that reaches one controls
-/// the host), and it does not contain the runner's own state.
+/// The checks every bind mount passes, whoever asked for it: its path is UTF-8 (the engine
+/// takes a mount's paths as strings: a lossy one would name another path, or none), its source
+/// is free of symlinks (the engine resolves a source path itself, following them, and a round
+/// could have planted one), it is not and does not contain an engine socket (a command that
+/// reaches one controls the host), and it does not contain the runner's own state.
 pub(super) fn check_mount(
     probe: &dyn FsProbe,
     m: &BindMount,
@@ -207,6 +208,15 @@ pub(super) fn check_mount(
     forbidden: &[PathBuf],
 ) -> Result<(), SandboxError> {
     let flag = m.origin;
+    if m.path.to_str().is_none() {
+        return Err(SandboxError::invalid(
+            flag,
+            format!(
+                "{:?} is not UTF-8: the container engine takes a mount's paths as strings and cannot name it; rename it, or run with the native backend",
+                m.path
+            ),
+        ));
+    }
     if let Some(s) = sockets.iter().find(|s| s.starts_with(&m.path)) {
         return Err(SandboxError::invalid(
             flag,
