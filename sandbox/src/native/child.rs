@@ -136,7 +136,15 @@ fn rlimit(err_w: &OwnedFd, r: Resource, name: &str, v: u64) {
 }
 
 /// Runs in the forked command process: sets it up and executes the command. Never returns.
-pub fn exec(spec: &ExecSpec, plan: Option<&SandboxPlan>, exec: &ExecPlan, err_w: &OwnedFd) -> ! {
+/// `ruleset` is the plan's Landlock ruleset built ahead ([`landlock::prepare`]); without one,
+/// a plan's ruleset is built here.
+pub fn exec(
+    spec: &ExecSpec,
+    plan: Option<&SandboxPlan>,
+    exec: &ExecPlan,
+    ruleset: Option<&landlock::Prepared>,
+    err_w: &OwnedFd,
+) -> ! {
     if let Err(e) = sys::reset_signals() {
         die(
             err_w,
@@ -238,7 +246,11 @@ pub fn exec(spec: &ExecSpec, plan: Option<&SandboxPlan>, exec: &ExecPlan, err_w:
         );
     }
     if let Some(ll) = plan.and_then(|p| p.landlock.as_ref()) {
-        if let Err(f) = landlock::restrict(ll) {
+        let enforced = match ruleset {
+            Some(r) => r.enforce(),
+            None => landlock::restrict(ll),
+        };
+        if let Err(f) = enforced {
             die(err_w, f);
         }
     }

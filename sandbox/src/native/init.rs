@@ -17,7 +17,7 @@ use nix::sched::CloneFlags;
 use super::child::{self, ChildFailure, ExecPlan};
 use super::idmap::Idmaps;
 use super::step::StepFailure;
-use super::{gateway, mounts, net, ns, vfork};
+use super::{gateway, landlock, mounts, net, ns, vfork};
 use crate::init_loop;
 use crate::plan::SandboxPlan;
 use crate::spec::ExecSpec;
@@ -77,6 +77,9 @@ pub fn run(
         late_masks,
     };
     build_inside(plan, hidden_file, idmaps, netns, handovers, &err_w);
+    // The command's Landlock ruleset, built in the view before the go-ahead: what is left
+    // between the go and the command's `execve` is its enforcement.
+    let ruleset = prepare_ruleset(plan, &err_w);
     wait_for_go(go_r);
     let sigfd = match init_loop::signalfd() {
         Ok(fd) => fd,
@@ -93,7 +96,9 @@ pub fn run(
     // SAFETY: this process is single-threaded (a fork of the single-threaded supervisor), and
     // child::exec ends in execve or _exit. The child keeps the signalfd until its execve
     // (close-on-exec); what it reads of ours (the plans, `err_w`) is not changed while it runs.
-    let command = match unsafe { vfork::spawn(|| child::exec(spec, Some(plan), exec, &err_w)) } {
+    let command = match unsafe {
+        vfork::spawn(|| child::exec(spec, Some(plan), exec, ruleset.as_ref(), &err_w))
+    } {
         Ok(pid) => nix::unistd::Pid::from_raw(pid),
         Err(e) => die(
             &err_w,
@@ -105,7 +110,7 @@ pub fn run(
             ),
         ),
     };
-    drop(err_w);
+    drop((err_w, ruleset));
     // Once the supervisor asked for a stop (or died), every process got SIGTERM and its grace;
     // they are waited for, and the supervisor kills this init when the grace is over (the grace
     // runs out in the loop too: the supervisor that would SIGKILL this init may be gone).
@@ -128,6 +133,16 @@ pub fn run(
     let _ = sigfd.as_fd();
     // SAFETY: _exit in a forked child.
     unsafe { libc::_exit(0) }
+}
+
+/// The plan's Landlock ruleset built ahead ([`landlock::prepare`]), or the end of the init
+/// with the set-up failure; `None` for a plan without one.
+pub(super) fn prepare_ruleset(plan: &SandboxPlan, err_w: &OwnedFd) -> Option<landlock::Prepared> {
+    let ll = plan.landlock.as_ref()?;
+    match landlock::prepare(ll) {
+        Ok(r) => Some(r),
+        Err(f) => die(err_w, f),
+    }
 }
 
 /// Arms `PR_SET_PDEATHSIG`, or ends the init if the supervisor is already gone.

@@ -49,8 +49,21 @@ fn add(
     Ok(ruleset)
 }
 
-/// Restricts the calling thread (and its future children) to the plan's rules.
-pub fn restrict(plan: &LandlockPlan) -> Result<(), StepFailure> {
+/// A plan's ruleset, built ahead of the command: every rule's path opened and added, so that
+/// what remains for the command's process is one `landlock_restrict_self` (issue 30: the ~85
+/// syscalls of a workspace-write plan's rules ran between the run's go-ahead and the command's
+/// `execve`). Rules name inodes, not paths: built after the view is in place, they are the
+/// rules the command would have built itself, and grant nothing the files' own permissions
+/// refuse (the init that builds them may open a path the agent user could not reach; the
+/// agent still cannot). The descriptor is close-on-exec.
+#[derive(Debug)]
+pub struct Prepared {
+    ruleset: RulesetCreated,
+    abi: i32,
+}
+
+/// Builds `plan`'s ruleset without enforcing it ([`Prepared::enforce`]).
+pub fn prepare(plan: &LandlockPlan) -> Result<Prepared, StepFailure> {
     let abi = ABI::from(plan.abi);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -84,19 +97,40 @@ pub fn restrict(plan: &LandlockPlan) -> Result<(), StepFailure> {
         abi,
     )?;
     // The sandbox's own `/` and `/dev` may be listed (they hold only what the plan put there).
-    let created = add(created, &plan.list, BitFlags::from(AccessFs::ReadDir), abi)?;
-    let status = created
-        .restrict_self()
-        .map_err(|e| fail("landlock_restrict_self", "enforce the ruleset", e))?;
-    match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok(()),
-        RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => Err(StepFailure::new(
-            restriction::LANDLOCK,
-            "landlock_restrict_self",
-            format!(
-                "the kernel enforced the ruleset only as {:?} for landlock abi {}",
-                status.ruleset, plan.abi
-            ),
-        )),
+    let ruleset = add(created, &plan.list, BitFlags::from(AccessFs::ReadDir), abi)?;
+    Ok(Prepared {
+        ruleset,
+        abi: plan.abi,
+    })
+}
+
+impl Prepared {
+    /// Restricts the calling thread (and its future children) to the ruleset. A duplicate of
+    /// its descriptor is what is consumed, so that a vfork child enforcing it leaves the
+    /// parent's copy as it was.
+    pub fn enforce(&self) -> Result<(), StepFailure> {
+        let ruleset = self
+            .ruleset
+            .try_clone()
+            .map_err(|e| fail("fcntl(F_DUPFD_CLOEXEC)", "take the prepared ruleset", e))?;
+        let status = ruleset
+            .restrict_self()
+            .map_err(|e| fail("landlock_restrict_self", "enforce the ruleset", e))?;
+        match status.ruleset {
+            RulesetStatus::FullyEnforced => Ok(()),
+            RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => Err(StepFailure::new(
+                restriction::LANDLOCK,
+                "landlock_restrict_self",
+                format!(
+                    "the kernel enforced the ruleset only as {:?} for landlock abi {}",
+                    status.ruleset, self.abi
+                ),
+            )),
+        }
     }
+}
+
+/// Restricts the calling thread (and its future children) to the plan's rules.
+pub fn restrict(plan: &LandlockPlan) -> Result<(), StepFailure> {
+    prepare(plan)?.enforce()
 }

@@ -536,8 +536,9 @@ fn become_main(
     drop((status_w, gateway, report_w, late_r));
     // Without an init the command itself waits for the go-ahead: it is in the run's cgroups,
     // and a held run was released, before anything of it runs.
+    let ruleset = init::prepare_ruleset(plan, &err_w);
     init::wait_for_go(go_r);
-    child::exec(spec, Some(plan), exec_plan, &err_w)
+    child::exec(spec, Some(plan), exec_plan, ruleset.as_ref(), &err_w)
 }
 
 /// Moves `main` into the run's v2 cgroup unless it was born there (it joined the v1 ones
