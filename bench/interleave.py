@@ -50,7 +50,8 @@ for k, v in res.items():
     v.sort()
     q = lambda f: 1e3 * v[int(f * (len(v) - 1))]
     print(f"{k:12s} median {q(0.5):.2f} ms  p25 {q(0.25):.2f}  p75 {q(0.75):.2f}  mean {1e3 * statistics.mean(v):.2f}")
-    out.append({"command": k, "median": statistics.median(v), "mean": statistics.mean(v)})
+    out.append({"command": k, "median": statistics.median(v), "mean": statistics.mean(v),
+                "stddev": statistics.stdev(v) if len(v) > 1 else 0.0})
 if os.environ.get("JSON"):
     with open(os.environ["JSON"], "w") as f:
         json.dump({"results": out}, f)

@@ -13,6 +13,9 @@
 # measured on both too. BASELINE=path adds the same ralph lines for another build (e.g. a copy of
 # the one before a change), in the same hyperfine run.
 #
+# INTERLEAVE=N measures with bench/interleave.py instead (N rounds, each command once per round;
+# SHUFFLE=1 shuffles each round's order).
+#
 # COLD=S sleeps S seconds before each timed run (hyperfine --prepare), as a round starts seconds
 # after the last: state the kernel keeps only briefly (e.g. the fast path of the cgroup
 # threadgroup lock, one RCU grace period) is then gone, as in real use; back to back hides it.
@@ -51,16 +54,25 @@ if [ -n "$baseline" ]; then
 fi
 cold=()
 if [ -n "${COLD:-}" ]; then cold=(--prepare "sleep $COLD"); fi
-hyperfine -N --style basic --warmup 20 --runs "$runs" --export-json "$json" "${cold[@]}" \
-    -n true "/bin/true" \
-    -n bwrap "bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true" \
-    -n bwrap-same-view "$same_view" \
-    -n bwrap-same-view-git50 "$proj_view" \
-    -n ralph-workspace-write "$ralph sandbox exec --mode workspace-write --workspace $ws -- /bin/true" \
-    -n ralph-read-only "$ralph sandbox exec --mode read-only --workspace $ws -- /bin/true" \
-    -n ralph-full-access "$ralph sandbox exec --mode full-access --workspace $ws -- /bin/true" \
-    -n ralph-workspace-write-git50 "$ralph sandbox exec --mode workspace-write --workspace $proj -- /bin/true" \
-    "${extra[@]}" >&2
+named=(-n true "/bin/true"
+    -n bwrap "bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc /bin/true"
+    -n bwrap-same-view "$same_view"
+    -n bwrap-same-view-git50 "$proj_view"
+    -n ralph-workspace-write "$ralph sandbox exec --mode workspace-write --workspace $ws -- /bin/true"
+    -n ralph-read-only "$ralph sandbox exec --mode read-only --workspace $ws -- /bin/true"
+    -n ralph-full-access "$ralph sandbox exec --mode full-access --workspace $ws -- /bin/true"
+    -n ralph-workspace-write-git50 "$ralph sandbox exec --mode workspace-write --workspace $proj -- /bin/true"
+    "${extra[@]}")
+if [ -n "${INTERLEAVE:-}" ]; then
+    # INTERLEAVE=N: N rounds through bench/interleave.py, each running every command once (in a
+    # shuffled order with SHUFFLE=1), so the VM's drift between hyperfine's blocks hits all alike.
+    pairs=()
+    for ((i = 0; i < ${#named[@]}; i += 3)); do pairs+=("${named[i+1]}=${named[i+2]}"); done
+    JSON="$json" SLEEP="${COLD:-0}" python3 bench/interleave.py "$INTERLEAVE" "${pairs[@]}" >&2
+else
+    hyperfine -N --style basic --warmup 20 --runs "$runs" --export-json "$json" "${cold[@]}" \
+        "${named[@]}" >&2
+fi
 python3 - "$json" <<'PY'
 import json, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
