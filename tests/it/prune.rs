@@ -302,15 +302,7 @@ fn prune_removes_trees_of_any_depth_with_64_descriptors_and_follows_no_link() {
             Ok(())
         });
     }
-    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_str(&stdout).unwrap();
+    let r = common::output_of(cmd).expect_code(0).json();
     assert_eq!(pruned_ids(&r), vec![id.clone()], "{r}");
     assert_eq!(r["skipped"], json!([]), "{r}");
     // 15 + 50 files, 2 links, the report: all counted.

@@ -36,7 +36,7 @@ fn command_cpus(ws: &std::path::Path, mode: &str, pin: Option<&str>) -> Vec<usiz
         .arg(ws)
         .args(["--", "/bin/sh", "-c", SHOW])
         .command();
-    let mut cmd = match pin {
+    let cmd = match pin {
         Some(p) => {
             let mut c = Command::new("taskset");
             c.args(["-c", p])
@@ -46,15 +46,9 @@ fn command_cpus(ws: &std::path::Path, mode: &str, pin: Option<&str>) -> Vec<usiz
         }
         None => ralph,
     };
-    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{mode} {pin:?}: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    allowed(&stdout)
+    let out = common::output_of(cmd);
+    assert_eq!(out.code, 0, "{mode} {pin:?}: {out:?}");
+    allowed(&out.stdout)
 }
 
 #[test]

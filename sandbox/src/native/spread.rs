@@ -132,6 +132,16 @@ mod tests {
             .collect()
     }
 
+    /// This process's spread, or `None` where it may run on one CPU only (the test then skips,
+    /// saying why).
+    fn spread_or_skip() -> Option<Spread> {
+        let spread = Spread::take();
+        if spread.is_none() {
+            eprintln!("skipped: this process may run on one CPU only");
+        }
+        spread
+    }
+
     #[test]
     fn the_runnable_count_is_the_fourth_fields_numerator() {
         assert_eq!(parse_runnable("2.06 1.79 1.80 3/155 2699\n"), Some(3));
@@ -146,8 +156,7 @@ mod tests {
 
     #[test]
     fn widening_a_child_already_gone_is_no_failure() {
-        let Some(spread) = Spread::take() else {
-            eprintln!("skipped: this process may run on one CPU only");
+        let Some(spread) = spread_or_skip() else {
             return;
         };
         // SAFETY: the child `_exit`s at once.
@@ -178,8 +187,7 @@ mod tests {
 
     #[test]
     fn a_pushed_child_is_off_this_cpu_until_widened_to_the_whole_set() {
-        let Some(spread) = Spread::take() else {
-            eprintln!("skipped: this process may run on one CPU only");
+        let Some(spread) = spread_or_skip() else {
             return;
         };
         let (r, w) = nix::unistd::pipe().unwrap();

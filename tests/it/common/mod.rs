@@ -174,6 +174,17 @@ pub struct Ralph {
     env: Vec<(OsString, OsString)>,
 }
 
+/// Runs `cmd` (a `ralph` command line, or one that wraps it: `taskset`, a set rlimit) with no
+/// input, to its end.
+pub fn output_of(mut cmd: Command) -> Output {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 /// What a finished `ralph` printed.
 #[derive(Debug)]
 pub struct Output {
@@ -240,12 +251,7 @@ impl Ralph {
     }
 
     pub fn output(self) -> Output {
-        let out = self.command().stdin(Stdio::null()).output().unwrap();
-        Output {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        output_of(self.command())
     }
 
     pub fn spawn(self) -> std::process::Child {
