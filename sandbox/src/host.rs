@@ -291,6 +291,27 @@ impl Host {
     }
 }
 
+/// This host, probed once per process: the native backend's plans and the runner's sweep of a
+/// dead runner's cgroups read the same facts (issue 30: a `ralph run` probed twice, ~0.3 ms
+/// each, most of it `/proc/self/mountinfo`). [`probe_ahead`] starts it on a thread of its own.
+pub fn probed() -> &'static Host {
+    PROBED.get_or_init(probe)
+}
+
+static PROBED: std::sync::OnceLock<Host> = std::sync::OnceLock::new();
+
+/// Starts [`probed`] on a thread of its own, so that its first user (the start-up's sweep, a
+/// round's plan) finds it done or waits for it; a thread that cannot start leaves it to that
+/// user.
+pub fn probe_ahead() {
+    let _ = std::thread::Builder::new()
+        .name("ralph-probe".into())
+        .spawn(|| {
+            probed();
+        });
+}
+
+/// What this host can enforce, probed now ([`probed`] keeps one per process).
 pub fn probe() -> Host {
     let read_str = |p: &str| std::fs::read_to_string(p).ok();
     let read_path = |p: &Path| std::fs::read_to_string(p).ok();

@@ -130,6 +130,9 @@ pub fn execute(args: RunArgs) -> Result<Exit, CliError> {
     // The first round's helper starts now, while the store opens and the job is journalled
     // (a run whose grace differs from what the job ends up with does not use it).
     let standby = early_standby(&args);
+    // What this host can enforce, probed meanwhile: the dead runners' sweep and the first
+    // round's plan both read it.
+    ralph_sandbox::host::probe_ahead();
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::internal(format!("failed to read the current directory: {e}")))?;
     let state_dir = match &args.state_dir {

@@ -65,7 +65,7 @@ use crate::plan::SandboxPlan;
 use crate::policy::PolicySet;
 use crate::spec::{ExecSpec, SandboxRequest, StdinMode};
 pub use protocol::{HELPER_ARG, HelperResult, HelperSpec, SPEC_ENV};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Extra time the runner gives the helper beyond timeout + grace before killing it outright.
 const HELPER_BACKSTOP: Duration = Duration::from_secs(10);
@@ -86,7 +86,6 @@ const GATEWAY_HANDOVER_LIMIT: Duration = Duration::from_secs(60);
 pub struct NativeBackend {
     helper_exe: PathBuf,
     policies: Arc<PolicySet>,
-    host: Arc<OnceLock<Host>>,
     /// The helper started ahead for the next round ([`standby`]); killed when the last clone of
     /// the backend goes.
     standby: Arc<standby::Slot>,
@@ -104,7 +103,6 @@ impl NativeBackend {
         Self {
             helper_exe: helper_exe.into(),
             policies,
-            host: Arc::new(OnceLock::new()),
             standby: Arc::new(standby::Slot::default()),
         }
     }
@@ -147,9 +145,9 @@ impl NativeBackend {
         self.standby.waiting_pid()
     }
 
-    /// What this host can enforce (probed once).
+    /// What this host can enforce (probed once per process: [`crate::host::probed`]).
     pub fn host(&self) -> &Host {
-        self.host.get_or_init(crate::host::probe)
+        crate::host::probed()
     }
 
     /// The policies in force.
