@@ -1,9 +1,10 @@
 //! A new state directory's database, made whole before it has a name.
 //!
-//! Creating `ralph.db` the ordinary way costs a new state directory seven flushes before its
+//! Creating `ralph.db` the ordinary way costs a new state directory eight flushes before its
 //! first job: SQLite writes the first page through a rollback journal (the journal, the
-//! directory, the journal's header, the database), then makes the WAL and syncs it and the
-//! directory again, then commits the schema (issue 30: ~5 ms of a CI job's first `ralph run`).
+//! directory, the journal's header, the database), then makes the WAL and syncs its header and
+//! the directory, then commits the schema and the added indexes (issue 30: 3-4 ms of a CI job's
+//! first `ralph run`).
 //! Instead the schema is built in memory, its image (SQLite's own `sqlite3_serialize`) marked as
 //! a WAL database (the file format's bytes 18 and 19, as `PRAGMA journal_mode=WAL` sets them),
 //! written to an unnamed file in the state directory (`O_TMPFILE`), flushed once, and linked as
