@@ -291,11 +291,19 @@ impl Host {
     }
 }
 
-/// This host, probed once per process: the native backend's plans and the runner's sweep of a
-/// dead runner's cgroups read the same facts (issue 30: a `ralph run` probed twice, ~0.3 ms
-/// each, most of it `/proc/self/mountinfo`). [`probe_ahead`] starts it on a thread of its own.
+/// This host, probed once per process, by the native backend's first plan (or ahead:
+/// [`probe_ahead`]). Its rlimits are the process's at that moment: a service whose limits an
+/// operator changed (`prlimit`) before its first round plans with the new ones.
 pub fn probed() -> &'static Host {
     PROBED.get_or_init(probe)
+}
+
+/// [`probed`]'s host if it has been probed already (the runner's start-up sweep of a dead
+/// runner's cgroups then reads it instead of probing again: issue 30, ~0.3 ms of a `ralph run`,
+/// most of it `/proc/self/mountinfo`); `None` leaves the caller to [`probe`] for itself, without
+/// fixing the process's probe before its first plan.
+pub fn probed_if_ready() -> Option<&'static Host> {
+    PROBED.get()
 }
 
 static PROBED: std::sync::OnceLock<Host> = std::sync::OnceLock::new();

@@ -96,7 +96,10 @@ pub fn recover(
 fn end_native_leftovers() -> ralph_sandbox::native::leftovers::Ended {
     // Every hierarchy a round's cgroups can be in: the cpu one was missing here, and a runner
     // killed during a round with a CPU limit left its cgroup there for good.
-    let parents = ralph_sandbox::host::probed().cgroup_parents();
+    let parents = match ralph_sandbox::host::probed_if_ready() {
+        Some(host) => host.cgroup_parents(),
+        None => ralph_sandbox::host::probe().cgroup_parents(),
+    };
     let found = ralph_sandbox::native::leftovers::Leftovers::find(parents);
     if !found.running() {
         return found.end();
