@@ -457,8 +457,14 @@ fn doctor_fails_closed_on_a_missing_image_or_engine() {
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
-/// `ralph sandbox exec --backend docker` with a job label, for the checks below.
-fn sandbox_exec(job: &str, ws: &Path, flags: &[&str], cmd: &[&str]) -> std::process::Command {
+/// `ralph sandbox exec --backend docker` with a job label, for the checks below (`flags` may
+/// name paths that are not UTF-8).
+fn sandbox_exec<F: AsRef<std::ffi::OsStr>>(
+    job: &str,
+    ws: &Path,
+    flags: &[F],
+    cmd: &[&str],
+) -> std::process::Command {
     let mut c = std::process::Command::new(common::ralph_bin());
     c.args(["sandbox", "exec", "--backend", "docker", "--workspace"])
         .arg(ws)
@@ -503,7 +509,7 @@ fn sandbox_exec_exit_codes_and_no_container_left() {
     assert_eq!(out.status.code(), Some(137), "{out:?}");
     assert!(containers_with_label(labels::JOB, &job).is_empty());
 
-    let mut child = sandbox_exec(&job, ws.path(), &[], &["sleep", "60"])
+    let mut child = sandbox_exec(&job, ws.path(), &[] as &[&str], &["sleep", "60"])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -547,16 +553,14 @@ fn a_path_that_is_not_utf8_is_refused_by_name_and_no_container_is_made() {
     std::fs::create_dir(&odd).unwrap();
     let job = format!("utf8-{}", std::process::id());
     for flag in ["--read", "--write"] {
-        let out = std::process::Command::new(common::ralph_bin())
-            .args(["sandbox", "exec", "--backend", "docker", "--workspace"])
-            .arg(ws.path())
-            .arg(flag)
-            .arg(&odd)
-            .args(["--env", "RALPH_JOB_ID", "--", "true"])
-            .env("RALPH_JOB_ID", &job)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let out = sandbox_exec(
+            &job,
+            ws.path(),
+            &[flag.as_ref(), odd.as_os_str()],
+            &["true"],
+        )
+        .output()
+        .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{flag}: {stderr}");
         assert!(
