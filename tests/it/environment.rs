@@ -171,3 +171,174 @@ fn the_prompt_is_on_stdin_and_in_the_prompt_file() {
     assert!(stdin.contains("round 1 of at most 20"));
     assert_eq!(stdin, f.read_ws("file.txt"));
 }
+
+/// Bytes that are not UTF-8 where a round's text is made (its environment, its prompt, its
+/// command line) are refused by name, escaped, before anything runs: never passed on lossily.
+mod not_utf8 {
+    use super::common::{self, Fixture, Ralph, complete_report};
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// Asserts `stderr` shows `escaped` (the bytes as `\xFF`) and no raw byte that was not text.
+    fn shows_escaped(stderr: &str, escaped: &str) {
+        assert!(stderr.contains(escaped), "{escaped} not named:\n{stderr}");
+        assert!(
+            !stderr.contains('\u{fffd}') && !stderr.contains('\u{1b}'),
+            "a raw byte reached stderr:\n{stderr}"
+        );
+    }
+
+    #[test]
+    fn an_env_variable_whose_value_is_not_text_is_named_not_called_unset() {
+        let f = Fixture::new();
+        let cmd = format!(
+            "touch ran; echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("x")
+        );
+        let mut c = f.run_cmd(&cmd).args(["--env", "MY_BYTES"]).command();
+        c.env("MY_BYTES", OsStr::from_bytes(b"a\xffb"));
+        let out = common::output_of(c);
+        out.expect_code(64);
+        assert!(
+            out.stderr.contains("`--env MY_BYTES`") && out.stderr.contains("not UTF-8"),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("is not set"), "{}", out.stderr);
+        assert!(!f.ws.join("ran").exists(), "the agent ran");
+
+        let mut c = Ralph::new()
+            .args(["sandbox", "exec", "--env", "MY_BYTES", "--workspace"])
+            .arg(&f.ws)
+            .args(["--", "/bin/sh", "-c", "touch ran"])
+            .command();
+        c.env("MY_BYTES", OsStr::from_bytes(b"a\xffb"));
+        let out = common::output_of(c);
+        out.expect_code(64);
+        assert!(out.stderr.contains("not UTF-8"), "{}", out.stderr);
+        assert!(!f.ws.join("ran").exists(), "the command ran");
+    }
+
+    #[test]
+    fn a_workspace_whose_path_is_not_text_is_refused_for_a_job() {
+        let f = Fixture::new();
+        let ws = f.root.path().join(OsStr::from_bytes(b"w\xff\x1b[31mx"));
+        std::fs::create_dir(&ws).unwrap();
+        let cmd = format!(
+            "touch ran; echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("x")
+        );
+        let out = Ralph::new()
+            .args(["run", "--objective", "o", "--json", "--agent-cmd", &cmd])
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--state-dir")
+            .arg(&f.state)
+            .args(["--mode", common::TEST_MODE])
+            .output();
+        out.expect_code(64);
+        assert!(out.stderr.contains("workspace"), "{}", out.stderr);
+        shows_escaped(&out.stderr, r"\xFF\u{1b}[31mx");
+        assert!(!ws.join("ran").exists(), "the agent ran");
+    }
+
+    #[test]
+    fn a_state_directory_whose_path_is_not_text_is_refused_before_it_is_made() {
+        let f = Fixture::new();
+        let state = f.root.path().join(OsStr::from_bytes(b"st\xff\x1b[31m"));
+        let out = Ralph::new()
+            .args([
+                "run",
+                "--objective",
+                "o",
+                "--json",
+                "--agent-cmd",
+                "touch ran",
+            ])
+            .arg("--workspace")
+            .arg(&f.ws)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--mode", common::TEST_MODE])
+            .output();
+        out.expect_code(64);
+        assert!(out.stderr.contains("state directory"), "{}", out.stderr);
+        shows_escaped(&out.stderr, r"st\xFF\u{1b}[31m");
+        assert!(!state.exists(), "the state directory was made");
+        assert!(!f.ws.join("ran").exists(), "the agent ran");
+        // Through a link whose own name is text: the directory it resolves to is refused too.
+        std::fs::create_dir(&state).unwrap();
+        let link = f.root.path().join("state-link");
+        std::os::unix::fs::symlink(&state, &link).unwrap();
+        let out = Ralph::new()
+            .args([
+                "run",
+                "--objective",
+                "o",
+                "--json",
+                "--agent-cmd",
+                "touch ran",
+            ])
+            .arg("--workspace")
+            .arg(&f.ws)
+            .arg("--state-dir")
+            .arg(&link)
+            .args(["--mode", common::TEST_MODE])
+            .output();
+        out.expect_code(64);
+        shows_escaped(&out.stderr, r"st\xFF\u{1b}[31m");
+        assert_eq!(
+            std::fs::read_dir(&state).unwrap().count(),
+            0,
+            "something was made"
+        );
+        assert!(!f.ws.join("ran").exists(), "the agent ran");
+    }
+
+    #[test]
+    fn sandbox_exec_names_an_argument_that_is_not_text_and_runs_nothing() {
+        let f = Fixture::new();
+        let out = Ralph::new()
+            .args(["sandbox", "exec", "--workspace"])
+            .arg(&f.ws)
+            .args(["--", "/bin/sh", "-c", "touch ran", "sh"])
+            .arg(OsStr::from_bytes(b"a\xff\x1b[31m"))
+            .output();
+        out.expect_code(64);
+        assert!(
+            out.stderr.contains("argument 5 of the command"),
+            "{}",
+            out.stderr
+        );
+        shows_escaped(&out.stderr, r"a\xFF\u{1b}[31m");
+        assert!(!f.ws.join("ran").exists(), "the command ran");
+    }
+
+    #[test]
+    fn sandbox_exec_in_a_workspace_whose_path_is_not_text_leaves_it_unnamed_not_misnamed() {
+        let f = Fixture::new();
+        let ws = f.root.path().join(OsStr::from_bytes(b"w\xffx"));
+        std::fs::create_dir(&ws).unwrap();
+        let out = Ralph::new()
+            .args(["sandbox", "exec", "--workspace"])
+            .arg(&ws)
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo \"[${RALPH_WORKSPACE-unset}]\" > seen",
+            ])
+            .output();
+        out.expect_code(0);
+        assert_eq!(
+            std::fs::read_to_string(ws.join("seen")).unwrap(),
+            "[unset]\n"
+        );
+        assert!(
+            out.stderr.contains("RALPH_WORKSPACE is not set"),
+            "{}",
+            out.stderr
+        );
+        shows_escaped(&out.stderr, r"w\xFFx");
+    }
+}

@@ -82,6 +82,7 @@ fn store_error(e: StoreError) -> CliError {
         | StoreError::InvalidIdPrefix { .. }
         | StoreError::AmbiguousId { .. }
         | StoreError::NoStore { .. }
+        | StoreError::StateDirNotText { .. }
         | StoreError::NewerSchema { .. } => CliError::usage(e.to_string()),
         other => CliError::internal(other.to_string()),
     }

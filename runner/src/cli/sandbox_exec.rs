@@ -41,8 +41,25 @@ pub struct ExecArgs {
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// The command line as text (the sandbox takes a command's arguments as UTF-8); an argument
+/// that is not is named, by position and with its bytes escaped.
+fn command_text(command: Vec<std::ffi::OsString>) -> Result<Vec<String>, CliError> {
+    command
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.into_string().map_err(|a| {
+                CliError::usage(format!(
+                    "CMD: argument {} of the command, {a:?}, is not UTF-8: the sandbox takes a command's arguments as text; pass the name through a glob or a variable the command expands itself, or rename it",
+                    i + 1
+                ))
+            })
+        })
+        .collect()
 }
 
 /// One stderr line per git repository the git check made safe; their originals are moved out of
@@ -174,7 +191,18 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         }
         (n, _) => n,
     };
-    let vars = [("RALPH_WORKSPACE", workspace.display().to_string())];
+    let argv = command_text(args.command)?;
+    // A round's environment is text: a workspace whose path is not is left unnamed rather than
+    // named wrongly.
+    let vars: Vec<(&str, String)> = match workspace.to_str() {
+        Some(w) => vec![("RALPH_WORKSPACE", w.to_owned())],
+        None => {
+            eprintln!(
+                "ralph: RALPH_WORKSPACE is not set: the workspace {workspace:?} is not UTF-8"
+            );
+            Vec::new()
+        }
+    };
     let proxy: Vec<(String, String)> = if allow.is_empty() {
         Vec::new()
     } else {
@@ -189,7 +217,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
     };
     let limits = args.sandbox.limits();
     let spec = ExecSpec {
-        argv: args.command,
+        argv,
         cwd,
         env,
         // Never a terminal: a command holding one could push input into it (TIOCSTI is refused

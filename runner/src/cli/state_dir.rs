@@ -11,7 +11,8 @@ use super::CliError;
 /// (64: run that ralph), anything else internal (70).
 pub fn open_error(e: ralph_runner::store::StoreError) -> CliError {
     match e {
-        ralph_runner::store::StoreError::NewerSchema { .. } => CliError::usage(e.to_string()),
+        ralph_runner::store::StoreError::NewerSchema { .. }
+        | ralph_runner::store::StoreError::StateDirNotText { .. } => CliError::usage(e.to_string()),
         other => CliError::internal(other.to_string()),
     }
 }

@@ -9,34 +9,64 @@ use std::path::Path;
 /// `PATH` when the runner has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// A variable named with `--env` that the runner does not have.
+/// A variable named with `--env` (or `--setup-env`, [`MissingEnv::flag`]) that the runner cannot
+/// pass: it does not have it, or its value is not text.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`--env {name}`: the variable `{name}` is not set in the runner's environment")]
+#[error("`{flag} {name}`: the variable `{name}` {}", if *.not_utf8 {
+    "holds bytes that are not UTF-8: a round's environment is text, so ralph cannot pass it; set it to text, or leave it out"
+} else {
+    "is not set in the runner's environment"
+})]
 pub struct MissingEnv {
+    /// The flag that named it (`--env`, `--setup-env`).
+    pub flag: &'static str,
     /// The variable.
     pub name: String,
+    /// It is set, but its value is not UTF-8.
+    pub not_utf8: bool,
 }
 
 /// A snapshot of the runner's environment (taken once, so rounds see a stable view).
 #[derive(Clone, Debug, Default)]
 pub struct RunnerEnv {
     vars: BTreeMap<String, String>,
+    /// Variables set to a value that is not UTF-8 (never passed; named when asked for).
+    not_utf8: std::collections::BTreeSet<String>,
 }
 
 impl RunnerEnv {
-    /// The current process environment (non-UTF-8 variables are skipped).
+    /// The current process environment (a variable whose value is not UTF-8 is only noted, a
+    /// name that is not UTF-8 skipped: neither can reach a round).
     pub fn capture() -> Self {
-        Self {
-            vars: std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
+        let mut out = Self::default();
+        for (k, v) in std::env::vars_os() {
+            let Ok(k) = k.into_string() else { continue };
+            match v.into_string() {
+                Ok(v) => {
+                    out.vars.insert(k, v);
+                }
+                Err(_) => {
+                    out.not_utf8.insert(k);
+                }
+            }
         }
+        out
+    }
+
+    /// Why `--env NAME`-like `flag` cannot pass `name`, if it cannot.
+    pub fn cannot_pass(&self, flag: &'static str, name: &str) -> Option<MissingEnv> {
+        self.get(name).is_none().then(|| MissingEnv {
+            flag,
+            name: name.to_owned(),
+            not_utf8: self.not_utf8.contains(name),
+        })
     }
 
     /// An explicit environment (tests).
     pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Self {
         Self {
             vars: pairs.into_iter().collect(),
+            not_utf8: Default::default(),
         }
     }
 
@@ -106,9 +136,16 @@ pub fn build_round(
         }
     }
     for name in passthrough {
-        let value = runner
-            .get(name)
-            .ok_or_else(|| MissingEnv { name: name.clone() })?;
+        let value = match runner.get(name) {
+            Some(v) => v,
+            None => {
+                return Err(runner.cannot_pass("--env", name).unwrap_or(MissingEnv {
+                    flag: "--env",
+                    name: name.clone(),
+                    not_utf8: false,
+                }));
+            }
+        };
         env.insert(name.clone(), value.to_owned());
     }
     for (k, v) in ralph_vars {

@@ -350,19 +350,16 @@ impl Engine {
             p.check(spec)
                 .map_err(|message| EngineError::Config { message })?;
         }
-        for name in &spec.env {
-            if self.env.get(name).is_none() {
+        let named = spec.env.iter().map(|n| ("--env", n));
+        let for_setup = spec
+            .setup
+            .iter()
+            .flat_map(|s| &s.env)
+            .map(|n| ("--setup-env", n));
+        for (flag, name) in named.chain(for_setup) {
+            if let Some(e) = self.env.cannot_pass(flag, name) {
                 return Err(EngineError::Config {
-                    message: env::MissingEnv { name: name.clone() }.to_string(),
-                });
-            }
-        }
-        for name in spec.setup.iter().flat_map(|s| &s.env) {
-            if self.env.get(name).is_none() {
-                return Err(EngineError::Config {
-                    message: format!(
-                        "`--setup-env {name}`: the variable `{name}` is not set in the runner's environment"
-                    ),
+                    message: e.to_string(),
                 });
             }
         }

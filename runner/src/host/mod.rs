@@ -106,12 +106,22 @@ impl Host {
     /// Creates (private) and resolves the state directory, opens the store, takes the serve
     /// lock when asked, and starts this runner's lease.
     pub fn open(o: &HostOptions<'_>) -> Result<Self, HostError> {
+        // Whatever the store, the rounds' files live under it and are named to them as text:
+        // a path that is not is refused before anything is made there.
+        let text = |p: &Path| match p.to_str() {
+            Some(_) => Ok(()),
+            None => Err(HostError::Open(StoreError::StateDirNotText {
+                path: p.to_path_buf(),
+            })),
+        };
+        text(o.state_dir)?;
         crate::store::sqlite::create_private_dir(o.state_dir).map_err(HostError::CreateDir)?;
         let state_dir =
             std::fs::canonicalize(o.state_dir).map_err(|source| HostError::Resolve {
                 path: o.state_dir.to_path_buf(),
                 source,
             })?;
+        text(&state_dir)?;
         let store = Arc::new(
             Store::open_with(&state_dir, o.database_url, o.pool).map_err(HostError::Open)?,
         );

@@ -419,6 +419,14 @@ impl JobRequest {
                 format!("`{}` is not a directory", workspace.display()),
             ));
         }
+        if workspace.to_str().is_none() {
+            return Err(err(
+                "workspace",
+                format!(
+                    "{workspace:?} is not UTF-8: the agent is told its workspace as text (in its prompt and RALPH_WORKSPACE), which cannot name this path; rename it"
+                ),
+            ));
+        }
         let mut spec = JobSpec::new(objective, workspace, agent);
         let d = &mut spec;
         d.kind = self.kind.unwrap_or_default();

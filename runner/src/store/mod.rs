@@ -127,6 +127,15 @@ pub enum StoreError {
         /// Ours.
         supported: i64,
     },
+    /// A state directory whose path is not UTF-8: SQLite names its database by text, and the
+    /// rounds' files under it are named to the agent as text.
+    #[error(
+        "the state directory {path:?} is not UTF-8: SQLite and the rounds (RALPH_REPORT_FILE, HOME) name its files as text; use a state directory whose path is text"
+    )]
+    StateDirNotText {
+        /// The state directory.
+        path: PathBuf,
+    },
     /// A reader was pointed at a state directory that holds no store.
     #[error(
         "failed to open the state store: `{path}` does not exist (expected a state directory written by `ralph run --state-dir`)"
