@@ -117,26 +117,26 @@ impl NativeBackend {
     /// Starts a helper ahead for the next round whose kill grace is `grace`, unless one waits
     /// or is being started already. A failure is not an error: that round starts its own helper.
     pub fn prestart(&self, grace: Duration) {
-        self.prestart_for(self.standby.ticket(), grace);
-    }
-
-    fn prestart_for(&self, ticket: standby::Ticket, grace: Duration) {
-        self.standby
-            .fill_for(ticket, || standby::Standby::start(&self.helper_exe, grace));
+        if let Some(begun) = self.standby.begin() {
+            begun.run(|| standby::Standby::start(&self.helper_exe, grace));
+        }
     }
 
     /// [`Self::prestart`] on a blocking thread of the current runtime (if any): `posix_spawn`
     /// suspends its caller until the child's `execve`, which must not hold up a runtime thread
-    /// (the round's durable record, its output) on a busy host.
+    /// (the round's durable record, its output) on a busy host. The start is marked under way
+    /// here, before that thread runs ([`standby::Slot::begin`]), so the next round waits for it.
     fn prestart_in_background(&self, grace: Duration) {
-        // Taken now: a discard that comes before the blocking thread runs still counts.
-        let ticket = self.standby.ticket();
-        let me = self.clone();
+        let Some(begun) = self.standby.begin() else {
+            return;
+        };
+        let exe = self.helper_exe.clone();
+        let start = move || begun.run(|| standby::Standby::start(&exe, grace));
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn_blocking(move || me.prestart_for(ticket, grace));
+                rt.spawn_blocking(start);
             }
-            Err(_) => me.prestart_for(ticket, grace),
+            Err(_) => start(),
         }
     }
 

@@ -26,7 +26,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::inherit;
@@ -62,18 +62,42 @@ struct SlotState {
     discards: u64,
 }
 
-/// The discards a slot had seen when a start was asked for ([`Slot::ticket`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Ticket(u64);
+/// A start marked under way ([`Slot::begin`]), to be run once ([`Begun::run`]). However it
+/// ends — run, a panic in the start, or dropped unrun (a runtime shutting down drops the task
+/// holding it) — the slot stops counting it as under way and the rounds waiting are woken.
+#[derive(Debug)]
+#[must_use = "a start begun and dropped unrun starts nothing"]
+pub struct Begun {
+    slot: Arc<Slot>,
+    /// The slot's discards when it began: a discard after that means its run will not come.
+    discards: u64,
+}
 
-/// Clears `starting` however the start ends (a panic included), and wakes the rounds waiting.
-struct Starting<'a>(&'a Slot);
+impl Begun {
+    /// Starts the standby with `start` and keeps it, unless the run it was started for was
+    /// discarded since [`Slot::begin`] (then nothing is started, or what was is stopped).
+    pub fn run(self, start: impl FnOnce() -> io::Result<Standby>) {
+        if self.slot.lock().discards != self.discards {
+            return;
+        }
+        if let Ok(standby) = start() {
+            let mut state = self.slot.lock();
+            if state.waiting.is_none() && state.discards == self.discards {
+                state.waiting = Some(standby);
+                return;
+            }
+            // Not kept (discarded meanwhile): killed and reaped once the lock is released.
+            drop(state);
+            standby.stop();
+        }
+    }
+}
 
-impl Drop for Starting<'_> {
+impl Drop for Begun {
     fn drop(&mut self) {
-        self.0.lock().starting = false;
-        self.0.started.notify_all();
-        self.0.ready.notify_waiters();
+        self.slot.lock().starting = false;
+        self.slot.started.notify_all();
+        self.slot.ready.notify_waiters();
     }
 }
 
@@ -83,40 +107,31 @@ impl Slot {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Fills the slot with what `start` starts, unless one waits or is being started (then
-    /// `start` is not called). The lock is not held while `start` runs. A failed start leaves
-    /// the slot empty: the next round starts a helper of its own.
-    pub fn fill(&self, start: impl FnOnce() -> io::Result<Standby>) {
-        self.fill_for(self.ticket(), start);
+    /// Starts a standby with `start` (on this thread) unless one waits or is being started
+    /// already (then `start` is not called). The lock is not held while `start` runs. A failed
+    /// start leaves the slot empty: the next round starts a helper of its own.
+    pub fn fill(self: &Arc<Self>, start: impl FnOnce() -> io::Result<Standby>) {
+        if let Some(begun) = self.begin() {
+            begun.run(start);
+        }
     }
 
-    /// What a start asked for now must see undiscarded to go on ([`Slot::fill_for`]).
-    pub fn ticket(&self) -> Ticket {
-        Ticket(self.lock().discards)
-    }
-
-    /// [`Slot::fill`] for a start asked for when `ticket` was taken: nothing is started, or kept,
-    /// once a discard came after it (the run it was asked for will not come).
-    pub fn fill_for(&self, ticket: Ticket, start: impl FnOnce() -> io::Result<Standby>) {
-        let discards = ticket.0;
-        {
-            let mut state = self.lock();
-            if state.waiting.is_some() || state.starting || state.discards != discards {
-                return;
-            }
-            state.starting = true;
+    /// Marks a start as under way now, unless one waits or is being started already: from here
+    /// on a round that asks for the standby waits for this start ([`Slot::take`]) instead of
+    /// starting a helper of its own, even before the thread that runs it ([`Begun::run`]) is
+    /// scheduled. (Marked only once that thread ran, the runner's next round, on a busy
+    /// 2-CPU host, often came first, found no start under way and started its own helper: one
+    /// round in five of a `ralph run` here, a cold helper on the round's path.)
+    pub fn begin(self: &Arc<Self>) -> Option<Begun> {
+        let mut state = self.lock();
+        if state.waiting.is_some() || state.starting {
+            return None;
         }
-        let _starting = Starting(self);
-        if let Ok(standby) = start() {
-            let mut state = self.lock();
-            if state.waiting.is_none() && state.discards == discards {
-                state.waiting = Some(standby);
-                return;
-            }
-            // Not kept (discarded meanwhile): killed and reaped once the lock is released.
-            drop(state);
-            standby.stop();
-        }
+        state.starting = true;
+        Some(Begun {
+            slot: self.clone(),
+            discards: state.discards,
+        })
     }
 
     /// The run a standby was started for will not come: the waiting one is dropped (killed,
@@ -149,8 +164,8 @@ impl Slot {
     /// runner that knows a run with kill grace `grace` is coming before it has its backend (`ralph
     /// run`: the helper starts while the store opens and the job is journalled). Hand it to the
     /// backend with [`super::NativeBackend::with_standby`].
-    pub fn start_early(helper_exe: &Path, grace: Duration) -> std::sync::Arc<Self> {
-        let slot = std::sync::Arc::new(Self::default());
+    pub fn start_early(helper_exe: &Path, grace: Duration) -> Arc<Self> {
+        let slot = Arc::new(Self::default());
         let (s, exe) = (slot.clone(), helper_exe.to_owned());
         // A thread that cannot be made leaves the slot empty: the round starts its own helper.
         let _ = std::thread::Builder::new()

@@ -20,7 +20,7 @@ fn rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn an_empty_slot_answers_at_once_and_a_full_one_is_not_filled_again() {
-    let slot = Slot::default();
+    let slot = Arc::new(Slot::default());
     let start = Instant::now();
     assert!(rt().block_on(slot.take(Duration::from_secs(30))).is_none());
     assert!(
@@ -88,6 +88,75 @@ fn a_failed_or_panicking_start_leaves_the_slot_usable() {
     assert!(start.elapsed() < Duration::from_secs(10));
     slot.fill(standby);
     assert!(slot.waiting_pid().is_some());
+}
+
+#[test]
+fn a_start_marked_under_way_is_waited_for_before_its_thread_runs() {
+    let slot = Arc::new(Slot::default());
+    let begun = slot.begin().expect("an empty slot begins a start");
+    assert!(
+        slot.begin().is_none(),
+        "a second start while one is under way"
+    );
+    let got = rt().block_on(async {
+        let take = slot.take(Duration::from_secs(60));
+        tokio::pin!(take);
+        // Its thread has not run: the round waits all the same (it used to start its own).
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
+                .await
+                .is_err(),
+            "the round did not wait for the start under way"
+        );
+        let runner = std::thread::spawn(move || begun.run(standby));
+        let got = take.await;
+        runner.join().unwrap();
+        got
+    });
+    assert!(
+        got.is_some(),
+        "the round did not get the standby it waited for"
+    );
+}
+
+#[test]
+fn a_start_dropped_unrun_or_discarded_starts_nothing_and_leaves_the_slot_usable() {
+    let slot = Arc::new(Slot::default());
+    // Dropped unrun (a runtime shutting down drops the task that held it).
+    drop(slot.begin().unwrap());
+    let start = Instant::now();
+    assert!(rt().block_on(slot.take(Duration::from_secs(30))).is_none());
+    assert!(start.elapsed() < Duration::from_secs(10), "left under way");
+    // Discarded before its thread runs: the run it was for will not come.
+    let begun = slot.begin().unwrap();
+    let s2 = slot.clone();
+    let discarder = std::thread::spawn(move || s2.discard());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slot.lock().discards == 0 {
+        assert!(Instant::now() < deadline, "the discard never came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    begun.run(|| panic!("started for a discarded run"));
+    discarder.join().unwrap();
+    assert_eq!(slot.waiting_pid(), None);
+    assert!(!slot.lock().starting);
+    slot.fill(standby);
+    assert!(slot.waiting_pid().is_some());
+}
+
+#[test]
+fn a_backend_asked_to_prepare_counts_the_start_before_returning() {
+    let backend = crate::native::NativeBackend::new(
+        "/bin/true",
+        crate::policy::PolicySet::embedded().unwrap(),
+    );
+    rt().block_on(async {
+        crate::Sandbox::prepare(&backend, Duration::from_secs(1));
+        // At once, whatever the blocking thread has done yet: a round asking now waits.
+        let slot = &backend.standby;
+        assert!(slot.lock().starting || slot.waiting_pid().is_some());
+        assert!(slot.take(Duration::from_secs(60)).await.is_some());
+    });
 }
 
 /// The standby's end of a fresh order socket (as a number, as its environment names it) and the
