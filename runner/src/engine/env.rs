@@ -55,11 +55,16 @@ impl RunnerEnv {
 
     /// Why `--env NAME`-like `flag` cannot pass `name`, if it cannot.
     pub fn cannot_pass(&self, flag: &'static str, name: &str) -> Option<MissingEnv> {
-        self.get(name).is_none().then(|| MissingEnv {
+        self.get(name).is_none().then(|| self.missing(flag, name))
+    }
+
+    /// Why `flag` cannot pass `name`, which this environment does not hold as text.
+    fn missing(&self, flag: &'static str, name: &str) -> MissingEnv {
+        MissingEnv {
             flag,
             name: name.to_owned(),
             not_utf8: self.not_utf8.contains(name),
-        })
+        }
     }
 
     /// An explicit environment (tests).
@@ -136,15 +141,8 @@ pub fn build_round(
         }
     }
     for name in passthrough {
-        let value = match runner.get(name) {
-            Some(v) => v,
-            None => {
-                return Err(runner.cannot_pass("--env", name).unwrap_or(MissingEnv {
-                    flag: "--env",
-                    name: name.clone(),
-                    not_utf8: false,
-                }));
-            }
+        let Some(value) = runner.get(name) else {
+            return Err(runner.missing("--env", name));
         };
         env.insert(name.clone(), value.to_owned());
     }

@@ -107,13 +107,8 @@ impl Host {
     /// lock when asked, and starts this runner's lease.
     pub fn open(o: &HostOptions<'_>) -> Result<Self, HostError> {
         // Whatever the store, the rounds' files live under it and are named to them as text:
-        // a path that is not is refused before anything is made there.
-        let text = |p: &Path| match p.to_str() {
-            Some(_) => Ok(()),
-            None => Err(HostError::Open(StoreError::StateDirNotText {
-                path: p.to_path_buf(),
-            })),
-        };
+        // a path that is not (as given, or as resolved) is refused before anything is made.
+        let text = |p: &Path| crate::store::state_dir_is_text(p).map_err(HostError::Open);
         text(o.state_dir)?;
         crate::store::sqlite::create_private_dir(o.state_dir).map_err(HostError::CreateDir)?;
         let state_dir =

@@ -255,6 +255,18 @@ impl From<hold::HoldError> for StoreError {
     }
 }
 
+/// A state directory whose path is not UTF-8 is refused before anything is made in it
+/// ([`StoreError::StateDirNotText`]): the rounds' files under it are named to them as text, and
+/// SQLite names its database by text.
+pub(crate) fn state_dir_is_text(state_dir: &Path) -> Result<(), StoreError> {
+    match state_dir.to_str() {
+        Some(_) => Ok(()),
+        None => Err(StoreError::StateDirNotText {
+            path: state_dir.to_owned(),
+        }),
+    }
+}
+
 /// The state store: the API the runner and the service use, over one of the backends.
 #[derive(Debug)]
 pub struct Store {

@@ -127,17 +127,6 @@ fn sqlite_uri(path: &Path) -> Option<String> {
     Some(uri)
 }
 
-/// A state directory whose path is not UTF-8 is refused before anything is made in it
-/// ([`StoreError::StateDirNotText`]).
-fn not_text(state_dir: &Path) -> Result<(), StoreError> {
-    match state_dir.to_str() {
-        Some(_) => Ok(()),
-        None => Err(StoreError::StateDirNotText {
-            path: state_dir.to_owned(),
-        }),
-    }
-}
-
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -219,7 +208,7 @@ fn make_new(path: &Path) -> Result<(), StoreError> {
 impl SqliteStore {
     /// Opens (creating if needed) the store in `state_dir`.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        not_text(state_dir)?;
+        super::state_dir_is_text(state_dir)?;
         create_private_dir(state_dir)?;
         let path = state_dir.join(DB_FILE);
         if std::fs::symlink_metadata(&path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -281,7 +270,7 @@ impl SqliteStore {
     /// setting is created or changed; a missing database is [`StoreError::NoStore`].
     pub fn open_read_only(state_dir: &Path) -> Result<Self, StoreError> {
         use rusqlite::OpenFlags;
-        not_text(state_dir)?;
+        super::state_dir_is_text(state_dir)?;
         let path = state_dir.join(DB_FILE);
         if !path.is_file() {
             return Err(StoreError::NoStore { path });
