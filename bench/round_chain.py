@@ -14,7 +14,9 @@ starting (`gap`), in order along the chain:
          confinement
   flush  the runner's fdatasync in that stretch (round_started), and how long after the order
          was received it ended (`flush_end`: > c means the flush, not the set-up, held the go)
-Medians over every round of every job; the agent is `/bin/sh -c '. agent.sh'` (its exec and exit
+Medians over every round of every job (`gap` over all of them; the rest over the rounds whose
+helper was a standby given an order: `direct` counts the others, whose helper was started for the
+round itself); the agent is `/bin/sh -c '. agent.sh'` (its exec and exit
 are the round's ends). Needs root and perf.
 
 Usage: bench/round_chain.py JOBS ROUNDS STATE_ROOT WORKSPACE AGENT_DIR name=binary...
@@ -108,6 +110,12 @@ def chain(events, binary):
             i = order.index(name)
             if order[i - 1] in state:
                 state[name] = t
+        if name == "agent_exec" and state and "agent_exec" not in state:
+            # A round whose helper was not a standby given an order (started for the round
+            # itself): only its gap counts.
+            rows.append({"gap": t - state["agent_exit"], "direct": 1.0})
+            state = {}
+            continue
         if "agent_exec" in state:
             s = state
             fl = [f for f in flushes if s["helper_exit"] <= f[0] <= s["agent_exec"]]
@@ -119,6 +127,7 @@ def chain(events, binary):
                 "c": s["agent_exec"] - s["received"],
                 "flush": sum(f[1] - f[0] for f in fl),
                 "flush_end": (max(f[1] for f in fl) - s["received"]) if fl else 0.0,
+                "direct": 0.0,
             })
             state = {}
     return rows
@@ -139,14 +148,22 @@ def main():
             events, b = record(binary, state, ws, agent_dir, rounds)
             rows[name].extend(chain(events, b))
     keys = ["gap", "a", "b", "lag", "c", "flush", "flush_end"]
-    print("build".ljust(12) + "rounds  " + "".join(k.rjust(10) for k in keys) + "   (medians, ms)")
+    print("build".ljust(12) + "rounds  direct" + "".join(k.rjust(10) for k in keys)
+          + "   (medians, ms; gap's mean in brackets)")
     for name in builds:
         r = rows[name]
         if not r:
             print(f"{name.ljust(12)}no round measured")
             continue
-        med = [statistics.median(x[k] for x in r) * 1000 for k in keys]
-        print(name.ljust(12) + str(len(r)).rjust(6) + "  " + "".join(f"{m:10.2f}" for m in med))
+        ordered = [x for x in r if not x["direct"]]
+        med = [statistics.median(x["gap"] for x in r) * 1000] + [
+            statistics.median(x[k] for x in ordered) * 1000 if ordered else float("nan")
+            for k in keys[1:]
+        ]
+        direct = sum(1 for x in r if x["direct"])
+        mean = statistics.mean(x["gap"] for x in r) * 1000
+        print(name.ljust(12) + str(len(r)).rjust(6) + str(direct).rjust(8)
+              + "".join(f"{m:10.2f}" for m in med) + f"   [{mean:.2f}]")
 
 
 if __name__ == "__main__":
