@@ -296,6 +296,29 @@ mod not_utf8 {
     }
 
     #[test]
+    fn a_text_flag_given_bytes_that_are_not_text_is_named_and_nothing_runs() {
+        let f = Fixture::new();
+        let out = Ralph::new()
+            .args(["run", "--objective", "o", "--workspace"])
+            .arg(&f.ws)
+            .arg("--state-dir")
+            .arg(&f.state)
+            .arg("--agent-cmd")
+            .arg(OsStr::from_bytes(b"touch ran; a\xff\x1b[31m"))
+            .output();
+        out.expect_code(64);
+        assert!(out.stderr.contains("argument 9,"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("(after `--agent-cmd`)"),
+            "{}",
+            out.stderr
+        );
+        shows_escaped(&out.stderr, r"a\xFF\u{1b}[31m");
+        assert!(!f.state.exists(), "the state directory was made");
+        assert!(!f.ws.join("ran").exists(), "the agent ran");
+    }
+
+    #[test]
     fn sandbox_exec_names_an_argument_that_is_not_text_and_runs_nothing() {
         let f = Fixture::new();
         let out = Ralph::new()

@@ -199,6 +199,26 @@ fn prints_job_text(command: &Command) -> bool {
     }
 }
 
+/// What the parser words as "invalid UTF-8 was detected in one or more arguments", naming the
+/// argument: the first one that is not UTF-8, by position, with its bytes escaped, and the
+/// argument before it (the flag it is most likely the value of).
+fn not_utf8_argument(args: &[std::ffi::OsString]) -> Option<String> {
+    let (i, bad) = args
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, a)| a.to_str().is_none())?;
+    let after = args
+        .get(i - 1)
+        .filter(|_| i > 1)
+        .and_then(|p| p.to_str())
+        .map(|p| format!(" (after `{}`)", p.escape_debug()))
+        .unwrap_or_default();
+    Some(format!(
+        "argument {i}, {bad:?}{after}, is not UTF-8: ralph takes it as text; give it in UTF-8"
+    ))
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> std::process::ExitCode {
     let json = wants_json();
@@ -216,6 +236,15 @@ pub fn main() -> std::process::ExitCode {
                 }
                 _ => Exit::Usage,
             };
+            if e.kind() == clap::error::ErrorKind::InvalidUtf8
+                && let Some(message) = not_utf8_argument(&args)
+            {
+                if json {
+                    print_json_error(code, &message);
+                }
+                eprintln!("ralph: {message}");
+                return code.into();
+            }
             if json && code == Exit::Usage {
                 let text = e.render().to_string();
                 let message = text
