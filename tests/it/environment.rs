@@ -178,6 +178,14 @@ mod not_utf8 {
     use super::common::{self, Fixture, Ralph, complete_report};
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// `ralph sandbox exec --workspace ws`, flags and the command to add.
+    fn sandbox_exec(ws: &Path) -> Ralph {
+        Ralph::new()
+            .args(["sandbox", "exec", "--workspace"])
+            .arg(ws)
+    }
 
     /// Asserts `stderr` shows `escaped` (the bytes as `\xFF`) and no raw byte that was not text.
     fn shows_escaped(stderr: &str, escaped: &str) {
@@ -207,10 +215,8 @@ mod not_utf8 {
         assert!(!out.stderr.contains("is not set"), "{}", out.stderr);
         assert!(!f.ws.join("ran").exists(), "the agent ran");
 
-        let mut c = Ralph::new()
-            .args(["sandbox", "exec", "--env", "MY_BYTES", "--workspace"])
-            .arg(&f.ws)
-            .args(["--", "/bin/sh", "-c", "touch ran"])
+        let mut c = sandbox_exec(&f.ws)
+            .args(["--env", "MY_BYTES", "--", "/bin/sh", "-c", "touch ran"])
             .command();
         c.env("MY_BYTES", OsStr::from_bytes(b"a\xffb"));
         let out = common::output_of(c);
@@ -228,14 +234,7 @@ mod not_utf8 {
             "touch ran; echo '{}' > \"$RALPH_REPORT_FILE\"",
             complete_report("x")
         );
-        let out = Ralph::new()
-            .args(["run", "--objective", "o", "--json", "--agent-cmd", &cmd])
-            .arg("--workspace")
-            .arg(&ws)
-            .arg("--state-dir")
-            .arg(&f.state)
-            .args(["--mode", common::TEST_MODE])
-            .output();
+        let out = f.run_at(&ws, &f.state, &cmd).output();
         out.expect_code(64);
         assert!(out.stderr.contains("workspace"), "{}", out.stderr);
         shows_escaped(&out.stderr, r"\xFF\u{1b}[31mx");
@@ -246,21 +245,7 @@ mod not_utf8 {
     fn a_state_directory_whose_path_is_not_text_is_refused_before_it_is_made() {
         let f = Fixture::new();
         let state = f.root.path().join(OsStr::from_bytes(b"st\xff\x1b[31m"));
-        let out = Ralph::new()
-            .args([
-                "run",
-                "--objective",
-                "o",
-                "--json",
-                "--agent-cmd",
-                "touch ran",
-            ])
-            .arg("--workspace")
-            .arg(&f.ws)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["--mode", common::TEST_MODE])
-            .output();
+        let out = f.run_at(&f.ws, &state, "touch ran").output();
         out.expect_code(64);
         assert!(out.stderr.contains("state directory"), "{}", out.stderr);
         shows_escaped(&out.stderr, r"st\xFF\u{1b}[31m");
@@ -270,21 +255,7 @@ mod not_utf8 {
         std::fs::create_dir(&state).unwrap();
         let link = f.root.path().join("state-link");
         std::os::unix::fs::symlink(&state, &link).unwrap();
-        let out = Ralph::new()
-            .args([
-                "run",
-                "--objective",
-                "o",
-                "--json",
-                "--agent-cmd",
-                "touch ran",
-            ])
-            .arg("--workspace")
-            .arg(&f.ws)
-            .arg("--state-dir")
-            .arg(&link)
-            .args(["--mode", common::TEST_MODE])
-            .output();
+        let out = f.run_at(&f.ws, &link, "touch ran").output();
         out.expect_code(64);
         shows_escaped(&out.stderr, r"st\xFF\u{1b}[31m");
         assert_eq!(
@@ -321,9 +292,7 @@ mod not_utf8 {
     #[test]
     fn sandbox_exec_names_an_argument_that_is_not_text_and_runs_nothing() {
         let f = Fixture::new();
-        let out = Ralph::new()
-            .args(["sandbox", "exec", "--workspace"])
-            .arg(&f.ws)
+        let out = sandbox_exec(&f.ws)
             .args(["--", "/bin/sh", "-c", "touch ran", "sh"])
             .arg(OsStr::from_bytes(b"a\xff\x1b[31m"))
             .output();
@@ -342,9 +311,7 @@ mod not_utf8 {
         let f = Fixture::new();
         let ws = f.root.path().join(OsStr::from_bytes(b"w\xffx"));
         std::fs::create_dir(&ws).unwrap();
-        let out = Ralph::new()
-            .args(["sandbox", "exec", "--workspace"])
-            .arg(&ws)
+        let out = sandbox_exec(&ws)
             .args([
                 "--",
                 "/bin/sh",

@@ -113,6 +113,11 @@ impl Fixture {
 
     /// Like [`Fixture::run`] with an inline `--agent-cmd` command line.
     pub fn run_cmd(&self, agent_cmd: &str) -> Ralph {
+        self.run_at(&self.ws, &self.state, agent_cmd)
+    }
+
+    /// Like [`Fixture::run_cmd`] in the workspace `ws` with the state directory `state`.
+    pub fn run_at(&self, ws: &Path, state: &Path, agent_cmd: &str) -> Ralph {
         Ralph::new()
             .args([
                 "run",
@@ -125,9 +130,9 @@ impl Fixture {
                 "1s",
             ])
             .arg("--workspace")
-            .arg(&self.ws)
+            .arg(ws)
             .arg("--state-dir")
-            .arg(&self.state)
+            .arg(state)
             .arg("--read")
             .arg(&self.agents)
             .args(["--mode", TEST_MODE])

@@ -36,6 +36,23 @@ fn an_empty_slot_answers_at_once_and_a_full_one_is_not_filled_again() {
     assert_eq!(slot.waiting_pid(), None);
 }
 
+/// Asks `slot` for its standby as a round does, checks the round is still waiting 50 ms on,
+/// then calls `release` (which lets the start under way end) and returns what the round got.
+fn waits_then_takes(slot: &Slot, release: impl FnOnce()) -> Option<Standby> {
+    rt().block_on(async {
+        let take = slot.take(Duration::from_secs(60));
+        tokio::pin!(take);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
+                .await
+                .is_err(),
+            "the round did not wait for the start under way"
+        );
+        release();
+        take.await
+    })
+}
+
 #[test]
 fn a_round_waits_for_a_standby_being_started() {
     let slot = Arc::new(Slot::default());
@@ -55,18 +72,8 @@ fn a_round_waits_for_a_standby_being_started() {
         assert!(Instant::now() < deadline, "the start never began");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let got = rt().block_on(async {
-        let take = slot.take(Duration::from_secs(60));
-        tokio::pin!(take);
-        // Not there yet: the round waits.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
-                .await
-                .is_err()
-        );
-        go_tx.send(()).unwrap();
-        take.await
-    });
+    // Not there yet: the round waits.
+    let got = waits_then_takes(&slot, || go_tx.send(()).unwrap());
     filler.join().unwrap();
     assert!(
         got.is_some(),
@@ -98,21 +105,14 @@ fn a_start_marked_under_way_is_waited_for_before_its_thread_runs() {
         slot.begin().is_none(),
         "a second start while one is under way"
     );
-    let got = rt().block_on(async {
-        let take = slot.take(Duration::from_secs(60));
-        tokio::pin!(take);
-        // Its thread has not run: the round waits all the same (it used to start its own).
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
-                .await
-                .is_err(),
-            "the round did not wait for the start under way"
-        );
-        let runner = std::thread::spawn(move || begun.run(standby));
-        let got = take.await;
-        runner.join().unwrap();
-        got
+    // Its thread has not run: the round waits all the same (it used to start its own).
+    let mut runner = None;
+    let got = waits_then_takes(&slot, || {
+        runner = Some(std::thread::spawn(move || begun.run(standby)));
     });
+    if let Some(r) = runner {
+        r.join().unwrap();
+    }
     assert!(
         got.is_some(),
         "the round did not get the standby it waited for"
