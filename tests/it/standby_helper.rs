@@ -297,6 +297,73 @@ fn a_standby_that_took_its_round_holds_what_a_helper_started_for_it_holds() {
     );
 }
 
+/// The run's view (its mount namespace) is held by the helper while the command runs, to be
+/// sent back to the runner at the end (`native::handback`): the last process leaving it no
+/// longer tears it down on the round's path. Whether the helper was started ahead or for the
+/// round, it holds the command's own view (not the host's), close-on-exec, and nothing of it
+/// reaches the command (its descriptors are its streams only, checked above).
+#[test]
+fn the_helper_holds_the_commands_view_to_hand_it_back_started_ahead_or_not() {
+    for ahead in [false, true] {
+        let w = World::new();
+        let ws = w.root.join("ws");
+        let spec = w.spec(
+            "readlink /proc/self/ns/mnt > ns.tmp && mv ns.tmp ns; \
+             while [ ! -e go ]; do sleep 0.01; done",
+            StdinMode::Null,
+            GRACE,
+        );
+        rt().block_on(async {
+            let b = backend();
+            if ahead {
+                waiting_standby(&b);
+            }
+            let (io, _, err) = io_with(None);
+            let run = b.spawn(&spec, io).await.unwrap();
+            let helper = run.pid().unwrap();
+            wait_until("the command says its view", LIMIT, || {
+                ws.join("ns").exists()
+            });
+            let view = std::fs::read_to_string(ws.join("ns")).unwrap();
+            let view = view.trim();
+            let host = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+            assert_ne!(
+                std::path::Path::new(view),
+                host,
+                "the command runs in the host's view"
+            );
+            let mut held = None;
+            wait_until("the helper holds the command's view", LIMIT, || {
+                held = fds(helper).into_iter().find_map(|(n, _)| {
+                    let link = std::fs::read_link(format!("/proc/{helper}/fd/{n}")).ok()?;
+                    (link.to_str() == Some(view)).then_some(n)
+                });
+                held.is_some()
+            });
+            let n = held.unwrap();
+            let info = std::fs::read_to_string(format!("/proc/{helper}/fdinfo/{n}")).unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+                .unwrap();
+            assert_ne!(
+                flags & libc::O_CLOEXEC as u32,
+                0,
+                "not close-on-exec: {info}"
+            );
+            std::fs::write(ws.join("go"), "").unwrap();
+            let report = run.wait(CancellationToken::new()).await.unwrap();
+            assert_eq!(
+                report.outcome.termination,
+                Termination::Exited { code: 0 },
+                "ahead {ahead}: {}",
+                err.text()
+            );
+        });
+    }
+}
+
 #[test]
 fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
     let w = World::new();

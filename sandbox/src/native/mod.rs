@@ -24,6 +24,7 @@ pub mod cgroup;
 pub mod cgroup_owner;
 pub mod child;
 pub mod gateway;
+pub mod handback;
 pub mod hold;
 pub mod idmap;
 pub mod inherit;
@@ -47,7 +48,7 @@ pub mod supervisor;
 pub mod tree;
 pub mod vfork;
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -207,7 +208,20 @@ pub struct NativeRun {
     merged: bool,
     gateway: Vec<(u16, std::net::TcpListener)>,
     /// A held run's release, until sent ([`hold`]).
-    hold: Option<std::os::fd::OwnedFd>,
+    hold: Option<OwnedFd>,
+    /// The runner's end of the run's hand-back, on which the helper sends its view back
+    /// ([`handback`]): released once the helper exited.
+    handback: Option<OwnedFd>,
+}
+
+/// A run dropped before its end was waited for: its socket goes off this thread too (a view in
+/// flight on it would keep the runtime's thread for its teardown).
+impl Drop for NativeRun {
+    fn drop(&mut self) {
+        if let Some(h) = self.handback.take() {
+            handback::release(h);
+        }
+    }
 }
 
 impl Sandbox for NativeBackend {
@@ -304,6 +318,11 @@ impl NativeBackend {
         } else {
             None
         };
+        // A run with a view of its own sends it back to be torn down here, off the round's path;
+        // without the socket (it could not be made) the view goes as it always could.
+        let handback = (plan.pid_namespace && plan.root.is_some())
+            .then(|| handback::channel().ok())
+            .flatten();
         let helper = HelperSpec {
             exec: spec.clone(),
             plan,
@@ -311,6 +330,7 @@ impl NativeBackend {
             parent_pid: Some(i32::try_from(std::process::id()).unwrap_or(i32::MAX)),
             gateway_fd: handover.as_ref().map(|(_, h)| h.as_raw_fd()),
             hold_fd: hold.as_ref().map(|(_, h)| h.as_raw_fd()),
+            handback_fd: handback.as_ref().map(|(_, h)| h.as_raw_fd()),
         };
         let encoded = serde_json::to_string(&helper).map_err(|e| SandboxError::Helper {
             message: format!("failed to encode the spec: {e}"),
@@ -342,6 +362,7 @@ impl NativeBackend {
                 stdin,
                 handover.as_ref().map(|(_, h)| h.as_fd()),
                 hold.as_ref().map(|(_, h)| h.as_fd()),
+                handback.as_ref().map(|(_, h)| h.as_fd()),
             )
             .ok()
         });
@@ -352,6 +373,7 @@ impl NativeBackend {
                     .iter()
                     .map(|(_, h)| h.as_raw_fd())
                     .chain(hold.iter().map(|(_, h)| h.as_raw_fd()))
+                    .chain(handback.iter().map(|(_, h)| h.as_raw_fd()))
                     .collect();
                 let mut env = std::ffi::OsString::from(format!("{SPEC_ENV}="));
                 env.push(&encoded);
@@ -383,6 +405,10 @@ impl NativeBackend {
             runner_end
         });
         let hold = hold.map(|(runner_end, helper_end)| {
+            drop(helper_end);
+            runner_end
+        });
+        let handback = handback.map(|(runner_end, helper_end)| {
             drop(helper_end);
             runner_end
         });
@@ -434,6 +460,7 @@ impl NativeBackend {
             merged: spec.stderr == crate::spec::StderrMode::MergedIntoStdout,
             gateway,
             hold,
+            handback,
         })
     }
 }
@@ -545,6 +572,10 @@ impl NativeRun {
             };
             tokio::select! {
                 status = self.child.wait() => {
+                    // The view the helper sent back (if it did) is torn down off the round's path.
+                    if let Some(h) = self.handback.take() {
+                        handback::release(h);
+                    }
                     break status.map_err(|e| SandboxError::Helper { message: format!("failed to wait for the helper: {e}") })?;
                 }
                 () = cancel.cancelled(), if !cancel_sent => {
@@ -699,10 +730,16 @@ pub fn helper_main() -> ! {
             std::process::exit(code)
         }
     };
+    // Without its hand-back the view goes with its last process, as it always could: never a
+    // reason to fail the run.
+    let handback = spec
+        .handback_fd
+        .and_then(|fd| handback::adopt_inherited(fd).ok());
     let from_runner = supervisor::FromRunner {
         gateway,
         hold,
         netns,
+        handback,
     };
     let result = supervisor::supervise(&spec.exec, &spec.plan, spec.parent_pid, from_runner);
     let code = match write_result(&spec.result_path, &result) {

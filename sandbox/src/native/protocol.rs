@@ -57,6 +57,10 @@ pub struct HelperSpec {
     /// the runner releases the command ([`super::hold`]).
     #[serde(default)]
     pub hold_fd: Option<i32>,
+    /// The inherited helper end of the socket on which the supervisor sends the run's view back
+    /// at its end ([`super::handback`]); without it the view goes with its last process.
+    #[serde(default)]
+    pub handback_fd: Option<i32>,
 }
 
 /// A restriction that could not be put in place; nothing ran.

@@ -10,7 +10,8 @@
 //! ```text
 //! runner ──posix_spawn──▶ standby (`ralph __sandbox-helper --kill-grace-ms=N`, env: STANDBY_ENV=fd)
 //!    │                        │ recvmsg (blocked; end-of-file = the runner is gone: exit 0)
-//!    └── order ──────────────▶│ [flags][spec JSON] + SCM_RIGHTS: stdin, gateway end?, hold end?
+//!    └── order ──────────────▶│ [flags][spec JSON] + SCM_RIGHTS: stdin, gateway end?, hold end?,
+//!                             │   hand-back end?
 //!                             │ dup2 stdin onto 0, closes the socket: never a second order
 //!                             └─▶ the helper, as if started for that round
 //! ```
@@ -207,6 +208,8 @@ impl Slot {
 const HAS_GATEWAY: u8 = 1;
 /// The order carries the hold's read end.
 const HAS_HOLD: u8 = 2;
+/// The order carries the helper end of the view's hand-back ([`super::handback`]).
+const HAS_HANDBACK: u8 = 4;
 
 /// A started helper waiting for its round.
 #[derive(Debug)]
@@ -261,7 +264,7 @@ impl Standby {
     }
 
     /// Hands it its round: `spec` (encoded), its standard input made as `stdin` says, and the
-    /// helper ends of the gateway hand-over and of the hold. Returns the started helper of the
+    /// helper ends of the gateway hand-over, of the hold and of the view's hand-back. Returns the started helper of the
     /// round; on an error the standby is dropped (killed and reaped) and nothing of the round
     /// reached a process.
     pub fn order(
@@ -270,6 +273,7 @@ impl Standby {
         stdin: Stdin,
         gateway: Option<BorrowedFd<'_>>,
         hold: Option<BorrowedFd<'_>>,
+        handback: Option<BorrowedFd<'_>>,
     ) -> io::Result<Started> {
         if self.started.child.exited() {
             return Err(io::Error::other("the standby helper is gone"));
@@ -283,13 +287,15 @@ impl Standby {
             Stdin::Inherit => (io::stdin().as_fd().try_clone_to_owned()?, None),
         };
         let flags = if gateway.is_some() { HAS_GATEWAY } else { 0 }
-            | if hold.is_some() { HAS_HOLD } else { 0 };
+            | if hold.is_some() { HAS_HOLD } else { 0 }
+            | if handback.is_some() { HAS_HANDBACK } else { 0 };
         let mut payload = Vec::with_capacity(spec.len() + 1);
         payload.push(flags);
         payload.extend_from_slice(spec);
         let fds: Vec<BorrowedFd<'_>> = std::iter::once(theirs.as_fd())
             .chain(gateway)
             .chain(hold)
+            .chain(handback)
             .collect();
         fd_pass::send(self.orders.as_fd(), &payload, &fds)?;
         let Self { started, .. } = self;
@@ -311,7 +317,7 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
     let orders = inherit::adopt(fd, inherit::Kind::Socket)?;
     let mut buf = vec![0u8; MAX_SPEC_BYTES + 2];
     let got = loop {
-        match fd_pass::recv(orders.as_fd(), &mut buf, 3, 0) {
+        match fd_pass::recv(orders.as_fd(), &mut buf, 4, 0) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("failed to read the order: {e}")),
             Ok(got) => break got,
@@ -328,10 +334,13 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
         return Err("the order did not fit (truncated)".into());
     }
     let flags = buf[0];
-    if flags & !(HAS_GATEWAY | HAS_HOLD) != 0 {
+    if flags & !(HAS_GATEWAY | HAS_HOLD | HAS_HANDBACK) != 0 {
         return Err(format!("the order's flags are unknown: {flags:#x}"));
     }
-    let want = 1 + usize::from(flags & HAS_GATEWAY != 0) + usize::from(flags & HAS_HOLD != 0);
+    let want = 1
+        + usize::from(flags & HAS_GATEWAY != 0)
+        + usize::from(flags & HAS_HOLD != 0)
+        + usize::from(flags & HAS_HANDBACK != 0);
     if got.fds.len() != want {
         return Err(format!(
             "the order came with {} descriptors, expected {want}",
@@ -367,6 +376,9 @@ pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
         .then(|| fds.next().map(IntoRawFd::into_raw_fd))
         .flatten();
     spec.hold_fd = (flags & HAS_HOLD != 0)
+        .then(|| fds.next().map(IntoRawFd::into_raw_fd))
+        .flatten();
+    spec.handback_fd = (flags & HAS_HANDBACK != 0)
         .then(|| fds.next().map(IntoRawFd::into_raw_fd))
         .flatten();
     Ok(Some(spec))

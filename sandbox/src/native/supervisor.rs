@@ -101,6 +101,9 @@ pub struct FromRunner {
     /// A network namespace a standby made while it waited for its order ([`super::net::Early`],
     /// made as root: used only by a plan without a user namespace of its own).
     pub netns: Option<super::net::Early>,
+    /// The helper's end of the run's hand-back: the view is sent back on it at the end
+    /// ([`super::handback`]).
+    pub handback: Option<OwnedFd>,
 }
 
 enum Started {
@@ -151,6 +154,8 @@ struct Supervisor {
     /// The report directory and the supervisor's end of its hand-over (`None` without a tmpfs:
     /// the host directory is checked instead), see [`crate::report_dir`].
     report: Option<(crate::plan::ReportDirPlan, Option<OwnedFd>)>,
+    /// Where the view goes at the end, and the view held ([`super::handback`]).
+    handback: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// What the supervisor created outside the sandbox and removes at the end.
@@ -271,6 +276,9 @@ impl Supervisor {
             let _ = nix::sys::wait::waitpid(self.main, None);
         }
         self.cleanup.run();
+        if let Some((chan, view)) = self.handback.take() {
+            super::handback::send(chan, view);
+        }
         match result {
             Ok(outcome) => HelperResult::Ran { outcome },
             Err(message) => HelperResult::Internal { message },

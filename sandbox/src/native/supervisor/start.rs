@@ -18,12 +18,12 @@ use nix::unistd::{ForkResult, Pid, fork, pipe2};
 
 use super::super::cgroup::RunCgroups;
 use super::super::child::{self, ChildFailure, ExecPlan};
-use super::super::hold;
 use super::super::idmap::Idmaps;
 use super::super::init::{self, InitPipes};
 use super::super::late_masks;
 use super::super::spread::Spread;
 use super::super::step::{StepFailure, restriction};
+use super::super::{handback, hold};
 use super::super::{net, ns};
 use super::{Cleanup, FromRunner, Phase, Started, Supervisor, base_enforcement};
 use crate::beneath;
@@ -126,6 +126,7 @@ impl Supervisor {
             gateway,
             hold,
             netns: ahead,
+            handback,
         } = from_runner;
         if !plan.gateway_ports.is_empty() && gateway.is_none() {
             return Err(StepFailure::new(
@@ -167,7 +168,7 @@ impl Supervisor {
         let (forked, born_in_v2) = fork_main(&cleanup.cgroups)?;
         let main = match forked {
             ForkResult::Child => {
-                drop((ours, sigfd));
+                drop((ours, sigfd, handback));
                 become_main(
                     spec,
                     plan,
@@ -218,6 +219,11 @@ impl Supervisor {
         cleanup.drop_mask();
         // The set-up's own time: not the wait for the runner's release.
         let setup = setup_began.elapsed().saturating_sub(held);
+        // The command runs in the finished view: held from here, sent back at the end.
+        let handback = match (handback, plan.pid_namespace && plan.root.is_some()) {
+            (Some(chan), true) => handback::hold_view(main).map(|view| (chan, view)),
+            _ => None,
+        };
         Ok(Box::new(Supervisor {
             main,
             ns_init: plan.pid_namespace,
@@ -244,6 +250,7 @@ impl Supervisor {
             control_dir: spec.control_dir.clone(),
             spare_readers,
             report: plan.report_dir.clone().map(|r| (r, report_r)),
+            handback,
         }))
     }
 }
