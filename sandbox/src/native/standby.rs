@@ -264,9 +264,9 @@ impl Standby {
     }
 
     /// Hands it its round: `spec` (encoded), its standard input made as `stdin` says, and the
-    /// helper ends of the gateway hand-over, of the hold and of the view's hand-back. Returns the started helper of the
-    /// round; on an error the standby is dropped (killed and reaped) and nothing of the round
-    /// reached a process.
+    /// helper ends of the gateway hand-over, of the hold and of the view's hand-back. Returns
+    /// the started helper of the round; on an error the standby is dropped (killed and reaped)
+    /// and nothing of the round reached a process.
     pub fn order(
         self,
         spec: &[u8],

@@ -184,6 +184,12 @@ fn a_malformed_order_is_refused_before_anything_is_put_in_place() {
         ("empty", Vec::new(), 1),
         ("unknown flags", b"\x08{}".to_vec(), 1),
         ("too few descriptors", b"\x01{}".to_vec(), 1),
+        ("no hand-back descriptor", b"\x04{}".to_vec(), 1),
+        (
+            "hold and hand-back, one descriptor short",
+            b"\x06{}".to_vec(),
+            2,
+        ),
         ("too many descriptors", b"\x00{}".to_vec(), 2),
         ("not a spec", b"\x00{\"exec\":1}".to_vec(), 1),
     ];
