@@ -37,6 +37,9 @@ impl std::fmt::Debug for ExecIo {
 pub type SpawnFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Box<dyn Running>, SandboxError>> + Send + 'a>>;
 
+/// What [`Sandbox::settle`] returns.
+pub type SettleFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// What [`Running::wait`] returns: the run's report once it ended.
 pub type WaitFuture = Pin<Box<dyn Future<Output = Result<ExecReport, SandboxError>> + Send>>;
 
@@ -73,6 +76,15 @@ pub trait Sandbox: Send + Sync + std::fmt::Debug {
     /// is, so that an idle runner keeps none. No run is affected: one that finds none starts its
     /// own.
     fn discard(&self) {}
+
+    /// Resolves once what [`Sandbox::prepare`] started for the coming run is ready (or given
+    /// up, within a bound of the backend's), so that a spawn then hands that run its process
+    /// without waiting; at once when nothing is being started. The engine awaits it before it
+    /// commits a run's start beside a held spawn: the commit blocks its thread, and a spawn that
+    /// waited for its process meanwhile would send its order only after the commit's flush.
+    fn settle(&self) -> SettleFuture<'_> {
+        Box::pin(std::future::ready(()))
+    }
 
     /// Whether [`Sandbox::spawn_held`] is supported.
     fn holds(&self) -> bool {

@@ -50,7 +50,7 @@ pub mod sys;
 pub mod testing;
 pub mod units;
 
-pub use backend::{ExecIo, Running, Sandbox, SpawnFuture, WaitFuture};
+pub use backend::{ExecIo, Running, Sandbox, SettleFuture, SpawnFuture, WaitFuture};
 pub use error::{ErrorClass, SandboxError};
 pub use mode::{BackendKind, Mode, Network};
 pub use outcome::{EndedBy, Enforcement, ExecOutcome, ExecReport, Termination};

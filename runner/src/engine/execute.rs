@@ -72,6 +72,10 @@ impl JobRun<'_> {
             self.journal.record(started)?;
             return Ok(sandbox.spawn(spec, io).await);
         }
+        // A process the backend is still starting for this run (its standby) is waited for
+        // first: else the spawn would wait for it inside the `join!` below while the commit's
+        // flush held the thread, and the order would go out only after the flush.
+        sandbox.settle().await;
         let journal = &mut self.journal;
         // `join!` polls the spawn first: the helper is started before the commit blocks.
         let (spawned, recorded) = tokio::join!(sandbox.spawn_held(spec, io), async {

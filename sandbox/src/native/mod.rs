@@ -256,6 +256,10 @@ impl Sandbox for NativeBackend {
         self.standby.discard();
     }
 
+    fn settle(&self) -> crate::backend::SettleFuture<'_> {
+        Box::pin(self.standby.settled(STANDBY_WAIT))
+    }
+
     fn holds(&self) -> bool {
         true
     }

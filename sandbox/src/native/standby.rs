@@ -198,6 +198,24 @@ impl Slot {
         }
     }
 
+    /// Waits (at most `limit`) until no start is under way: the standby it was making waits
+    /// (or the start failed, or was discarded). Takes nothing.
+    pub async fn settled(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ready = self.ready.notified();
+            tokio::pin!(ready);
+            // Registered before the state is read: a start that ends in between still wakes us.
+            ready.as_mut().enable();
+            if !self.lock().starting {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, ready).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// The pid of the standby waiting, if one does.
     pub fn waiting_pid(&self) -> Option<u32> {
         self.lock().waiting.as_ref().map(Standby::id)

@@ -204,3 +204,46 @@ fn a_malformed_order_is_refused_before_anything_is_put_in_place() {
     assert!(receive("x").is_err(), "not a number");
     assert!(receive("1").is_err(), "a standard stream");
 }
+
+#[test]
+fn settling_waits_for_a_start_under_way_takes_nothing_and_is_bounded() {
+    let slot = Arc::new(Slot::default());
+    // Nothing under way: at once.
+    let start = Instant::now();
+    rt().block_on(slot.settled(Duration::from_secs(30)));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "waited on nothing"
+    );
+    // A start under way (begun, not yet run): settling waits for it, and leaves its standby.
+    let begun = slot.begin().expect("nothing waits or starts");
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let runner = std::thread::spawn(move || {
+        go_rx.recv().unwrap();
+        begun.run(standby);
+    });
+    rt().block_on(async {
+        let settle = slot.settled(Duration::from_secs(60));
+        tokio::pin!(settle);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), settle.as_mut())
+                .await
+                .is_err(),
+            "settled while the start was under way"
+        );
+        go_tx.send(()).unwrap();
+        settle.await;
+    });
+    runner.join().unwrap();
+    assert!(slot.waiting_pid().is_some(), "settling took the standby");
+    // A start that never ends: settling gives up at its limit.
+    let _ = rt().block_on(slot.take(Duration::from_secs(30)));
+    let stuck = slot.begin().expect("the slot is empty again");
+    let start = Instant::now();
+    rt().block_on(slot.settled(Duration::from_millis(100)));
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "gave up early"
+    );
+    drop(stuck);
+}
