@@ -99,6 +99,17 @@ fn fds(pid: u32) -> Vec<(i32, String)> {
     out
 }
 
+/// The open flags of `pid`'s descriptor `n` (its `fdinfo`'s `flags:`), with the whole `fdinfo`.
+fn fd_flags(pid: u32, n: i32) -> (u32, String) {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{n}")).unwrap();
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+        .unwrap();
+    (flags, info)
+}
+
 /// The descriptors of this process without close-on-exec (above the standard streams): what
 /// the test's own environment passes to every child.
 fn inheritable_here() -> Vec<i32> {
@@ -168,12 +179,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             let made = std::fs::read_link(format!("/proc/{first}/fd/{n}")).unwrap();
             let host = std::fs::read_link("/proc/self/ns/net").unwrap();
             assert_ne!(made, host, "the standby holds the host's network namespace");
-            let info = std::fs::read_to_string(format!("/proc/{first}/fdinfo/{n}")).unwrap();
-            let flags = info
-                .lines()
-                .find_map(|l| l.strip_prefix("flags:"))
-                .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
-                .unwrap();
+            let (flags, info) = fd_flags(first, n);
             assert_ne!(
                 flags & libc::O_CLOEXEC as u32,
                 0,
@@ -341,12 +347,7 @@ fn the_helper_holds_the_commands_view_to_hand_it_back_started_ahead_or_not() {
                 held.is_some()
             });
             let n = held.unwrap();
-            let info = std::fs::read_to_string(format!("/proc/{helper}/fdinfo/{n}")).unwrap();
-            let flags = info
-                .lines()
-                .find_map(|l| l.strip_prefix("flags:"))
-                .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
-                .unwrap();
+            let (flags, info) = fd_flags(helper, n);
             assert_ne!(
                 flags & libc::O_CLOEXEC as u32,
                 0,

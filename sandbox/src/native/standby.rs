@@ -177,6 +177,24 @@ impl Slot {
 
     /// Takes the waiting standby; when one is being started, waits for it (at most `limit`).
     pub async fn take(&self, limit: Duration) -> Option<Standby> {
+        self.wait_while_starting(limit, |state| state.waiting.take())
+            .await
+            .flatten()
+    }
+
+    /// Waits (at most `limit`) until no start is under way: the standby it was making waits
+    /// (or the start failed, or was discarded). Takes nothing.
+    pub async fn settled(&self, limit: Duration) {
+        self.wait_while_starting(limit, |_| None::<()>).await;
+    }
+
+    /// Waits (at most `limit`) until `look` finds something in the state (`Some(Some(r))`) or
+    /// no start is under way (`Some(look's None)`); `None` when the limit passed first.
+    async fn wait_while_starting<R>(
+        &self,
+        limit: Duration,
+        mut look: impl FnMut(&mut SlotState) -> Option<R>,
+    ) -> Option<Option<R>> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let ready = self.ready.notified();
@@ -185,33 +203,15 @@ impl Slot {
             ready.as_mut().enable();
             {
                 let mut state = self.lock();
-                if let Some(standby) = state.waiting.take() {
-                    return Some(standby);
+                if let Some(found) = look(&mut state) {
+                    return Some(Some(found));
                 }
                 if !state.starting {
-                    return None;
+                    return Some(None);
                 }
             }
             if tokio::time::timeout_at(deadline, ready).await.is_err() {
                 return None;
-            }
-        }
-    }
-
-    /// Waits (at most `limit`) until no start is under way: the standby it was making waits
-    /// (or the start failed, or was discarded). Takes nothing.
-    pub async fn settled(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let ready = self.ready.notified();
-            tokio::pin!(ready);
-            // Registered before the state is read: a start that ends in between still wakes us.
-            ready.as_mut().enable();
-            if !self.lock().starting {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, ready).await.is_err() {
-                return;
             }
         }
     }

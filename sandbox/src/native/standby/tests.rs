@@ -36,6 +36,14 @@ fn an_empty_slot_answers_at_once_and_a_full_one_is_not_filled_again() {
     assert_eq!(slot.waiting_pid(), None);
 }
 
+/// Whether `wait` is still waiting 50 ms on (a negative check: a slow machine can only make
+/// it hold for the right reason).
+async fn still_waiting<F: std::future::Future>(wait: std::pin::Pin<&mut F>) -> bool {
+    tokio::time::timeout(Duration::from_millis(50), wait)
+        .await
+        .is_err()
+}
+
 /// Asks `slot` for its standby as a round does, checks the round is still waiting 50 ms on,
 /// then calls `release` (which lets the start under way end) and returns what the round got.
 fn waits_then_takes(slot: &Slot, release: impl FnOnce()) -> Option<Standby> {
@@ -43,9 +51,7 @@ fn waits_then_takes(slot: &Slot, release: impl FnOnce()) -> Option<Standby> {
         let take = slot.take(Duration::from_secs(60));
         tokio::pin!(take);
         assert!(
-            tokio::time::timeout(Duration::from_millis(50), take.as_mut())
-                .await
-                .is_err(),
+            still_waiting(take.as_mut()).await,
             "the round did not wait for the start under way"
         );
         release();
@@ -226,9 +232,7 @@ fn settling_waits_for_a_start_under_way_takes_nothing_and_is_bounded() {
         let settle = slot.settled(Duration::from_secs(60));
         tokio::pin!(settle);
         assert!(
-            tokio::time::timeout(Duration::from_millis(50), settle.as_mut())
-                .await
-                .is_err(),
+            still_waiting(settle.as_mut()).await,
             "settled while the start was under way"
         );
         go_tx.send(()).unwrap();
