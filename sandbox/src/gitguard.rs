@@ -97,6 +97,59 @@ pub struct Inventory {
     trees: Vec<walk::TreeInventory>,
     /// Where the walk after the run keeps its listings for the next run.
     kept: Option<PathBuf>,
+    /// The workspace's layers, when it is an overlay whose lower listings could be read.
+    layers: Option<Layered>,
+}
+
+/// A writable tree that is an overlay ([`crate::spec::WorkspaceLayers`]), its lower layer's
+/// listings loaded as the overlay shows them.
+#[derive(Debug)]
+struct Layered {
+    merged: PathBuf,
+    upper: PathBuf,
+    lower: walk::Listings,
+}
+
+impl Layered {
+    /// `None` when the workspace is not seen as an overlay of that tree (the mount point on the
+    /// lower layer's own device) or the listings cannot be read.
+    fn load(layers: &crate::spec::WorkspaceLayers) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let shown = std::fs::metadata(&layers.merged).ok()?.dev();
+        if shown == layers.lower_dev {
+            return None;
+        }
+        let lower = walk::Listings::load(&layers.lower_listings)?.moved(layers.lower_dev, shown);
+        Some(Self {
+            merged: layers.merged.clone(),
+            upper: layers.upper.clone(),
+            lower,
+        })
+    }
+}
+
+impl Inventory {
+    /// One walk of `root` (after `earlier`'s listings, if any), through its layers when it is
+    /// the layered workspace.
+    fn walk(
+        &self,
+        guard: &GitGuard,
+        root: &Path,
+        earlier: Option<&walk::Listings>,
+    ) -> walk::TreeInventory {
+        let protected = guard.protected_in(root);
+        match (&self.layers, earlier) {
+            (Some(l), _) if l.merged == root => {
+                let layers = walk::Layers {
+                    lower: &l.lower,
+                    upper: &l.upper,
+                };
+                walk::walk_layered(root, &protected, &self.keys, self.limits, earlier, &layers)
+            }
+            (_, Some(e)) => walk::walk_again(root, &protected, &self.keys, self.limits, e),
+            (_, None) => walk::walk(root, &protected, &self.keys, self.limits),
+        }
+    }
 }
 
 impl Inventory {
@@ -126,35 +179,42 @@ impl Inventory {
 
 /// Walks every tree of `guard` before a run.
 pub fn inventory(guard: &GitGuard) -> Inventory {
-    inventory_with(guard, Limits::DEFAULT, None)
+    inventory_with(guard, Limits::DEFAULT, None, None)
 }
 
 /// [`inventory`], listing again only the directories that changed since the listings kept in
 /// `kept` (a runner-owned file, written by [`check_after_run`] of an earlier run of the same
 /// job; missing or unreadable: everything is listed). What it finds is what [`inventory`]
 /// would.
-pub fn inventory_kept(guard: &GitGuard, kept: Option<&Path>) -> Inventory {
-    inventory_with(guard, Limits::DEFAULT, kept)
+pub fn inventory_kept(
+    guard: &GitGuard,
+    kept: Option<&Path>,
+    layers: Option<&crate::spec::WorkspaceLayers>,
+) -> Inventory {
+    inventory_with(guard, Limits::DEFAULT, kept, layers)
 }
 
 /// [`inventory_kept`] with other bounds (tests).
-pub fn inventory_with(guard: &GitGuard, limits: Limits, kept: Option<&Path>) -> Inventory {
-    let keys = RandomState::new();
+pub fn inventory_with(
+    guard: &GitGuard,
+    limits: Limits,
+    kept: Option<&Path>,
+    layers: Option<&crate::spec::WorkspaceLayers>,
+) -> Inventory {
     let earlier = kept.and_then(walk::Listings::load);
-    let trees = guard
+    let mut inventory = Inventory {
+        keys: RandomState::new(),
+        limits,
+        trees: Vec::new(),
+        kept: kept.map(Path::to_path_buf),
+        layers: layers.and_then(Layered::load),
+    };
+    inventory.trees = guard
         .trees
         .iter()
-        .map(|t| match &earlier {
-            Some(e) => walk::walk_again(t, &guard.protected_in(t), &keys, limits, e),
-            None => walk::walk(t, &guard.protected_in(t), &keys, limits),
-        })
+        .map(|t| inventory.walk(guard, t, earlier.as_ref()))
         .collect();
-    Inventory {
-        keys,
-        limits,
-        trees,
-        kept: kept.map(Path::to_path_buf),
-    }
+    inventory
 }
 
 /// Walks `root` (a tree the runner made and only reads, such as a base tree) and writes the
@@ -201,13 +261,7 @@ pub fn check_after_run(
     for (i, root) in guard.trees.iter().enumerate() {
         let was = before.trees.get(i).unwrap_or(&empty);
         // Only the directories the run changed are listed again (walk.rs).
-        let now = walk::walk_again(
-            root,
-            &guard.protected_in(root),
-            &before.keys,
-            before.limits,
-            &was.listings,
-        );
+        let now = before.walk(guard, root, Some(&was.listings));
         kept.extend(&now.listings);
         // What the run made impossible to look into is its doing: the round fails.
         let known = was.unchecked_paths();

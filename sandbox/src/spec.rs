@@ -45,6 +45,26 @@ pub struct ExecSpec {
     /// everything, and removes its copies after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protected_copies: Option<PathBuf>,
+    /// The workspace is an overlay the runner made on a tree it never writes: the git check's
+    /// walks take what the job did not change from that tree's listings
+    /// ([`crate::gitguard::inventory_kept`]). `None`: every walk looks at every directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<WorkspaceLayers>,
+}
+
+/// A workspace that is an overlay of a tree the runner made and never writes again (its lower
+/// layer) and of the job's own upper layer, both on one file system (runner-owned paths).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceLayers {
+    /// The overlay's mount point: the workspace.
+    pub merged: PathBuf,
+    /// Its upper layer.
+    pub upper: PathBuf,
+    /// The walk listings of its lower layer ([`crate::gitguard::keep_listings`]).
+    pub lower_listings: PathBuf,
+    /// The lower layer's device (the listings name it).
+    pub lower_dev: u64,
 }
 
 /// Standard input of the sandboxed command.

@@ -57,6 +57,7 @@ fn spec(dir: &Path, argv: &[&str], env: Vec<(String, String)>) -> ExecSpec {
         control_dir: dir.join("control"),
         listings: None,
         protected_copies: None,
+        layers: None,
     }
 }
 

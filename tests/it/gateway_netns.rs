@@ -125,6 +125,7 @@ fn spec(w: &World, mode: Mode, network: Network, ports: &[u16], script: &str) ->
         control_dir: w.root.join("control"),
         listings: None,
         protected_copies: None,
+        layers: None,
     }
 }
 

@@ -333,6 +333,84 @@ fn a_job_cannot_change_the_base_tree_the_next_job_at_its_commit_gets() {
     );
 }
 
+/// A project whose shared tree has directories a few levels deep.
+fn write_deep_project(w: &Path) {
+    write_failing_project(w);
+    for d in ["src/a/b/c", "src/a/d", "docs/x", "docs/y"] {
+        std::fs::create_dir_all(w.join(d)).unwrap();
+        std::fs::write(w.join(d).join("notes.txt"), d).unwrap();
+    }
+}
+
+#[test]
+fn a_layered_workspace_s_walks_find_what_a_round_makes_deep_in_the_shared_tree() {
+    if !overlays_possible() {
+        return;
+    }
+    let g = GitServer::start();
+    g.create("deep.git", write_deep_project);
+    let s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
+    let quick = s.agent(
+        "quick.sh",
+        &format!(
+            "echo '{}' > \"$RALPH_REPORT_FILE\"",
+            complete_report("looked")
+        ),
+    );
+    let first = submit_one(&s, repo_job(&s, &quick, &g.url("deep.git"), json!({})));
+    assert_eq!(s.wait_finished(&first, LIMIT)["outcome"], "complete");
+    // The shared tree's walk listings are made by the first job to take it once it has been
+    // quiet: the second job's rounds walk their overlay through its layers.
+    let lower = std::fs::read_to_string(
+        s.state
+            .join("workspaces")
+            .join(format!("{first}.layer"))
+            .join("lower"),
+    )
+    .unwrap();
+    let tree = PathBuf::from(lower.trim_end());
+    let made = std::fs::metadata(tree.join(".git").join("index"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    wait_until("the shared tree is quiet", Duration::from_secs(10), || {
+        std::time::SystemTime::now()
+            .duration_since(made)
+            .is_ok_and(|d| d > Duration::from_millis(1300))
+    });
+    // What the round makes deep in directories only the shared tree had: a repository whose
+    // configuration would run a command on the host, a `.git` file pointing out of the tree.
+    let marker = s.state.parent().unwrap().join("fsmonitor-ran");
+    let deep = s.agent(
+        "deep.sh",
+        &format!(
+            "git init -q src/a/b/c/r && git -C src/a/b/c/r config core.fsmonitor 'touch {m}'\nprintf 'gitdir: /etc\\n' > docs/y/.git\necho '{r}' > \"$RALPH_REPORT_FILE\"",
+            m = marker.display(),
+            r = complete_report("nested")
+        ),
+    );
+    let second = submit_one(&s, repo_job(&s, &deep, &g.url("deep.git"), json!({})));
+    let j = s.wait_finished(&second, LIMIT);
+    let walk = tree.with_file_name(format!(
+        "{}.walk",
+        tree.file_name().unwrap().to_string_lossy()
+    ));
+    assert!(walk.is_file(), "the tree's listings at {}", walk.display());
+    let sanitized = s.events_of(&second, "workspace_sanitized");
+    let rels: Vec<&str> = sanitized
+        .iter()
+        .flat_map(|e| e["repositories"].as_array().unwrap())
+        .filter_map(|r| r["rel"].as_str())
+        .collect();
+    for want in ["src/a/b/c/r/.git", "docs/y/.git"] {
+        assert!(rels.contains(&want), "{want} not in {rels:?}: {j}");
+    }
+    assert!(
+        !marker.exists(),
+        "the nested repository's command ran on the host"
+    );
+}
+
 #[test]
 fn a_docker_round_works_in_an_overlay_workspace() {
     if !overlays_possible()

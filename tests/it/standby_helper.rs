@@ -78,6 +78,7 @@ impl World {
             control_dir: self.root.join("control"),
             listings: None,
             protected_copies: None,
+            layers: None,
         }
     }
 }

@@ -258,6 +258,7 @@ pub fn execute(args: ExecArgs) -> Result<Exit, CliError> {
         control_dir: private_dir.clone(),
         listings: None,
         protected_copies: None,
+        layers: None,
     };
     // One command, one mode: only that mode's policy is read.
     let policies = ralph_sandbox::policy::PolicySet::lazy(Some(&super::sandbox_args::config_dir()));

@@ -52,6 +52,37 @@ pub fn seed(workspace: &Path, to: &Path) -> Option<usize> {
     }
 }
 
+/// What every walk of a round's git check may know of the layered, mounted `workspace`: its
+/// upper layer and its base tree's listings, so that a directory the job never changed is taken
+/// from those listings without a look (`ralph_sandbox::gitguard`'s `walk/lower.rs`). `None`:
+/// not layered or not mounted, the layers on two file systems, or the tree has no listings yet.
+///
+/// Sound because a base tree is never written once its listings were made (they are made only
+/// once it has been quiet: [`base_tree`]), and every change through the overlay lands in the
+/// upper layer, which the walks look at whole.
+pub fn layers(workspace: &Path) -> Option<ralph_sandbox::spec::WorkspaceLayers> {
+    if !layered::is_layered(workspace) || !overlay::is_mount_point(workspace) {
+        return None;
+    }
+    let merged = workspace.canonicalize().ok()?;
+    let tree = layered::lower_of(workspace).ok()?;
+    let upper = layered::layer_dir(workspace).join("upper");
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    let lower = dev(&tree)?;
+    if lower != dev(&upper)? || dev(&merged)? == lower {
+        return None;
+    }
+    let lower_listings = base_tree::walk_listings(&tree);
+    lower_listings
+        .is_file()
+        .then_some(ralph_sandbox::spec::WorkspaceLayers {
+            merged,
+            upper,
+            lower_listings,
+            lower_dev: lower,
+        })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -73,6 +104,41 @@ pub(crate) mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+    }
+
+    #[test]
+    fn a_round_knows_the_layers_of_a_mounted_workspace_whose_tree_has_listings() {
+        let d = tempfile::tempdir().unwrap();
+        let (mirror, url, commit) = mirrored(d.path());
+        let tree = base_tree::ensure(&mirror, &url, &commit, None).unwrap().dir;
+        let ws = d.path().join("workspaces").join("j1");
+        std::fs::create_dir_all(&ws).unwrap();
+        layered::create(&ws, &tree).unwrap();
+        // Not mounted: nothing (the path is an empty directory, not the overlay).
+        assert_eq!(layers(&ws), None);
+        if let Err(e) = layered::mount(&ws) {
+            assert!(!nix::unistd::geteuid().is_root(), "root cannot mount: {e}");
+            eprintln!("skipped: an overlay needs root here ({e})");
+            return;
+        }
+        // Mounted, but the tree has no listings yet: nothing.
+        assert!(!base_tree::walk_listings(&tree).exists());
+        assert_eq!(layers(&ws), None);
+        // Once it has them, made after the workspace or not (the walks look at the whole
+        // upper layer, so what the job changed before does not matter).
+        wait_until_quiet(&tree.join(".git").join("index"));
+        assert!(
+            base_tree::ensure(&mirror, &url, &commit, None)
+                .unwrap()
+                .walk_listings
+        );
+        let l = layers(&ws).unwrap();
+        assert_eq!(l.merged, ws.canonicalize().unwrap());
+        assert_eq!(l.upper, layered::layer_dir(&ws).join("upper"));
+        assert_eq!(l.lower_listings, base_tree::walk_listings(&tree));
+        assert_eq!(l.lower_dev, std::fs::metadata(&tree).unwrap().dev());
+        layered::unmount(&ws).unwrap();
+        assert_eq!(layers(&ws), None);
     }
 
     #[test]

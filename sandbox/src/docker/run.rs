@@ -113,9 +113,10 @@ fn cleanup_host(placeholders: &[TreePath]) {
 async fn walk_before(
     guard: GitGuard,
     kept: Option<PathBuf>,
+    layers: Option<crate::spec::WorkspaceLayers>,
 ) -> Result<(GitGuard, Inventory), SandboxError> {
     tokio::task::spawn_blocking(move || {
-        let before = gitguard::inventory_kept(&guard, kept.as_deref());
+        let before = gitguard::inventory_kept(&guard, kept.as_deref(), layers.as_ref());
         (guard, before)
     })
     .await
@@ -225,7 +226,7 @@ pub async fn start(
     // What git repositories the writable trees hold before the container exists.
     let git = match plan.git.clone() {
         Some(guard) => Some(Box::new(
-            walk_before(guard, spec.listings.clone())
+            walk_before(guard, spec.listings.clone(), spec.layers.clone())
                 .await
                 .inspect_err(|_| {
                     cleanup_host(&placeholders);

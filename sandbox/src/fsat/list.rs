@@ -37,6 +37,8 @@ pub struct Entry {
     pub name: OsString,
     /// What it is (never following a symlink).
     pub kind: Kind,
+    /// Its inode number as the listing gave it (`d_ino`).
+    pub ino: u64,
 }
 
 /// A directory open for listing (`fd`: an `O_RDONLY` directory descriptor, owned or borrowed)
@@ -142,7 +144,11 @@ pub fn entries(fd: BorrowedFd<'_>) -> Result<Vec<Entry>, FsError> {
             },
             _ => Kind::Special,
         };
-        out.push(Entry { name: e.name, kind });
+        out.push(Entry {
+            name: e.name,
+            kind,
+            ino: e.ino,
+        });
     }
     Ok(out)
 }

@@ -1,5 +1,5 @@
 //! Walks of an overlay from its lower layer's listings ([`super::keep_listings`],
-//! [`super::listings_seen_through`]), on a real overlay (root only: it skips, saying why,
+//! [`super::listings_seen_through`], and through its layers: `walk/lower.rs`), on a real overlay (root only: it skips, saying why,
 //! elsewhere): a walk that trusts them finds everything a fresh walk finds, whatever was made
 //! through the overlay after the listings were written, and lists again only what changed.
 
@@ -13,6 +13,7 @@ use super::*;
 struct Overlay {
     _dir: tempfile::TempDir,
     lower: PathBuf,
+    upper: PathBuf,
     merged: PathBuf,
     host: PathBuf,
 }
@@ -69,6 +70,7 @@ fn overlay() -> Option<Overlay> {
     Some(Overlay {
         _dir: dir,
         lower,
+        upper,
         merged,
         host,
     })
@@ -98,7 +100,7 @@ fn an_overlay_walked_from_its_lower_listings_finds_what_a_fresh_walk_finds() {
     let g = GitGuard::new(&o.merged, &[], Vec::new());
 
     // Unchanged: every kept directory is trusted, and the walk finds what a fresh one does.
-    let trusted = inventory_kept(&g, Some(&seeded));
+    let trusted = inventory_kept(&g, Some(&seeded), None);
     assert!(trusted.reused() >= 10, "{}", trusted.reused());
     assert_eq!(repo_paths(&trusted), repo_paths(&inventory(&g)));
 
@@ -119,7 +121,7 @@ fn an_overlay_walked_from_its_lower_listings_finds_what_a_fresh_walk_finds() {
     std::fs::create_dir(m.join("src/e")).unwrap();
     std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
 
-    let trusted = inventory_kept(&g, Some(&seeded));
+    let trusted = inventory_kept(&g, Some(&seeded), None);
     let fresh = inventory(&g);
     assert_eq!(repo_paths(&trusted), repo_paths(&fresh));
     for found in ["leaf1/r/.git", "src/a/b/c/.git", "src/e/.git"] {
@@ -170,4 +172,111 @@ fn listings_of_another_device_are_not_carried_over() {
     assert!(listings_seen_through(&d.path().join("none"), dev, 7, &to).is_none());
     std::fs::write(&base, b"junk").unwrap();
     assert!(listings_seen_through(&base, dev, 7, &to).is_none());
+}
+
+/// The overlay's layers as a runner names them, its lower layer's listings kept (quiet first).
+fn layers(o: &Overlay) -> crate::spec::WorkspaceLayers {
+    std::thread::sleep(walk::QUIET + std::time::Duration::from_millis(50));
+    let base = o.lower.parent().unwrap().join("base.walk");
+    assert!(keep_listings(&o.lower, &base).unwrap() >= 10);
+    crate::spec::WorkspaceLayers {
+        merged: o.merged.clone(),
+        upper: o.upper.clone(),
+        lower_listings: base,
+        lower_dev: dev(&o.lower),
+    }
+}
+
+/// What a walk found that a fresh walk must find alike.
+fn same_findings(walked: &Inventory, fresh: &Inventory) {
+    assert_eq!(repo_paths(walked), repo_paths(fresh));
+    assert_eq!(walked.sockets(), fresh.sockets());
+    assert_eq!(walked.trees[0].unchecked, fresh.trees[0].unchecked);
+    assert_eq!(walked.trees[0].stopped, fresh.trees[0].stopped);
+    assert_eq!(walked.trees[0].entries, fresh.trees[0].entries);
+}
+
+#[test]
+fn an_overlay_walked_through_its_layers_looks_only_where_the_upper_layer_changed() {
+    let Some(o) = overlay() else { return };
+    let layers = layers(&o);
+    let g = GitGuard::new(&o.merged, &[], Vec::new());
+
+    // Unchanged: every lower directory is taken from the listings, the root's children by one
+    // look each, below them none.
+    let layered = inventory_kept(&g, None, Some(&layers));
+    same_findings(&layered, &inventory(&g));
+    assert!(layered.reused() >= 10, "{}", layered.reused());
+
+    // What a job could make through the overlay deep in directories only the lower layer had:
+    // a repository, a `.git` file, a socket, a directory swapped for a link out of the tree,
+    // one removed and made again with a `.git` in it, one renamed.
+    let m = &o.merged;
+    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/hooks")).unwrap();
+    std::fs::write(m.join("src/a/b/c/r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/objects")).unwrap();
+    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/refs")).unwrap();
+    std::fs::write(m.join("src/a/d/.git"), "gitdir: /elsewhere\n").unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(m.join("docs/f/s")).unwrap();
+    std::fs::remove_dir_all(m.join("leaf2")).unwrap();
+    symlink(&o.host, m.join("leaf2")).unwrap();
+    std::fs::remove_dir_all(m.join("src/e")).unwrap();
+    std::fs::create_dir(m.join("src/e")).unwrap();
+    std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
+    // A lower directory cannot be renamed here (no `redirect_dir`): moved as `mv` then does.
+    assert!(std::fs::rename(m.join("docs/g"), m.join("leaf3/g")).is_err());
+    std::fs::create_dir(m.join("leaf3/g")).unwrap();
+    std::fs::write(m.join("leaf3/g/.git"), "gitdir: /moved\n").unwrap();
+    std::fs::remove_dir_all(m.join("docs/g")).unwrap();
+
+    let layered = inventory_kept(&g, None, Some(&layers));
+    let fresh = inventory(&g);
+    same_findings(&layered, &fresh);
+    for found in [
+        "src/a/b/c/r/.git",
+        "src/a/d/.git",
+        "src/e/.git",
+        "leaf3/g/.git",
+    ] {
+        assert!(
+            repo_paths(&layered).contains(&PathBuf::from(found)),
+            "{found}"
+        );
+    }
+    assert_eq!(layered.sockets().sockets, [m.join("docs/f/s")]);
+    // The directories the job did not touch are still taken from the listings (leaf1 and its
+    // like), and the walk after a run does the same from the walk before it.
+    assert!(layered.reused() >= 1, "{}", layered.reused());
+    let (check, violations) = check_after_run(&g, &layered, &o.lower.parent().unwrap().join("ctl"));
+    let (fresh_check, fresh_violations) =
+        check_after_run(&g, &fresh, &o.lower.parent().unwrap().join("ctl2"));
+    assert_eq!(check, fresh_check);
+    assert_eq!(violations.len(), fresh_violations.len());
+}
+
+#[test]
+fn an_upper_layer_past_the_walks_bounds_leaves_the_tree_to_the_plain_walk() {
+    let Some(o) = overlay() else { return };
+    let layers = layers(&o);
+    let g = GitGuard::new(&o.merged, &[], Vec::new());
+    for i in 0..40 {
+        std::fs::create_dir(o.merged.join(format!("leaf1/many{i}"))).unwrap();
+    }
+    std::fs::write(o.merged.join("src/a/b/c/.git"), "gitdir: /x\n").unwrap();
+    let limits = Limits {
+        depth: 128,
+        entries: 30,
+    };
+    let layered = inventory_with(&g, limits, None, Some(&layers));
+    let plain = inventory_with(&g, limits, None, None);
+    assert_eq!(
+        layered.trees[0].stopped.is_some(),
+        plain.trees[0].stopped.is_some()
+    );
+    assert!(layered.trees[0].stopped.is_some());
+    assert_eq!(
+        layered.reused(),
+        0,
+        "nothing taken from listings: the upper layer was too big"
+    );
 }

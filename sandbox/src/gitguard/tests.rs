@@ -568,7 +568,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
         depth: 3,
         entries: 1000,
     };
-    let before = inventory_with(&g, limits, None);
+    let before = inventory_with(&g, limits, None, None);
     assert!(before.trees[0].unchecked.is_empty());
     // Deeper than the bound: what lies there cannot be looked at.
     git_dir(&w.ws.join("a/b/c/d/.git"), HOSTILE);
@@ -578,7 +578,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
     assert!(v[0].detail.contains("deeper than 3"), "{}", v[0].detail);
     assert!(c.unchecked.unwrap().contains("a/b/c/d"));
     // A tree already past the bound before the run: said, not a violation.
-    let before = inventory_with(&g, limits, None);
+    let before = inventory_with(&g, limits, None, None);
     let (c, v) = check(&w, &g, &before);
     assert!(v.is_empty(), "{v:#?}");
     assert!(c.unchecked.is_some());
@@ -590,7 +590,7 @@ fn what_the_run_makes_uncheckable_is_a_violation() {
         depth: 10,
         entries: 20,
     };
-    let before = inventory_with(&g, limits, None);
+    let before = inventory_with(&g, limits, None, None);
     for i in 0..30 {
         std::fs::write(w.ws.join(format!("f{i}")), "").unwrap();
     }
@@ -738,14 +738,14 @@ fn listings_kept_by_one_run_spare_the_next_runs_walks_and_miss_nothing() {
     let g = guard(&w);
     let kept = w.control.join("listings");
     // The first run: nothing kept yet; its check after keeps the listings.
-    let first = inventory_kept(&g, Some(&kept));
+    let first = inventory_kept(&g, Some(&kept), None);
     assert_eq!(first.trees[0].reused, 0);
     let (c, v) = check(&w, &g, &first);
     assert!(c.is_empty() && v.is_empty(), "{c:#?} {v:#?}");
     assert!(kept.is_file());
     // Between runs (or by the runner), a repository appears deep in an old directory.
     git_dir(&w.ws.join("src/a/b/.git"), HOSTILE);
-    let second = inventory_kept(&g, Some(&kept));
+    let second = inventory_kept(&g, Some(&kept), None);
     let fresh = inventory(&g);
     // (Each inventory keys its digests its own way: the paths are compared.)
     let paths = |i: &Inventory| i.trees[0].repos.keys().cloned().collect::<Vec<_>>();
@@ -759,12 +759,12 @@ fn listings_kept_by_one_run_spare_the_next_runs_walks_and_miss_nothing() {
     // A file that is not one is ignored: everything is listed.
     for junk in [
         &b""[..],
-        b"rlwalk1\n",
-        b"rlwalk1\n\x01\0\0\0\0\0\0\0",
+        b"rlwalk2\n",
+        b"rlwalk2\n\x01\0\0\0\0\0\0\0",
         b"not listings",
     ] {
         std::fs::write(&kept, junk).unwrap();
-        let again = inventory_kept(&g, Some(&kept));
+        let again = inventory_kept(&g, Some(&kept), None);
         assert_eq!(again.trees[0].reused, 0);
         assert_eq!(paths(&again), paths(&fresh));
     }
@@ -780,6 +780,11 @@ fn kept_listings_round_trip_and_refuse_names_that_are_not_one_component() {
     let file = w.control.join("l");
     inv.listings.save(&file).unwrap();
     assert_eq!(walk::Listings::load(&file), Some(inv.listings.clone()));
+    // The same listings in the first format (no inode numbers of subdirectories) are not read.
+    let saved = std::fs::read(&file).unwrap();
+    let old = w.control.join("old");
+    std::fs::write(&old, [&b"rlwalk1\n"[..], &saved[8..]].concat()).unwrap();
+    assert_eq!(walk::Listings::load(&old), None);
     // A name with a slash in it (a path, not a name) makes the file unreadable.
     let mut bytes = std::fs::read(&file).unwrap();
     let at = bytes.windows(3).position(|w| w == b"b c").unwrap();

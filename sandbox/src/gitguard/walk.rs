@@ -14,6 +14,11 @@
 //! more: an entry made, removed or renamed in a directory moves its change time, which nothing
 //! can set back. A directory unchanged since is never opened for reading (on an overlay, opening
 //! a merged directory for reading merges its layers' listings).
+//!
+//! A walk of an overlay whose layers are known ([`walk_layered`]: a provisioned workspace on a
+//! base tree) does not even look at a directory its upper layer does not hold: that directory
+//! and everything below it are the lower layer's, unchanged, and come from its listings
+//! (`walk/lower.rs`). Each kept listing names its subdirectories' inode numbers for that.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -21,6 +26,10 @@ use std::hash::BuildHasher;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+mod lower;
+
+pub use lower::Layers;
 
 use super::digest;
 use super::quote::escape;
@@ -114,7 +123,7 @@ pub struct TreeInventory {
 pub struct Listings(std::collections::HashMap<(u64, u64), Kept>);
 
 /// The first bytes of a file of kept listings ([`Listings::save`]).
-const LISTINGS_MAGIC: &[u8; 8] = b"rlwalk1\n";
+const LISTINGS_MAGIC: &[u8; 8] = b"rlwalk2\n";
 
 /// Directories a file of kept listings may hold, at most (a bigger or malformed one is not
 /// read: the walk lists everything, as without one).
@@ -155,8 +164,9 @@ impl Listings {
             w.i64(kept.ctime.1);
             w.u64(kept.entries);
             w.u64(kept.subdirs.len() as u64);
-            for name in &kept.subdirs {
+            for (name, ino) in &kept.subdirs {
                 w.bytes(name.as_bytes());
+                w.u64(*ino);
             }
         }
         w.save(path)
@@ -181,7 +191,8 @@ impl Listings {
             }
             let mut subdirs = Vec::new();
             for _ in 0..n {
-                subdirs.push(std::ffi::OsString::from(OsStr::from_bytes(r.name()?)));
+                let name = std::ffi::OsString::from(OsStr::from_bytes(r.name()?));
+                subdirs.push((name, r.u64()?));
             }
             map.insert(
                 key,
@@ -215,8 +226,8 @@ struct Kept {
     ctime: (i64, i64),
     /// Entries in the directory (the walk's entry bound counts them again).
     entries: u64,
-    /// Its subdirectories' names.
-    subdirs: Vec<std::ffi::OsString>,
+    /// Its subdirectories' names and inode numbers (as its listing gave them).
+    subdirs: Vec<(std::ffi::OsString, u64)>,
 }
 
 impl TreeInventory {
@@ -248,6 +259,8 @@ struct Walker<'a, K> {
     earlier: Option<&'a Listings>,
     /// Directories changed after this are not kept (the walk's start less [`QUIET`]).
     quiet_before: (i64, i64),
+    /// The tree is an overlay whose layers are known ([`walk_layered`]).
+    lower: Option<lower::Lower<'a>>,
 }
 
 /// Walks the tree at `root`. `protected` are paths below it that are read-only mounts during
@@ -258,7 +271,7 @@ pub fn walk<K: BuildHasher>(
     keys: &K,
     limits: Limits,
 ) -> TreeInventory {
-    walk_with(root, protected, keys, limits, None)
+    walk_with(root, protected, keys, limits, None, None)
 }
 
 /// [`walk`], listing again only the directories that changed since `earlier` (another walk
@@ -270,7 +283,23 @@ pub fn walk_again<K: BuildHasher>(
     limits: Limits,
     earlier: &Listings,
 ) -> TreeInventory {
-    walk_with(root, protected, keys, limits, Some(earlier))
+    walk_with(root, protected, keys, limits, Some(earlier), None)
+}
+
+/// [`walk_again`] of an overlay's merged tree whose `layers` are known: a directory the upper
+/// layer does not hold is its lower layer's, unchanged, and so is everything below it (a change
+/// anywhere copies the directory and all above it up first), so its subtree is taken from the
+/// lower layer's listings without looking at it (module `lower`). What it finds is what
+/// [`walk`] would.
+pub fn walk_layered<K: BuildHasher>(
+    root: &Path,
+    protected: &[PathBuf],
+    keys: &K,
+    limits: Limits,
+    earlier: Option<&Listings>,
+    layers: &Layers<'_>,
+) -> TreeInventory {
+    walk_with(root, protected, keys, limits, earlier, Some(layers))
 }
 
 fn walk_with<K: BuildHasher>(
@@ -279,6 +308,7 @@ fn walk_with<K: BuildHasher>(
     keys: &K,
     limits: Limits,
     earlier: Option<&Listings>,
+    layers: Option<&Layers<'_>>,
 ) -> TreeInventory {
     let began = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -297,10 +327,12 @@ fn walk_with<K: BuildHasher>(
             i64::try_from(began.as_secs()).unwrap_or(i64::MAX),
             i64::from(began.subsec_nanos()),
         ),
+        lower: None,
     };
     // The root is a trusted path (canonical, outside the agent's reach).
     match fsat::open_root(root, Access::Read) {
         Ok(d) => {
+            w.lower = layers.and_then(|l| lower::Lower::new(l, d.as_fd(), limits));
             w.dir(d, PathBuf::new(), 0);
         }
         Err(e) => {
@@ -356,7 +388,7 @@ impl<K: BuildHasher> Walker<'_, K> {
         let subdirs = entries
             .iter()
             .filter(|e| e.kind == Kind::Dir)
-            .map(|e| e.name.clone())
+            .map(|e| (e.name.clone(), e.ino))
             .collect();
         self.inv.listings.0.insert(
             (st.dev, st.ino),
@@ -372,6 +404,10 @@ impl<K: BuildHasher> Walker<'_, K> {
     /// earlier walk's listing while it is still the directory's, else by listing it. Returns
     /// false once the walk must stop.
     fn enter(&mut self, parent: BorrowedFd<'_>, name: &OsStr, rel: PathBuf, depth: usize) -> bool {
+        // A directory the overlay's upper layer does not hold: its lower layer's, with all below.
+        if let Some(key) = self.lower_dir(parent, name, &rel) {
+            return self.lower_tree(key, rel, depth);
+        }
         // A directory kept with no subdirectory needs no descriptor: its entry's `fstatat`
         // (never following a link) says whether the listing is still its own (most
         // directories of a tree are such leaves: an open and a close fewer each).
@@ -401,7 +437,7 @@ impl<K: BuildHasher> Walker<'_, K> {
                 return false;
             }
             self.inv.listings.0.insert((st.dev, st.ino), kept.clone());
-            for sub in &kept.subdirs {
+            for (sub, _) in &kept.subdirs {
                 if !self.subdir(at.as_fd(), sub, rel.join(sub), depth) {
                     return false;
                 }
@@ -425,17 +461,26 @@ impl<K: BuildHasher> Walker<'_, K> {
         if self.protected(&child) {
             return true;
         }
-        if depth + 1 > self.limits.depth {
-            self.inv.unchecked.insert(
-                child,
-                format!(
-                    "deeper than {} levels (the walk's bound)",
-                    self.limits.depth
-                ),
-            );
+        if self.beyond_depth(&child, depth) {
             return true;
         }
         self.enter(fd, name, child, depth + 1)
+    }
+
+    /// Whether `child`, a subdirectory of a directory at `depth`, lies past the depth bound
+    /// (then recorded as unchecked).
+    fn beyond_depth(&mut self, child: &Path, depth: usize) -> bool {
+        if depth < self.limits.depth {
+            return false;
+        }
+        self.inv.unchecked.insert(
+            child.to_owned(),
+            format!(
+                "deeper than {} levels (the walk's bound)",
+                self.limits.depth
+            ),
+        );
+        true
     }
 
     /// Looks at one directory (open for listing) and below. Returns false once the walk must

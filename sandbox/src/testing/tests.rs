@@ -32,6 +32,7 @@ fn spec(dir: &Path, env: &[(&str, &str)]) -> ExecSpec {
         control_dir: dir.join("control"),
         listings: None,
         protected_copies: None,
+        layers: None,
     }
 }
 

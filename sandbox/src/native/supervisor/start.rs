@@ -390,7 +390,7 @@ fn record_before(
     let git = plan.git.as_ref().map(|g| {
         (
             g.clone(),
-            gitguard::inventory_kept(g, spec.listings.as_deref()),
+            gitguard::inventory_kept(g, spec.listings.as_deref(), spec.layers.as_ref()),
         )
     });
     let mut enforcement = base_enforcement(spec, plan);
