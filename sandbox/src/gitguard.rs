@@ -226,6 +226,12 @@ pub fn keep_listings(root: &Path, to: &Path) -> std::io::Result<usize> {
     Ok(walked.listings.len())
 }
 
+/// Whether `path` is a file of listings in this release's format (its first bytes only: a
+/// file an older release wrote is not read, and may be made again).
+pub fn listings_current(path: &Path) -> bool {
+    walk::Listings::current(path)
+}
+
 /// Writes to `to` the listings of `from` ([`keep_listings`]) of the directories on device
 /// `lower`, as an overlay of device `overlay` whose lower layer they are shows them (module
 /// `walk`: [`walk::Listings::moved`]). A walk of the overlay trusts one only for a directory

@@ -167,7 +167,10 @@ fn keep_staging_index(tree: &Path, commit: &str) -> bool {
 /// failure only costs the jobs a listing of each directory in their first round.
 fn keep_walk_listings(tree: &Path) -> bool {
     let walk = walk_listings(tree);
-    if std::fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_file()) {
+    // One an older release wrote (another format) is made again.
+    if std::fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_file())
+        && ralph_sandbox::gitguard::listings_current(&walk)
+    {
         return true;
     }
     let Ok(taken) = std::fs::metadata(tree.join(".git").join("index")).and_then(|m| m.modified())

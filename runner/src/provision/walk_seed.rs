@@ -137,6 +137,17 @@ pub(crate) mod tests {
         assert_eq!(l.upper, layered::layer_dir(&ws).join("upper"));
         assert_eq!(l.lower_listings, base_tree::walk_listings(&tree));
         assert_eq!(l.lower_dev, std::fs::metadata(&tree).unwrap().dev());
+        // A file an older release wrote (another format) is made again by the next job to
+        // take the tree.
+        let walk = base_tree::walk_listings(&tree);
+        std::fs::write(&walk, b"rlwalk1\n\0\0\0\0\0\0\0\0").unwrap();
+        assert!(!ralph_sandbox::gitguard::listings_current(&walk));
+        assert!(
+            base_tree::ensure(&mirror, &url, &commit, None)
+                .unwrap()
+                .walk_listings
+        );
+        assert!(ralph_sandbox::gitguard::listings_current(&walk));
         layered::unmount(&ws).unwrap();
         assert_eq!(layers(&ws), None);
     }

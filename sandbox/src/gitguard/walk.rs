@@ -172,6 +172,15 @@ impl Listings {
         w.save(path)
     }
 
+    /// Whether `path` starts as a file of listings in this format does.
+    pub fn current(path: &Path) -> bool {
+        use std::io::Read;
+        let mut magic = [0u8; 8];
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok_and(|()| &magic == LISTINGS_MAGIC)
+    }
+
     /// The listings in `path`; `None` when there is no such file or it is not one.
     pub fn load(path: &Path) -> Option<Listings> {
         let bytes = kept_file::read(path, LISTINGS_MAX_BYTES)?;
