@@ -217,6 +217,18 @@ pub fn inventory_with(
     inventory
 }
 
+/// Walks `root`, a tree the runner made whole and never writes again (a base tree, once it is
+/// in place), and writes the listing of every plain directory to `to`, however recently the
+/// directory changed: the walks of an overlay on it through its layers
+/// ([`crate::spec::WorkspaceLayers`]) trust a directory the upper layer does not hold because
+/// the tree never changes, not because of its change time, so they need not wait for it to be
+/// quiet. How many directories were kept.
+pub fn keep_lower_listings(root: &Path, to: &Path) -> std::io::Result<usize> {
+    let walked = walk::walk_finished(root, &RandomState::new(), Limits::DEFAULT);
+    walked.listings.save(to)?;
+    Ok(walked.listings.len())
+}
+
 /// Walks `root` (a tree the runner made and only reads, such as a base tree) and writes the
 /// listings the walk kept to `to`, for the walks of a tree that shows it
 /// ([`listings_seen_through`]). How many directories were kept.

@@ -350,34 +350,6 @@ fn a_layered_workspace_s_walks_find_what_a_round_makes_deep_in_the_shared_tree()
     let g = GitServer::start();
     g.create("deep.git", write_deep_project);
     let s = server_for(&g, "\n[provision]\nworkspace_layout = \"overlay\"\n");
-    let quick = s.agent(
-        "quick.sh",
-        &format!(
-            "echo '{}' > \"$RALPH_REPORT_FILE\"",
-            complete_report("looked")
-        ),
-    );
-    let first = submit_one(&s, repo_job(&s, &quick, &g.url("deep.git"), json!({})));
-    assert_eq!(s.wait_finished(&first, LIMIT)["outcome"], "complete");
-    // The shared tree's walk listings are made by the first job to take it once it has been
-    // quiet: the second job's rounds walk their overlay through its layers.
-    let lower = std::fs::read_to_string(
-        s.state
-            .join("workspaces")
-            .join(format!("{first}.layer"))
-            .join("lower"),
-    )
-    .unwrap();
-    let tree = PathBuf::from(lower.trim_end());
-    let made = std::fs::metadata(tree.join(".git").join("index"))
-        .unwrap()
-        .modified()
-        .unwrap();
-    wait_until("the shared tree is quiet", Duration::from_secs(10), || {
-        std::time::SystemTime::now()
-            .duration_since(made)
-            .is_ok_and(|d| d > Duration::from_millis(1300))
-    });
     // What the round makes deep in directories only the shared tree had: a repository whose
     // configuration would run a command on the host, a `.git` file pointing out of the tree.
     let marker = s.state.parent().unwrap().join("fsmonitor-ran");
@@ -389,14 +361,28 @@ fn a_layered_workspace_s_walks_find_what_a_round_makes_deep_in_the_shared_tree()
             r = complete_report("nested")
         ),
     );
-    let second = submit_one(&s, repo_job(&s, &deep, &g.url("deep.git"), json!({})));
-    let j = s.wait_finished(&second, LIMIT);
-    let walk = tree.with_file_name(format!(
-        "{}.walk",
+    let id = submit_one(&s, repo_job(&s, &deep, &g.url("deep.git"), json!({})));
+    let j = s.wait_finished(&id, LIMIT);
+    // The tree's first job: its rounds walked their overlay through its layers, from the
+    // listing of every directory of the tree made as it was put in place.
+    let lower = std::fs::read_to_string(
+        s.state
+            .join("workspaces")
+            .join(format!("{id}.layer"))
+            .join("lower"),
+    )
+    .unwrap();
+    let tree = PathBuf::from(lower.trim_end());
+    let listings = tree.with_file_name(format!(
+        "{}.lower",
         tree.file_name().unwrap().to_string_lossy()
     ));
-    assert!(walk.is_file(), "the tree's listings at {}", walk.display());
-    let sanitized = s.events_of(&second, "workspace_sanitized");
+    assert!(
+        listings.is_file(),
+        "the tree's listings at {}",
+        listings.display()
+    );
+    let sanitized = s.events_of(&id, "workspace_sanitized");
     let rels: Vec<&str> = sanitized
         .iter()
         .flat_map(|e| e["repositories"].as_array().unwrap())

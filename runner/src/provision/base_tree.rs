@@ -9,6 +9,7 @@
 //! <state-dir>/mirrors/<name>.trees/<commit>/        its base trees
 //! <state-dir>/mirrors/<name>.trees/<commit>.index   a tree's staging index (the runner's own)
 //! <state-dir>/mirrors/<name>.trees/<commit>.walk    the listings of a walk of it (the runner's)
+//! <state-dir>/mirrors/<name>.trees/<commit>.lower   every plain directory's listing (the runner's)
 //! ```
 //!
 //! Beside each tree the runner keeps the index its jobs' results are staged from
@@ -17,7 +18,9 @@
 //! after it copies the index instead of merging again ([`super::stat_seed`]); and the listings
 //! of a walk of the tree ([`walk_listings`], made once it has been quiet for the walks'
 //! [`QUIET`]), from which the first round of a job after it walks its overlay
-//! ([`super::walk_seed`]) instead of listing every directory.
+//! ([`super::walk_seed`]) instead of listing every directory; and the listing of every plain
+//! directory of the tree, made as soon as the tree is in place ([`lower_listings`]), from
+//! which every round's walks take what its job never changed ([`super::walk_seed::layers`]).
 //!
 //! Made and removed under the mirror's lock: [`sweep`] removes a tree no workspace's layers name,
 //! and a job names its tree before it lets the lock go.
@@ -81,6 +84,7 @@ pub fn ensure(
     }
     let staging_index = keep_staging_index(&dir, commit);
     let walk_listings = keep_walk_listings(&dir);
+    keep_lower_listings(&dir);
     Ok(BaseTree {
         dir,
         staging_index,
@@ -103,9 +107,9 @@ fn make(
                 .map_err(|e| ProvisionError::io("remove a half-made base tree", stale, e))?;
         }
     }
-    let (index, walk) = (staging_index(dir), walk_listings(dir));
-    let temps = [super::beside(&index, ".tmp"), super::beside(&walk, ".tmp")];
-    for stale in temps.into_iter().chain([index, walk]) {
+    let files = [staging_index(dir), walk_listings(dir), lower_listings(dir)];
+    let temps = files.clone().map(|f| super::beside(&f, ".tmp"));
+    for stale in temps.into_iter().chain(files) {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(ProvisionError::io(
@@ -194,6 +198,33 @@ fn keep_walk_listings(tree: &Path) -> bool {
     false
 }
 
+/// Whether `tree` (in place: complete, never written again) has the listing of every plain
+/// directory, made now if it has not (or has one of an older format). Unlike its walk listings
+/// these need no quiet: the walks through a workspace's layers trust them because the tree
+/// never changes, not by their change times. A failure only costs the jobs their walks through
+/// the layers.
+fn keep_lower_listings(tree: &Path) -> bool {
+    let lower = lower_listings(tree);
+    if std::fs::symlink_metadata(&lower).is_ok_and(|m| m.file_type().is_file())
+        && ralph_sandbox::gitguard::listings_current(&lower)
+    {
+        return true;
+    }
+    let tmp = super::beside(&lower, ".tmp");
+    let kept = ralph_sandbox::gitguard::keep_lower_listings(tree, &tmp).is_ok()
+        && std::fs::rename(&tmp, &lower).is_ok();
+    if !kept {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    kept
+}
+
+/// The listing of every plain directory of the base tree `tree`, kept beside it
+/// (`<tree>.lower`, the runner's file: [`ralph_sandbox::gitguard::keep_lower_listings`]).
+pub fn lower_listings(tree: &Path) -> PathBuf {
+    super::beside(tree, ".lower")
+}
+
 /// The listings of a walk of the base tree `tree`, kept beside it (`<tree>.walk`, the runner's
 /// file: [`ralph_sandbox::gitguard::keep_listings`]).
 pub fn walk_listings(tree: &Path) -> PathBuf {
@@ -218,9 +249,13 @@ pub fn staging_index(tree: &Path) -> PathBuf {
     super::beside(tree, ".index")
 }
 
-/// Removes the base tree `tree`, its staging index and its walk listings.
+/// Removes the base tree `tree`, its staging index and its listings.
 pub fn remove(tree: &Path) -> std::io::Result<()> {
-    for file in [staging_index(tree), walk_listings(tree)] {
+    for file in [
+        staging_index(tree),
+        walk_listings(tree),
+        lower_listings(tree),
+    ] {
         match std::fs::remove_file(file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
@@ -319,13 +354,15 @@ pub fn sweep(state_dir: &Path, workspaces: &Path) -> Vec<PathBuf> {
         if let Ok(entries) = std::fs::read_dir(&trees) {
             for t in entries.flatten() {
                 let path = t.path();
-                if used
-                    .iter()
-                    .any(|u| *u == path || staging_index(u) == path || walk_listings(u) == path)
-                {
+                if used.iter().any(|u| {
+                    *u == path
+                        || staging_index(u) == path
+                        || walk_listings(u) == path
+                        || lower_listings(u) == path
+                }) {
                     continue;
                 }
-                // A tree's staging index and walk listings go with it (and a file left half-made by a
+                // A tree's staging index and listings go with it (and a file left half-made by a
                 // killed runner with them); only trees are reported.
                 if !t.file_type().is_ok_and(|f| f.is_dir()) {
                     if let Err(e) = std::fs::remove_file(&path) {

@@ -117,9 +117,23 @@ fn a_base_tree_has_a_staging_index_of_exactly_its_commit_kept_and_swept_with_it(
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names[..2], [commit.clone(), format!("{commit}.index")]);
+    // Every plain directory's listing at once (0600, the runner's).
+    assert_eq!(
+        names[..3],
+        [
+            commit.clone(),
+            format!("{commit}.index"),
+            format!("{commit}.lower")
+        ]
+    );
+    let lower = lower_listings(&tree);
+    let mode = std::fs::symlink_metadata(&lower)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
     // Its walk listings too, once the tree has been quiet for a walk to keep them.
-    if names.len() == 2 {
+    if names.len() == 3 {
         crate::provision::walk_seed::tests::wait_until_quiet(&seed);
         assert!(ensure(&mirror, &url, &commit, None).unwrap().walk_listings);
     }
@@ -134,13 +148,14 @@ fn a_base_tree_has_a_staging_index_of_exactly_its_commit_kept_and_swept_with_it(
     std::fs::create_dir_all(&ws).unwrap();
     layered::create(&ws, &tree).unwrap();
     assert_eq!(sweep(state, &workspaces), Vec::<PathBuf>::new());
-    assert!(index.is_file() && walk.is_file() && tree.is_dir());
+    assert!(index.is_file() && walk.is_file() && lower.is_file() && tree.is_dir());
     layered::remove(&ws).unwrap();
     // A stale half-written index of another tree goes too.
     let stale = trees_dir(&mirror).join("feed.index.tmp");
     std::fs::write(&stale, b"DIRC").unwrap();
     assert_eq!(sweep(state, &workspaces), vec![tree.clone()]);
-    assert!(!index.exists() && !walk.exists() && !tree.exists() && !stale.exists());
+    assert!(!index.exists() && !walk.exists() && !lower.exists());
+    assert!(!tree.exists() && !stale.exists());
 }
 
 #[test]
@@ -156,5 +171,5 @@ fn a_remade_tree_replaces_a_stale_staging_index() {
     assert!(ensure(&mirror, &url, &commit, None).unwrap().staging_index);
     assert_eq!(&std::fs::read(&index).unwrap()[..4], b"DIRC");
     remove(&tree).unwrap();
-    assert!(!index.exists() && !tree.exists());
+    assert!(!index.exists() && !lower_listings(&tree).exists() && !tree.exists());
 }

@@ -57,9 +57,9 @@ pub fn seed(workspace: &Path, to: &Path) -> Option<usize> {
 /// from those listings without a look (`ralph_sandbox::gitguard`'s `walk/lower.rs`). `None`:
 /// not layered or not mounted, the layers on two file systems, or the tree has no listings yet.
 ///
-/// Sound because a base tree is never written once its listings were made (they are made only
-/// once it has been quiet: [`base_tree`]), and every change through the overlay lands in the
-/// upper layer, which the walks look at whole.
+/// Sound because a base tree is never written once it is in place (its listings are made then:
+/// [`base_tree::lower_listings`]), and every change through the overlay lands in the upper
+/// layer, which the walks look at whole.
 pub fn layers(workspace: &Path) -> Option<ralph_sandbox::spec::WorkspaceLayers> {
     if !layered::is_layered(workspace) || !overlay::is_mount_point(workspace) {
         return None;
@@ -72,7 +72,7 @@ pub fn layers(workspace: &Path) -> Option<ralph_sandbox::spec::WorkspaceLayers> 
     if lower != dev(&upper)? || dev(&merged)? == lower {
         return None;
     }
-    let lower_listings = base_tree::walk_listings(&tree);
+    let lower_listings = base_tree::lower_listings(&tree);
     lower_listings
         .is_file()
         .then_some(ralph_sandbox::spec::WorkspaceLayers {
@@ -107,10 +107,16 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_round_knows_the_layers_of_a_mounted_workspace_whose_tree_has_listings() {
+    fn a_round_knows_the_layers_of_a_mounted_workspace_from_its_trees_first_job() {
         let d = tempfile::tempdir().unwrap();
         let (mirror, url, commit) = mirrored(d.path());
-        let tree = base_tree::ensure(&mirror, &url, &commit, None).unwrap().dir;
+        // The tree's first job: the listing of every plain directory is there at once (the
+        // quiet walk listings are not yet).
+        let base = base_tree::ensure(&mirror, &url, &commit, None).unwrap();
+        let tree = base.dir;
+        assert!(!base.walk_listings);
+        let lower = base_tree::lower_listings(&tree);
+        assert!(ralph_sandbox::gitguard::listings_current(&lower));
         let ws = d.path().join("workspaces").join("j1");
         std::fs::create_dir_all(&ws).unwrap();
         layered::create(&ws, &tree).unwrap();
@@ -121,33 +127,20 @@ pub(crate) mod tests {
             eprintln!("skipped: an overlay needs root here ({e})");
             return;
         }
-        // Mounted, but the tree has no listings yet: nothing.
-        assert!(!base_tree::walk_listings(&tree).exists());
-        assert_eq!(layers(&ws), None);
-        // Once it has them, made after the workspace or not (the walks look at the whole
-        // upper layer, so what the job changed before does not matter).
-        wait_until_quiet(&tree.join(".git").join("index"));
-        assert!(
-            base_tree::ensure(&mirror, &url, &commit, None)
-                .unwrap()
-                .walk_listings
-        );
         let l = layers(&ws).unwrap();
         assert_eq!(l.merged, ws.canonicalize().unwrap());
         assert_eq!(l.upper, layered::layer_dir(&ws).join("upper"));
-        assert_eq!(l.lower_listings, base_tree::walk_listings(&tree));
+        assert_eq!(l.lower_listings, lower);
         assert_eq!(l.lower_dev, std::fs::metadata(&tree).unwrap().dev());
-        // A file an older release wrote (another format) is made again by the next job to
-        // take the tree.
-        let walk = base_tree::walk_listings(&tree);
-        std::fs::write(&walk, b"rlwalk1\n\0\0\0\0\0\0\0\0").unwrap();
-        assert!(!ralph_sandbox::gitguard::listings_current(&walk));
-        assert!(
-            base_tree::ensure(&mirror, &url, &commit, None)
-                .unwrap()
-                .walk_listings
-        );
-        assert!(ralph_sandbox::gitguard::listings_current(&walk));
+        // Without the file: nothing; one an older release wrote (another format) is made
+        // again by the next job to take the tree, as are missing ones.
+        std::fs::remove_file(&lower).unwrap();
+        assert_eq!(layers(&ws), None);
+        std::fs::write(&lower, b"rlwalk1\n\0\0\0\0\0\0\0\0").unwrap();
+        assert!(!ralph_sandbox::gitguard::listings_current(&lower));
+        base_tree::ensure(&mirror, &url, &commit, None).unwrap();
+        assert!(ralph_sandbox::gitguard::listings_current(&lower));
+        assert!(layers(&ws).is_some());
         layered::unmount(&ws).unwrap();
         assert_eq!(layers(&ws), None);
     }

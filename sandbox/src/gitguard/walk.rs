@@ -283,6 +283,14 @@ pub fn walk<K: BuildHasher>(
     walk_with(root, protected, keys, limits, None, None)
 }
 
+/// [`walk`] of a tree that will never change again (a base tree once in place): the listing of
+/// every plain directory is kept, however recently it changed ([`super::keep_lower_listings`]).
+pub fn walk_finished<K: BuildHasher>(root: &Path, keys: &K, limits: Limits) -> TreeInventory {
+    let mut w = Walker::new(root, &[], keys, limits, None);
+    w.quiet_before = (i64::MAX, i64::MAX);
+    w.run(root, None)
+}
+
 /// [`walk`], listing again only the directories that changed since `earlier` (another walk
 /// of the same tree) kept their listing: what it finds is what [`walk`] would.
 pub fn walk_again<K: BuildHasher>(
@@ -319,39 +327,54 @@ fn walk_with<K: BuildHasher>(
     earlier: Option<&Listings>,
     layers: Option<&Layers<'_>>,
 ) -> TreeInventory {
-    let began = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .saturating_sub(QUIET);
-    let mut w = Walker {
-        inv: TreeInventory {
-            root: root.to_owned(),
-            ..TreeInventory::default()
-        },
-        protected,
-        keys,
-        limits,
-        earlier,
-        quiet_before: (
-            i64::try_from(began.as_secs()).unwrap_or(i64::MAX),
-            i64::from(began.subsec_nanos()),
-        ),
-        lower: None,
-    };
-    // The root is a trusted path (canonical, outside the agent's reach).
-    match fsat::open_root(root, Access::Read) {
-        Ok(d) => {
-            w.lower = layers.and_then(|l| lower::Lower::new(l, d.as_fd(), limits));
-            w.dir(d, PathBuf::new(), 0);
-        }
-        Err(e) => {
-            w.inv.unchecked.insert(
-                PathBuf::new(),
-                format!("could not be opened: {}", e.cause()),
-            );
+    Walker::new(root, protected, keys, limits, earlier).run(root, layers)
+}
+
+impl<'a, K: BuildHasher> Walker<'a, K> {
+    fn new(
+        root: &Path,
+        protected: &'a [PathBuf],
+        keys: &'a K,
+        limits: Limits,
+        earlier: Option<&'a Listings>,
+    ) -> Self {
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(QUIET);
+        Walker {
+            inv: TreeInventory {
+                root: root.to_owned(),
+                ..TreeInventory::default()
+            },
+            protected,
+            keys,
+            limits,
+            earlier,
+            quiet_before: (
+                i64::try_from(began.as_secs()).unwrap_or(i64::MAX),
+                i64::from(began.subsec_nanos()),
+            ),
+            lower: None,
         }
     }
-    w.inv
+
+    fn run(mut self, root: &Path, layers: Option<&Layers<'a>>) -> TreeInventory {
+        // The root is a trusted path (canonical, outside the agent's reach).
+        match fsat::open_root(root, Access::Read) {
+            Ok(d) => {
+                self.lower = layers.and_then(|l| lower::Lower::new(l, d.as_fd(), self.limits));
+                self.dir(d, PathBuf::new(), 0);
+            }
+            Err(e) => {
+                self.inv.unchecked.insert(
+                    PathBuf::new(),
+                    format!("could not be opened: {}", e.cause()),
+                );
+            }
+        }
+        self.inv
+    }
 }
 
 /// Whether `name` in `dir` is a unix socket (never following a symlink).
