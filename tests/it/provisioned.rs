@@ -235,14 +235,33 @@ fn overlay_holds_only_the_changes(s: &Server, ws: &Path, base: &str) {
             .file_type()
             .is_char_device()
     );
-    let trees: Vec<PathBuf> = std::fs::read_dir(s.state.join("mirrors"))
+    let (trees, beside): (Vec<PathBuf>, Vec<PathBuf>) = std::fs::read_dir(s.state.join("mirrors"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "trees"))
         .flat_map(|t| std::fs::read_dir(t).unwrap().map(|e| e.unwrap().path()))
-        .collect();
+        .partition(|p| p.is_dir());
     assert_eq!(trees.len(), 1, "{trees:?}");
     let tree = &trees[0];
+    // Beside it only the runner's files of that tree: its listings (made as it was put in
+    // place), and its staging index and quiet listings when a job took it a second or more
+    // after it was made (a busy machine's checkout can straddle a second).
+    let name = tree.file_name().unwrap().to_str().unwrap();
+    let mut kinds: Vec<&str> = beside
+        .iter()
+        .map(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.strip_prefix(name)
+                .and_then(|k| k.strip_prefix('.'))
+                .unwrap_or_else(|| panic!("{n} beside {name}"))
+        })
+        .collect();
+    kinds.sort_unstable();
+    assert!(kinds.contains(&"lower"), "{kinds:?}");
+    assert!(
+        kinds.iter().all(|k| ["index", "lower", "walk"].contains(k)),
+        "{kinds:?}"
+    );
     assert!(
         tree.file_name()
             .unwrap()
