@@ -22,6 +22,14 @@ impl JobRun<'_> {
         Some(provision::mirror::mirror_dir(&self.engine.state_dir, url).join("objects"))
     }
 
+    /// The layers a round's walks may go through: only a repository job's workspace, which the
+    /// runner made as an overlay of a base tree ([`provision::walk_seed::layers`]; a workspace
+    /// the user named is never taken for one, whatever stands beside it).
+    pub(super) fn layers(&self) -> Option<ralph_sandbox::spec::WorkspaceLayers> {
+        self.spec.source.as_ref()?.repo()?;
+        provision::walk_seed::layers(&self.spec.workspace)
+    }
+
     /// Makes the workspace of a provisioned job that has none yet (blocking: git runs here).
     pub(super) async fn provision(&mut self) -> Result<(), (FinishReason, String)> {
         let Some(source) = self.spec.source.clone() else {

@@ -239,7 +239,7 @@ impl JobRun<'_> {
             control_dir: dirs.root.clone(),
             listings: Some(self.job_dir.join(super::artifacts::WALK_LISTINGS)),
             protected_copies: Some(self.job_dir.join(super::artifacts::PROTECTED_COPIES)),
-            layers: crate::provision::walk_seed::layers(&self.spec.workspace),
+            layers: self.layers(),
         };
         let cap = self.spec.sandbox.output_cap.0;
         let slot: Slot = Arc::default();

@@ -1,6 +1,6 @@
 //! A walk of an overlay's merged tree that knows its layers ([`super::walk_layered`]): the
-//! listings of its lower layer (a tree the runner made and never writes again, walked once it
-//! was quiet) and the path of its upper layer (every write through the overlay lands there).
+//! listings of its lower layer (a tree the runner made and never writes again, walked as it was
+//! put in place) and the path of its upper layer (every write through the overlay lands there).
 //!
 //! Why a directory the upper layer does not hold needs no look: an overlay shows a directory
 //! only its lower layer has with the lower directory's entries, inode and change time, and any
