@@ -55,7 +55,8 @@ pub fn seed(workspace: &Path, to: &Path) -> Option<usize> {
 /// What every walk of a round's git check may know of the layered, mounted `workspace`: its
 /// upper layer and its base tree's listings, so that a directory the job never changed is taken
 /// from those listings without a look (`ralph_sandbox::gitguard`'s `walk/lower.rs`). `None`:
-/// not layered or not mounted, the layers on two file systems, or the tree has no listings yet.
+/// not layered or not mounted, a lower layer that is not a base tree (a fan-out attempt's is
+/// its job's workspace), the layers on two file systems, or the tree has no listings.
 ///
 /// Sound because a base tree is never written once it is in place (its listings are made then:
 /// [`base_tree::lower_listings`]), and every change through the overlay lands in the upper
@@ -66,6 +67,10 @@ pub fn layers(workspace: &Path) -> Option<ralph_sandbox::spec::WorkspaceLayers> 
     }
     let merged = workspace.canonicalize().ok()?;
     let tree = layered::lower_of(workspace).ok()?;
+    // Only a base tree never changes: a fan-out attempt's lower layer is its job's workspace.
+    if tree.parent().and_then(Path::extension) != Some(std::ffi::OsStr::new("trees")) {
+        return None;
+    }
     let upper = layered::layer_dir(workspace).join("upper");
     let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
     let lower = dev(&tree)?;
@@ -136,6 +141,19 @@ pub(crate) mod tests {
         // again by the next job to take the tree, as are missing ones.
         std::fs::remove_file(&lower).unwrap();
         assert_eq!(layers(&ws), None);
+        // A layered workspace on a tree that is not a base tree (a fan-out attempt's view of
+        // its job's workspace) never gets layers, even with listings beside that tree.
+        let plain = d.path().join("workspaces").join("job");
+        std::fs::create_dir_all(plain.join("src")).unwrap();
+        ralph_sandbox::gitguard::keep_lower_listings(&plain, &plain.with_extension("lower"))
+            .unwrap();
+        let attempt = d.path().join("attempts").join("job.1");
+        std::fs::create_dir_all(&attempt).unwrap();
+        layered::create(&attempt, &plain).unwrap();
+        layered::mount(&attempt).unwrap();
+        assert!(overlay::is_mount_point(&attempt));
+        assert_eq!(layers(&attempt), None);
+        layered::unmount(&attempt).unwrap();
         std::fs::write(&lower, b"rlwalk1\n\0\0\0\0\0\0\0\0").unwrap();
         assert!(!ralph_sandbox::gitguard::listings_current(&lower));
         base_tree::ensure(&mirror, &url, &commit, None).unwrap();
