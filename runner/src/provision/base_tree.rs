@@ -171,10 +171,7 @@ fn keep_staging_index(tree: &Path, commit: &str) -> bool {
 /// failure only costs the jobs a listing of each directory in their first round.
 fn keep_walk_listings(tree: &Path) -> bool {
     let walk = walk_listings(tree);
-    // One an older release wrote (another format) is made again.
-    if std::fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_file())
-        && ralph_sandbox::gitguard::listings_current(&walk)
-    {
+    if listings_there(&walk) {
         return true;
     }
     let Ok(taken) = std::fs::metadata(tree.join(".git").join("index")).and_then(|m| m.modified())
@@ -187,13 +184,9 @@ fn keep_walk_listings(tree: &Path) -> bool {
         .duration_since(taken)
         .is_ok_and(|d| d > quiet)
     {
-        let tmp = super::beside(&walk, ".tmp");
-        let kept = ralph_sandbox::gitguard::keep_listings(tree, &tmp).is_ok()
-            && std::fs::rename(&tmp, &walk).is_ok();
-        if !kept {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return kept;
+        return write_listings(&walk, |tmp| {
+            ralph_sandbox::gitguard::keep_listings(tree, tmp)
+        });
     }
     false
 }
@@ -205,14 +198,24 @@ fn keep_walk_listings(tree: &Path) -> bool {
 /// the layers.
 fn keep_lower_listings(tree: &Path) -> bool {
     let lower = lower_listings(tree);
-    if std::fs::symlink_metadata(&lower).is_ok_and(|m| m.file_type().is_file())
-        && ralph_sandbox::gitguard::listings_current(&lower)
-    {
-        return true;
-    }
-    let tmp = super::beside(&lower, ".tmp");
-    let kept = ralph_sandbox::gitguard::keep_lower_listings(tree, &tmp).is_ok()
-        && std::fs::rename(&tmp, &lower).is_ok();
+    listings_there(&lower)
+        || write_listings(&lower, |tmp| {
+            ralph_sandbox::gitguard::keep_lower_listings(tree, tmp)
+        })
+}
+
+/// Whether `path` is a file of listings in this release's format (one an older release wrote
+/// is made again).
+fn listings_there(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+        && ralph_sandbox::gitguard::listings_current(path)
+}
+
+/// Writes the listings file `path` with `make` through a temporary file renamed over it (a
+/// reader sees the old file or the new one); whether it was written.
+fn write_listings(path: &Path, make: impl FnOnce(&Path) -> std::io::Result<usize>) -> bool {
+    let tmp = super::beside(path, ".tmp");
+    let kept = make(&tmp).is_ok() && std::fs::rename(&tmp, path).is_ok();
     if !kept {
         let _ = std::fs::remove_file(&tmp);
     }

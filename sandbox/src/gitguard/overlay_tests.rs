@@ -84,6 +84,28 @@ fn repo_paths(i: &Inventory) -> Vec<PathBuf> {
     i.trees[0].repos.keys().cloned().collect()
 }
 
+/// What a job could make through the overlay in directories only the lower layer had: a
+/// repository at `repo` (its configuration naming a command), a `.git` file in `git_file`, a
+/// socket `docs/f/s` (returned: it lives as long as its listener), `leaf2` swapped for a link
+/// out of the tree, `src/e` removed and made again with a `.git` file in it.
+fn make_hostile(o: &Overlay, repo: &str, git_file: &str) -> std::os::unix::net::UnixListener {
+    let m = &o.merged;
+    let r = m.join(repo).join(".git");
+    std::fs::create_dir_all(r.join("hooks")).unwrap();
+    std::fs::write(r.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(r.join("objects")).unwrap();
+    std::fs::create_dir_all(r.join("refs")).unwrap();
+    std::fs::write(r.join("config"), "[core]\n\tfsmonitor = /x\n").unwrap();
+    std::fs::write(m.join(git_file).join(".git"), "gitdir: /elsewhere\n").unwrap();
+    let socket = std::os::unix::net::UnixListener::bind(m.join("docs/f/s")).unwrap();
+    std::fs::remove_dir_all(m.join("leaf2")).unwrap();
+    symlink(&o.host, m.join("leaf2")).unwrap();
+    std::fs::remove_dir_all(m.join("src/e")).unwrap();
+    std::fs::create_dir(m.join("src/e")).unwrap();
+    std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
+    socket
+}
+
 #[test]
 fn an_overlay_walked_from_its_lower_listings_finds_what_a_fresh_walk_finds() {
     // Quiet first, so that the lower walk keeps its listings.
@@ -108,18 +130,7 @@ fn an_overlay_walked_from_its_lower_listings_finds_what_a_fresh_walk_finds() {
     // repository in a leaf and deep in the tree, a `.git` file, a socket, a directory swapped
     // for a link out of the tree, a directory removed and made again.
     let m = &o.merged;
-    std::fs::create_dir_all(m.join("leaf1/r/.git/hooks")).unwrap();
-    std::fs::write(m.join("leaf1/r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-    std::fs::create_dir_all(m.join("leaf1/r/.git/objects")).unwrap();
-    std::fs::create_dir_all(m.join("leaf1/r/.git/refs")).unwrap();
-    std::fs::write(m.join("leaf1/r/.git/config"), "[core]\n\tfsmonitor = /x\n").unwrap();
-    std::fs::write(m.join("src/a/b/c/.git"), "gitdir: /elsewhere\n").unwrap();
-    let _socket = std::os::unix::net::UnixListener::bind(m.join("docs/f/s")).unwrap();
-    std::fs::remove_dir_all(m.join("leaf2")).unwrap();
-    symlink(&o.host, m.join("leaf2")).unwrap();
-    std::fs::remove_dir_all(m.join("src/e")).unwrap();
-    std::fs::create_dir(m.join("src/e")).unwrap();
-    std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
+    let _socket = make_hostile(&o, "leaf1/r", "src/a/b/c");
 
     let trusted = inventory_kept(&g, Some(&seeded), None);
     let fresh = inventory(&g);
@@ -218,17 +229,7 @@ fn an_overlay_walked_through_its_layers_looks_only_where_the_upper_layer_changed
     // a repository, a `.git` file, a socket, a directory swapped for a link out of the tree,
     // one removed and made again with a `.git` in it, one renamed.
     let m = &o.merged;
-    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/hooks")).unwrap();
-    std::fs::write(m.join("src/a/b/c/r/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/objects")).unwrap();
-    std::fs::create_dir_all(m.join("src/a/b/c/r/.git/refs")).unwrap();
-    std::fs::write(m.join("src/a/d/.git"), "gitdir: /elsewhere\n").unwrap();
-    let _socket = std::os::unix::net::UnixListener::bind(m.join("docs/f/s")).unwrap();
-    std::fs::remove_dir_all(m.join("leaf2")).unwrap();
-    symlink(&o.host, m.join("leaf2")).unwrap();
-    std::fs::remove_dir_all(m.join("src/e")).unwrap();
-    std::fs::create_dir(m.join("src/e")).unwrap();
-    std::fs::write(m.join("src/e/.git"), "gitdir: /elsewhere/too\n").unwrap();
+    let _socket = make_hostile(&o, "src/a/b/c/r", "src/a/d");
     // A lower directory cannot be renamed here (no `redirect_dir`): moved as `mv` then does.
     assert!(std::fs::rename(m.join("docs/g"), m.join("leaf3/g")).is_err());
     std::fs::create_dir(m.join("leaf3/g")).unwrap();

@@ -44,19 +44,25 @@ async fn still_waiting<F: std::future::Future>(wait: std::pin::Pin<&mut F>) -> b
         .is_err()
 }
 
+/// Awaits `wait` (`what` it waits for) on a runtime of its own: checks it is still waiting 50
+/// ms on, then calls `release` (which lets the start under way end) and returns its output.
+fn waits_then<F: std::future::Future>(wait: F, what: &str, release: impl FnOnce()) -> F::Output {
+    rt().block_on(async {
+        tokio::pin!(wait);
+        assert!(still_waiting(wait.as_mut()).await, "{what}");
+        release();
+        wait.await
+    })
+}
+
 /// Asks `slot` for its standby as a round does, checks the round is still waiting 50 ms on,
 /// then calls `release` (which lets the start under way end) and returns what the round got.
 fn waits_then_takes(slot: &Slot, release: impl FnOnce()) -> Option<Standby> {
-    rt().block_on(async {
-        let take = slot.take(Duration::from_secs(60));
-        tokio::pin!(take);
-        assert!(
-            still_waiting(take.as_mut()).await,
-            "the round did not wait for the start under way"
-        );
-        release();
-        take.await
-    })
+    waits_then(
+        slot.take(Duration::from_secs(60)),
+        "the round did not wait for the start under way",
+        release,
+    )
 }
 
 #[test]
@@ -228,16 +234,11 @@ fn settling_waits_for_a_start_under_way_takes_nothing_and_is_bounded() {
         go_rx.recv().unwrap();
         begun.run(standby);
     });
-    rt().block_on(async {
-        let settle = slot.settled(Duration::from_secs(60));
-        tokio::pin!(settle);
-        assert!(
-            still_waiting(settle.as_mut()).await,
-            "settled while the start was under way"
-        );
-        go_tx.send(()).unwrap();
-        settle.await;
-    });
+    waits_then(
+        slot.settled(Duration::from_secs(60)),
+        "settled while the start was under way",
+        || go_tx.send(()).unwrap(),
+    );
     runner.join().unwrap();
     assert!(slot.waiting_pid().is_some(), "settling took the standby");
     // A start that never ends: settling gives up at its limit.
