@@ -31,6 +31,7 @@ import tempfile
 
 EVENTS = ",".join([
     "sched:sched_process_exec",
+    "sched:sched_process_fork",
     "sched:sched_process_exit",
     "syscalls:sys_enter_sendmsg",
     "syscalls:sys_exit_recvmsg",
@@ -73,6 +74,15 @@ def chain(events, binary):
                    if e == "sched:sched_process_exec" and f"filename={binary} " in x + " "), None)
     helpers = {p for t, p, _, e, x in events
                if e == "sched:sched_process_exec" and "filename=/proc/self/exe" in x}
+    # Standbys forked by the zygote (no exec of their own): children of an exec'd helper that
+    # receive an order (a round's init, also a child of a helper, never does).
+    forked = {int(x.split("child_pid=")[1].split()[0]): p for t, p, _, e, x in events
+              if e == "sched:sched_process_fork" and p in helpers}
+    receivers = {p for t, p, tid, e, x in events
+                 if e == "syscalls:sys_exit_recvmsg" and p == tid}
+    standbys = {c for c in forked if c in receivers}
+    # The zygote itself receives requests, not orders: not a helper of any round.
+    helpers = (helpers | standbys) - {forked[c] for c in standbys}
     agents = {}
     rows = []
     flush_start = None

@@ -12,6 +12,12 @@ fn main() -> std::process::ExitCode {
     }
     if std::env::args_os()
         .nth(1)
+        .is_some_and(|a| a == ralph_sandbox::native::protocol::ZYGOTE_ARG)
+    {
+        ralph_sandbox::native::zygote_main();
+    }
+    if std::env::args_os()
+        .nth(1)
         .is_some_and(|a| a == ralph_sandbox::docker::init::INIT_ARG)
     {
         ralph_sandbox::docker::init::init_main();

@@ -386,6 +386,50 @@ pub unsafe fn fork_into_cgroup(cgroup: &impl AsRawFd) -> io::Result<i32> {
     i32::try_from(rc).map_err(|_| io::Error::other("clone3 returned an out-of-range pid"))
 }
 
+/// `CLONE_PARENT` and `CLONE_PIDFD`.
+const CLONE_PARENT_PIDFD: u64 = (libc::CLONE_PARENT | libc::CLONE_PIDFD) as u64;
+
+/// Forks this process with the child made a child of this process's parent (`clone3` with
+/// `CLONE_PARENT`): the parent can wait for it as for a child of its own, and this process never
+/// has to reap it. Returns 0 in the child; in this process, the child's pid and a pidfd for it
+/// (`CLONE_PIDFD`: made with the child, so it names that child whatever happens to the pid).
+///
+/// # Safety
+///
+/// As [`fork_into_cgroup`]: the caller must be single-threaded, and the child must not rely on
+/// libc's cached thread id.
+pub unsafe fn fork_sibling() -> io::Result<(i32, Option<OwnedFd>)> {
+    let mut pidfd: libc::c_int = -1;
+    let args = CloneArgs {
+        flags: CLONE_PARENT_PIDFD,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        // Must be 0 with CLONE_PARENT: the child signals its end as this process does (SIGCHLD,
+        // for a process started with `posix_spawn`).
+        exit_signal: 0,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 reads `args` (size given) and writes the pidfd into `pidfd`, alive for the
+    // call; without CLONE_VM it duplicates the process like fork; the caller upholds the
+    // single-threaded contract above.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let pid =
+        i32::try_from(rc).map_err(|_| io::Error::other("clone3 returned an out-of-range pid"))?;
+    if pid == 0 {
+        return Ok((0, None));
+    }
+    // SAFETY: the kernel made `pidfd` for this process (CLONE_PIDFD) and nothing else owns it.
+    Ok((pid, Some(unsafe { OwnedFd::from_raw_fd(pidfd) })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,17 +166,26 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             .into_iter()
             .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
             .collect();
-        let kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
+        // (The numbers of the socket and the namespace depend on which came first: a standby
+        // forked from the zygote got its socket before it made the namespace.)
+        let mut kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
+        kinds.sort_unstable();
         // As root it also holds the network namespace it made for its round: a new one, not
         // the host's, close-on-exec.
         let expected: &[&str] = if root {
-            &["/dev/null", "pipe", "pipe", "net", "socket"]
+            &["/dev/null", "net", "pipe", "pipe", "socket"]
         } else {
             &["/dev/null", "pipe", "pipe", "socket"]
         };
         assert_eq!(kinds, expected, "the standby's descriptors: {held:?}");
+        assert_eq!(
+            held[..3].iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            [0, 1, 2],
+            "its standard streams: {held:?}"
+        );
+        let numbered = |kind: &str| held.iter().find(|(_, k)| k == kind).map(|(n, _)| *n);
         let made_net = root.then(|| {
-            let (n, _) = held[3];
+            let n = numbered("net").unwrap();
             let made = std::fs::read_link(format!("/proc/{first}/fd/{n}")).unwrap();
             let host = std::fs::read_link("/proc/self/ns/net").unwrap();
             assert_ne!(made, host, "the standby holds the host's network namespace");
@@ -188,10 +197,16 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
             );
             made.to_string_lossy().into_owned()
         });
-        let sock = held.last().unwrap().0;
+        let sock = numbered("socket").unwrap();
+        // Its whole environment: one variable. A standby forked from the zygote shows the
+        // zygote's (the number its request socket had there: not held by the standby).
+        let expected = match b.zygote_pid() {
+            Some(z) => zygote_environ(z),
+            None => format!("RALPH_SANDBOX_STANDBY={sock}\0").into_bytes(),
+        };
         assert_eq!(
             std::fs::read(format!("/proc/{first}/environ")).unwrap(),
-            format!("RALPH_SANDBOX_STANDBY={sock}\0").into_bytes(),
+            expected,
             "its whole environment"
         );
         let cmdline = std::fs::read(format!("/proc/{first}/cmdline")).unwrap();
@@ -648,9 +663,199 @@ fn a_standby_goes_when_its_runner_is_killed() {
     });
     let standby = standby[0];
     assert!(children(standby).is_empty(), "a standby runs nothing");
+    // The zygote it was forked from waits beside it.
+    let zygotes: Vec<u32> = children(runner)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .nth(1)
+                == Some(ralph_sandbox::native::protocol::ZYGOTE_ARG.as_bytes())
+        })
+        .collect();
+    assert_eq!(zygotes.len(), 1, "the runner's zygote");
     s.kill9();
-    // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or gone).
-    wait_until("the standby ended with its runner", LIMIT, || {
-        matches!(state(standby), None | Some('Z'))
+    // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or gone);
+    // and nobody will ask the zygote for another: it ends too.
+    wait_until(
+        "the standby and the zygote ended with their runner",
+        LIMIT,
+        || {
+            matches!(state(standby), None | Some('Z'))
+                && matches!(state(zygotes[0]), None | Some('Z'))
+        },
+    );
+}
+
+/// The zygote `pid`'s whole environment, checked to be its one variable: the number of its
+/// request socket.
+fn zygote_environ(pid: u32) -> Vec<u8> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let text = String::from_utf8(environ.clone()).unwrap();
+    let n: i32 = text
+        .strip_prefix("RALPH_SANDBOX_ZYGOTE=")
+        .and_then(|v| v.strip_suffix('\0'))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the zygote's environment: {text:?}"));
+    assert_eq!(
+        fds(pid)
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, k)| k.as_str()),
+        Some("socket"),
+        "the zygote's variable names its request socket"
+    );
+    environ
+}
+
+/// `pid`'s parent (`/proc/PID/stat`'s fourth field).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn standbys_are_forked_from_one_zygote_as_the_runner_s_children_and_it_keeps_nothing_of_them() {
+    let w = World::new();
+    rt().block_on(async {
+        let b = backend();
+        let first = waiting_standby(&b);
+        let zygote = b.zygote_pid().expect("a zygote once a standby was started");
+        // The zygote: its own command line, and it holds its streams and its request socket
+        // only (nothing of the standby it forked: not its order socket, not its streams).
+        let cmdline = std::fs::read(format!("/proc/{zygote}/cmdline")).unwrap();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        assert_eq!(
+            &args[1..3],
+            [&b"__sandbox-zygote"[..], b"--kill-grace-ms=1000"],
+            "the zygote's command line"
+        );
+        let leaked = inheritable_here();
+        let kinds: Vec<String> = fds(zygote)
+            .into_iter()
+            .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
+            .map(|(_, k)| k)
+            .collect();
+        assert_eq!(
+            kinds,
+            ["/dev/null", "pipe", "pipe", "socket"],
+            "the zygote's descriptors"
+        );
+        zygote_environ(zygote);
+        // The standby is this process's child (it waits for it and reaps it), not the zygote's,
+        // and runs nothing of the zygote's: the zygote has no child at all.
+        assert_eq!(parent_of(first), Some(std::process::id()));
+        assert!(children(zygote).is_empty(), "the zygote's children");
+        let (io1, out, _) = io_with(None);
+        let run = b
+            .spawn(&w.spec("echo one", StdinMode::Null, GRACE), io1)
+            .await
+            .unwrap();
+        assert_eq!(run.pid(), Some(first));
+        let report = run.wait(CancellationToken::new()).await.unwrap();
+        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+        assert_eq!(out.text(), "one\n");
+        // Reaped by this process (a zombie otherwise: its parent is this process).
+        wait_until("the used standby is reaped", LIMIT, || {
+            state(first).is_none()
+        });
+        // The next standby comes from the same zygote.
+        b.prepare(GRACE);
+        wait_until("the next standby started", LIMIT, || {
+            b.standby_pid().is_some()
+        });
+        let second = b.standby_pid().unwrap();
+        wait_until_waiting(second);
+        assert_eq!(b.zygote_pid(), Some(zygote), "another zygote was started");
+        assert_eq!(parent_of(second), Some(std::process::id()));
+        // A job's end lets the zygote go with its standby: an idle backend keeps no process.
+        Sandbox::discard(&b);
+        assert_eq!(b.zygote_pid(), None);
+        assert_eq!(state(zygote), None, "the zygote is not reaped");
+        assert_eq!(state(second), None, "the standby is not reaped");
     });
+}
+
+/// Starts `ralph __sandbox-zygote` by hand with its request socket: the test's end and the
+/// child.
+fn raw_zygote() -> (std::os::fd::OwnedFd, std::process::Child) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (ours, theirs) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let n = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ralph"));
+    cmd.args(ralph_sandbox::native::zygote::zygote_args(GRACE))
+        .env_clear()
+        .env(ralph_sandbox::native::protocol::ZYGOTE_ENV, n.to_string());
+    // SAFETY: fcntl on a descriptor number between fork and exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(n, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    drop(theirs);
+    (ours, child)
+}
+
+#[test]
+fn a_zygote_given_anything_but_a_well_formed_request_forks_nothing_and_exits() {
+    use std::os::fd::AsFd;
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let (r, _w) = nix::unistd::pipe().unwrap();
+    let cases: Vec<(&str, Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>)> = vec![
+        ("no descriptors", vec![1], vec![]),
+        (
+            "an unknown request",
+            vec![2],
+            vec![null.as_fd(), r.as_fd(), r.as_fd()],
+        ),
+        (
+            "a file where the order socket goes",
+            vec![1],
+            vec![null.as_fd(), r.as_fd(), r.as_fd()],
+        ),
+        ("too few descriptors", vec![1], vec![r.as_fd()]),
+    ];
+    for (what, payload, fds) in cases {
+        let (sock, mut child) = raw_zygote();
+        let pid = child.id();
+        if fds.is_empty() {
+            nix::sys::socket::send(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                &payload,
+                nix::sys::socket::MsgFlags::empty(),
+            )
+            .unwrap();
+        } else {
+            ralph_sandbox::fd_pass::send(sock.as_fd(), &payload, &fds).unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(70), "{what}: {status}");
+        assert!(children(pid).is_empty(), "{what}: forked");
+        // No answer came: no pidfd, no pid.
+        let mut buf = [0u8; 8];
+        let got =
+            ralph_sandbox::fd_pass::recv(sock.as_fd(), &mut buf, 1, libc::MSG_DONTWAIT).unwrap();
+        assert!(got.len == 0 && got.fds.is_empty(), "{what}: answered");
+    }
+    // And one whose runner goes without a request ends quietly.
+    let (sock, mut child) = raw_zygote();
+    drop(sock);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

@@ -47,6 +47,7 @@ pub mod step;
 pub mod supervisor;
 pub mod tree;
 pub mod vfork;
+pub mod zygote;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -119,7 +120,7 @@ impl NativeBackend {
     /// or is being started already. A failure is not an error: that round starts its own helper.
     pub fn prestart(&self, grace: Duration) {
         if let Some(begun) = self.standby.begin() {
-            begun.run(|| standby::Standby::start(&self.helper_exe, grace));
+            begun.run(|| self.standby.start_standby(&self.helper_exe, grace));
         }
     }
 
@@ -132,7 +133,8 @@ impl NativeBackend {
             return;
         };
         let exe = self.helper_exe.clone();
-        let start = move || begun.run(|| standby::Standby::start(&exe, grace));
+        let slot = self.standby.clone();
+        let start = move || begun.run(|| slot.start_standby(&exe, grace));
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn_blocking(start);
@@ -144,6 +146,11 @@ impl NativeBackend {
     /// The pid of the helper waiting for the next round, if one does.
     pub fn standby_pid(&self) -> Option<u32> {
         self.standby.waiting_pid()
+    }
+
+    /// The pid of the zygote its standbys are forked from ([`zygote`]), if one runs.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.standby.zygote_pid()
     }
 
     /// What this host can enforce (probed once per process: [`crate::host::probed`]).
@@ -670,18 +677,12 @@ fn read_result(
 /// Entry point of the helper process (`ralph __sandbox-helper`). Call it first thing in `main`,
 /// before any thread exists. Never returns.
 pub fn helper_main() -> ! {
-    let (spec, netns): (Result<HelperSpec, String>, _) = match std::env::var(protocol::STANDBY_ENV)
-    {
-        // Started ahead: its round comes on a socket, or the runner goes without one. As root,
-        // it makes its round's network namespace while it waits.
-        Ok(fd) => {
-            let netns = nix::unistd::geteuid().is_root().then(net::Early::start);
-            match standby::receive(&fd) {
-                Ok(Some(spec)) => (Ok(spec), netns),
-                Ok(None) => std::process::exit(0),
-                Err(e) => (Err(e), netns),
-            }
-        }
+    let (spec, netns) = match std::env::var(protocol::STANDBY_ENV) {
+        // Started ahead: its round comes on a socket, or the runner goes without one.
+        Ok(fd) => match standby::adopt_orders(&fd) {
+            Ok(orders) => wait_for_order(orders),
+            Err(e) => (Err(e), None),
+        },
         Err(_) => (
             std::env::var(SPEC_ENV)
                 .map_err(|_| format!("{SPEC_ENV} is not set"))
@@ -691,6 +692,43 @@ pub fn helper_main() -> ! {
             None,
         ),
     };
+    run_helper(spec, netns)
+}
+
+/// Entry point of the standbys' zygote (`ralph __sandbox-zygote`, [`zygote`]). Call it first
+/// thing in `main`, before any thread exists. Never returns.
+pub fn zygote_main() -> ! {
+    match std::env::var(protocol::ZYGOTE_ENV) {
+        Ok(fd) => zygote::serve(&fd),
+        Err(_) => {
+            eprintln!("ralph sandbox zygote: {} is not set", protocol::ZYGOTE_ENV);
+            std::process::exit(70)
+        }
+    }
+}
+
+/// A standby forked by the zygote, its order socket in hand: waits for its order and runs it
+/// as a helper started ahead does. Never returns.
+fn standby_main(orders: std::os::fd::OwnedFd) -> ! {
+    let (spec, netns) = wait_for_order(orders);
+    run_helper(spec, netns)
+}
+
+/// A standby's wait for its one order on `orders` (as root, it makes its round's network
+/// namespace meanwhile); exits quietly when the runner goes without one.
+fn wait_for_order(
+    orders: std::os::fd::OwnedFd,
+) -> (Result<HelperSpec, String>, Option<net::Early>) {
+    let netns = nix::unistd::geteuid().is_root().then(net::Early::start);
+    match standby::receive_on(orders) {
+        Ok(Some(spec)) => (Ok(spec), netns),
+        Ok(None) => std::process::exit(0),
+        Err(e) => (Err(e), netns),
+    }
+}
+
+/// The helper's run of `spec` (or its report of why there is none).
+fn run_helper(spec: Result<HelperSpec, String>, netns: Option<net::Early>) -> ! {
     let spec = match spec {
         Ok(s) => s,
         Err(message) => {

@@ -31,6 +31,14 @@ pub const SPEC_ENV: &str = "RALPH_SANDBOX_SPEC";
 /// number of the inherited socket on which its one order comes (instead of [`SPEC_ENV`]).
 pub const STANDBY_ENV: &str = "RALPH_SANDBOX_STANDBY";
 
+/// `argv[1]` that turns the `ralph` binary into the standbys' zygote ([`super::zygote`]); as long
+/// as [`HELPER_ARG`], which a standby forked from it writes over it.
+pub const ZYGOTE_ARG: &str = "__sandbox-zygote";
+
+/// The environment variable of the zygote: the number of the inherited socket on which the runner
+/// asks it for standbys.
+pub const ZYGOTE_ENV: &str = "RALPH_SANDBOX_ZYGOTE";
+
 /// Largest encoded spec accepted (an environment string may not exceed 128 KiB on Linux).
 pub const MAX_SPEC_BYTES: usize = 120 * 1024;
 

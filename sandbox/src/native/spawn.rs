@@ -174,6 +174,20 @@ impl Pending {
         }
     }
 
+    /// Holds the child `pid` made for this process by another (a standby forked by the zygote
+    /// as this process's child: [`super::zygote`]) by `pidfd`, made with it; refused unless the
+    /// pidfd names a child of this process (so one this process waits for and reaps).
+    pub(super) fn adopt(pid: u32, pidfd: OwnedFd) -> io::Result<Self> {
+        nix::sys::wait::waitid(
+            Id::PIDFd(pidfd.as_fd()),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+        )?;
+        Ok(Self {
+            pid,
+            pidfd: Some(pidfd),
+        })
+    }
+
     /// Its pid.
     pub fn id(&self) -> u32 {
         self.pid

@@ -33,6 +33,7 @@ use std::time::Duration;
 use super::inherit;
 use super::protocol::{GRACE_ARG_PREFIX, HELPER_ARG, HelperSpec, MAX_SPEC_BYTES, STANDBY_ENV};
 use super::spawn::{self, Started, Stdin};
+use super::zygote::Zygote;
 use crate::fd_pass;
 use crate::posix_spawn::{open_null, pipe_pair};
 
@@ -45,6 +46,20 @@ pub struct Slot {
     ready: tokio::sync::Notify,
     /// Signalled when a start ends (for [`Slot::discard`], which waits without a runtime).
     started: std::sync::Condvar,
+    /// The zygote its standbys are forked from ([`super::zygote`]).
+    zygote: Mutex<Zygotes>,
+}
+
+/// The slot's zygote.
+#[derive(Debug, Default)]
+enum Zygotes {
+    /// None yet (or the last one was let go): the next start starts one.
+    #[default]
+    None,
+    Running(Zygote),
+    /// One just started could not fork a standby (a kernel without `clone3`'s `CLONE_PIDFD`, a
+    /// host that refuses it): standbys are started with `posix_spawn` from now on.
+    Unusable,
 }
 
 /// How long [`Slot::discard`] waits for a start under way to end (one `posix_spawn`: normally
@@ -159,6 +174,76 @@ impl Slot {
         if let Some(standby) = waiting {
             standby.stop();
         }
+        // The zygote goes with the job's standbys (an idle runner keeps no helper process).
+        let mut zygotes = self.zygotes();
+        let zygote = match std::mem::take(&mut *zygotes) {
+            Zygotes::Running(z) => Some(z),
+            other => {
+                *zygotes = other;
+                None
+            }
+        };
+        drop(zygotes);
+        if let Some(z) = zygote {
+            z.stop();
+        }
+    }
+
+    fn zygotes(&self) -> MutexGuard<'_, Zygotes> {
+        // A poisoned lock still holds a usable zygote (or none).
+        self.zygote.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a standby of `helper_exe` for rounds whose kill grace is `grace`: forked from the
+    /// slot's zygote, started first when there is none (or it is of another grace); with
+    /// `posix_spawn` ([`Standby::start`]) when the zygote fails (then let go) or cannot be used.
+    pub fn start_standby(&self, helper_exe: &Path, grace: Duration) -> io::Result<Standby> {
+        let mut zygotes = self.zygotes();
+        if matches!(&*zygotes, Zygotes::Running(z) if !z.fits(grace)) {
+            if let Zygotes::Running(z) = std::mem::take(&mut *zygotes) {
+                z.stop();
+            }
+        }
+        let fresh = matches!(&*zygotes, Zygotes::None);
+        if fresh {
+            if let Ok(z) = Zygote::start(helper_exe, grace) {
+                *zygotes = Zygotes::Running(z);
+            }
+        }
+        if let Zygotes::Running(z) = &*zygotes {
+            match z.fork() {
+                Ok((orders, started)) => {
+                    return Ok(Standby {
+                        grace_ms: grace.as_millis(),
+                        orders,
+                        started,
+                    });
+                }
+                Err(_) => {
+                    let old = std::mem::replace(
+                        &mut *zygotes,
+                        if fresh {
+                            Zygotes::Unusable
+                        } else {
+                            Zygotes::None
+                        },
+                    );
+                    if let Zygotes::Running(z) = old {
+                        z.stop();
+                    }
+                }
+            }
+        }
+        drop(zygotes);
+        Standby::start(helper_exe, grace)
+    }
+
+    /// The pid of the slot's zygote, if one runs.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        match &*self.zygotes() {
+            Zygotes::Running(z) => Some(z.id()),
+            _ => None,
+        }
     }
 
     /// A slot whose standby is started now, on a thread of its own (no runtime needed), for a
@@ -171,7 +256,7 @@ impl Slot {
         // A thread that cannot be made leaves the slot empty: the round starts its own helper.
         let _ = std::thread::Builder::new()
             .name("ralph-standby".into())
-            .spawn(move || s.fill(|| Standby::start(&exe, grace)));
+            .spawn(move || s.fill(|| s.start_standby(&exe, grace)));
         slot
     }
 
@@ -329,10 +414,19 @@ impl Standby {
 /// (`gateway_fd`/`hold_fd` name them, whatever the JSON said); `None` when the runner closed the
 /// socket without an order (it is gone or let the standby go). The socket is closed on return.
 pub fn receive(fd: &str) -> Result<Option<HelperSpec>, String> {
+    receive_on(adopt_orders(fd)?)
+}
+
+/// The order socket named by [`STANDBY_ENV`]'s value `fd`, checked and made close-on-exec.
+pub fn adopt_orders(fd: &str) -> Result<OwnedFd, String> {
     let fd: i32 = fd
         .parse()
         .map_err(|_| format!("{STANDBY_ENV} is not a descriptor number: `{fd}`"))?;
-    let orders = inherit::adopt(fd, inherit::Kind::Socket)?;
+    inherit::adopt(fd, inherit::Kind::Socket)
+}
+
+/// [`receive`] on the order socket `orders` (close-on-exec), closed on return.
+pub fn receive_on(orders: OwnedFd) -> Result<Option<HelperSpec>, String> {
     let mut buf = vec![0u8; MAX_SPEC_BYTES + 2];
     let got = loop {
         match fd_pass::recv(orders.as_fd(), &mut buf, 4, 0) {
