@@ -495,6 +495,7 @@ fn a_round_with_the_network_on_never_gets_the_namespace_its_standby_made() {
 fn a_standby_goes_with_its_backend() {
     let b = backend();
     let pid = waiting_standby(&b);
+    let zygote = b.zygote_pid().expect("the zygote it was forked from");
     let clone = b.clone();
     drop(b);
     assert_eq!(
@@ -502,10 +503,17 @@ fn a_standby_goes_with_its_backend() {
         Some(true),
         "a clone still holds it"
     );
+    assert_eq!(
+        state(zygote).map(|s| s != 'Z'),
+        Some(true),
+        "a clone still holds its zygote"
+    );
     drop(clone);
-    wait_until("the standby is killed and reaped", LIMIT, || {
-        state(pid).is_none()
-    });
+    wait_until(
+        "the standby and its zygote are killed and reaped",
+        LIMIT,
+        || state(pid).is_none() && state(zygote).is_none(),
+    );
 }
 
 /// The children of `parent` that are sandbox helpers (by their command line).

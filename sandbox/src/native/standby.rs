@@ -9,6 +9,7 @@
 //!
 //! ```text
 //! runner ──posix_spawn──▶ standby (`ralph __sandbox-helper --kill-grace-ms=N`, env: STANDBY_ENV=fd)
+//!    (or asks the slot's zygote to fork one: [`super::zygote`], [`Slot::start_standby`])
 //!    │                        │ recvmsg (blocked; end-of-file = the runner is gone: exit 0)
 //!    └── order ──────────────▶│ [flags][spec JSON] + SCM_RIGHTS: stdin, gateway end?, hold end?,
 //!                             │   hand-back end?
@@ -52,15 +53,16 @@ pub struct Slot {
 
 /// The slot's zygote.
 #[derive(Debug, Default)]
-enum Zygotes {
-    /// None yet (or the last one was let go): the next start starts one.
-    #[default]
-    None,
-    Running(Zygote),
-    /// One just started could not fork a standby (a kernel without `clone3`'s `CLONE_PIDFD`, a
-    /// host that refuses it): standbys are started with `posix_spawn` from now on.
-    Unusable,
+struct Zygotes {
+    running: Option<Zygote>,
+    /// Zygotes in a row that could not fork their first standby (a kernel without `clone3`'s
+    /// `CLONE_PIDFD`, a host that refuses it): at [`ZYGOTE_TRIES`], standbys are started with
+    /// `posix_spawn` from then on.
+    failed_fresh: u8,
 }
+
+/// How many zygotes in a row may fail their first fork before the slot stops starting them.
+const ZYGOTE_TRIES: u8 = 3;
 
 /// How long [`Slot::discard`] waits for a start under way to end (one `posix_spawn`: normally
 /// well under a millisecond).
@@ -175,15 +177,7 @@ impl Slot {
             standby.stop();
         }
         // The zygote goes with the job's standbys (an idle runner keeps no helper process).
-        let mut zygotes = self.zygotes();
-        let zygote = match std::mem::take(&mut *zygotes) {
-            Zygotes::Running(z) => Some(z),
-            other => {
-                *zygotes = other;
-                None
-            }
-        };
-        drop(zygotes);
+        let zygote = self.zygotes().running.take();
         if let Some(z) = zygote {
             z.stop();
         }
@@ -199,20 +193,17 @@ impl Slot {
     /// `posix_spawn` ([`Standby::start`]) when the zygote fails (then let go) or cannot be used.
     pub fn start_standby(&self, helper_exe: &Path, grace: Duration) -> io::Result<Standby> {
         let mut zygotes = self.zygotes();
-        if matches!(&*zygotes, Zygotes::Running(z) if !z.fits(grace)) {
-            if let Zygotes::Running(z) = std::mem::take(&mut *zygotes) {
-                z.stop();
-            }
+        if let Some(other) = zygotes.running.take_if(|z| !z.fits(grace)) {
+            other.stop();
         }
-        let fresh = matches!(&*zygotes, Zygotes::None);
-        if fresh {
-            if let Ok(z) = Zygote::start(helper_exe, grace) {
-                *zygotes = Zygotes::Running(z);
-            }
+        let fresh = zygotes.running.is_none();
+        if fresh && zygotes.failed_fresh < ZYGOTE_TRIES {
+            zygotes.running = Zygote::start(helper_exe, grace).ok();
         }
-        if let Zygotes::Running(z) = &*zygotes {
+        if let Some(z) = &zygotes.running {
             match z.fork() {
                 Ok((orders, started)) => {
+                    zygotes.failed_fresh = 0;
                     return Ok(Standby {
                         grace_ms: grace.as_millis(),
                         orders,
@@ -220,15 +211,10 @@ impl Slot {
                     });
                 }
                 Err(_) => {
-                    let old = std::mem::replace(
-                        &mut *zygotes,
-                        if fresh {
-                            Zygotes::Unusable
-                        } else {
-                            Zygotes::None
-                        },
-                    );
-                    if let Zygotes::Running(z) = old {
+                    if fresh {
+                        zygotes.failed_fresh += 1;
+                    }
+                    if let Some(z) = zygotes.running.take() {
                         z.stop();
                     }
                 }
@@ -240,10 +226,7 @@ impl Slot {
 
     /// The pid of the slot's zygote, if one runs.
     pub fn zygote_pid(&self) -> Option<u32> {
-        match &*self.zygotes() {
-            Zygotes::Running(z) => Some(z.id()),
-            _ => None,
-        }
+        self.zygotes().running.as_ref().map(Zygote::id)
     }
 
     /// A slot whose standby is started now, on a thread of its own (no runtime needed), for a
