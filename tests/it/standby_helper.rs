@@ -533,10 +533,17 @@ fn helpers_of(parent: u32) -> Vec<u32> {
 /// The helpers this test process started with kill grace `grace` (by their command line: the
 /// tests of this module run side by side, each with graces of its own where it counts helpers).
 fn helpers_with_grace(grace: Duration) -> Vec<u32> {
-    let want: Vec<Vec<u8>> = ralph_sandbox::native::standby::helper_args(grace)
-        .into_iter()
-        .map(|a| a.into_encoded_bytes())
-        .collect();
+    started_with(ralph_sandbox::native::standby::helper_args(grace))
+}
+
+/// The zygotes this test process started for kill grace `grace`.
+fn zygotes_with_grace(grace: Duration) -> Vec<u32> {
+    started_with(ralph_sandbox::native::zygote::zygote_args(grace))
+}
+
+/// This test process's children whose arguments after the program are `args`.
+fn started_with(args: Vec<std::ffi::OsString>) -> Vec<u32> {
+    let want: Vec<Vec<u8>> = args.into_iter().map(|a| a.into_encoded_bytes()).collect();
     children(std::process::id())
         .into_iter()
         .filter(|p| {
@@ -577,9 +584,14 @@ fn a_standby_discarded_while_it_is_being_started_is_never_kept() {
             assert_eq!(helpers_with_grace(grace), Vec::<u32>::new());
         }
     });
-    // The blocking threads are done with the runtime: a start that came late started nothing.
+    // The blocking threads are done with the runtime: a start that came late started nothing,
+    // and left no zygote either.
     assert_eq!(b.standby_pid(), None);
     assert_eq!(helpers_with_grace(grace), Vec::<u32>::new());
+    assert_eq!(b.zygote_pid(), None);
+    wait_until("no zygote of the discarded runs is left", LIMIT, || {
+        zygotes_with_grace(grace).is_empty()
+    });
     // And the slot still serves: the next announcement starts one.
     b.prestart(grace);
     let pid = b.standby_pid().expect("a standby after a later prestart");

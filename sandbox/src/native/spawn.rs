@@ -178,10 +178,15 @@ impl Pending {
     /// as this process's child: [`super::zygote`]) by `pidfd`, made with it; refused unless the
     /// pidfd names a child of this process (so one this process waits for and reaps).
     pub(super) fn adopt(pid: u32, pidfd: OwnedFd) -> io::Result<Self> {
-        nix::sys::wait::waitid(
+        if let Err(e) = nix::sys::wait::waitid(
             Id::PIDFd(pidfd.as_fd()),
             WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
-        )?;
+        ) {
+            // Not left running (the pidfd names it, whoever it is a child of).
+            let _ = crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL);
+            reap_in_background(pid, pidfd);
+            return Err(e.into());
+        }
         Ok(Self {
             pid,
             pidfd: Some(pidfd),

@@ -104,9 +104,15 @@ impl Begun {
                 state.waiting = Some(standby);
                 return;
             }
-            // Not kept (discarded meanwhile): killed and reaped once the lock is released.
+            // Not kept (discarded meanwhile, or one waits already): killed and reaped once the
+            // lock is released; a discard that came while this start ran (past its wait) may
+            // have missed the zygote this start made: it goes too.
+            let discarded = state.discards != self.discards;
             drop(state);
             standby.stop();
+            if discarded {
+                self.slot.stop_zygote();
+            }
         }
     }
 }
@@ -177,6 +183,11 @@ impl Slot {
             standby.stop();
         }
         // The zygote goes with the job's standbys (an idle runner keeps no helper process).
+        self.stop_zygote();
+    }
+
+    /// Stops the slot's zygote, if one runs (its standbys live on).
+    fn stop_zygote(&self) {
         let zygote = self.zygotes().running.take();
         if let Some(z) = zygote {
             z.stop();
