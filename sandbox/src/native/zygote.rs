@@ -26,7 +26,9 @@
 //! streams, its order socket, one environment variable (the zygote's), the same command line). What is shared:
 //! every standby of a zygote has the zygote's address-space layout (as any fork server's
 //! children do). A zygote that fails in any way (gone, a malformed answer, no answer within
-//! [`ANSWER_WAIT`]) is dropped, and the standby is started with `posix_spawn` as before.
+//! [`ANSWER_WAIT`]) is dropped, and the standby is started with `posix_spawn` as before; an
+//! answer that came after the runner stopped waiting is read as the zygote is stopped, and the
+//! standby it names (the runner's child) killed and reaped.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -100,14 +102,34 @@ impl Zygote {
         self.process.id()
     }
 
-    /// Kills and reaps it (its standbys live on: they are the runner's children).
+    /// Kills and reaps it (its standbys live on: they are the runner's children). An answer it
+    /// sent that was never read (the runner gave up waiting for it) names a standby that is this
+    /// process's child: that one is killed and reaped too, not left to end as a zombie nobody
+    /// waits for.
     pub fn stop(self) {
-        self.process.stop(STOP_WAIT);
+        let Self {
+            requests, process, ..
+        } = self;
+        process.stop(STOP_WAIT);
+        let mut buf = [0u8; 8];
+        let Ok(got) = fd_pass::recv(requests.as_fd(), &mut buf, 1, libc::MSG_DONTWAIT) else {
+            return;
+        };
+        if let (false, 4, Some(pidfd)) = (got.truncated, got.len, got.fds.into_iter().next()) {
+            let pid = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            // Dropped at once: killed and reaped (or, not ours, killed through its pidfd).
+            drop(Pending::adopt(pid, pidfd));
+        }
     }
 
     /// Forks a standby: the runner's end of its order socket and the standby as started (its
     /// streams; the process, a child of this process, held by the pidfd the fork made).
     pub fn fork(&self) -> io::Result<(OwnedFd, Started)> {
+        self.fork_within(ANSWER_WAIT)
+    }
+
+    /// [`Zygote::fork`], waiting at most `wait` for the answer.
+    fn fork_within(&self, wait: Duration) -> io::Result<(OwnedFd, Started)> {
         if self.process.exited() {
             return Err(io::Error::other("the zygote is gone"));
         }
@@ -121,7 +143,7 @@ impl Zygote {
         )?;
         // The standby's ends are the zygote's now (and its child's).
         drop((theirs, out_w, err_w));
-        let (pid, pidfd) = self.answer()?;
+        let (pid, pidfd) = self.answer(wait)?;
         let child = Pending::adopt(pid, pidfd)?;
         Ok((
             orders,
@@ -134,9 +156,9 @@ impl Zygote {
         ))
     }
 
-    /// The answer to the request just sent: the standby's pid and pidfd, within [`ANSWER_WAIT`].
-    fn answer(&self) -> io::Result<(u32, OwnedFd)> {
-        let deadline = Instant::now() + ANSWER_WAIT;
+    /// The answer to the request just sent: the standby's pid and pidfd, within `wait`.
+    fn answer(&self, wait: Duration) -> io::Result<(u32, OwnedFd)> {
+        let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let mut poll = libc::pollfd {
