@@ -371,12 +371,22 @@ pub unsafe fn fork_into_cgroup(cgroup: &impl AsRawFd) -> io::Result<i32> {
         cgroup: fd,
         ..CloneArgs::default()
     };
+    // SAFETY: the caller upholds the single-threaded contract above.
+    unsafe { clone3(&args) }
+}
+
+/// `clone3(args)` without CLONE_VM: returns the child's pid here and 0 in the child.
+///
+/// # Safety
+///
+/// As [`fork_into_cgroup`]; any pointer in `args` must be valid for the kernel to write.
+unsafe fn clone3(args: &CloneArgs) -> io::Result<i32> {
     // SAFETY: clone3 reads `args` (size given) and, without CLONE_VM, duplicates the process
-    // like fork; the caller upholds the single-threaded contract above.
+    // like fork; the caller upholds the rest.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_clone3,
-            &args as *const CloneArgs,
+            args as *const CloneArgs,
             std::mem::size_of::<CloneArgs>(),
         )
     };
@@ -408,21 +418,9 @@ pub unsafe fn fork_sibling() -> io::Result<(i32, Option<OwnedFd>)> {
         exit_signal: 0,
         ..CloneArgs::default()
     };
-    // SAFETY: clone3 reads `args` (size given) and writes the pidfd into `pidfd`, alive for the
-    // call; without CLONE_VM it duplicates the process like fork; the caller upholds the
+    // SAFETY: `pidfd`, where the kernel writes, is alive for the call; the caller upholds the
     // single-threaded contract above.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let pid =
-        i32::try_from(rc).map_err(|_| io::Error::other("clone3 returned an out-of-range pid"))?;
+    let pid = unsafe { clone3(&args) }?;
     if pid == 0 {
         return Ok((0, None));
     }

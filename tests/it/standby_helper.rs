@@ -129,6 +129,43 @@ fn inheritable_here() -> Vec<i32> {
         .collect()
 }
 
+/// `pid`'s descriptors but those this test process leaks to every child it starts (a helper
+/// started for the round has those too): the standard streams and what it made or was given.
+fn held_fds(pid: u32) -> Vec<(i32, String)> {
+    let leaked = inheritable_here();
+    fds(pid)
+        .into_iter()
+        .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
+        .collect()
+}
+
+/// Asks `b` for the next round's standby (`Sandbox::prepare`) and waits until it waits for its
+/// order: its pid.
+fn next_standby(b: &NativeBackend) -> u32 {
+    b.prepare(GRACE);
+    wait_until("the next standby started", LIMIT, || {
+        b.standby_pid().is_some()
+    });
+    let pid = b.standby_pid().unwrap();
+    wait_until_waiting(pid);
+    pid
+}
+
+/// Runs `echo word` through `b` (a standby if one waits), checks it exited 0 and printed `word`:
+/// the pid of the helper that ran it.
+async fn runs_echo(b: &NativeBackend, w: &World, word: &str) -> Option<u32> {
+    let (io, out, _) = io_with(None);
+    let run = b
+        .spawn(&w.spec(&format!("echo {word}"), StdinMode::Null, GRACE), io)
+        .await
+        .unwrap();
+    let pid = run.pid();
+    let report = run.wait(CancellationToken::new()).await.unwrap();
+    assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+    assert_eq!(out.text(), format!("{word}\n"));
+    pid
+}
+
 /// Starts `b`'s standby with [`GRACE`] and waits until it waits for its order: its pid.
 fn waiting_standby(b: &NativeBackend) -> u32 {
     b.prestart(GRACE);
@@ -161,11 +198,7 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         // What it holds while it waits: stdin (/dev/null), its two pipes, the order socket
         // (and whatever this test process itself leaks to every child it starts: a helper started
         // for the round has those too).
-        let leaked = inheritable_here();
-        let held: Vec<(i32, String)> = fds(first)
-            .into_iter()
-            .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
-            .collect();
+        let held = held_fds(first);
         // (The numbers of the socket and the namespace depend on which came first: a standby
         // forked from the zygote got its socket before it made the namespace.)
         let mut kinds: Vec<&str> = held.iter().map(|(_, k)| k.as_str()).collect();
@@ -252,13 +285,8 @@ fn a_waiting_standby_holds_its_streams_and_its_socket_only_and_serves_one_round(
         // follows (`Sandbox::prepare`). Then the next one is another process, and takes the
         // next round only.
         assert_eq!(b.standby_pid(), None, "started without being asked");
-        b.prepare(GRACE);
-        wait_until("the next round's standby started", LIMIT, || {
-            b.standby_pid().is_some()
-        });
-        let second = b.standby_pid().unwrap();
+        let second = next_standby(&b);
         assert_ne!(second, first);
-        wait_until_waiting(second);
         let (io2, out2, _) = io_with(None);
         let spec2 = w.spec("cat; echo second", StdinMode::Null, GRACE);
         let run = b.spawn(&spec2, io2).await.unwrap();
@@ -416,23 +444,10 @@ fn a_standby_of_another_grace_or_a_dead_one_is_never_used() {
         });
 
         // A dead one (killed while it waited): the round starts its own helper and runs.
-        b.prepare(GRACE);
-        wait_until("the next standby started", LIMIT, || {
-            b.standby_pid().is_some()
-        });
-        let dead = b.standby_pid().unwrap();
-        wait_until_waiting(dead);
+        let dead = next_standby(&b);
         kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
         wait_until("the standby is dead", LIMIT, || state(dead) == Some('Z'));
-        let (io2, out, _) = io_with(None);
-        let run = b
-            .spawn(&w.spec("echo alive", StdinMode::Null, GRACE), io2)
-            .await
-            .unwrap();
-        assert_ne!(run.pid(), Some(dead));
-        let report = run.wait(CancellationToken::new()).await.unwrap();
-        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
-        assert_eq!(out.text(), "alive\n");
+        assert_ne!(runs_echo(&b, &w, "alive").await, Some(dead));
         wait_until("the dead standby is reaped", LIMIT, || {
             state(dead).is_none()
         });
@@ -518,6 +533,11 @@ fn a_standby_goes_with_its_backend() {
 
 /// The children of `parent` that are sandbox helpers (by their command line).
 fn helpers_of(parent: u32) -> Vec<u32> {
+    children_named(parent, ralph_sandbox::native::HELPER_ARG)
+}
+
+/// The children of `parent` whose argv[1] is `arg`.
+fn children_named(parent: u32, arg: &str) -> Vec<u32> {
     children(parent)
         .into_iter()
         .filter(|p| {
@@ -525,7 +545,7 @@ fn helpers_of(parent: u32) -> Vec<u32> {
                 .unwrap_or_default()
                 .split(|b| *b == 0)
                 .nth(1)
-                == Some(ralph_sandbox::native::HELPER_ARG.as_bytes())
+                == Some(arg.as_bytes())
         })
         .collect()
 }
@@ -684,16 +704,7 @@ fn a_standby_goes_when_its_runner_is_killed() {
     let standby = standby[0];
     assert!(children(standby).is_empty(), "a standby runs nothing");
     // The zygote it was forked from waits beside it.
-    let zygotes: Vec<u32> = children(runner)
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .unwrap_or_default()
-                .split(|b| *b == 0)
-                .nth(1)
-                == Some(ralph_sandbox::native::protocol::ZYGOTE_ARG.as_bytes())
-        })
-        .collect();
+    let zygotes = children_named(runner, ralph_sandbox::native::protocol::ZYGOTE_ARG);
     assert_eq!(zygotes.len(), 1, "the runner's zygote");
     s.kill9();
     // Nobody will send its order: it ends by itself (a zombie of whoever inherited it, or gone);
@@ -756,12 +767,7 @@ fn standbys_are_forked_from_one_zygote_as_the_runner_s_children_and_it_keeps_not
             [&b"__sandbox-zygote"[..], b"--kill-grace-ms=1000"],
             "the zygote's command line"
         );
-        let leaked = inheritable_here();
-        let kinds: Vec<String> = fds(zygote)
-            .into_iter()
-            .filter(|(n, _)| *n <= 2 || !leaked.contains(n))
-            .map(|(_, k)| k)
-            .collect();
+        let kinds: Vec<String> = held_fds(zygote).into_iter().map(|(_, k)| k).collect();
         assert_eq!(
             kinds,
             ["/dev/null", "pipe", "pipe", "socket"],
@@ -772,26 +778,13 @@ fn standbys_are_forked_from_one_zygote_as_the_runner_s_children_and_it_keeps_not
         // and runs nothing of the zygote's: the zygote has no child at all.
         assert_eq!(parent_of(first), Some(std::process::id()));
         assert!(children(zygote).is_empty(), "the zygote's children");
-        let (io1, out, _) = io_with(None);
-        let run = b
-            .spawn(&w.spec("echo one", StdinMode::Null, GRACE), io1)
-            .await
-            .unwrap();
-        assert_eq!(run.pid(), Some(first));
-        let report = run.wait(CancellationToken::new()).await.unwrap();
-        assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
-        assert_eq!(out.text(), "one\n");
+        assert_eq!(runs_echo(&b, &w, "one").await, Some(first));
         // Reaped by this process (a zombie otherwise: its parent is this process).
         wait_until("the used standby is reaped", LIMIT, || {
             state(first).is_none()
         });
         // The next standby comes from the same zygote.
-        b.prepare(GRACE);
-        wait_until("the next standby started", LIMIT, || {
-            b.standby_pid().is_some()
-        });
-        let second = b.standby_pid().unwrap();
-        wait_until_waiting(second);
+        let second = next_standby(&b);
         assert_eq!(b.zygote_pid(), Some(zygote), "another zygote was started");
         assert_eq!(parent_of(second), Some(std::process::id()));
         // A job's end lets the zygote go with its standby: an idle backend keeps no process.

@@ -319,25 +319,42 @@ pub struct Standby {
 
 /// The helper's command line for a round whose grace is `grace`.
 pub fn helper_args(grace: Duration) -> Vec<std::ffi::OsString> {
+    args_with_grace(HELPER_ARG, grace)
+}
+
+/// `[first, --kill-grace-ms=N]`: the command line of a helper (or the zygote) for `grace`.
+pub(super) fn args_with_grace(first: &str, grace: Duration) -> Vec<std::ffi::OsString> {
     vec![
-        HELPER_ARG.into(),
+        first.into(),
         format!("{GRACE_ARG_PREFIX}{}", grace.as_millis()).into(),
     ]
+}
+
+/// Starts `program` with `args` and one environment variable, `env_name`, naming the descriptor
+/// of its end of a new socket (inherited; stdin /dev/null): our end of that socket and the
+/// started process. Ours is the only other end, so the child sees end-of-file once it is closed.
+pub(super) fn start_on_socket(
+    program: &Path,
+    args: Vec<std::ffi::OsString>,
+    env_name: &str,
+) -> io::Result<(OwnedFd, Started)> {
+    let (ours, theirs) = fd_pass::channel()?;
+    let started = spawn::start(&spawn::Spec {
+        program,
+        args,
+        env: vec![format!("{env_name}={}", theirs.as_raw_fd()).into()],
+        stdin: Stdin::Null,
+        keep: vec![theirs.as_raw_fd()],
+    })?;
+    // The child holds its end now; ours must go, or its end-of-file would never come.
+    drop(theirs);
+    Ok((ours, started))
 }
 
 impl Standby {
     /// Starts `helper_exe` as a standby for rounds whose kill grace is `grace`.
     pub fn start(helper_exe: &Path, grace: Duration) -> io::Result<Self> {
-        let (orders, theirs) = fd_pass::channel()?;
-        let started = spawn::start(&spawn::Spec {
-            program: helper_exe,
-            args: helper_args(grace),
-            env: vec![format!("{STANDBY_ENV}={}", theirs.as_raw_fd()).into()],
-            stdin: Stdin::Null,
-            keep: vec![theirs.as_raw_fd()],
-        })?;
-        // The standby holds its end now; ours must go, or its end-of-file would never come.
-        drop(theirs);
+        let (orders, started) = start_on_socket(helper_exe, helper_args(grace), STANDBY_ENV)?;
         Ok(Self {
             grace_ms: grace.as_millis(),
             orders,

@@ -36,8 +36,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::inherit::{self, Kind};
-use super::protocol::{GRACE_ARG_PREFIX, HELPER_ARG, ZYGOTE_ARG, ZYGOTE_ENV};
-use super::spawn::{self, Pending, Started, Stdin};
+use super::protocol::{HELPER_ARG, ZYGOTE_ARG, ZYGOTE_ENV};
+use super::spawn::{Pending, Started};
+use super::standby::{args_with_grace, start_on_socket};
 use crate::fd_pass;
 use crate::posix_spawn::pipe_pair;
 
@@ -65,25 +66,13 @@ pub struct Zygote {
 
 /// The zygote's command line for standbys whose grace is `grace`.
 pub fn zygote_args(grace: Duration) -> Vec<std::ffi::OsString> {
-    vec![
-        ZYGOTE_ARG.into(),
-        format!("{GRACE_ARG_PREFIX}{}", grace.as_millis()).into(),
-    ]
+    args_with_grace(ZYGOTE_ARG, grace)
 }
 
 impl Zygote {
     /// Starts `helper_exe` as the zygote of standbys whose kill grace is `grace`.
     pub fn start(helper_exe: &Path, grace: Duration) -> io::Result<Self> {
-        let (requests, theirs) = fd_pass::channel()?;
-        let started = spawn::start(&spawn::Spec {
-            program: helper_exe,
-            args: zygote_args(grace),
-            env: vec![format!("{ZYGOTE_ENV}={}", theirs.as_raw_fd()).into()],
-            stdin: Stdin::Null,
-            keep: vec![theirs.as_raw_fd()],
-        })?;
-        // The zygote holds its end now; ours must go, or its end-of-file would never come.
-        drop(theirs);
+        let (requests, started) = start_on_socket(helper_exe, zygote_args(grace), ZYGOTE_ENV)?;
         Ok(Self {
             grace_ms: grace.as_millis(),
             requests,
