@@ -767,6 +767,11 @@ fn standbys_are_forked_from_one_zygote_as_the_runner_s_children_and_it_keeps_not
             [&b"__sandbox-zygote"[..], b"--kill-grace-ms=1000"],
             "the zygote's command line"
         );
+        // Looked at once it waits for its next request (until then it may still hold the pidfd
+        // of the standby it just answered with).
+        wait_until("the zygote waits for its next request", LIMIT, || {
+            blocked_in(zygote) == Some(libc::SYS_recvmsg)
+        });
         let kinds: Vec<String> = held_fds(zygote).into_iter().map(|(_, k)| k).collect();
         assert_eq!(
             kinds,
@@ -830,7 +835,9 @@ fn raw_zygote() -> (std::os::fd::OwnedFd, std::process::Child) {
 fn a_zygote_given_anything_but_a_well_formed_request_forks_nothing_and_exits() {
     use std::os::fd::AsFd;
     let null = std::fs::File::open("/dev/null").unwrap();
-    let (r, _w) = nix::unistd::pipe().unwrap();
+    // Close-on-exec, as every descriptor of this process must be: the tests beside this one start
+    // helpers whose descriptors they count.
+    let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let cases: Vec<(&str, Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>)> = vec![
         ("no descriptors", vec![1], vec![]),
         (
